@@ -1,0 +1,150 @@
+"""RocksDB (through rocksdict) with named column families, atomic batches and checkpoints.
+
+Keys and values are raw bytes; callers own their encoding. Every write can be synced
+(WAL fsync) so that an acknowledged update survives a power cut.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
+
+DEFAULT_CF = "default"
+
+
+class KVError(Exception):
+    """A misuse of the store (unknown column family, closed store)."""
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    return opts
+
+
+class Batch:
+    """Mutations across column families applied atomically by `KVStore.write`."""
+
+    def __init__(self, store: KVStore) -> None:
+        self._store = store
+        self._batch = WriteBatch(raw_mode=True)
+        self.count = 0
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None:
+        self._batch.put(key, value, self._store._handle(cf))
+        self.count += 1
+
+    def delete(self, cf: str, key: bytes) -> None:
+        self._batch.delete(key, self._store._handle(cf))
+        self.count += 1
+
+
+class KVStore:
+    """One RocksDB database. `sync=True` fsyncs the WAL on every write."""
+
+    def __init__(self, path: str | os.PathLike[str], column_families: Iterable[str] = (),
+                 *, sync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        names = set(column_families) | set(self._existing_cfs(self.path))
+        names.discard(DEFAULT_CF)
+        self._db = Rdict(str(self.path), options=_options(),
+                         column_families={name: _options() for name in names})
+        self._cfs = {DEFAULT_CF: self._db}
+        self._handles = {DEFAULT_CF: self._db.get_column_family_handle(DEFAULT_CF)}
+        for name in names:
+            self._cfs[name] = self._db.get_column_family(name)
+            self._handles[name] = self._db.get_column_family_handle(name)
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = sync
+        self._closed = False
+
+    @staticmethod
+    def _existing_cfs(path: Path) -> list[str]:
+        if not (path / "CURRENT").exists():
+            return []
+        return list(Rdict.list_cf(str(path), _options()))
+
+    @property
+    def column_families(self) -> list[str]:
+        return sorted(self._cfs)
+
+    def _cf(self, cf: str) -> Rdict:
+        if self._closed:
+            raise KVError(f"store {self.path} is closed")
+        try:
+            return self._cfs[cf]
+        except KeyError:
+            raise KVError(f"unknown column family {cf!r}") from None
+
+    def _handle(self, cf: str):  # type: ignore[no-untyped-def]
+        self._cf(cf)
+        return self._handles[cf]
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        return self._cf(cf).get(key)
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None:
+        batch = self.batch()
+        batch.put(cf, key, value)
+        self.write(batch)
+
+    def delete(self, cf: str, key: bytes) -> None:
+        batch = self.batch()
+        batch.delete(cf, key)
+        self.write(batch)
+
+    def batch(self) -> Batch:
+        return Batch(self)
+
+    def write(self, batch: Batch) -> None:
+        if self._closed:
+            raise KVError(f"store {self.path} is closed")
+        self._db.write(batch._batch, self._write_opts)
+
+    def items(self, cf: str, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs with start <= key < end, in key order."""
+        for key, value in self._cf(cf).items(from_key=start):
+            if end is not None and key >= end:
+                return
+            yield key, value
+
+    def prefix_items(self, cf: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self._cf(cf).items(from_key=prefix):
+            if not key.startswith(prefix):
+                return
+            yield key, value
+
+    def checkpoint(self, dest: str | os.PathLike[str]) -> Path:
+        """A consistent, openable copy of the whole database (hard links where possible)."""
+        dest = Path(dest)
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        Checkpoint(self._db).create_checkpoint(str(dest))
+        return dest
+
+    def flush(self) -> None:
+        self._db.flush()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            # Column-family views hold the database open; drop them before closing it.
+            for name, cf in self._cfs.items():
+                if name != DEFAULT_CF:
+                    cf.close()
+            self._cfs.clear()
+            self._handles.clear()
+            self._db.close()
+
+    def __enter__(self) -> KVStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

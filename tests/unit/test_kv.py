@@ -1,0 +1,56 @@
+from pathlib import Path
+
+import pytest
+
+from libs.kv import KVError, KVStore
+
+
+def test_column_families_are_separate_and_persist(tmp_path: Path) -> None:
+    with KVStore(tmp_path / "db", ["a", "b"]) as kv:
+        kv.put("a", b"k", b"1")
+        kv.put("b", b"k", b"2")
+    with KVStore(tmp_path / "db") as kv:
+        assert kv.column_families == ["a", "b", "default"]
+        assert kv.get("a", b"k") == b"1"
+        assert kv.get("b", b"k") == b"2"
+        assert kv.get("default", b"k") is None
+
+
+def test_batch_is_atomic_across_families(tmp_path: Path) -> None:
+    with KVStore(tmp_path / "db", ["a", "b"]) as kv:
+        kv.put("a", b"old", b"x")
+        batch = kv.batch()
+        batch.put("a", b"new", b"1")
+        batch.delete("a", b"old")
+        batch.put("b", b"new", b"2")
+        assert kv.get("a", b"new") is None
+        kv.write(batch)
+        assert kv.get("a", b"old") is None
+        assert (kv.get("a", b"new"), kv.get("b", b"new")) == (b"1", b"2")
+
+
+def test_range_and_prefix_iteration_in_key_order(tmp_path: Path) -> None:
+    with KVStore(tmp_path / "db", ["a"]) as kv:
+        for key in (b"p2", b"p1", b"q1", b"o9"):
+            kv.put("a", key, key)
+        assert [k for k, _ in kv.items("a", b"p", b"q")] == [b"p1", b"p2"]
+        assert [k for k, _ in kv.prefix_items("a", b"p")] == [b"p1", b"p2"]
+        assert [k for k, _ in kv.items("a")] == [b"o9", b"p1", b"p2", b"q1"]
+
+
+def test_checkpoint_is_a_consistent_copy(tmp_path: Path) -> None:
+    with KVStore(tmp_path / "db", ["a"]) as kv:
+        kv.put("a", b"k", b"before")
+        kv.checkpoint(tmp_path / "cp")
+        kv.put("a", b"k", b"after")
+    with KVStore(tmp_path / "cp") as copy:
+        assert copy.get("a", b"k") == b"before"
+
+
+def test_unknown_family_and_closed_store_raise(tmp_path: Path) -> None:
+    kv = KVStore(tmp_path / "db", ["a"])
+    with pytest.raises(KVError, match="unknown column family"):
+        kv.get("nope", b"k")
+    kv.close()
+    with pytest.raises(KVError, match="closed"):
+        kv.get("a", b"k")
