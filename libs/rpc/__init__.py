@@ -1,0 +1,1 @@
+"""Shared HTTP plumbing: typed errors, the service app factory and the client transport."""

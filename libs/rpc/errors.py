@@ -1,0 +1,180 @@
+"""Typed errors shared by every service, and their one mapping to HTTP.
+
+A service raises one of these; `libs.rpc.server` renders it as `{"code": ..., "error": ...}` with
+the class's status, and `libs.rpc.client` turns such a body back into the same class.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class RpcError(Exception):
+    """Base of every error that crosses a service boundary."""
+
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.code)
+        self.message = message or self.code
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "error": self.message}
+
+
+class BadRequest(RpcError):
+    """The request is malformed or names something impossible."""
+
+    code = "bad_request"
+    status = 400
+
+
+class LengthMismatch(BadRequest):
+    """The body length differs from the declared size."""
+
+    code = "length_mismatch"
+    status = 400
+
+
+class Forbidden(RpcError):
+    """The caller may not do this (e.g. a forged Location)."""
+
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(RpcError):
+    """The named object does not exist."""
+
+    code = "not_found"
+    status = 404
+
+
+class ShardNotFound(NotFound):
+    """No such shard in the chunk."""
+
+    code = "shard_not_found"
+    status = 404
+
+
+class ShardDeleted(NotFound):
+    """The shard is mark-deleted; it reads as gone."""
+
+    code = "shard_mark_deleted"
+    status = 404
+
+
+class ChunkNotFound(NotFound):
+    """No chunk for that vuid on the disk."""
+
+    code = "chunk_not_found"
+    status = 404
+
+
+class DiskNotFound(NotFound):
+    """No such disk on this node."""
+
+    code = "disk_not_found"
+    status = 404
+
+
+class Conflict(RpcError):
+    """The request conflicts with the current state."""
+
+    code = "conflict"
+    status = 409
+
+
+class StaleEpoch(Conflict):
+    """The vuid's epoch is older than the chunk's: the unit moved."""
+
+    code = "stale_epoch"
+    status = 409
+
+
+class ShardExists(Conflict):
+    """The bid is stored with different bytes."""
+
+    code = "shard_exists"
+    status = 409
+
+
+class ChunkReadonly(Conflict):
+    """The chunk refuses writes (readonly or released)."""
+
+    code = "chunk_readonly"
+    status = 409
+
+
+class ChunkExists(Conflict):
+    """A chunk for that vuid already exists."""
+
+    code = "chunk_exists"
+    status = 409
+
+
+class TooLarge(RpcError):
+    """The body or object exceeds a limit."""
+
+    code = "too_large"
+    status = 413
+
+
+class RangeNotSatisfiable(RpcError):
+    """The byte range lies outside the object."""
+
+    code = "range_not_satisfiable"
+    status = 416
+
+
+class Internal(RpcError):
+    """An unexpected failure inside the service."""
+
+    code = "internal"
+    status = 500
+
+
+class ShardCorrupted(RpcError):
+    """Stored bytes failed their CRC; they are never served."""
+
+    code = "shard_corrupted"
+    status = 500
+
+
+class Unavailable(RpcError):
+    """The service or a dependency cannot serve right now."""
+
+    code = "unavailable"
+    status = 503
+
+
+class NoSpace(RpcError):
+    """The disk or chunk has no room left."""
+
+    code = "no_space"
+    status = 507
+
+
+def _subclasses(cls: type[RpcError]) -> list[type[RpcError]]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found.extend(_subclasses(sub))
+    return found
+
+
+_BY_CODE: dict[str, type[RpcError]] = {cls.code: cls for cls in _subclasses(RpcError)}
+_BY_CODE["internal"] = Internal
+_BY_STATUS: dict[int, type[RpcError]] = {
+    cls.status: cls for cls in reversed(_subclasses(RpcError)) if cls.__base__ is RpcError
+}
+
+
+def error_from_response(status: int, body: object) -> RpcError:
+    """Rebuild the typed error a peer raised from its status and JSON body."""
+    code = body.get("code") if isinstance(body, dict) else None
+    message = body.get("error") if isinstance(body, dict) else None
+    cls = _BY_CODE.get(code) if isinstance(code, str) else None
+    if cls is None:
+        cls = _BY_STATUS.get(status, Internal)
+    return cls(str(message) if message else f"HTTP {status}")

@@ -1,0 +1,160 @@
+"""Service app factory: FastAPI for the control plane, bare ASGI routes for the data path.
+
+FastAPI's request/response machinery costs ~4x throughput on small bodies (NOTES.md), so routes
+that move shard bytes are plain ASGI callables mounted beside the FastAPI app by `with_fast_routes`.
+Both render errors the same way, from the one table in `libs.rpc.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+FastRoute = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _validation_reason(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query"))
+        parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid")))
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(title: str) -> FastAPI:
+    """A FastAPI app whose errors are `{"code", "error"}` JSON with the table's status."""
+    app = FastAPI(title=title)
+
+    @app.exception_handler(RpcError)
+    async def _rpc_error(_: Request, exc: RpcError) -> JSONResponse:
+        return JSONResponse(exc.to_json(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(BadRequest(_validation_reason(exc)).to_json(), status_code=400)
+
+    @app.exception_handler(json.JSONDecodeError)
+    async def _bad_json(_: Request, exc: json.JSONDecodeError) -> JSONResponse:
+        return JSONResponse(BadRequest(f"malformed JSON: {exc}").to_json(), status_code=400)
+
+    return app
+
+
+def with_fast_routes(app: ASGIApp, routes: Mapping[str, FastRoute]) -> ASGIApp:
+    """Serve `routes` (exact paths) as bare ASGI handlers and everything else through `app`."""
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        handler = routes.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if handler is None:
+            await app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await handler(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:  # headers are out: only aborting the connection can signal the failure
+                raise
+            if not isinstance(exc, RpcError):
+                log.exception("fast route %s failed", scope.get("path"))
+                exc = Internal(f"{type(exc).__name__}: {exc}")
+            await send_json(send, exc.status, exc.to_json())
+
+    return dispatch
+
+
+def query_params(scope: Scope) -> dict[str, str]:
+    return dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+
+
+def int_param(params: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = params.get(name)
+    if raw is None:
+        if default is None:
+            raise BadRequest(f"missing query parameter {name!r}")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name!r} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise BadRequest(f"query parameter {name!r} must be >= 0, got {value}")
+    return value
+
+
+async def read_exact_body(receive: Receive, size: int) -> bytearray:
+    """Read a request body that must be exactly `size` bytes, into one preallocated buffer."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise LengthMismatch(f"client went away after {got} of {size} bytes")
+        chunk = message.get("body", b"")
+        if got + len(chunk) > size:
+            raise LengthMismatch(f"body longer than the declared size {size}")
+        view[got:got + len(chunk)] = chunk
+        got += len(chunk)
+        more = message.get("more_body", False)
+    if got != size:
+        raise LengthMismatch(f"body has {got} bytes, declared size is {size}")
+    return buf
+
+
+async def send_json(send: Send, status: int, payload: object) -> None:
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_stream(send: Send, length: int, pieces: AsyncIterator[bytes],
+                      headers: Mapping[str, str] | None = None) -> None:
+    """Stream `length` bytes. An error after the headers went out aborts the connection,
+    so a client can never mistake a truncated body for a whole one."""
+    raw_headers = [(b"content-type", b"application/octet-stream"),
+                   (b"content-length", str(length).encode())]
+    raw_headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    first = await anext(pieces, None)
+    await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+    if first is None:
+        await send({"type": "http.response.body", "body": b""})
+        return
+    await send({"type": "http.response.body", "body": first, "more_body": True})
+    async for piece in pieces:
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def serve(app: ASGIApp, bind_addr: str) -> None:
+    """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT."""
+    host, _, port = bind_addr.rpartition(":")
+    config = uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), http="httptools",
+                            loop="uvloop", access_log=False, log_level="warning",
+                            timeout_keep_alive=30)
+    asyncio.run(uvicorn.Server(config).serve())
