@@ -1,0 +1,43 @@
+"""Chunk files: shards with per-64 KiB-block CRCs, a KV shard index, punch-hole delete, compaction."""
+
+from libs.chunkfile.chunk import ChunkFile, ChunkStats
+from libs.chunkfile.errors import (
+    ChunkCorrupted,
+    ChunkError,
+    ChunkFull,
+    ChunkReadOnly,
+    PunchHoleError,
+    RangeError,
+    ShardCorrupted,
+    ShardExists,
+    ShardMarkDeleted,
+    ShardNotFound,
+)
+from libs.chunkfile.format import ALIGN, BLOCK_SIZE, CHUNK_HEADER_SIZE, physical_size
+from libs.chunkfile.ids import ChunkId, Vuid
+from libs.chunkfile.index import SHARD_CF, ShardMeta, ShardStatus, required_column_families
+
+__all__ = [
+    "ALIGN",
+    "BLOCK_SIZE",
+    "CHUNK_HEADER_SIZE",
+    "SHARD_CF",
+    "ChunkCorrupted",
+    "ChunkError",
+    "ChunkFile",
+    "ChunkFull",
+    "ChunkId",
+    "ChunkReadOnly",
+    "ChunkStats",
+    "PunchHoleError",
+    "RangeError",
+    "ShardCorrupted",
+    "ShardExists",
+    "ShardMarkDeleted",
+    "ShardMeta",
+    "ShardNotFound",
+    "ShardStatus",
+    "Vuid",
+    "physical_size",
+    "required_column_families",
+]
