@@ -94,4 +94,5 @@ class HttpClient:
 
 
 def _str_params(params: Params | None) -> dict[str, str] | None:
-    return None if params is None else {k: str(v) for k, v in params.items()}
+    # int() first: int subclasses such as Vuid may print as something other than digits.
+    return None if params is None else {k: str(int(v)) if isinstance(v, int) else v for k, v in params.items()}

@@ -1,0 +1,131 @@
+"""Shard put/get throughput and latency of a real blobnode, next to raw pwrite/pread of the same sizes.
+
+Starts one blobnode (fsync on) on a temp dir, drives it with `--concurrency` concurrent requests per
+size, then does the same count of os.pwrite+fdatasync / os.pread of the same sizes with the same
+concurrency (threads) to a file in the same temp dir. Writes JSON and prints one summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from libs.chunkfile.ids import Vuid
+from services.blobnode.client import BlobnodeClient
+from tests.support.processes import Service, free_port
+
+SIZES = {"4KiB": 4 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20, "4MiB": 4 << 20}
+
+
+def summarize(latencies: list[float], elapsed: float, size: int) -> dict[str, float]:
+    ordered = sorted(latencies)
+    ops = len(ordered) / elapsed
+    return {"ops_per_s": round(ops, 1), "mb_per_s": round(ops * size / 1e6, 1),
+            "p50_ms": round(statistics.median(ordered) * 1e3, 3),
+            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3, 3)}
+
+
+async def drive(count: int, concurrency: int, op: object) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    next_index = iter(range(count))
+
+    async def worker() -> None:
+        for i in next_index:
+            t0 = time.perf_counter()
+            await op(i)  # type: ignore[operator]
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - start
+
+
+async def bench_blobnode(url: str, count_for: dict[str, int], concurrency: int) -> dict[str, dict[str, object]]:
+    results: dict[str, dict[str, object]] = {}
+    async with BlobnodeClient() as client:
+        for vid, (name, size) in enumerate(SIZES.items(), start=1):
+            vuid = Vuid.make(vid, 0, 1)
+            await client.create_chunk(url, 1, vuid)
+            data = os.urandom(size)
+            count = count_for[name]
+            put = await drive(count, concurrency, lambda i, v=vuid, d=data: client.put_shard(url, 1, v, i, d))
+            get = await drive(count, concurrency, lambda i, v=vuid: client.get_shard(url, 1, v, i))
+            results[name] = {"put": summarize(*put, size), "get": summarize(*get, size)}
+    return results
+
+
+def bench_raw(directory: Path, count_for: dict[str, int], concurrency: int) -> dict[str, dict[str, object]]:
+    results: dict[str, dict[str, object]] = {}
+    with ThreadPoolExecutor(concurrency) as pool:
+        for name, size in SIZES.items():
+            path = directory / f"raw-{name}"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            data = os.urandom(size)
+            count = count_for[name]
+
+            def write(i: int, fd: int = fd, data: bytes = data, size: int = size) -> float:
+                t0 = time.perf_counter()
+                os.pwrite(fd, data, i * size)
+                os.fdatasync(fd)
+                return time.perf_counter() - t0
+
+            def read(i: int, fd: int = fd, size: int = size) -> float:
+                t0 = time.perf_counter()
+                os.pread(fd, size, i * size)
+                return time.perf_counter() - t0
+
+            entry: dict[str, object] = {}
+            for op_name, op in (("put", write), ("get", read)):
+                start = time.perf_counter()
+                latencies = list(pool.map(op, range(count)))
+                entry[op_name] = summarize(latencies, time.perf_counter() - start, size)
+            results[name] = entry
+            os.close(fd)
+            path.unlink()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the op counts")
+    parser.add_argument("--out", default="bench/results/blobnode.json")
+    args = parser.parse_args()
+    base_counts = {"4KiB": 3000, "64KiB": 2000, "1MiB": 400, "4MiB": 120}
+    count_for = {k: max(args.concurrency, int(v * args.scale)) for k, v in base_counts.items()}
+    with tempfile.TemporaryDirectory(prefix="bench-blobnode-", dir=os.environ.get("BENCH_DIR")) as tmp:
+        workdir = Path(tmp)
+        port = free_port()
+        config = {"bind_addr": f"127.0.0.1:{port}", "disks": [{"path": str(workdir / "disk1"), "disk_id": 1}]}
+        service = Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}")
+        service.start()
+        try:
+            node = asyncio.run(bench_blobnode(service.url, count_for, args.concurrency))
+        finally:
+            service.stop()
+        raw = bench_raw(workdir, count_for, args.concurrency)
+    ratios = {name: {op: round(node[name][op]["mb_per_s"] / raw[name][op]["mb_per_s"], 3)  # type: ignore[index]
+                     for op in ("put", "get")} for name in SIZES}
+    result = {"concurrency": args.concurrency, "counts": count_for, "blobnode": node, "raw_file_io": raw,
+              "ratio_vs_raw": ratios}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    parts = [f"{name} put {node[name]['put']['ops_per_s']:.0f}/s ({ratios[name]['put']}x raw) "  # type: ignore[index]
+             f"get {node[name]['get']['ops_per_s']:.0f}/s ({ratios[name]['get']}x raw)"  # type: ignore[index]
+             for name in SIZES]
+    print(f"blobnode (c={args.concurrency}, fsync): " + "; ".join(parts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Blobnode HTTP routes. Shard put/get are bare ASGI (the data path); the rest is FastAPI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Query
+from pydantic import BaseModel, Field
+
+from libs.chunkfile import ShardStatus
+from libs.rpc.errors import BadRequest, TooLarge
+from libs.rpc.server import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    create_app,
+    int_param,
+    query_params,
+    read_exact_body,
+    send_json,
+    send_stream,
+    with_fast_routes,
+)
+from services.blobnode.disk import ChunkStatus
+from services.blobnode.node import Blobnode, record_json, shard_json
+
+U32 = Field(ge=0, lt=2**32)
+U64 = Field(ge=0, lt=2**64)
+
+
+class ChunkRef(BaseModel):
+    disk_id: int = U32
+    vuid: int = U64
+
+
+class ChunkCreate(ChunkRef):
+    chunk_size: int | None = Field(None, ge=1 << 20)
+
+
+class ShardRef(ChunkRef):
+    bid: int = U64
+
+
+def build_app(node: Blobnode) -> ASGIApp:
+    app = create_app("blobnode")
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/stat")
+    async def stat() -> dict[str, Any]:
+        return await node.stat()
+
+    @app.get("/disk/stat")
+    async def disk_stat(disk_id: int = Query(ge=0)) -> dict[str, Any]:
+        return await node.disk_stat(disk_id)
+
+    @app.post("/chunk/create")
+    async def chunk_create(req: ChunkCreate) -> dict[str, Any]:
+        return record_json(await node.create_chunk(req.disk_id, req.vuid, req.chunk_size))
+
+    def chunk_status_route(path: str, status: ChunkStatus) -> None:
+        async def route(req: ChunkRef) -> dict[str, Any]:
+            return record_json(await node.set_chunk_status(req.disk_id, req.vuid, status))
+
+        app.post(path)(route)
+
+    chunk_status_route("/chunk/release", ChunkStatus.RELEASED)
+    chunk_status_route("/chunk/readonly", ChunkStatus.READONLY)
+    chunk_status_route("/chunk/readwrite", ChunkStatus.NORMAL)
+
+    @app.post("/chunk/compact")
+    async def chunk_compact(req: ChunkRef) -> dict[str, Any]:
+        return record_json(await node.compact_chunk(req.disk_id, req.vuid))
+
+    @app.get("/chunk/list")
+    async def chunk_list(disk_id: int = Query(ge=0)) -> dict[str, Any]:
+        return {"chunks": [record_json(r) for r in await node.list_chunks(disk_id)]}
+
+    @app.get("/chunk/stat")
+    async def chunk_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0)) -> dict[str, Any]:
+        return await node.chunk_stat(disk_id, vuid)
+
+    def shard_status_route(path: str, status: ShardStatus | None) -> None:
+        async def route(req: ShardRef) -> dict[str, Any]:
+            meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status)
+            return shard_json(meta) if meta else {"bid": req.bid, "deleted": True}
+
+        app.post(path)(route)
+
+    shard_status_route("/shard/markdelete", ShardStatus.MARK_DELETED)
+    shard_status_route("/shard/unmarkdelete", ShardStatus.NORMAL)
+    shard_status_route("/shard/delete", None)
+
+    @app.get("/shard/stat")
+    async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0),
+                         bid: int = Query(ge=0)) -> dict[str, Any]:
+        return shard_json(await node.shard_stat(disk_id, vuid, bid))
+
+    @app.get("/shard/list")
+    async def shard_list(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), start_bid: int = Query(0, ge=0),
+                         count: int | None = Query(None, ge=1, le=100_000),
+                         status: str | None = Query(None, pattern="^(normal|mark_deleted)$")) -> dict[str, Any]:
+        wanted = ShardStatus[status.upper()] if status else None
+        shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted)
+        return {"shards": [shard_json(m) for m in shards]}
+
+    async def shard_put(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "PUT":
+            raise BadRequest("use PUT for /shard/put")
+        params = query_params(scope)
+        size = int_param(params, "size")
+        if size > node.config.max_shard_size:
+            raise TooLarge(f"shard of {size} bytes exceeds the limit of {node.config.max_shard_size}")
+        disk_id, vuid, bid = int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid")
+        node.disk(disk_id)  # refuse before reading the body
+        data = await read_exact_body(receive, size)
+        meta = await node.put_shard(disk_id, vuid, bid, data)
+        await send_json(send, 200, {"bid": bid, "size": meta.size, "crc": meta.crc})
+
+    async def shard_get(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "GET":
+            raise BadRequest("use GET for /shard/get")
+        params = query_params(scope)
+        size = int_param(params, "size") if "size" in params else None
+        meta, length, pieces = await node.open_shard_read(
+            int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid"),
+            int_param(params, "offset", 0), size)
+        await send_stream(send, length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
+
+    return with_fast_routes(app, {"/shard/put": shard_put, "/shard/get": shard_get})

@@ -1,0 +1,38 @@
+"""Blobnode configuration (`python -m services.blobnode -c blobnode.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+
+class DiskConfig(BaseModel):
+    path: str
+    auto_format: bool = True
+    max_chunks: int = Field(1024, ge=1)
+    # Until clustermgr hands out disk ids, a new disk takes its id from here.
+    disk_id: int | None = Field(None, ge=1, lt=2**32)
+
+
+class BlobnodeConfig(BaseModel):
+    bind_addr: str = "127.0.0.1:8889"
+    cluster_id: int = Field(1, ge=0, lt=2**32)
+    idc: str = "z0"
+    rack: str = "r0"
+    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    disks: list[DiskConfig] = Field(min_length=1)
+    sync: bool = True  # fdatasync shard bytes before acknowledging; off only for throwaway benchmarks
+    io_threads_per_disk: int = Field(4, ge=1, le=64)
+    default_chunk_size: int = Field(16 << 30, ge=1 << 20)
+    max_shard_size: int = Field(64 << 20, ge=1)
+
+    @field_validator("disks")
+    @classmethod
+    def _distinct_paths(cls, disks: list[DiskConfig]) -> list[DiskConfig]:
+        paths = [d.path for d in disks]
+        if len(set(paths)) != len(paths):
+            raise ValueError("two disks share a path")
+        return disks
+
+    @property
+    def advertised_host(self) -> str:
+        return self.host or f"http://{self.bind_addr}"

@@ -1,0 +1,265 @@
+"""One disk of a blobnode: its on-disk layout, its chunks, and the thread pool its I/O runs in.
+
+Layout (DESIGN section 3): `.sys/format.json` names the disk; `meta/` is the disk's RocksDB
+(chunk records and the shard index); `data/<chunk_id>` are chunk files; `.trash/` holds released
+or compacted-away chunk files until they are removed. Every method here blocks; `DiskStore`
+callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from libs.chunkfile import ChunkFile, ChunkId, ShardMeta, ShardStatus, required_column_families
+from libs.chunkfile.ids import Vuid
+from libs.kv import KVStore
+from libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
+from services.blobnode.rwlock import RWLock
+
+CHUNK_CF = "chunk"
+FORMAT_VERSION = 1
+
+
+class DiskFormatError(Exception):
+    """The disk's format file is missing, damaged or belongs to another disk or cluster."""
+
+
+class ChunkStatus(StrEnum):
+    NORMAL = "normal"
+    READONLY = "readonly"
+    RELEASED = "released"
+
+
+@dataclass
+class ChunkRecord:
+    chunk_id: str
+    vuid: int
+    status: ChunkStatus
+    chunk_size: int
+    created: float
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ChunkRecord:
+        fields = json.loads(raw)
+        fields["status"] = ChunkStatus(fields["status"])
+        return cls(**fields)
+
+
+def _unit_key(vuid: int) -> bytes:
+    """Chunk records are keyed by (vid, unit index): one live chunk per unit, whatever the epoch."""
+    return (vuid >> 24).to_bytes(8, "big")
+
+
+def _format_checksum(fields: dict[str, object]) -> int:
+    return zlib.crc32(json.dumps(fields, sort_keys=True).encode())
+
+
+def format_disk(path: Path, disk_id: int, cluster_id: int) -> None:
+    """Write `.sys/format.json` atomically: a half-written format file never names a disk."""
+    sys_dir = path / ".sys"
+    sys_dir.mkdir(parents=True, exist_ok=True)
+    fields: dict[str, object] = {"version": FORMAT_VERSION, "disk_id": disk_id, "cluster_id": cluster_id,
+                                 "format_time": time.time()}
+    payload = json.dumps({**fields, "checksum": _format_checksum(fields)}).encode()
+    tmp = sys_dir / "format.json.tmp"
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, sys_dir / "format.json")
+    for sub in ("meta", "data", ".trash"):
+        (path / sub).mkdir(exist_ok=True)
+
+
+def read_format(path: Path) -> dict[str, object]:
+    try:
+        fields = json.loads((path / ".sys" / "format.json").read_text())
+    except FileNotFoundError:
+        raise DiskFormatError(f"{path} is not formatted") from None
+    except json.JSONDecodeError as exc:
+        raise DiskFormatError(f"{path}/.sys/format.json is damaged: {exc}") from None
+    checksum = fields.pop("checksum", None)
+    if checksum != _format_checksum(fields):
+        raise DiskFormatError(f"{path}/.sys/format.json fails its checksum")
+    return fields
+
+
+class Disk:
+    """A formatted, loaded disk with its open chunks."""
+
+    def __init__(self, path: Path, disk_id: int, *, max_chunks: int, sync: bool, io_threads: int) -> None:
+        self.path = path
+        self.disk_id = disk_id
+        self.max_chunks = max_chunks
+        self.sync = sync
+        self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
+        self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
+        self._lock = threading.Lock()  # guards the chunk tables
+        self._records: dict[bytes, ChunkRecord] = {}
+        self._chunks: dict[bytes, ChunkFile] = {}
+        self._unit_locks: dict[bytes, RWLock] = {}
+        for key, raw in self.kv.items(CHUNK_CF):
+            record = ChunkRecord.from_bytes(raw)
+            self._records[key] = record
+            self._unit_locks[key] = RWLock()
+            if record.status is not ChunkStatus.RELEASED:
+                self._chunks[key] = ChunkFile.open(self._data_path(record.chunk_id), self.kv,
+                                                   ChunkId.parse(record.chunk_id), sync=sync)
+
+    @classmethod
+    def load(cls, path: Path, *, cluster_id: int, disk_id: int | None, auto_format: bool,
+             max_chunks: int, sync: bool, io_threads: int) -> Disk:
+        path.mkdir(parents=True, exist_ok=True)
+        if not (path / ".sys" / "format.json").exists():
+            if not auto_format:
+                raise DiskFormatError(f"{path} is not formatted and auto_format is off")
+            if disk_id is None:
+                raise DiskFormatError(f"{path} is not formatted and no disk_id is configured for it")
+            format_disk(path, disk_id, cluster_id)
+        fields = read_format(path)
+        if fields["cluster_id"] != cluster_id:
+            raise DiskFormatError(f"{path} belongs to cluster {fields['cluster_id']}, not {cluster_id}")
+        if disk_id is not None and fields["disk_id"] != disk_id:
+            raise DiskFormatError(f"{path} is disk {fields['disk_id']}, config says {disk_id}")
+        return cls(path, int(str(fields["disk_id"])), max_chunks=max_chunks, sync=sync, io_threads=io_threads)
+
+    def _data_path(self, chunk_id: str) -> Path:
+        return self.path / "data" / chunk_id
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        for chunk in self._chunks.values():
+            chunk.close()
+        self.kv.close()
+
+    # chunks
+
+    def _record(self, vuid: int) -> ChunkRecord:
+        record = self._records.get(_unit_key(vuid))
+        if record is None or record.status is ChunkStatus.RELEASED:
+            raise ChunkNotFound(f"disk {self.disk_id} has no chunk for vuid {vuid}")
+        return record
+
+    def chunk_for(self, vuid: int, *, write: bool) -> ChunkFile:
+        """The chunk serving `vuid`, fenced by epoch: an older epoch means the caller's view of the
+        volume is stale (409); a newer one means this disk never got that unit (404)."""
+        record = self._record(vuid)
+        have, want = Vuid(record.vuid).epoch(), Vuid(vuid).epoch()
+        if want < have:
+            raise StaleEpoch(f"vuid {vuid} has epoch {want}; the chunk on disk {self.disk_id} is at {have}")
+        if want > have:
+            raise ChunkNotFound(f"disk {self.disk_id} holds vuid {record.vuid}, not the newer {vuid}")
+        if write and record.status is not ChunkStatus.NORMAL:
+            raise ChunkReadonly(f"chunk for vuid {vuid} is {record.status}")
+        return self._chunks[_unit_key(vuid)]
+
+    def unit_lock(self, vuid: int) -> RWLock:
+        self._record(vuid)
+        return self._unit_locks[_unit_key(vuid)]
+
+    def create_chunk(self, vuid: int, chunk_size: int) -> ChunkRecord:
+        key = _unit_key(vuid)
+        with self._lock:
+            existing = self._records.get(key)
+            if existing is not None and existing.status is not ChunkStatus.RELEASED:
+                if existing.vuid == vuid:
+                    return existing  # a retried create is harmless
+                raise ChunkExists(f"disk {self.disk_id} already holds vuid {existing.vuid} for this unit")
+            live = sum(r.status is not ChunkStatus.RELEASED for r in self._records.values())
+            if live >= self.max_chunks:
+                raise NoSpace(f"disk {self.disk_id} has its maximum of {self.max_chunks} chunks")
+            chunk_id = ChunkId(vuid, time.time_ns())
+            chunk = ChunkFile.create(self._data_path(str(chunk_id)), self.kv, chunk_id, sync=self.sync,
+                                     max_size=chunk_size)
+            record = ChunkRecord(str(chunk_id), vuid, ChunkStatus.NORMAL, chunk_size, time.time())
+            self.kv.put(CHUNK_CF, key, record.to_bytes())
+            self._records[key] = record
+            self._chunks[key] = chunk
+            self._unit_locks[key] = RWLock()
+            return record
+
+    def set_chunk_status(self, vuid: int, status: ChunkStatus) -> ChunkRecord:
+        key = _unit_key(vuid)
+        with self._lock:
+            record = self._record(vuid)
+            if record.vuid != vuid:
+                raise StaleEpoch(f"vuid {vuid} is not the chunk's current vuid {record.vuid}")
+            if status is ChunkStatus.RELEASED:
+                chunk = self._chunks.pop(key)
+                chunk.remove_index()
+                chunk.close()
+                self._move_to_trash(record.chunk_id)
+            record.status = status
+            self.kv.put(CHUNK_CF, key, record.to_bytes())
+            return record
+
+    def _move_to_trash(self, chunk_id: str) -> None:
+        src = self._data_path(chunk_id)
+        if src.exists():
+            shutil.move(src, self.path / ".trash" / chunk_id)
+
+    def compact_chunk(self, vuid: int) -> ChunkRecord:
+        """Rewrite the chunk without its deleted shards; writes to it wait meanwhile."""
+        key = _unit_key(vuid)
+        with self.unit_lock(vuid).exclusive():
+            old = self.chunk_for(vuid, write=False)
+            record = self._records[key]
+            new_id = ChunkId(vuid, time.time_ns())
+            new = old.compact_into(self._data_path(str(new_id)), new_id)
+            with self._lock:
+                updated = ChunkRecord(str(new_id), vuid, record.status, record.chunk_size, time.time())
+                self.kv.put(CHUNK_CF, key, updated.to_bytes())
+                self._records[key] = updated
+                self._chunks[key] = new
+            self._move_to_trash(record.chunk_id)
+            return updated
+
+    def list_chunks(self) -> list[ChunkRecord]:
+        with self._lock:
+            return [r for r in self._records.values() if r.status is not ChunkStatus.RELEASED]
+
+    def chunk_stat(self, vuid: int) -> dict[str, object]:
+        record = self._record(vuid)
+        stats = self._chunks[_unit_key(vuid)].stats()
+        return {**asdict(record), **asdict(stats), "disk_id": self.disk_id}
+
+    # shards
+
+    def put_shard(self, vuid: int, bid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
+        with self.unit_lock(vuid).shared():
+            return self.chunk_for(vuid, write=True).put_shard(bid, vuid, data)
+
+    def read_chunk(self, vuid: int) -> ChunkFile:
+        """The chunk to read from; a compaction swapping it waits for reads started under the lock."""
+        with self.unit_lock(vuid).shared():
+            return self.chunk_for(vuid, write=False)
+
+    def shard_status(self, vuid: int, bid: int, status: ShardStatus | None) -> ShardMeta | None:
+        """Mark-delete (status MARK_DELETED), undo it (NORMAL), or delete for good (None)."""
+        with self.unit_lock(vuid).shared():
+            chunk = self.chunk_for(vuid, write=False)
+            if status is None:
+                chunk.delete_shard(bid)
+                return None
+            if status is ShardStatus.MARK_DELETED:
+                return chunk.mark_delete(bid)
+            return chunk.unmark_delete(bid)
+
+    def stat(self) -> dict[str, object]:
+        usage = shutil.disk_usage(self.path)
+        chunks = self.list_chunks()
+        return {"disk_id": self.disk_id, "path": str(self.path), "size": usage.total, "free": usage.free,
+                "used": usage.used, "chunks": len(chunks), "max_chunks": self.max_chunks,
+                "readonly_chunks": sum(r.status is ChunkStatus.READONLY for r in chunks)}

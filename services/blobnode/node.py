@@ -1,0 +1,153 @@
+"""The blobnode's disks behind one async facade.
+
+Each call runs on the named disk's own thread pool, and chunk-file errors become the typed RPC
+errors of `libs.rpc.errors` here, once, so routes stay thin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from libs import chunkfile
+from libs.chunkfile import ShardMeta, ShardStatus
+from libs.rpc import errors
+from services.blobnode.config import BlobnodeConfig
+from services.blobnode.disk import ChunkRecord, ChunkStatus, Disk
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
+    chunkfile.ShardNotFound: errors.ShardNotFound,
+    chunkfile.ShardExists: errors.ShardExists,
+    chunkfile.ShardCorrupted: errors.ShardCorrupted,
+    chunkfile.ShardMarkDeleted: errors.ShardDeleted,
+    chunkfile.RangeError: errors.RangeNotSatisfiable,
+    chunkfile.ChunkFull: errors.NoSpace,
+    chunkfile.ChunkCorrupted: errors.ShardCorrupted,
+    chunkfile.ChunkReadOnly: errors.ChunkReadonly,
+}
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except chunkfile.ChunkError as exc:
+        raise _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc)) from exc
+    except OSError as exc:
+        raise (errors.NoSpace if exc.errno == 28 else errors.Internal)(f"disk I/O failed: {exc}") from exc
+
+
+def _call_translated(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    with _translated():
+        return fn(*args, **kwargs)
+
+
+def shard_json(meta: ShardMeta) -> dict[str, Any]:
+    return {**asdict(meta), "status": meta.status.name.lower()}
+
+
+def record_json(record: ChunkRecord) -> dict[str, Any]:
+    return {**asdict(record), "status": record.status.value}
+
+
+class Blobnode:
+    def __init__(self, config: BlobnodeConfig) -> None:
+        self.config = config
+        self.disks: dict[int, Disk] = {}
+        for disk_conf in config.disks:
+            disk = Disk.load(Path(disk_conf.path), cluster_id=config.cluster_id, disk_id=disk_conf.disk_id,
+                             auto_format=disk_conf.auto_format, max_chunks=disk_conf.max_chunks,
+                             sync=config.sync, io_threads=config.io_threads_per_disk)
+            if disk.disk_id in self.disks:
+                raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
+            self.disks[disk.disk_id] = disk
+
+    def close(self) -> None:
+        for disk in self.disks.values():
+            disk.close()
+
+    def disk(self, disk_id: int) -> Disk:
+        try:
+            return self.disks[disk_id]
+        except KeyError:
+            raise errors.DiskNotFound(f"this node has no disk {disk_id}") from None
+
+    async def _run(self, disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        disk = self.disk(disk_id)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(disk.executor, functools.partial(_call_translated, fn, *args, **kwargs))
+
+    # chunks
+
+    async def create_chunk(self, disk_id: int, vuid: int, chunk_size: int | None) -> ChunkRecord:
+        size = chunk_size or self.config.default_chunk_size
+        return await self._run(disk_id, self.disk(disk_id).create_chunk, vuid, size)
+
+    async def set_chunk_status(self, disk_id: int, vuid: int, status: ChunkStatus) -> ChunkRecord:
+        return await self._run(disk_id, self.disk(disk_id).set_chunk_status, vuid, status)
+
+    async def compact_chunk(self, disk_id: int, vuid: int) -> ChunkRecord:
+        return await self._run(disk_id, self.disk(disk_id).compact_chunk, vuid)
+
+    async def list_chunks(self, disk_id: int) -> list[ChunkRecord]:
+        return self.disk(disk_id).list_chunks()
+
+    async def chunk_stat(self, disk_id: int, vuid: int) -> dict[str, object]:
+        return await self._run(disk_id, self.disk(disk_id).chunk_stat, vuid)
+
+    # shards
+
+    async def put_shard(self, disk_id: int, vuid: int, bid: int, data: bytearray) -> ShardMeta:
+        return await self._run(disk_id, self.disk(disk_id).put_shard, vuid, bid, data)
+
+    async def open_shard_read(self, disk_id: int, vuid: int, bid: int, offset: int,
+                              size: int | None) -> tuple[ShardMeta, int, AsyncIterator[bytes]]:
+        """Validate a read and return (meta, length, pieces); pieces verify CRCs as they are read."""
+        disk = self.disk(disk_id)
+        chunk = await self._run(disk_id, disk.read_chunk, vuid)
+        meta = await self._run(disk_id, chunk.stat_shard, bid)
+        if meta.status is ShardStatus.MARK_DELETED:
+            raise errors.ShardDeleted(f"shard {bid} of vuid {vuid} is mark-deleted")
+        length = meta.size - offset if size is None else size
+        if offset > meta.size or length < 0 or offset + length > meta.size:
+            raise errors.RangeNotSatisfiable(f"range {offset}+{length} outside shard {bid} of {meta.size} bytes")
+        pieces = chunk.iter_shard(bid, offset, length)
+        loop = asyncio.get_running_loop()
+
+        async def read_pieces() -> AsyncIterator[bytes]:
+            while True:
+                piece = await loop.run_in_executor(disk.executor, _call_translated, next, pieces, None)
+                if piece is None:
+                    return
+                yield piece
+
+        return meta, length, read_pieces()
+
+    async def shard_stat(self, disk_id: int, vuid: int, bid: int) -> ShardMeta:
+        chunk = await self._run(disk_id, self.disk(disk_id).read_chunk, vuid)
+        return await self._run(disk_id, chunk.stat_shard, bid)
+
+    async def list_shards(self, disk_id: int, vuid: int, start_bid: int, count: int | None,
+                          status: ShardStatus | None) -> list[ShardMeta]:
+        chunk = await self._run(disk_id, self.disk(disk_id).read_chunk, vuid)
+        return await self._run(disk_id, chunk.list_shards, start_bid, count, status)
+
+    async def set_shard_status(self, disk_id: int, vuid: int, bid: int,
+                               status: ShardStatus | None) -> ShardMeta | None:
+        return await self._run(disk_id, self.disk(disk_id).shard_status, vuid, bid, status)
+
+    async def disk_stat(self, disk_id: int) -> dict[str, object]:
+        return await self._run(disk_id, self.disk(disk_id).stat)
+
+    async def stat(self) -> dict[str, object]:
+        disks = [await self.disk_stat(disk_id) for disk_id in sorted(self.disks)]
+        return {"host": self.config.advertised_host, "cluster_id": self.config.cluster_id,
+                "idc": self.config.idc, "rack": self.config.rack, "disks": disks}

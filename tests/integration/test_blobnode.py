@@ -1,0 +1,271 @@
+"""A real blobnode process on 127.0.0.1: shard round trips, corruption, fencing, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from libs.chunkfile.ids import Vuid
+from libs.rpc import errors
+from libs.rpc.client import HttpClient
+from services.blobnode.client import BlobnodeClient
+from tests.integration.conftest import BlobnodeFactory
+
+T = TypeVar("T")
+VUID = Vuid.make(7, 2, 1)
+
+
+def run(coro: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coro
+
+    return asyncio.run(main())
+
+
+def payload(bid: int, size: int) -> bytes:
+    return random.Random(bid).randbytes(size)
+
+
+async def with_client(fn: Any) -> Any:
+    async with BlobnodeClient() as client:
+        return await fn(client)
+
+
+def chunk_path(node_dir: Path, disk_index: int, chunk_id: str) -> Path:
+    return node_dir / f"disk{disk_index}" / "data" / chunk_id
+
+
+def test_put_get_ranges_stat_and_list(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+
+    async def scenario(c: BlobnodeClient) -> None:
+        await c.create_chunk(bn.url, 1, VUID)
+        sizes = {1: 0, 2: 1, 3: 65535, 4: 65536, 5: 65537, 6: 4 << 20}
+        for bid, size in sizes.items():
+            crc = await c.put_shard(bn.url, 1, VUID, bid, payload(bid, size))
+            assert crc == (await c.shard_stat(bn.url, 1, VUID, bid)).crc
+        for bid, size in sizes.items():
+            assert await c.get_shard(bn.url, 1, VUID, bid) == payload(bid, size)
+        rng = random.Random(1)
+        for _ in range(30):
+            start = rng.randrange(0, 4 << 20)
+            length = rng.randrange(0, (4 << 20) - start + 1)
+            got = await c.get_shard(bn.url, 1, VUID, 6, start, length)
+            assert got == payload(6, 4 << 20)[start:start + length]
+        listed = await c.list_shards(bn.url, 1, VUID, start_bid=3, count=2)
+        assert [s.bid for s in listed] == [3, 4]
+        with pytest.raises(errors.RangeNotSatisfiable):
+            await c.get_shard(bn.url, 1, VUID, 3, 65000, 1000)
+        with pytest.raises(errors.ShardNotFound):
+            await c.get_shard(bn.url, 1, VUID, 99)
+
+    run(with_client(scenario))
+
+
+def test_corrupted_block_is_refused_never_served(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+    size = 300_000  # five 64 KiB blocks
+
+    async def scenario(c: BlobnodeClient) -> None:
+        record = await c.create_chunk(bn.url, 1, VUID)
+        await c.put_shard(bn.url, 1, VUID, 10, payload(10, size))
+        meta = await c.shard_stat(bn.url, 1, VUID, 10)
+        path = chunk_path(bn.workdir, 0, record["chunk_id"])
+        # Third block: shard header (32) + two (crc + 64 KiB) blocks + its own crc, then 100 bytes in.
+        position = meta.offset + 32 + 2 * (4 + 65536) + 4 + 100
+        with open(path, "r+b") as f:
+            f.seek(position)
+            byte = f.read(1)
+            f.seek(position)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        with pytest.raises(errors.ShardCorrupted):
+            await c.get_shard(bn.url, 1, VUID, 10)
+        with pytest.raises(errors.ShardCorrupted):
+            await c.get_shard(bn.url, 1, VUID, 10, 2 * 65536 + 50, 10)
+        assert await c.get_shard(bn.url, 1, VUID, 10, 0, 65536) == payload(10, size)[:65536]
+
+    run(with_client(scenario))
+
+
+def test_epoch_fencing_readonly_and_release(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+    stale = Vuid.make(7, 2, 0)
+    newer = Vuid.make(7, 2, 2)
+
+    async def scenario(c: BlobnodeClient) -> None:
+        await c.create_chunk(bn.url, 1, VUID)
+        await c.put_shard(bn.url, 1, VUID, 1, b"abc")
+        with pytest.raises(errors.StaleEpoch):
+            await c.put_shard(bn.url, 1, stale, 2, b"x")
+        with pytest.raises(errors.StaleEpoch):
+            await c.get_shard(bn.url, 1, stale, 1)
+        with pytest.raises(errors.ChunkNotFound):
+            await c.put_shard(bn.url, 1, newer, 2, b"x")
+        with pytest.raises(errors.ChunkExists):
+            await c.create_chunk(bn.url, 1, newer)
+        await c.create_chunk(bn.url, 1, VUID)  # retried create is harmless
+        await c.set_chunk_readonly(bn.url, 1, VUID)
+        with pytest.raises(errors.ChunkReadonly):
+            await c.put_shard(bn.url, 1, VUID, 2, b"x")
+        assert await c.get_shard(bn.url, 1, VUID, 1) == b"abc"
+        await c.set_chunk_readonly(bn.url, 1, VUID, readonly=False)
+        await c.put_shard(bn.url, 1, VUID, 2, b"x")
+        await c.release_chunk(bn.url, 1, VUID)
+        with pytest.raises(errors.ChunkNotFound):
+            await c.get_shard(bn.url, 1, VUID, 1)
+        assert await c.list_chunks(bn.url, 1) == []
+        await c.create_chunk(bn.url, 1, newer)  # the unit can move back after release
+        assert (await c.list_chunks(bn.url, 1))[0]["vuid"] == newer
+
+    run(with_client(scenario))
+
+
+def test_duplicate_puts_and_length_mismatch(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+
+    async def scenario(c: BlobnodeClient) -> None:
+        await c.create_chunk(bn.url, 1, VUID)
+        crc = await c.put_shard(bn.url, 1, VUID, 5, b"hello")
+        assert await c.put_shard(bn.url, 1, VUID, 5, b"hello") == crc
+        with pytest.raises(errors.ShardExists):
+            await c.put_shard(bn.url, 1, VUID, 5, b"HELLO")
+        params = {"disk_id": 1, "vuid": VUID, "bid": 6}
+        for declared, body in ((10, b"short"), (3, b"longer body")):
+            with pytest.raises(errors.LengthMismatch):
+                await c.http.call("PUT", f"{bn.url}/shard/put", params={**params, "size": declared}, data=body)
+        with pytest.raises(errors.ShardNotFound):
+            await c.shard_stat(bn.url, 1, VUID, 6)
+        with pytest.raises(errors.TooLarge):
+            await c.http.call("PUT", f"{bn.url}/shard/put", params={**params, "size": 1 << 40}, data=b"")
+        with pytest.raises(errors.BadRequest, match="bid"):
+            await c.http.call("PUT", f"{bn.url}/shard/put", params={"disk_id": 1, "vuid": VUID, "size": 1},
+                              data=b"x")
+        with pytest.raises(errors.DiskNotFound):
+            await c.put_shard(bn.url, 9, VUID, 7, b"x")
+        with pytest.raises(errors.BadRequest):
+            await c.http.call("POST", f"{bn.url}/chunk/create", data=b"{not json")
+        with pytest.raises(errors.BadRequest, match="vuid"):
+            await c.http.call("POST", f"{bn.url}/chunk/create", json={"disk_id": 1})
+        assert await c.get_shard(bn.url, 1, VUID, 5) == b"hello"
+
+    run(with_client(scenario))
+
+
+def test_mark_delete_delete_punches_hole_and_compaction(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+    size = 1 << 20
+
+    async def scenario(c: BlobnodeClient) -> None:
+        record = await c.create_chunk(bn.url, 1, VUID)
+        for bid in range(1, 9):
+            await c.put_shard(bn.url, 1, VUID, bid, payload(bid, size))
+        await c.mark_delete_shard(bn.url, 1, VUID, 1)
+        with pytest.raises(errors.ShardDeleted):
+            await c.get_shard(bn.url, 1, VUID, 1)
+        await c.unmark_delete_shard(bn.url, 1, VUID, 1)
+        assert await c.get_shard(bn.url, 1, VUID, 1) == payload(1, size)
+        path = chunk_path(bn.workdir, 0, record["chunk_id"])
+        blocks_before = os.stat(path).st_blocks
+        for bid in (1, 2, 3, 4):
+            await c.mark_delete_shard(bn.url, 1, VUID, bid)
+            await c.delete_shard(bn.url, 1, VUID, bid)
+        assert os.stat(path).st_blocks <= blocks_before - 4 * size // 512
+        with pytest.raises(errors.ShardNotFound):
+            await c.get_shard(bn.url, 1, VUID, 2)
+        compacted = await c.compact_chunk(bn.url, 1, VUID)
+        assert compacted["chunk_id"] != record["chunk_id"]
+        assert not path.exists()
+        for bid in range(5, 9):
+            assert await c.get_shard(bn.url, 1, VUID, bid) == payload(bid, size)
+        assert [s.bid for s in await c.list_shards(bn.url, 1, VUID)] == [5, 6, 7, 8]
+        await c.put_shard(bn.url, 1, VUID, 9, b"after compaction")
+        assert await c.get_shard(bn.url, 1, VUID, 9) == b"after compaction"
+
+    run(with_client(scenario))
+
+
+def test_restart_keeps_chunks_and_shards_on_every_disk(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory(disks=3)
+
+    async def write(c: BlobnodeClient) -> None:
+        for disk_id in (1, 2, 3):
+            await c.create_chunk(bn.url, disk_id, Vuid.make(disk_id, 0, 1))
+            await c.put_shard(bn.url, disk_id, Vuid.make(disk_id, 0, 1), 42, payload(disk_id, 5000))
+
+    async def read(c: BlobnodeClient) -> None:
+        stat = await c.stat(bn.url)
+        assert [d["disk_id"] for d in stat["disks"]] == [1, 2, 3]
+        for disk_id in (1, 2, 3):
+            assert await c.get_shard(bn.url, disk_id, Vuid.make(disk_id, 0, 1), 42) == payload(disk_id, 5000)
+
+    run(with_client(write))
+    bn.stop()
+    bn.start()
+    run(with_client(read))
+
+
+def test_disk_of_another_cluster_is_refused(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+    bn.stop()
+    bn.config["cluster_id"] = 2
+    with pytest.raises(RuntimeError, match="belongs to cluster 1"):
+        bn.start(timeout=10)
+
+
+def test_kill9_during_put_stream_loses_no_acknowledged_shard(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory(disks=1)
+    acked: list[int] = []
+
+    async def stream(c: BlobnodeClient) -> None:
+        await c.create_chunk(bn.url, 1, VUID)
+
+        async def writer(first: int) -> None:
+            bid = first
+            while True:
+                try:
+                    await c.put_shard(bn.url, 1, VUID, bid, payload(bid, 70_000 + bid))
+                except errors.RpcError:
+                    return
+                acked.append(bid)
+                bid += 4
+                if len(acked) == 200:
+                    bn.kill9()
+
+        await asyncio.gather(*(writer(first) for first in range(1, 5)))
+
+    run(with_client(stream))
+    assert len(acked) >= 200
+    bn.start()
+
+    async def verify(c: BlobnodeClient) -> None:
+        for bid in acked:
+            assert await c.get_shard(bn.url, 1, VUID, bid) == payload(bid, 70_000 + bid)
+        await c.put_shard(bn.url, 1, VUID, 10**9, b"after restart")
+
+    run(with_client(verify))
+
+
+def test_health_and_stats_shapes(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+
+    async def scenario(c: BlobnodeClient) -> dict[str, Any]:
+        assert await c.health(bn.url)
+        return await c.disk_stat(bn.url, 1)
+
+    stat = run(with_client(scenario))
+    assert stat["disk_id"] == 1 and stat["free"] > 0 and stat["chunks"] == 0
+
+
+def test_http_client_reports_dead_node_as_unavailable() -> None:
+    async def scenario() -> None:
+        async with HttpClient(timeout=2) as http:
+            with pytest.raises(errors.Unavailable):
+                await http.call("GET", "http://127.0.0.1:1/health")
+
+    run(scenario())

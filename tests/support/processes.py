@@ -1,0 +1,94 @@
+"""Start real service processes on 127.0.0.1 for tests, and stop them by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    """Poll `condition` until true or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class Service:
+    """A service process started from a JSON config; `url` is its HTTP base."""
+
+    module: str
+    config: dict[str, Any]
+    workdir: Path
+    url: str
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.workdir / f"{self.module.rsplit('.', 1)[-1]}.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 15.0) -> Service:
+        conf_path = self.workdir / "conf.json"
+        conf_path.write_text(json.dumps(self.config))
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", self.module, "-c", str(conf_path)],
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+        proc = self.proc
+        try:
+            wait_until(lambda: proc.poll() is not None or http_ok(f"{self.url}/health"),
+                       timeout, f"{self.module} at {self.url}")
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"{self.module} did not answer:\n{self.log_path.read_text()[-3000:]}") from None
+        if proc.poll() is not None:
+            raise RuntimeError(f"{self.module} exited with {proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+        return self
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill9()

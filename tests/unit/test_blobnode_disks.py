@@ -1,0 +1,71 @@
+"""In-process checks of the blobnode's disk layer that need no HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from libs.chunkfile.ids import Vuid
+from libs.rpc import errors
+from services.blobnode.config import BlobnodeConfig
+from services.blobnode.disk import DiskFormatError, format_disk, read_format
+from services.blobnode.node import Blobnode
+
+
+def make_node(tmp_path: Path, disks: int = 2) -> Blobnode:
+    config = BlobnodeConfig(disks=[{"path": str(tmp_path / f"d{i}"), "disk_id": i + 1} for i in range(disks)])
+    return Blobnode(config)
+
+
+def test_a_stalled_disk_does_not_stall_the_others(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    release = threading.Event()
+    try:
+        async def scenario() -> None:
+            vuid = Vuid.make(1, 0, 1)
+            await node.create_chunk(2, vuid, None)
+            loop = asyncio.get_running_loop()
+            # Occupy every I/O thread of disk 1, as a hung device would.
+            stuck = [loop.run_in_executor(node.disk(1).executor, release.wait)
+                     for _ in range(node.config.io_threads_per_disk)]
+            await asyncio.wait_for(node.put_shard(2, vuid, 1, bytearray(b"still served")), timeout=5)
+            _, _, pieces = await node.open_shard_read(2, vuid, 1, 0, None)
+            assert b"".join([p async for p in pieces]) == b"still served"
+            release.set()
+            await asyncio.gather(*stuck)
+
+        asyncio.run(scenario())
+    finally:
+        release.set()
+        node.close()
+
+
+def test_format_file_is_checked(tmp_path: Path) -> None:
+    format_disk(tmp_path, disk_id=3, cluster_id=9)
+    assert read_format(tmp_path)["disk_id"] == 3
+    path = tmp_path / ".sys" / "format.json"
+    path.write_text(path.read_text().replace('"disk_id": 3', '"disk_id": 4'))
+    with pytest.raises(DiskFormatError, match="checksum"):
+        read_format(tmp_path)
+
+
+def test_unformatted_disk_without_id_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DiskFormatError, match="no disk_id"):
+        Blobnode(BlobnodeConfig(disks=[{"path": str(tmp_path / "d")}]))
+
+
+def test_chunk_limit_per_disk(tmp_path: Path) -> None:
+    node = Blobnode(BlobnodeConfig(disks=[{"path": str(tmp_path / "d"), "disk_id": 1, "max_chunks": 2}]))
+    try:
+        async def scenario() -> None:
+            await node.create_chunk(1, Vuid.make(1, 0, 1), None)
+            await node.create_chunk(1, Vuid.make(2, 0, 1), None)
+            with pytest.raises(errors.NoSpace, match="maximum of 2 chunks"):
+                await node.create_chunk(1, Vuid.make(3, 0, 1), None)
+
+        asyncio.run(scenario())
+    finally:
+        node.close()
