@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from libs.chunkfile import (
     SHARD_CF,
     ChunkCorrupted,
+    ChunkError,
     ChunkFile,
     ChunkFull,
     ChunkId,
@@ -431,3 +432,30 @@ def test_chunks_in_one_store_are_separate(tmp_path: Path, kv: KVStore) -> None:
     assert b.read_shard(1) == b"from b"
     a.close()
     b.close()
+
+
+def test_delete_during_a_stream_reads_as_not_found(chunk: ChunkFile) -> None:
+    chunk.put_shard(1, VUID, payload(1, 3 * 65536))
+    pieces = chunk.iter_shard(1, piece=65536)
+    assert next(pieces) == payload(1, 3 * 65536)[:65536]
+    chunk.delete_shard(1)  # punches the hole under the open stream
+    with pytest.raises(ShardNotFound):
+        next(pieces)
+
+
+def test_closed_chunk_refuses_work(chunk: ChunkFile) -> None:
+    chunk.put_shard(1, VUID, b"x")
+    chunk.close()
+    chunk.close()  # idempotent
+    for call in (lambda: chunk.put_shard(2, VUID, b"y"), lambda: chunk.read_shard(1),
+                 lambda: chunk.mark_delete(1), chunk.stats):
+        with pytest.raises(ChunkError, match="closed"):
+            call()
+
+
+def test_unsynced_chunk_still_round_trips(tmp_path: Path, kv: KVStore) -> None:
+    cid = ChunkId.new(VUID)
+    with ChunkFile.create(tmp_path / "c", kv, cid, sync=False) as c:
+        c.put_shard(1, VUID, payload(1, 100_000))
+    with ChunkFile.open(tmp_path / "c", kv, cid, sync=False) as c:
+        assert c.read_shard(1) == payload(1, 100_000)
