@@ -215,7 +215,7 @@ class ChunkFile:
                 with self._cond:
                     self._check_writable()
                     waiting = self._pending.get(bid)
-                    existing = None if waiting else self._index.get(bid)
+                    existing = None if waiting is not None else self._index.get(bid)
                     if waiting is None and existing is None:
                         offset = self._reserve(phys)
                         self._pending[bid] = threading.Event()
