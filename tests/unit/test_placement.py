@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from libs.ec import CodeMode, tactic
+from services.clustermgr.placement import (
+    Candidate,
+    PlacementError,
+    check_placement,
+    place_volume,
+    replace_unit,
+    unit_az,
+)
+
+
+def topology(azs: int, racks: int, hosts: int, disks: int, free: int = 100) -> list[Candidate]:
+    out = []
+    for a in range(azs):
+        for r in range(racks):
+            for h in range(hosts):
+                for _d in range(disks):
+                    out.append(Candidate(len(out) + 1, f"z{a}-r{r}-h{h}", f"z{a}", f"z{a}-r{r}", free))
+    return out
+
+
+def test_ec6p6_puts_four_units_per_az_and_spreads_racks_and_hosts() -> None:
+    disks = topology(3, 2, 3, 2)
+    t = tactic(CodeMode.EC6P6)
+    for seed in range(50):
+        placed = place_volume(t, disks, rng=random.Random(seed))
+        check_placement(t, placed)
+        assert Counter(c.idc for c in placed) == {"z0": 4, "z1": 4, "z2": 4}
+        assert set(Counter(c.rack for c in placed).values()) == {2}
+        assert len({c.host for c in placed}) == 12
+        for index, disk in enumerate(placed):
+            assert disk.idc == placed[next(i for i in range(12) if unit_az(t, i) == unit_az(t, index))].idc
+
+
+def test_replacement_keeps_the_az_and_the_spread() -> None:
+    disks = topology(3, 2, 3, 2)
+    t = tactic(CodeMode.EC6P6)
+    placed = place_volume(t, disks, rng=random.Random(1))
+    for index in range(t.total):
+        new = replace_unit(t, placed, index, disks, rng=random.Random(index))
+        assert new.disk_id not in {c.disk_id for c in placed}
+        after = [new if i == index else c for i, c in enumerate(placed)]
+        check_placement(t, after)
+        assert set(Counter(c.rack for c in after).values()) == {2}
+        assert len({c.host for c in after}) == 12
+
+
+def test_single_az_modes_and_shortages() -> None:
+    t = tactic(CodeMode.EC3P3)
+    placed = place_volume(t, topology(1, 1, 6, 2))
+    assert len({c.host for c in placed}) == 6
+    with pytest.raises(PlacementError, match="needs 6 disks"):
+        place_volume(t, topology(1, 1, 5, 1))
+    with pytest.raises(PlacementError, match="needs 3 AZs"):
+        place_volume(tactic(CodeMode.EC6P6), topology(2, 2, 3, 2))
+    full = place_volume(t, topology(1, 1, 6, 1))
+    with pytest.raises(PlacementError, match="no disk"):
+        replace_unit(t, full, 0, topology(1, 1, 6, 1))
+
+
+def test_check_placement_refuses_bad_layouts() -> None:
+    t = tactic(CodeMode.EC6P6)
+    placed = place_volume(t, topology(3, 2, 3, 2))
+    with pytest.raises(PlacementError, match="two units on one disk"):
+        check_placement(t, [placed[0], *placed[:-1]])
+    squashed = [c if c.idc != "z2" else Candidate(1000 + c.disk_id, c.host, "z1", c.rack, 1) for c in placed]
+    with pytest.raises(PlacementError, match="3 distinct AZs"):
+        check_placement(t, squashed)
+
+
+def test_prefers_free_space_among_equal_spread() -> None:
+    disks = [Candidate(i, f"h{i}", "z0", f"r{i}", free=i * 10) for i in range(1, 11)]
+    placed = place_volume(tactic(CodeMode.EC3P3), disks, rng=random.Random(0))
+    assert sorted(c.disk_id for c in placed) == [5, 6, 7, 8, 9, 10]
+
+
+@settings(max_examples=300, deadline=None)
+@given(mode=st.sampled_from(list(CodeMode)), racks=st.integers(1, 4), hosts=st.integers(1, 4),
+       disks=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_any_topology_placement_holds_the_rules(mode: CodeMode, racks: int, hosts: int, disks: int, seed: int) -> None:
+    t = tactic(mode)
+    cluster = topology(t.az_count, racks, hosts, disks)
+    per_az = t.total // t.az_count
+    try:
+        placed = place_volume(t, cluster, rng=random.Random(seed))
+    except PlacementError:
+        assert racks * hosts * disks < per_az
+        return
+    check_placement(t, placed)
+    for az in range(t.az_count):
+        in_az = [c for c in placed if c.idc == f"z{az}"]
+        rack_counts = Counter(c.rack for c in in_az)
+        host_counts = Counter(c.host for c in in_az)
+        assert max(rack_counts.values()) - min(rack_counts.values()) <= 1
+        assert max(host_counts.values()) <= -(-len(in_az) // (racks * hosts))
