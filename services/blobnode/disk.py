@@ -211,18 +211,21 @@ class Disk:
             shutil.move(src, self.path / ".trash" / chunk_id)
 
     def compact_chunk(self, vuid: int) -> ChunkRecord:
-        """Rewrite the chunk without its deleted shards; writes to it wait meanwhile."""
+        """Rewrite the chunk without its deleted shards; writes to it wait meanwhile. The new chunk
+        record and the moved shard index commit in one batch. A stream still reading the old chunk
+        fails after this (its reader falls back to other shards), it never reads the wrong bytes."""
         key = _unit_key(vuid)
         with self.unit_lock(vuid).exclusive():
             old = self.chunk_for(vuid, write=False)
             record = self._records[key]
             new_id = ChunkId(vuid, time.time_ns())
-            new = old.compact_into(self._data_path(str(new_id)), new_id)
+            updated = ChunkRecord(str(new_id), vuid, record.status, record.chunk_size, time.time())
+            new = old.compact_into(self._data_path(str(new_id)), new_id,
+                                   before_commit=lambda batch: batch.put(CHUNK_CF, key, updated.to_bytes()))
             with self._lock:
-                updated = ChunkRecord(str(new_id), vuid, record.status, record.chunk_size, time.time())
-                self.kv.put(CHUNK_CF, key, updated.to_bytes())
                 self._records[key] = updated
                 self._chunks[key] = new
+            old.close()
             self._move_to_trash(record.chunk_id)
             return updated
 
