@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from libs.chunkfile.ids import Vuid
+from libs.proto.ids import Vuid
 from services.blobnode.client import BlobnodeClient
 from tests.support.processes import Service, free_port
 

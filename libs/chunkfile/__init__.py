@@ -14,8 +14,8 @@ from libs.chunkfile.errors import (
     ShardNotFound,
 )
 from libs.chunkfile.format import ALIGN, BLOCK_SIZE, CHUNK_HEADER_SIZE, physical_size
-from libs.chunkfile.ids import ChunkId, Vuid
 from libs.chunkfile.index import SHARD_CF, ShardMeta, ShardStatus, required_column_families
+from libs.proto.ids import ChunkId, Vuid
 
 __all__ = [
     "ALIGN",

@@ -21,6 +21,7 @@ from pathlib import Path
 from isal.isal_zlib import crc32
 
 from libs.kv import Batch, KVStore
+from libs.proto.ids import ChunkId
 
 from . import format as fmt
 from .errors import (
@@ -33,7 +34,6 @@ from .errors import (
     ShardMarkDeleted,
     ShardNotFound,
 )
-from .ids import ChunkId
 from .index import ShardIndex, ShardMeta, ShardStatus, check_bid
 from .punch import punch_hole
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
+from libs.proto.ids import CHUNK_ID_SIZE, ChunkId
+
 from .errors import ChunkCorrupted, ShardCorrupted
-from .ids import CHUNK_ID_SIZE, ChunkId
 
 ALIGN = 4096
 CHUNK_HEADER_SIZE = 4096

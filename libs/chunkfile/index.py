@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from libs.kv import Batch, KVStore
-
-from .ids import ChunkId
+from libs.proto.ids import ChunkId
 
 SHARD_CF = "shard"
 

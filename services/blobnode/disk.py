@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from libs.chunkfile import ChunkFile, ChunkId, ShardMeta, ShardStatus, required_column_families
-from libs.chunkfile.ids import Vuid
+from libs.proto.ids import Vuid
 from libs.kv import KVStore
 from libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
 from services.blobnode.rwlock import RWLock

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from libs.chunkfile.ids import Vuid
+from libs.proto.ids import Vuid
 from libs.rpc import errors
 from libs.rpc.client import HttpClient
 from services.blobnode.client import BlobnodeClient

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from libs.chunkfile.ids import Vuid
+from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.blobnode.config import BlobnodeConfig
 from services.blobnode.disk import DiskFormatError, format_disk, read_format

@@ -1,4 +1,4 @@
-"""Volume-unit and chunk identifiers (pure; they will move to libs/proto).
+"""Volume-unit and chunk identifiers, shared by every service.
 
 A vuid packs `vid << 32 | unit_index << 24 | epoch`. The epoch grows whenever a unit
 moves to a new chunk, so a writer or reader still holding the old vuid is detected.
