@@ -1,0 +1,88 @@
+"""Cluster metadata records shared by clustermgr, its clients, the CLI and the background services."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+U32 = Field(ge=0, lt=2**32)
+
+
+class DiskStatus(StrEnum):
+    NORMAL = "normal"
+    BROKEN = "broken"
+    REPAIRING = "repairing"
+    REPAIRED = "repaired"
+    DROPPING = "dropping"
+    DROPPED = "dropped"
+
+
+# Which status a disk may move to next; everything else is refused.
+DISK_TRANSITIONS: dict[DiskStatus, frozenset[DiskStatus]] = {
+    DiskStatus.NORMAL: frozenset({DiskStatus.BROKEN, DiskStatus.DROPPING}),
+    DiskStatus.BROKEN: frozenset({DiskStatus.REPAIRING}),
+    DiskStatus.REPAIRING: frozenset({DiskStatus.REPAIRED}),
+    DiskStatus.REPAIRED: frozenset(),
+    DiskStatus.DROPPING: frozenset({DiskStatus.DROPPED, DiskStatus.NORMAL}),
+    DiskStatus.DROPPED: frozenset(),
+}
+
+
+class DiskInfo(BaseModel):
+    disk_id: int = Field(ge=1, lt=2**32)
+    host: str  # the blobnode's URL
+    idc: str
+    rack: str
+    path: str
+    status: DiskStatus = DiskStatus.NORMAL
+    readonly: bool = False
+    size: int = Field(0, ge=0)
+    free: int = Field(0, ge=0)
+    max_chunks: int = Field(1024, ge=0)
+    chunks: int = Field(0, ge=0)
+    last_heartbeat: float = 0.0
+
+    @property
+    def writable(self) -> bool:
+        return self.status is DiskStatus.NORMAL and not self.readonly and self.chunks < self.max_chunks
+
+
+class VolumeStatus(StrEnum):
+    IDLE = "idle"
+    ACTIVE = "active"
+    LOCK = "lock"
+
+
+class Unit(BaseModel):
+    vuid: int = Field(ge=0, lt=2**64)
+    disk_id: int = Field(ge=1, lt=2**32)
+    host: str
+
+
+class VolumeInfo(BaseModel):
+    vid: int = Field(ge=1, lt=2**32)
+    code_mode: int
+    backend: str
+    status: VolumeStatus = VolumeStatus.IDLE
+    units: list[Unit]
+    capacity: int = Field(ge=0)
+    used: int = Field(0, ge=0)
+    lease_holder: str = ""
+    lease_expiry: float = 0.0
+    pending_units: dict[int, Unit] = Field(default_factory=dict)  # unit index -> unit being moved in
+
+    @property
+    def free(self) -> int:
+        return max(0, self.capacity - self.used)
+
+
+class ServiceInfo(BaseModel):
+    name: str
+    host: str
+    idc: str = ""
+    last_heartbeat: float = 0.0
+    ttl: float = Field(30.0, gt=0)
+
+    def alive(self, now: float) -> bool:
+        return now - self.last_heartbeat <= self.ttl
