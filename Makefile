@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint bench clean
+.PHONY: setup run test lint bench clean
 
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
@@ -11,6 +11,9 @@ PYTEST_ARGS ?=
 	touch $@
 
 setup: .venv/.installed
+
+run: setup
+	$(PY) -m services.blobnode -c deploy/blobnode.json
 
 test: setup
 	.venv/bin/ruff check .
