@@ -20,8 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from libs.chunkfile import ChunkFile, ChunkId, ShardMeta, ShardStatus, required_column_families
-from libs.proto.ids import Vuid
 from libs.kv import KVStore
+from libs.proto.ids import Vuid
 from libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
 from services.blobnode.rwlock import RWLock
 
