@@ -15,12 +15,13 @@ class RpcError(Exception):
     code: ClassVar[str] = "internal"
     status: ClassVar[int] = 500
 
-    def __init__(self, message: str = "") -> None:
+    def __init__(self, message: str = "", **details: object) -> None:
         super().__init__(message or self.code)
         self.message = message or self.code
+        self.details = details  # machine-readable extras, e.g. the leader a follower points to
 
-    def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "error": self.message}
+    def to_json(self) -> dict[str, object]:
+        return {"code": self.code, "error": self.message, **self.details}
 
 
 class BadRequest(RpcError):
@@ -149,6 +150,13 @@ class Unavailable(RpcError):
     status = 503
 
 
+class NotLeader(Unavailable):
+    """This replica does not lead; `details["leader"]` names the one that does, if known."""
+
+    code = "not_leader"
+    status = 503
+
+
 class NoSpace(RpcError):
     """The disk or chunk has no room left."""
 
@@ -177,4 +185,5 @@ def error_from_response(status: int, body: object) -> RpcError:
     cls = _BY_CODE.get(code) if isinstance(code, str) else None
     if cls is None:
         cls = _BY_STATUS.get(status, Internal)
-    return cls(str(message) if message else f"HTTP {status}")
+    details = {k: v for k, v in body.items() if k not in ("code", "error")} if isinstance(body, dict) else {}
+    return cls(str(message) if message else f"HTTP {status}", **details)
