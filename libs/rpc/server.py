@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -38,9 +39,24 @@ def _validation_reason(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def create_app(title: str) -> FastAPI:
-    """A FastAPI app whose errors are `{"code", "error"}` JSON with the table's status."""
-    app = FastAPI(title=title)
+Hook = Callable[[], Awaitable[None]]
+
+
+def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None = None) -> FastAPI:
+    """A FastAPI app whose errors are `{"code", "error"}` JSON with the table's status; `on_start`
+    and `on_stop` run inside the server's event loop around its life."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if on_start is not None:
+            await on_start()
+        try:
+            yield
+        finally:
+            if on_stop is not None:
+                await on_stop()
+
+    app = FastAPI(title=title, lifespan=lifespan)
 
     @app.exception_handler(RpcError)
     async def _rpc_error(_: Request, exc: RpcError) -> JSONResponse:

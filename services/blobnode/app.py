@@ -22,6 +22,7 @@ from libs.rpc.server import (
     send_stream,
     with_fast_routes,
 )
+from services.blobnode.cluster import ClusterLink
 from services.blobnode.disk import ChunkStatus
 from services.blobnode.node import Blobnode, record_json, shard_json
 
@@ -42,8 +43,8 @@ class ShardRef(ChunkRef):
     bid: int = U64
 
 
-def build_app(node: Blobnode) -> ASGIApp:
-    app = create_app("blobnode")
+def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
+    app = create_app("blobnode", on_start=link.start if link else None, on_stop=link.stop if link else None)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

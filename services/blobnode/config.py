@@ -24,6 +24,8 @@ class BlobnodeConfig(BaseModel):
     io_threads_per_disk: int = Field(4, ge=1, le=64)
     default_chunk_size: int = Field(16 << 30, ge=1 << 20)
     max_shard_size: int = Field(64 << 20, ge=1)
+    clustermgr_hosts: list[str] = Field(default_factory=list)  # empty: run standalone
+    heartbeat_interval: float = Field(3.0, gt=0)
 
     @field_validator("disks")
     @classmethod

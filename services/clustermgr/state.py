@@ -131,6 +131,9 @@ class ClusterState:
             raise NotFound(f"no volume {vid}")
         return VolumeInfo.model_validate_json(raw)
 
+    def has_volume(self, vid: int) -> bool:
+        return self.kv.get(VOLUME, _u32(vid)) is not None
+
     def volumes(self) -> Iterator[VolumeInfo]:
         for _, raw in self.kv.items(VOLUME):
             yield VolumeInfo.model_validate_json(raw)

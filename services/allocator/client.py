@@ -1,0 +1,42 @@
+"""Typed async client of the allocator, used by access."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from libs.rpc.client import HttpClient
+from libs.rpc.errors import Unavailable
+
+
+@dataclass(frozen=True)
+class BlobSlice:
+    vid: int
+    min_bid: int
+    count: int
+
+
+class AllocatorClient:
+    """Tries the allocators in random order: any of them may serve any request."""
+
+    def __init__(self, hosts: Sequence[str], http: HttpClient | None = None) -> None:
+        if not hosts:
+            raise ValueError("allocator client needs at least one host")
+        self.hosts = [h.rstrip("/") for h in hosts]
+        self.http = http or HttpClient(timeout=10.0)
+
+    async def close(self) -> None:
+        await self.http.close()
+
+    async def alloc(self, code_mode: int, size: int, blob_size: int) -> list[BlobSlice]:
+        last: Exception | None = None
+        for host in random.sample(self.hosts, len(self.hosts)):
+            try:
+                raw = await self.http.call("POST", f"{host}/volume/alloc",
+                                           json={"code_mode": code_mode, "size": size, "blob_size": blob_size})
+            except Unavailable as exc:
+                last = exc
+                continue
+            return [BlobSlice(int(b["vid"]), int(b["min_bid"]), int(b["count"])) for b in raw["blobs"]]
+        raise Unavailable(f"no allocator could allocate: {last}")

@@ -1,0 +1,83 @@
+"""The blobnode's link to clustermgr: disk ids for new disks, registration, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from libs.proto.cluster import DiskInfo
+from libs.rpc.errors import Conflict, RpcError
+from services.blobnode.config import BlobnodeConfig
+from services.blobnode.disk import read_format
+from services.blobnode.node import Blobnode
+from services.clustermgr.client import ClusterClient
+
+log = logging.getLogger(__name__)
+
+
+async def assign_disk_ids(config: BlobnodeConfig, cluster: ClusterClient) -> BlobnodeConfig:
+    """A disk that is neither formatted nor given an id in the config gets one from clustermgr."""
+    disks = []
+    for disk in config.disks:
+        formatted = (Path(disk.path) / ".sys" / "format.json").exists()
+        if disk.disk_id is None and not formatted:
+            disk = disk.model_copy(update={"disk_id": await cluster.alloc_disk_id()})
+        elif disk.disk_id is None:
+            disk = disk.model_copy(update={"disk_id": int(str(read_format(Path(disk.path))["disk_id"]))})
+        disks.append(disk)
+    return config.model_copy(update={"disks": disks})
+
+
+class ClusterLink:
+    def __init__(self, node: Blobnode, cluster: ClusterClient, interval: float) -> None:
+        self.node = node
+        self.cluster = cluster
+        self.interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def register(self) -> None:
+        config = self.node.config
+        for disk_id, disk in self.node.disks.items():
+            stat = await self.node.disk_stat(disk_id)
+            info = DiskInfo(disk_id=disk_id, host=config.advertised_host, idc=config.idc, rack=config.rack,
+                            path=str(disk.path), size=int(str(stat["size"])), free=int(str(stat["free"])),
+                            max_chunks=disk.max_chunks, chunks=int(str(stat["chunks"])))
+            try:
+                await self.cluster.add_disk(info)
+            except Conflict:
+                known = await self.cluster.get_disk(disk_id)
+                if known.host != config.advertised_host or known.path != info.path:
+                    raise RuntimeError(f"disk id {disk_id} is registered to {known.host}:{known.path}, "
+                                       f"not this node's {info.path}") from None
+
+    async def heartbeat(self) -> None:
+        beats = []
+        for disk_id in self.node.disks:
+            stat = await self.node.disk_stat(disk_id)
+            beats.append({"disk_id": disk_id, "size": stat["size"], "free": stat["free"], "chunks": stat["chunks"]})
+        await self.cluster.disk_heartbeat(beats)
+
+    async def _loop(self) -> None:
+        """Register (retrying while clustermgr is away), then heartbeat every interval."""
+        registered = False
+        while True:
+            try:
+                if not registered:
+                    await self.register()
+                    registered = True
+                await self.heartbeat()
+            except (RpcError, RuntimeError) as exc:
+                log.warning("clustermgr %s failed: %s", "heartbeat" if registered else "registration", exc)
+            await asyncio.sleep(self.interval)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.cluster.close()

@@ -1,0 +1,58 @@
+"""clustermgr configuration (`python -m services.clustermgr -c clustermgr.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, model_validator
+
+from libs.ec import DEFAULT_BACKEND, CodeMode, parse_code_mode
+
+
+class Member(BaseModel):
+    raft_addr: str  # host:port of the Raft transport
+    http_addr: str  # host:port of the HTTP API
+
+
+class CodeModePolicy(BaseModel):
+    """Keep at least `min_volumes` allocatable volumes of `code_mode`; objects up to `max_size`
+    bytes use it (the size policy: the smallest matching max_size wins)."""
+
+    code_mode: str
+    min_volumes: int = Field(2, ge=0)
+    max_size: int = Field(1 << 62, ge=0)
+    enable: bool = True
+
+    @property
+    def mode(self) -> CodeMode:
+        return parse_code_mode(self.code_mode)
+
+    @model_validator(mode="after")
+    def _known_mode(self) -> CodeModePolicy:
+        parse_code_mode(self.code_mode)
+        return self
+
+
+class ClusterMgrConfig(BaseModel):
+    node_id: int = Field(ge=1)
+    members: dict[int, Member] = Field(min_length=1)  # the initial voters
+    data_dir: str
+    cluster_id: int = Field(1, ge=0, lt=2**32)
+    idcs: list[str] = Field(default_factory=lambda: ["z0"])
+    code_modes: list[CodeModePolicy] = Field(default_factory=lambda: [CodeModePolicy(code_mode="EC3P3")])
+    codec_backend: str = DEFAULT_BACKEND
+    chunk_size: int = Field(16 << 30, ge=1 << 20)  # capacity of one unit's chunk
+    volume_lease_ttl: float = Field(30.0, gt=0)
+    disk_heartbeat_timeout: float = Field(30.0, gt=0)
+    volume_check_interval: float = Field(1.0, gt=0)
+    fsync: bool = True
+    heartbeat_ms: int = Field(50, ge=5)
+    election_timeout_ms: tuple[int, int] = (300, 600)
+
+    @model_validator(mode="after")
+    def _self_is_member(self) -> ClusterMgrConfig:
+        if self.node_id not in self.members:
+            raise ValueError(f"node_id {self.node_id} is not among the members {sorted(self.members)}")
+        return self
+
+    @property
+    def me(self) -> Member:
+        return self.members[self.node_id]

@@ -1,0 +1,153 @@
+"""clustermgr's async shell: Raft proposals in, state reads out, and the leader's background duties.
+
+Writes are proposed through libs/raft and answered only once committed and applied here. Reads
+that must be fresh first confirm leadership with a read-index round. A follower refuses both with
+`NotLeader` naming the leader's HTTP address, which the client follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from libs.ec import CodeMode
+from libs.proto.cluster import DiskInfo
+from libs.raft import NotLeader as RaftNotLeader
+from libs.raft import RaftConfig, RaftServer
+from libs.rpc.errors import NotLeader, Unavailable
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.config import ClusterMgrConfig
+from services.clustermgr.state import ClusterState, decode_result, encode_command
+from services.clustermgr.volumes import VolumeCreator, allocatable_count
+
+log = logging.getLogger(__name__)
+MEMBER_PREFIX = "raft_member_http/"
+
+
+class ClusterManager:
+    def __init__(self, config: ClusterMgrConfig) -> None:
+        self.config = config
+        data = Path(config.data_dir)
+        self.state = ClusterState(data / "state", sync=config.fsync)
+        raft_config = RaftConfig(
+            node_id=config.node_id,
+            peers={node_id: m.raft_addr for node_id, m in config.members.items()},
+            data_dir=str(data / "raft"),
+            fsync=config.fsync,
+            heartbeat_ms=config.heartbeat_ms,
+            election_timeout_ms=config.election_timeout_ms,
+        )
+        self.raft = RaftServer(raft_config, self.state)
+        self.blobnodes = BlobnodeClient()
+        self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
+                                     backend=config.codec_backend, chunk_size=config.chunk_size,
+                                     heartbeat_timeout=config.disk_heartbeat_timeout)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.raft.start()
+        self._tasks.append(asyncio.create_task(self._leader_duties()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.raft.stop()
+        await self.blobnodes.close()
+        self.state.close()
+
+    # Raft plumbing
+
+    def leader_http(self, leader_id: int | None) -> str | None:
+        if leader_id is None:
+            return None
+        member = self.config.members.get(leader_id)
+        if member is not None:
+            return f"http://{member.http_addr}"
+        return self.state.kv_get(f"{MEMBER_PREFIX}{leader_id}")
+
+    def _not_leader(self, exc: RaftNotLeader) -> NotLeader:
+        leader = self.leader_http(exc.leader_hint)
+        details = {"leader": leader} if leader else {}
+        return NotLeader(f"clustermgr {self.config.node_id} does not lead; leader: {leader or 'unknown'}", **details)
+
+    async def propose(self, op: str, **args: Any) -> Any:
+        """Commit one command and return its result (or raise the error every replica agreed on)."""
+        try:
+            raw = await self.raft.propose(encode_command(op, time.time(), **args))
+        except RaftNotLeader as exc:
+            raise self._not_leader(exc) from None
+        return decode_result(raw)
+
+    async def fresh(self) -> ClusterState:
+        """The state, after confirming this node leads and has applied everything committed."""
+        try:
+            await self.raft.read_index()
+        except RaftNotLeader as exc:
+            raise self._not_leader(exc) from None
+        return self.state
+
+    def is_leader(self) -> bool:
+        return bool(self.raft.status().get("role") == "leader")
+
+    # leader duties
+
+    async def _leader_duties(self) -> None:
+        was_leader = False
+        while True:
+            await asyncio.sleep(self.config.volume_check_interval)
+            try:
+                leader = self.is_leader()
+                if leader and not was_leader:
+                    await self.fresh()
+                    await self.volumes.roll_back_leftovers()
+                was_leader = leader
+                if leader:
+                    await self.ensure_volumes()
+            except (NotLeader, Unavailable) as exc:
+                log.info("leader duty interrupted: %s", exc)
+                was_leader = False
+            except Exception:
+                log.exception("leader duty failed")
+
+    async def ensure_volumes(self) -> None:
+        for policy in self.config.code_modes:
+            if not policy.enable:
+                continue
+            mode = CodeMode(policy.mode)
+            missing = policy.min_volumes - allocatable_count(self.state, mode)
+            for _ in range(max(0, missing)):
+                try:
+                    await self.volumes.create(mode, time.time())
+                except Exception as exc:  # placement or a blobnode may fail; try again next round
+                    log.warning("cannot create a %s volume yet: %s", mode.name, exc)
+                    break
+
+    # reads with derived fields
+
+    def disk_view(self, disk: DiskInfo, now: float) -> dict[str, Any]:
+        return {**disk.model_dump(), "alive": now - disk.last_heartbeat <= self.config.disk_heartbeat_timeout}
+
+    async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool) -> dict[str, Any]:
+        await self.propose("kv_set", key=f"{MEMBER_PREFIX}{node_id}", value=f"http://{http_addr}")
+        try:
+            if learner:
+                await self.raft.add_learner(node_id, raft_addr)
+            else:
+                await self.raft.promote(node_id)
+        except RaftNotLeader as exc:
+            raise self._not_leader(exc) from None
+        return self.raft.status()
+
+    async def remove_member(self, node_id: int) -> dict[str, Any]:
+        try:
+            await self.raft.remove(node_id)
+        except RaftNotLeader as exc:
+            raise self._not_leader(exc) from None
+        return self.raft.status()
