@@ -115,6 +115,13 @@ class ChunkExists(Conflict):
     status = 409
 
 
+class LengthRequired(RpcError):
+    """The request must declare its body length."""
+
+    code = "length_required"
+    status = 411
+
+
 class TooLarge(RpcError):
     """The body or object exceeds a limit."""
 
@@ -141,6 +148,13 @@ class ShardCorrupted(RpcError):
 
     code = "shard_corrupted"
     status = 500
+
+
+class NotImplementedYet(RpcError):
+    """The operation exists in the API but this version cannot perform it."""
+
+    code = "not_implemented"
+    status = 501
 
 
 class Unavailable(RpcError):

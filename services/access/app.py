@@ -1,0 +1,91 @@
+"""Access HTTP routes: PUT /blob, GET|HEAD /blob/<location>, GET /blob/<location>/stat, DELETE."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
+
+from libs.ec import UnknownCodeMode, parse_code_mode
+from libs.proto.location import Location
+from libs.rpc.errors import BadRequest, LengthRequired, NotImplementedYet
+from libs.rpc.server import Hook, create_app
+from services.access.objects import ObjectStore
+from services.access.stripes import parse_range
+
+
+def _declared_length(request: Request) -> int:
+    raw = request.headers.get("content-length")
+    if raw is None:
+        raise LengthRequired("PUT /blob needs a Content-Length header (chunked uploads are not accepted)")
+    if not raw.isdigit():
+        raise BadRequest(f"Content-Length {raw!r} is not a byte count")
+    return int(raw)
+
+
+def _location_headers(location: Location) -> dict[str, str]:
+    return {"accept-ranges": "bytes", "x-object-size": str(location.size), "x-object-crc": str(location.crc),
+            "x-code-mode": parse_code_mode(location.code_mode).name}
+
+
+def build_app(store: ObjectStore, on_start: Hook | None = None, on_stop: Hook | None = None) -> FastAPI:
+    app = create_app("access", on_start=on_start, on_stop=on_stop)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.put("/blob")
+    async def put_blob(request: Request) -> dict[str, Any]:
+        size = _declared_length(request)
+        mode = None
+        if "x-code-mode" in request.headers:
+            try:
+                mode = parse_code_mode(request.headers["x-code-mode"])
+            except UnknownCodeMode as exc:
+                raise BadRequest(str(exc)) from None
+        location = await store.put(request.stream(), size, mode)
+        return {"location": location.to_token(store.secret), "size": location.size, "crc": location.crc,
+                "code_mode": parse_code_mode(location.code_mode).name}
+
+    @app.get("/blob/{token}/stat")
+    async def stat_blob(token: str) -> dict[str, Any]:
+        location = store.parse(token)
+        return {"size": location.size, "crc": location.crc, "code_mode": parse_code_mode(location.code_mode).name,
+                "blob_size": location.blob_size, "cluster_id": location.cluster_id,
+                "blobs": [{"vid": s.vid, "min_bid": s.min_bid, "count": s.count} for s in location.blobs]}
+
+    @app.head("/blob/{token}")
+    async def head_blob(token: str) -> Response:
+        location = store.parse(token)
+        return Response(headers={**_location_headers(location), "content-length": str(location.size)})
+
+    @app.get("/blob/{token}")
+    async def get_blob(token: str, request: Request) -> Response:
+        location = store.parse(token)
+        wanted = parse_range(request.headers.get("range"), location.size)
+        offset, length = (0, location.size) if wanted is None else wanted
+        pieces = store.read(location, offset, length)
+        # The first blob is read before the status goes out, so most failures still get a clean 5xx.
+        first = await anext(pieces, b"")
+        headers = {**_location_headers(location), "content-length": str(length)}
+        status = 200
+        if wanted is not None:
+            status = 206
+            headers["content-range"] = f"bytes {offset}-{offset + length - 1}/{location.size}"
+
+        async def body() -> AsyncIterator[bytes]:
+            yield first
+            async for piece in pieces:
+                yield piece
+
+        return StreamingResponse(body(), status_code=status, headers=headers, media_type="application/octet-stream")
+
+    @app.delete("/blob/{token}")
+    async def delete_blob(token: str) -> Response:
+        store.parse(token)
+        raise NotImplementedYet("DELETE arrives with the Kafka delete pipeline; nothing was deleted")
+
+    return app

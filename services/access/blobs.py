@@ -1,0 +1,163 @@
+"""One blob's shards on the wire: write a stripe with a put quorum, read a byte range with a
+degraded-read fallback. Codec work runs in threads (ISA-L releases the GIL); the loop only waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from libs.ec import Codec, NotEnoughShards
+from libs.proto.cluster import Unit, VolumeInfo
+from libs.rpc.errors import ChunkNotFound, RpcError, StaleEpoch, Unavailable
+from services.access.quorum import put_succeeded
+from services.access.stripes import ShardRead, shard_reads
+from services.access.volumes import VolumeCache
+from services.blobnode.client import BlobnodeClient
+
+log = logging.getLogger(__name__)
+MOVED = (StaleEpoch, ChunkNotFound)  # the cached unit is out of date
+
+
+@dataclass
+class BlobWrite:
+    """What happened to one blob's shards: which landed, which did not (to repair or clean up)."""
+
+    vid: int
+    bid: int
+    written: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+class ShardIO:
+    """Shard calls to a volume's units, refreshing the volume once when a unit has moved."""
+
+    def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float) -> None:
+        self.blobnodes = blobnodes
+        self.volumes = volumes
+        self.timeout = timeout
+
+    async def _with_unit(self, vid: int, index: int, call: Callable[[Unit], Awaitable[bytes | int]]) -> bytes | int:
+        volume = await self.volumes.get(vid)
+        try:
+            return await call(volume.units[index])
+        except MOVED:
+            await self.volumes.invalidate(vid)
+            return await call((await self.volumes.get(vid)).units[index])
+
+    async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
+        return int(await self._with_unit(vid, index, lambda u: self.blobnodes.put_shard(
+            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout)))
+
+    async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> bytes:
+        data = await self._with_unit(vid, index, lambda u: self.blobnodes.get_shard(
+            u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout))
+        assert isinstance(data, bytes)
+        return data
+
+
+async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, data: bytes) -> BlobWrite:
+    """Encode and write every shard in parallel; succeed once the put quorum (or the AZ-down rule)
+    holds. Raises `Unavailable` naming the blob when it does not."""
+    shards = await asyncio.to_thread(codec.encode, data)
+    results = await asyncio.gather(*(io.put(volume.vid, i, bid, shard) for i, shard in enumerate(shards)),
+                                   return_exceptions=True)
+    outcome = BlobWrite(volume.vid, bid)
+    for index, result in enumerate(results):
+        if isinstance(result, BaseException):
+            outcome.failed[index] = f"{type(result).__name__}: {result}"
+        else:
+            outcome.written.append(index)
+    if not put_succeeded(codec.tactic, set(outcome.written)):
+        raise BlobWriteFailed(outcome, codec.tactic.put_quorum)
+    return outcome
+
+
+class BlobWriteFailed(Unavailable):
+    def __init__(self, outcome: BlobWrite, quorum: int) -> None:
+        super().__init__(f"blob {outcome.vid}/{outcome.bid}: {len(outcome.written)} shards written, quorum is"
+                         f" {quorum}; failures: {outcome.failed}")
+        self.outcome = outcome
+
+
+@dataclass
+class BlobRead:
+    data: bytes
+    bad: dict[int, str]  # shard index -> why it could not be used (for repair)
+
+
+async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int, start: int, end: int,
+                    hedge_after: float) -> BlobRead:
+    """Bytes [start, end) of a blob: from the data shards that hold them when they answer in time,
+    otherwise rebuilt from any N shards of the same shard-byte range (degraded read)."""
+    plan = shard_reads(codec.tactic, blob_len, start, end)
+    if not plan:
+        return BlobRead(b"", {})
+    tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.shard_offset, r.length))
+             for r in plan}
+    done, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
+    bad = {i: _why(t) for i, t in tasks.items() if t in done and t.exception() is not None}
+    if not bad and not pending:
+        return BlobRead(b"".join(t.result() for t in tasks.values()), {})
+    for task in pending:
+        task.cancel()
+    return await _degraded(io, codec, vid, bid, plan, bad)
+
+
+def _why(task: asyncio.Task[bytes]) -> str:
+    exc = task.exception()
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[ShardRead],
+                    bad: dict[int, str]) -> BlobRead:
+    """Read one common shard range [lo, hi) from every shard not known bad, and as soon as the
+    answers suffice, rebuild the data shards the plan needs and cut its pieces out of them."""
+    t = codec.tactic
+    lo = min(r.shard_offset for r in plan)
+    hi = max(r.shard_offset + r.length for r in plan)
+    async def fetch(index: int) -> tuple[int, bytes | RpcError]:
+        try:
+            return index, await io.get(vid, index, bid, lo, hi - lo)
+        except RpcError as exc:
+            return index, exc
+
+    tasks = [asyncio.create_task(fetch(i)) for i in range(t.total) if i not in bad]
+    pieces: list[bytes | None] = [None] * t.total
+    needed = [r.shard_index for r in plan]
+    rebuilt: dict[int, bytes] | None = None
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            index, result = await next_done
+            if isinstance(result, RpcError):
+                bad[index] = f"{type(result).__name__}: {result}"
+                continue
+            pieces[index] = result
+            enough = sum(p is not None for p in pieces[: t.global_count]) >= t.n
+            if enough or all(pieces[i] is not None for i in needed):
+                rebuilt = await _rebuild(codec, pieces, needed)
+                if rebuilt is not None:
+                    break
+    finally:
+        for task in tasks:
+            task.cancel()
+    if rebuilt is None:
+        raise Unavailable(f"blob {vid}/{bid} cannot be read: {sum(p is not None for p in pieces)} shards"
+                          f" readable, {t.n} needed; bad shards: {bad}")
+    if bad:
+        log.warning("degraded read of blob %d/%d; bad shards %s", vid, bid, bad)
+    return BlobRead(b"".join(rebuilt[r.shard_index][r.shard_offset - lo : r.shard_offset - lo + r.length]
+                             for r in plan), bad)
+
+
+async def _rebuild(codec: Codec, pieces: list[bytes | None], needed: list[int]) -> dict[int, bytes] | None:
+    missing = [i for i in needed if pieces[i] is None]
+    if not missing:
+        return {i: pieces[i] for i in needed}  # type: ignore[misc]
+    try:
+        rebuilt = await asyncio.to_thread(codec.reconstruct, pieces, missing)
+    except NotEnoughShards:
+        return None
+    return {i: pieces[i] if i not in rebuilt else bytes(rebuilt[i]) for i in needed}  # type: ignore[misc]

@@ -1,0 +1,21 @@
+"""Access configuration (`python -m services.access -c access.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class AccessConfig(BaseModel):
+    bind_addr: str = "127.0.0.1:9500"
+    cluster_id: int = Field(1, ge=0, lt=2**32)
+    secret: str = Field(min_length=8)  # signs Locations; the same on every access node of a cluster
+    clustermgr_hosts: list[str] = Field(min_length=1)
+    allocator_hosts: list[str] = Field(min_length=1)
+    redis_url: str = ""  # optional second-level volume cache, e.g. redis://127.0.0.1:6379/0
+    blob_size: int = Field(4 << 20, ge=64 << 10, le=32 << 20)
+    max_object_size: int = Field(5 << 30, ge=1)
+    default_code_mode: str = "EC3P3"  # when clustermgr publishes no size policy
+    shard_timeout: float = Field(10.0, gt=0)
+    hedge_after: float = Field(0.5, gt=0)  # a data shard slower than this triggers a degraded read
+    volume_cache_ttl: float = Field(60.0, gt=0)
+    orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
