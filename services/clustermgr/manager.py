@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from services.clustermgr.volumes import VolumeCreator, allocatable_count
 
 log = logging.getLogger(__name__)
 MEMBER_PREFIX = "raft_member_http/"
+POLICY_KEY = "code_mode_policy"
 
 
 class ClusterManager:
@@ -107,6 +109,7 @@ class ClusterManager:
                 if leader and not was_leader:
                     await self.fresh()
                     await self.volumes.roll_back_leftovers()
+                    await self.publish_defaults()
                 was_leader = leader
                 if leader:
                     await self.ensure_volumes()
@@ -115,6 +118,12 @@ class ClusterManager:
                 was_leader = False
             except Exception:
                 log.exception("leader duty failed")
+
+    async def publish_defaults(self) -> None:
+        """Seed the code-mode size policy from this node's config unless an operator has set one."""
+        if self.state.config(POLICY_KEY) is None:
+            policy = [p.model_dump() for p in self.config.code_modes]
+            await self.propose("config_set", key=POLICY_KEY, value=json.dumps(policy))
 
     async def ensure_volumes(self) -> None:
         for policy in self.config.code_modes:
