@@ -217,7 +217,7 @@ class RaftNode:
             self.offset_term = self.term_at(cut) or self.offset_term
             self.log = self.log[cut - self.offset_index:]
             self.offset_index = cut
-            self._out.compact_to = cut
+            self._out.compact_to = (cut, self.offset_term)
             while len(self.configs) > 1 and self.configs[1][0] <= cut:
                 self.configs.pop(0)
 
@@ -256,7 +256,7 @@ class RaftNode:
                 self.log = self.log[meta.index - self.offset_index:]
             else:
                 self.log = []
-                self._out.log_reset = True
+                self._out.log_reset = (meta.index, meta.term)
                 self.stable = meta.index
             self.offset_index, self.offset_term = meta.index, meta.term
         self.snapshot = meta

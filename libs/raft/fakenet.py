@@ -33,18 +33,17 @@ class FakeDisk:
         if out.hard_state:
             self.term, self.vote = out.hard_state.term, out.hard_state.vote
         self.commit = max(self.commit, out.commit)
-        if out.log_reset:
+        if out.log_reset is not None:
             self.log.clear()
-            assert self.snapshot is not None
-            self.offset = (self.snapshot.index, self.snapshot.term)
+            self.offset = out.log_reset
         if out.truncate_from is not None:
             for i in [i for i in self.log if i >= out.truncate_from]:
                 del self.log[i]
         for e in out.entries:
             self.log[e.index] = e
-        if out.compact_to is not None and out.compact_to > self.offset[0]:
-            self.offset = (out.compact_to, self.log[out.compact_to].term)
-            for i in [i for i in self.log if i <= out.compact_to]:
+        if out.compact_to is not None and out.compact_to[0] > self.offset[0]:
+            self.offset = out.compact_to
+            for i in [i for i in self.log if i <= out.compact_to[0]]:
                 del self.log[i]
 
 

@@ -18,10 +18,11 @@ class HardState:
 class Output:
     """Instructions, to be carried out in this order:
 
-    1. `members`: the membership changed (for the transport). `restore`: load the received snapshot into the state machine, now.
+    1. `members`: the membership changed (for the transport). `restore`: load the received
+       snapshot into the state machine, now.
     2. Persist durably, in one synced write and in order with earlier outputs: `hard_state`;
-       `log_reset` (drop every log entry, the log now starts after `restore`); delete entries
-       >= `truncate_from`; write `entries`; delete entries <= `compact_to`.
+       `log_reset` (drop every log entry: the log now starts after this (index, term)); delete
+       entries >= `truncate_from`; write `entries`; delete entries <= `compact_to` (index, term).
     3. `send` may go at once; `send_after_persist` only once step 2 (and every earlier output's
        step 2) is durable. Then call `RaftNode.persisted(last entry index, term)`.
     4. `apply` entries in order (they are committed and durable here), reporting each through
@@ -34,10 +35,10 @@ class Output:
     hard_state: HardState | None = None  # term/vote changed: persist before sending anything after
     commit: int = 0  # the commit index, worth storing with the next write (no sync needed)
     restore: SnapshotMeta | None = None
-    log_reset: bool = False
+    log_reset: tuple[int, int] | None = None
     truncate_from: int | None = None
     entries: list[Entry] = field(default_factory=list)
-    compact_to: int | None = None
+    compact_to: tuple[int, int] | None = None
     send: list[Message] = field(default_factory=list)
     send_after_persist: list[Message] = field(default_factory=list)
     apply: list[Entry] = field(default_factory=list)
@@ -47,7 +48,7 @@ class Output:
     members: Members | None = None  # set when membership changed, for the transport
 
     def needs_persist(self) -> bool:
-        return bool(self.hard_state or self.log_reset or self.truncate_from is not None
+        return bool(self.hard_state or self.log_reset is not None or self.truncate_from is not None
                     or self.entries or self.compact_to is not None or self.send_after_persist)
 
 

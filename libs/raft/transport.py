@@ -1,0 +1,129 @@
+"""Persistent TCP connections between peers carrying length-prefixed frames.
+
+Each node dials one outbound connection per peer and only writes to it; it reads what peers
+dial in. Sending never blocks: a message to an unreachable or congested peer is dropped, which
+Raft tolerates (the leader retries on the next heartbeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+
+from libs.raft.codec import decode, encode
+from libs.raft.messages import Message
+
+log = logging.getLogger(__name__)
+
+_LEN = struct.Struct("!I")
+MAX_FRAME = 64 << 20
+MAX_BUFFERED = 32 << 20  # per peer: beyond this, drop instead of queueing without bound
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = _LEN.unpack(await reader.readexactly(4))
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes")
+    return await reader.readexactly(size)
+
+
+def frame(body: bytes) -> bytes:
+    return _LEN.pack(len(body)) + body
+
+
+class _Peer:
+    """The outbound connection to one peer, re-dialed in the background while it is down."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.writer: asyncio.StreamWriter | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def keep_connected(self) -> None:
+        backoff = 0.02
+        while True:
+            try:
+                host, port = split_addr(self.addr)
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+            except (OSError, TimeoutError):
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 0.2)
+                continue
+            backoff = 0.02
+            self.writer = writer
+            with contextlib.suppress(OSError, ConnectionError):
+                await reader.read()  # the peer never writes here: returns when the socket closes
+            self.writer = None
+            writer.close()
+
+    def send(self, data: bytes) -> bool:
+        w = self.writer
+        if w is None or w.is_closing() or w.transport.get_write_buffer_size() > MAX_BUFFERED:
+            return False
+        w.write(data)
+        return True
+
+    def close(self) -> None:
+        if self.task:
+            self.task.cancel()
+        if self.writer:
+            self.writer.close()
+
+
+class Transport:
+    def __init__(self, node_id: int, listen: str, on_message: Callable[[Message], Awaitable[None] | None]) -> None:
+        self.node_id = node_id
+        self.listen = listen
+        self.on_message = on_message
+        self.peers: dict[int, _Peer] = {}
+        self._server: asyncio.Server | None = None
+        self._inbound: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        host, port = split_addr(self.listen)
+        self._server = await asyncio.start_server(self._serve, host, port)
+
+    def set_peers(self, addrs: dict[int, str]) -> None:
+        """Dial new peers, hang up on removed ones."""
+        for pid in [p for p in self.peers if p not in addrs or self.peers[p].addr != addrs[p]]:
+            self.peers.pop(pid).close()
+        for pid, addr in addrs.items():
+            if pid != self.node_id and pid not in self.peers:
+                peer = self.peers[pid] = _Peer(addr)
+                peer.task = asyncio.get_running_loop().create_task(peer.keep_connected())
+
+    def send(self, msg: Message) -> bool:
+        peer = self.peers.get(msg.to)
+        return peer is not None and peer.send(frame(encode(msg)))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._inbound.add(task)
+        try:
+            while True:
+                result = self.on_message(decode(await read_frame(reader)))
+                if result is not None:
+                    await result
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        finally:
+            self._inbound.discard(task)
+            writer.close()
+
+    async def close(self) -> None:
+        for peer in self.peers.values():
+            peer.close()
+        self.peers.clear()
+        if self._server:
+            self._server.close()
+        for task in list(self._inbound):
+            task.cancel()
