@@ -48,7 +48,7 @@ def locations(draw: st.DrawFn) -> Location:
     max_blobs = min(MAX_OBJECT_SIZE // blob_size, 4 * U32)
     count = draw(st.integers(0, max_blobs))
     size = 0 if count == 0 else draw(st.integers((count - 1) * blob_size + 1, min(count * blob_size, MAX_OBJECT_SIZE)))
-    slices = []
+    slices: list[SliceInfo] = []
     left = count
     while left:
         n = left if len(slices) == MAX_SLICES - 1 else draw(st.integers(max(1, left - U32 * (3 - len(slices))),
