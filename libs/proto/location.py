@@ -134,7 +134,7 @@ class Location:
         cluster_id, code_mode, size, blob_size = r.varint(), r.varint(), r.varint(), r.varint()
         crc = _CRC.unpack(r.take(_CRC.size))[0]
         n = r.take(1)[0]
-        blobs = []
+        blobs: list[SliceInfo] = []
         try:
             for _ in range(n):
                 blobs.append(SliceInfo(min_bid=r.varint(), vid=r.varint(), count=r.varint()))
