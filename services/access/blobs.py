@@ -95,7 +95,7 @@ async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int
     plan = shard_reads(codec.tactic, blob_len, start, end)
     if not plan:
         return BlobRead(b"", {})
-    tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.shard_offset, r.length))
+    tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.offset, r.length))
              for r in plan}
     done, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
     bad = {i: _why(t) for i, t in tasks.items() if t in done and t.exception() is not None}
@@ -116,8 +116,8 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
     """Read one common shard range [lo, hi) from every shard not known bad, and as soon as the
     answers suffice, rebuild the data shards the plan needs and cut its pieces out of them."""
     t = codec.tactic
-    lo = min(r.shard_offset for r in plan)
-    hi = max(r.shard_offset + r.length for r in plan)
+    lo = min(r.offset for r in plan)
+    hi = max(r.offset + r.length for r in plan)
     async def fetch(index: int) -> tuple[int, bytes | RpcError]:
         try:
             return index, await io.get(vid, index, bid, lo, hi - lo)
@@ -148,7 +148,7 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
                           f" readable, {t.n} needed; bad shards: {bad}")
     if bad:
         log.warning("degraded read of blob %d/%d; bad shards %s", vid, bid, bad)
-    return BlobRead(b"".join(rebuilt[r.shard_index][r.shard_offset - lo : r.shard_offset - lo + r.length]
+    return BlobRead(b"".join(rebuilt[r.shard_index][r.offset - lo : r.offset - lo + r.length]
                              for r in plan), bad)
 
 

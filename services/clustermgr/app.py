@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -12,7 +13,8 @@ from libs.ec import UnknownCodeMode, parse_code_mode, tactic
 from libs.proto.cluster import DiskStatus, VolumeStatus
 from libs.rpc.errors import BadRequest, Conflict
 from libs.rpc.server import create_app
-from services.clustermgr.manager import ClusterManager
+from services.clustermgr.config import CodeModePolicy
+from services.clustermgr.manager import POLICY_KEY, ClusterManager
 from services.clustermgr.placement import PlacementError, replace_unit
 from services.clustermgr.volumes import as_candidate, candidates
 
@@ -128,6 +130,17 @@ def _code_mode(raw: int | str) -> int:
         return int(parse_code_mode(raw))
     except UnknownCodeMode as exc:
         raise BadRequest(str(exc)) from None
+
+
+def _check_policy(raw: str) -> None:
+    try:
+        rules = json.loads(raw)
+        if not isinstance(rules, list):
+            raise ValueError("a list of rules is expected")
+        for rule in rules:
+            CodeModePolicy.model_validate(rule)
+    except (ValueError, UnknownCodeMode) as exc:
+        raise BadRequest(f"invalid {POLICY_KEY}: {exc}") from None
 
 
 def build_app(cm: ClusterManager) -> FastAPI:
@@ -270,6 +283,8 @@ def build_app(cm: ClusterManager) -> FastAPI:
 
     @app.post("/config/set")
     async def config_set(req: KeyValue) -> dict[str, Any]:
+        if req.key == POLICY_KEY:
+            _check_policy(req.value)
         return await cm.propose("config_set", key=req.key, value=req.value)
 
     @app.get("/config/list")

@@ -11,17 +11,19 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from libs.ec import CodeMode
 from libs.proto.cluster import DiskInfo
-from libs.raft import NotLeader as RaftNotLeader
-from libs.raft import RaftConfig, RaftServer
+from libs.raft.config import RaftConfig
+from libs.raft.errors import NotLeader as RaftNotLeader
+from libs.raft.errors import ProposalDropped
+from libs.raft.server import RaftServer
 from libs.rpc.errors import NotLeader, Unavailable
 from services.blobnode.client import BlobnodeClient
-from services.clustermgr.config import ClusterMgrConfig
+from services.clustermgr.config import ClusterMgrConfig, CodeModePolicy
 from services.clustermgr.state import ClusterState, decode_result, encode_command
 from services.clustermgr.volumes import VolumeCreator, allocatable_count
 
@@ -34,14 +36,16 @@ class ClusterManager:
     def __init__(self, config: ClusterMgrConfig) -> None:
         self.config = config
         data = Path(config.data_dir)
-        self.state = ClusterState(data / "state", sync=config.fsync)
+        # The Raft log is the durable record (replayed from the last snapshot at start), so the
+        # state machine's own writes need no fsync.
+        self.state = ClusterState(data / "state", sync=False)
         raft_config = RaftConfig(
             node_id=config.node_id,
             peers={node_id: m.raft_addr for node_id, m in config.members.items()},
-            data_dir=str(data / "raft"),
+            data_dir=data / "raft",
             fsync=config.fsync,
             heartbeat_ms=config.heartbeat_ms,
-            election_timeout_ms=config.election_timeout_ms,
+            election_ms=config.election_timeout_ms,
         )
         self.raft = RaftServer(raft_config, self.state)
         self.blobnodes = BlobnodeClient()
@@ -53,6 +57,12 @@ class ClusterManager:
     async def start(self) -> None:
         await self.raft.start()
         self._tasks.append(asyncio.create_task(self._leader_duties()))
+        self._tasks.append(asyncio.create_task(self._die_on_invariant_violation()))
+
+    async def _die_on_invariant_violation(self) -> None:
+        error = await self.raft.wait_fatal()
+        log.critical("Raft invariant violated, stopping this replica: %s", error)
+        os._exit(70)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -85,6 +95,8 @@ class ClusterManager:
             raw = await self.raft.propose(encode_command(op, time.time(), **args))
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
+        except (ProposalDropped, TimeoutError) as exc:
+            raise Unavailable(f"{op}: not committed ({type(exc).__name__}: {exc}); the outcome is unknown") from None
         return decode_result(raw)
 
     async def fresh(self) -> ClusterState:
@@ -93,10 +105,12 @@ class ClusterManager:
             await self.raft.read_index()
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
+        except TimeoutError:
+            raise Unavailable("read-index timed out: leadership not confirmed") from None
         return self.state
 
     def is_leader(self) -> bool:
-        return bool(self.raft.status().get("role") == "leader")
+        return self.raft.is_leader()
 
     # leader duties
 
@@ -108,10 +122,10 @@ class ClusterManager:
                 leader = self.is_leader()
                 if leader and not was_leader:
                     await self.fresh()
-                    await self.volumes.roll_back_leftovers()
                     await self.publish_defaults()
                 was_leader = leader
                 if leader:
+                    await self.volumes.roll_back_leftovers()
                     await self.ensure_volumes()
             except (NotLeader, Unavailable) as exc:
                 log.info("leader duty interrupted: %s", exc)
@@ -125,17 +139,23 @@ class ClusterManager:
             policy = [p.model_dump() for p in self.config.code_modes]
             await self.propose("config_set", key=POLICY_KEY, value=json.dumps(policy))
 
+    def policy(self) -> list[CodeModePolicy]:
+        """The size policy in force: the replicated one (operators may change it), else this config's."""
+        raw = self.state.config(POLICY_KEY)
+        if raw is None:
+            return self.config.code_modes
+        return [CodeModePolicy.model_validate(p) for p in json.loads(raw)]
+
     async def ensure_volumes(self) -> None:
-        for policy in self.config.code_modes:
+        for policy in self.policy():
             if not policy.enable:
                 continue
-            mode = CodeMode(policy.mode)
-            missing = policy.min_volumes - allocatable_count(self.state, mode)
+            missing = policy.min_volumes - allocatable_count(self.state, policy.mode)
             for _ in range(max(0, missing)):
                 try:
-                    await self.volumes.create(mode, time.time())
+                    await self.volumes.create(policy.mode, time.time())
                 except Exception as exc:  # placement or a blobnode may fail; try again next round
-                    log.warning("cannot create a %s volume yet: %s", mode.name, exc)
+                    log.warning("cannot create a %s volume yet: %s", policy.mode.name, exc)
                     break
 
     # reads with derived fields

@@ -94,10 +94,12 @@ class ClusterState:
     def snapshot(self, dest: Path) -> None:
         self.kv.checkpoint(dest)
 
-    def restore(self, src: Path) -> None:
+    def restore(self, src: Path | None) -> None:
+        """Replace the whole state with a snapshot's, or with the empty state (None)."""
         self.kv.close()
         shutil.rmtree(self.path, ignore_errors=True)
-        shutil.copytree(src, self.path)
+        if src is not None:
+            shutil.copytree(src, self.path)
         self.kv = KVStore(self.path, [*DATA_CFS, META], sync=self._sync)
         self._checksum_cache = None
 

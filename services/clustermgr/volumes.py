@@ -3,13 +3,15 @@
 A volume is created in three steps, each durable before the next: (1) an intent naming the vid
 and its chosen units is committed to the kv, (2) the chunks are created on the blobnodes,
 (3) the volume is committed and the intent removed in order. If a step fails, or the leader dies
-between steps, the intent is found (now or by the next leader) and rolled back: every chunk it
-names is released and the intent removed, so no half-created volume is ever left behind.
+between steps, the intent is rolled back: every chunk it names is released, and only once every
+blobnode has confirmed is the intent removed. The leader retries leftover intents every round,
+so a chunk on a node that was down is released when it returns: no half-created volume stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -72,7 +74,8 @@ class VolumeCreator:
             await self.propose("volume_create", vid=vid, code_mode=int(mode), backend=self.backend, units=units,
                                capacity=self.chunk_size * t.n)
         except (RpcError, PlacementError, OSError):
-            await self.roll_back(vid, units)
+            with contextlib.suppress(RpcError):  # a failed roll back is retried from the intent
+                await self.roll_back(vid, units)
             raise
         await self.propose("kv_delete", key=f"{INTENT_PREFIX}{vid}")
         log.info("created volume %d (%s) on disks %s", vid, mode.name, [u["disk_id"] for u in units])
@@ -91,8 +94,8 @@ class VolumeCreator:
         await self.propose("kv_delete", key=f"{INTENT_PREFIX}{vid}")
 
     async def roll_back_leftovers(self) -> None:
-        """A new leader finishes what a dead one left: every intent still present is rolled back
-        (or, if its volume did commit, simply removed)."""
+        """Finish every intent still present (a dead leader's, or one whose blobnode was down):
+        roll it back, or, if its volume did commit, simply remove it."""
         for key, raw in self.state.kv_list(INTENT_PREFIX).items():
             intent = json.loads(raw)
             try:

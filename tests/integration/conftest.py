@@ -15,19 +15,51 @@ def blobnode_factory(tmp_path: Path) -> Iterator[BlobnodeFactory]:
     """Start real blobnode processes; every one is stopped by PID at teardown."""
     started: list[Service] = []
 
-    def start(name: str = "bn", disks: int = 2, first_disk_id: int = 1, **overrides: object) -> Service:
+    def start(name: str = "bn", disks: int = 2, first_disk_id: int = 1, clustermgr: list[Service] | None = None,
+              **overrides: object) -> Service:
+        """A blobnode; with `clustermgr` its disks take ids from it, register and heartbeat."""
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
         port = free_port()
-        config = {
+        config: dict[str, object] = {
             "bind_addr": f"127.0.0.1:{port}",
             "cluster_id": 1,
             "disks": [{"path": str(workdir / f"disk{i}"), "disk_id": first_disk_id + i} for i in range(disks)],
             **overrides,
         }
+        if clustermgr:
+            config["disks"] = [{"path": str(workdir / f"disk{i}")} for i in range(disks)]
+            config["clustermgr_hosts"] = [cm.url for cm in clustermgr]
+            config["heartbeat_interval"] = 0.5
         service = Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}")
         started.append(service)
         return service.start()
+
+    yield start
+    for service in started:
+        service.stop()
+
+
+@pytest.fixture
+def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]:
+    """Start a Raft group of real clustermgr processes; all are stopped by PID at teardown."""
+    started: list[Service] = []
+
+    def start(count: int = 3, **overrides: object) -> list[Service]:
+        members = {str(i): {"raft_addr": f"127.0.0.1:{free_port()}", "http_addr": f"127.0.0.1:{free_port()}"}
+                   for i in range(1, count + 1)}
+        services = []
+        for node_id in range(1, count + 1):
+            workdir = tmp_path / f"cm{node_id}"
+            workdir.mkdir(exist_ok=True)
+            config = {"node_id": node_id, "members": members, "data_dir": str(workdir / "data"),
+                      "heartbeat_ms": 50, "election_timeout_ms": [300, 600], **overrides}
+            url = f"http://{members[str(node_id)]['http_addr']}"
+            services.append(Service("services.clustermgr", config, workdir, url))
+        started.extend(services)
+        for service in services:
+            service.start()
+        return services
 
     yield start
     for service in started:

@@ -1,0 +1,240 @@
+"""Real clustermgr replicas (Raft over TCP) with real blobnodes registering and heartbeating."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from libs.ec import CodeMode
+from libs.proto.cluster import DiskInfo
+from libs.proto.ids import Vuid
+from libs.rpc import errors
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+from tests.integration.conftest import BlobnodeFactory
+from tests.support.processes import Service
+
+T = TypeVar("T")
+ClusterMgrFactory = Callable[..., list[Service]]
+FAST = {"volume_check_interval": 0.2, "disk_heartbeat_timeout": 5, "volume_lease_ttl": 5, "chunk_size": 64 << 20,
+        "code_modes": [{"code_mode": "EC3P3", "min_volumes": 2}]}
+
+
+def run(coro: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coro
+
+    return asyncio.run(main())
+
+
+async def eventually(check: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
+    """Poll an async condition until it returns a truthy value, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = await check()
+            if last:
+                return last
+        except errors.RpcError as exc:
+            last = exc
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+async def volumes_ready(c: ClusterClient, count: int) -> list[Any]:
+    return await eventually(lambda: _at_least(c.list_volumes(), count), 20, f"{count} volumes")
+
+
+async def _at_least(coro: Awaitable[list[Any]], count: int) -> list[Any] | None:
+    items = await coro
+    return items if len(items) >= count else None
+
+
+async def chunks_on_blobnodes(nodes: list[Service]) -> set[int]:
+    async with BlobnodeClient() as bn:
+        vuids = set()
+        for node in nodes:
+            for disk in (await bn.stat(node.url))["disks"]:
+                vuids |= {c["vuid"] for c in await bn.list_chunks(node.url, disk["disk_id"])}
+        return vuids
+
+
+def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
+        clustermgr_factory: ClusterMgrFactory, blobnode_factory: BlobnodeFactory) -> None:
+    cms = clustermgr_factory(**FAST)
+    nodes = [blobnode_factory(f"bn{i}", disks=1, clustermgr=cms) for i in range(7)]
+
+    async def scenario(c: ClusterClient) -> None:
+        disks = await eventually(lambda: _at_least(c.list_disks(), 7), 10, "7 disks registered")
+        assert sorted(d["disk_id"] for d in disks) == list(range(1, 8))
+        assert all(d["alive"] for d in disks)
+        volumes = await volumes_ready(c, 2)
+        for volume in volumes:
+            assert len({u.disk_id for u in volume.units}) == 6
+            assert volume.status == "idle" and volume.backend == "isal"
+        assert await chunks_on_blobnodes(nodes) == {u.vuid for v in volumes for u in v.units}
+        assert await c.kv_list("volume_intent/") == {}
+
+        # Leases are exclusive: a second holder never gets a leased volume.
+        mode = int(CodeMode.EC3P3)
+        first = await c.alloc_volumes(mode, "alloc-a", 1)
+        second = await c.alloc_volumes(mode, "alloc-b", 5)
+        assert {v.vid for v in first}.isdisjoint(v.vid for v in second)
+        leased = first[0]
+        retained = await c.retain_volumes("alloc-b", [{"vid": leased.vid}])
+        assert retained["retained"] == [] and "not leased to 'alloc-b'" in retained["refused"][0]["reason"]
+
+        # A unit moves to a disk the volume does not use, with epoch + 1; a stale update is refused.
+        await c.lock_volume(leased.vid)
+        unit = await c.alloc_unit(leased.vid, 0)
+        assert Vuid(unit.vuid).epoch() == 2 and unit.disk_id not in {u.disk_id for u in leased.units}
+        with pytest.raises(errors.Conflict, match="not the reserved move"):
+            await c.update_unit(leased.vid, 0, Vuid.make(leased.vid, 0, 1), unit.disk_id)
+        moved = await c.update_unit(leased.vid, 0, unit.vuid, unit.disk_id)
+        assert moved.units[0].vuid == unit.vuid
+        await c.unlock_volume(leased.vid)
+
+        # Refusals change nothing.
+        known = await c.get_disk(1)
+        with pytest.raises(errors.Conflict, match="already registered"):
+            await c.add_disk(DiskInfo(disk_id=1, host="http://elsewhere", idc="z0", rack="r", path="/x"))
+        assert (await c.get_disk(1)).host == known.host
+        with pytest.raises(errors.BadRequest, match="never allocated"):
+            await c.add_disk(DiskInfo(disk_id=999, host="http://h", idc="z0", rack="r", path="/x"))
+        with pytest.raises(errors.BadRequest, match="unknown code mode"):
+            await c.alloc_volumes(77, "alloc-a")
+        with pytest.raises(errors.BadRequest):
+            await c.call("POST", "/disk/set", json={"disk_id": 1, "status": "exploded"})
+        await c.set_disk(2, status="broken")
+        with pytest.raises(errors.Conflict, match="from broken to normal"):
+            await c.set_disk(2, status="normal")
+
+        # Config, CAS kv, services, scopes.
+        await c.set_config("balance", "false")
+        assert (await c.list_config())["balance"] == "false"
+        assert "EC3P3" in (await c.get_config("code_mode_policy") or "")
+        await c.kv_cas("scheduler/leader", None, "s1")
+        with pytest.raises(errors.Conflict):
+            await c.kv_cas("scheduler/leader", None, "s2")
+        await c.register_service("mqproxy", "http://m1", ttl=30)
+        assert [s.host for s in await c.list_services("mqproxy")] == ["http://m1"]
+        a, b = await c.alloc_scope("bid", 100), await c.alloc_scope("bid", 100)
+        assert a[1] < b[0]
+
+        # Every replica applied the same state.
+        statuses = [await c.raft_status(cm.url) for cm in cms]
+        applied = max(s["applied_index"] for s in statuses)
+        await eventually(lambda: _same_checksum(c, cms, applied), 5, "equal checksums")
+
+    run(_with_cluster(cms, scenario))
+
+
+async def _same_checksum(c: ClusterClient, cms: list[Service], applied: int) -> bool:
+    statuses = [await c.raft_status(cm.url) for cm in cms]
+    at_least = [s for s in statuses if s["applied_index"] >= applied]
+    if len(at_least) < len(cms):
+        return False
+    # Heartbeats keep applying; compare replicas that stand at the same index.
+    by_index: dict[int, set[int]] = {}
+    for s in statuses:
+        by_index.setdefault(s["applied_index"], set()).add(s["checksum"])
+    return all(len(v) == 1 for v in by_index.values()) and len(by_index) == 1
+
+
+async def _with_cluster(cms: list[Service], scenario: Callable[[ClusterClient], Awaitable[None]]) -> None:
+    async with ClusterClient([cm.url for cm in cms]) as c:
+        await scenario(c)
+
+
+def test_a_follower_points_to_the_leader(clustermgr_factory: ClusterMgrFactory) -> None:
+    cms = clustermgr_factory(**FAST)
+
+    async def scenario(c: ClusterClient) -> None:
+        await c.kv_set("k", "v")
+        leader = (await c.raft_status())["leader"]
+        follower = next(cm for i, cm in enumerate(cms, start=1) if i != leader)
+        with pytest.raises(errors.NotLeader) as refused:
+            await c.http.call("POST", f"{follower.url}/kv/set", json={"key": "k", "value": "w"})
+        assert refused.value.details["leader"] == cms[leader - 1].url
+        async with ClusterClient([follower.url]) as via_follower:
+            await via_follower.kv_set("k", "w")  # the client follows the hint
+            assert await via_follower.kv_get("k") == "w"
+
+    run(_with_cluster(cms, scenario))
+
+
+def test_kill9_leader_during_heartbeats_and_volume_creation(
+        clustermgr_factory: ClusterMgrFactory, blobnode_factory: BlobnodeFactory) -> None:
+    cms = clustermgr_factory(**{**FAST, "code_modes": [{"code_mode": "EC3P3", "min_volumes": 6}]})
+    nodes = [blobnode_factory(f"bn{i}", disks=1, clustermgr=cms) for i in range(6)]
+
+    async def scenario(c: ClusterClient) -> None:
+        await eventually(lambda: _at_least(c.list_disks(), 6), 10, "6 disks registered")
+        acked: list[str] = []
+        stop = asyncio.Event()
+
+        async def writer() -> None:
+            i = 0
+            while not stop.is_set():
+                try:
+                    await c.kv_set(f"w/{i}", str(i))
+                    acked.append(f"w/{i}")
+                except errors.Unavailable:
+                    pass
+                i += 1
+
+        task = asyncio.create_task(writer())
+        await eventually(lambda: _at_least(c.list_volumes(), 2), 20, "volume creation under way")
+        leader_id = (await c.raft_status())["leader"]
+        cms[leader_id - 1].kill9()
+        killed_at = time.monotonic()
+        survivors = [cm for i, cm in enumerate(cms, start=1) if i != leader_id]
+        async with ClusterClient([cm.url for cm in survivors], deadline=5) as s:
+            await s.kv_set("after-failover", "1")
+            assert time.monotonic() - killed_at < 2.0 + 0.5  # election plus one round trip
+            await volumes_ready(s, 6)
+            stop.set()
+            await task
+            assert await eventually(lambda: _no_intents(s), 10, "intents resolved")
+            volumes = await s.list_volumes()
+            assert await chunks_on_blobnodes(nodes) == {u.vuid for v in volumes for u in v.units}
+            for cm in survivors:
+                async with ClusterClient([cm.url]) as one:
+                    status = await one.raft_status(cm.url)
+                    assert status["applied_index"] > 0
+            items = await s.kv_list("w/")
+            assert set(acked) <= set(items)
+
+    run(_with_cluster(cms, scenario))
+
+
+async def _no_intents(c: ClusterClient) -> bool:
+    return await c.kv_list("volume_intent/") == {}
+
+
+def test_a_volume_whose_chunks_cannot_all_be_created_is_rolled_back(
+        clustermgr_factory: ClusterMgrFactory, blobnode_factory: BlobnodeFactory) -> None:
+    cms = clustermgr_factory(**{**FAST, "code_modes": [{"code_mode": "EC3P3", "min_volumes": 0}]})
+    nodes = [blobnode_factory(f"bn{i}", disks=1, clustermgr=cms) for i in range(6)]
+
+    async def scenario(c: ClusterClient) -> None:
+        await eventually(lambda: _at_least(c.list_disks(), 6), 10, "6 disks registered")
+        nodes[0].kill9()  # its disk still looks alive until its heartbeat times out
+        with pytest.raises(errors.BadRequest, match="invalid code_mode_policy"):
+            await c.set_config("code_mode_policy", '[{"code_mode": "EC9P9"}]')
+        await c.set_config("code_mode_policy", '[{"code_mode": "EC3P3", "min_volumes": 1}]')
+        await asyncio.sleep(2.0)  # several creation rounds, each failing on the dead node
+        assert await c.list_volumes() == []
+        assert await chunks_on_blobnodes(nodes[1:]) == set()  # the live nodes released their chunks
+        assert await c.kv_list("volume_intent/") != {}  # kept until the dead node can confirm
+        nodes[0].start()  # back: leftovers are rolled back there too, and a volume gets created
+        volumes = await volumes_ready(c, 1)
+        assert await eventually(lambda: _no_intents(c), 10, "intents resolved")
+        assert await chunks_on_blobnodes(nodes) == {u.vuid for u in volumes[0].units}
+
+    run(_with_cluster(cms, scenario))
