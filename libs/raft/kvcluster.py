@@ -46,6 +46,7 @@ class LocalCluster:
         self.peer_addr: dict[int, str] = {}
         self.client_addr: dict[int, str] = {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.clients: list[KVClient] = []
         for i in range(1, n + 1):
             self._allocate(i)
         self.initial = dict(self.peer_addr)
@@ -110,7 +111,16 @@ class LocalCluster:
             self.kill(i)
 
     def client(self, **kw: Any) -> KVClient:
-        return KVClient(self.client_addr, **kw)
+        """A client of every node (including nodes added later); closed by `close_clients`."""
+        client = KVClient(self.client_addr, **kw)
+        client.addrs = self.client_addr
+        self.clients.append(client)
+        return client
+
+    async def close_clients(self) -> None:
+        for client in self.clients:
+            await client.close()
+        self.clients.clear()
 
     async def leader(self, client: KVClient, among: list[int] | None = None) -> int | None:
         """The node that says it leads the highest term, among running nodes."""

@@ -367,7 +367,7 @@ class RaftServer:
             self._receiver = None
             path = recv.finish()
             done = True
-            if not c.install_snapshot(msg.term, msg.frm, read_meta(path)) and path.exists():
-                if c.snapshot.index != msg.index:
-                    path.unlink()
+            installed = c.install_snapshot(msg.term, msg.frm, read_meta(path))
+            if not installed and c.snapshot.index != msg.index:
+                path.unlink(missing_ok=True)
         self.transport.send(SnapAck(c.term, c.id, msg.frm, msg.index, recv.size, done))
