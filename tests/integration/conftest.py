@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import Service, free_port
+from tests.support.processes import Service, free_port, stop_all
 
 BlobnodeFactory = Callable[..., Service]
 
@@ -36,8 +36,7 @@ def blobnode_factory(tmp_path: Path) -> Iterator[BlobnodeFactory]:
         return service.start()
 
     yield start
-    for service in started:
-        service.stop()
+    stop_all(started)
 
 
 @pytest.fixture
@@ -62,5 +61,4 @@ def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]
         return services
 
     yield start
-    for service in started:
-        service.stop()
+    stop_all(started)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -236,5 +237,43 @@ def test_a_volume_whose_chunks_cannot_all_be_created_is_rolled_back(
         volumes = await volumes_ready(c, 1)
         assert await eventually(lambda: _no_intents(c), 10, "intents resolved")
         assert await chunks_on_blobnodes(nodes) == {u.vuid for u in volumes[0].units}
+
+    run(_with_cluster(cms, scenario))
+
+
+def test_ec6p6_placement_over_three_azs_and_its_replacements(
+        clustermgr_factory: ClusterMgrFactory, blobnode_factory: BlobnodeFactory) -> None:
+    cms = clustermgr_factory(**{**FAST, "idcs": ["z0", "z1", "z2"],
+                                "code_modes": [{"code_mode": "EC6P6", "min_volumes": 0}]})
+    for az in range(3):
+        for rack in range(2):
+            for host in range(3):
+                blobnode_factory(f"bn-{az}-{rack}-{host}", disks=1, clustermgr=cms, idc=f"z{az}", rack=f"z{az}-r{rack}")
+
+    async def scenario(c: ClusterClient) -> None:
+        await eventually(lambda: _at_least(c.list_disks(), 18), 20, "18 disks registered")
+        disks = {d["disk_id"]: d for d in await c.list_disks()}
+        await c.set_config("code_mode_policy", '[{"code_mode": "EC6P6", "min_volumes": 2}]')
+
+        def check_spread(units: list[Any]) -> None:
+            placed = [disks[u.disk_id] for u in units]
+            for az in ("z0", "z1", "z2"):
+                in_az = [d for d in placed if d["idc"] == az]
+                assert len(in_az) == 4
+                assert sorted(Counter(d["rack"] for d in in_az).values()) == [2, 2]
+                assert len({d["host"] for d in in_az}) == 4
+            assert all(placed[i]["idc"] == placed[i - i % 2]["idc"] for i in range(6))  # data pairs share an AZ
+
+        volumes = await volumes_ready(c, 2)
+        for volume in volumes:
+            check_spread(volume.units)
+        volume = volumes[0]
+        broken = volume.units[5].disk_id
+        await c.set_disk(broken, status="broken")
+        await c.lock_volume(volume.vid)
+        unit = await c.alloc_unit(volume.vid, 5)
+        assert unit.disk_id != broken and disks[unit.disk_id]["idc"] == disks[broken]["idc"]
+        moved = await c.update_unit(volume.vid, 5, unit.vuid, unit.disk_id)
+        check_spread(moved.units)
 
     run(_with_cluster(cms, scenario))

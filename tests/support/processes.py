@@ -84,11 +84,23 @@ class Service:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        self.terminate()
+        if self.proc is None:
             return
-        os.kill(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.kill9()
+
+
+def stop_all(services: list[Service]) -> None:
+    """SIGTERM every process first, then wait for each (by PID): teardown in parallel."""
+    for service in services:
+        service.terminate()
+    for service in services:
+        service.stop()
