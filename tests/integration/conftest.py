@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,57 @@ def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]
         for service in services:
             service.start()
         return services
+
+    yield start
+    stop_all(started)
+
+
+@dataclass
+class LocalCluster:
+    clustermgr: list[Service]
+    blobnodes: list[Service]
+    allocators: list[Service]
+    access: list[Service]
+    secret: str = "test-cluster-secret"
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path, clustermgr_factory: Callable[..., list[Service]],
+                    blobnode_factory: BlobnodeFactory) -> Iterator[Callable[..., LocalCluster]]:
+    """A whole local cluster of real processes: 3 clustermgr, blobnodes, allocator(s), access node(s)."""
+    started: list[Service] = []
+
+    def start(blobnodes: int = 6, disks: int = 1, code_mode: str = "EC3P3", min_volumes: int = 2,
+              allocators: int = 1, access: int = 1, **access_overrides: object) -> LocalCluster:
+        cms = clustermgr_factory(volume_check_interval=0.2, disk_heartbeat_timeout=10, volume_lease_ttl=10,
+                                 chunk_size=256 << 20,
+                                 code_modes=[{"code_mode": code_mode, "min_volumes": min_volumes}])
+        cm_urls = [cm.url for cm in cms]
+        nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms) for i in range(blobnodes)]
+        allocs = []
+        for i in range(allocators):
+            workdir = tmp_path / f"alloc{i}"
+            workdir.mkdir()
+            port = free_port()
+            config = {"bind_addr": f"127.0.0.1:{port}", "clustermgr_hosts": cm_urls, "code_modes": [code_mode],
+                      "retain_interval": 2.0}
+            allocs.append(Service("services.allocator", config, workdir, f"http://127.0.0.1:{port}"))
+        started.extend(allocs)
+        for service in allocs:
+            service.start()
+        fronts = []
+        for i in range(access):
+            workdir = tmp_path / f"access{i}"
+            workdir.mkdir()
+            port = free_port()
+            config = {"bind_addr": f"127.0.0.1:{port}", "secret": LocalCluster.secret, "clustermgr_hosts": cm_urls,
+                      "allocator_hosts": [a.url for a in allocs], "orphan_log": str(workdir / "orphans.jsonl"),
+                      **access_overrides}
+            fronts.append(Service("services.access", config, workdir, f"http://127.0.0.1:{port}"))
+        started.extend(fronts)
+        for service in fronts:
+            service.start()
+        return LocalCluster(cms, nodes, allocs, fronts)
 
     yield start
     stop_all(started)

@@ -1,0 +1,62 @@
+"""The data path end to end: real access, allocator, clustermgr and blobnode processes."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.integration.conftest import LocalCluster
+
+ClusterFactory = Callable[..., LocalCluster]
+
+
+def wait_for_put(client: httpx.Client, data: bytes, timeout: float = 20) -> str:
+    """The first PUT waits for volumes to be created and leased."""
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = client.put("/blob", content=data)
+        if resp.status_code == 200 or time.monotonic() > deadline:
+            assert resp.status_code == 200, resp.text
+            return str(resp.json()["location"])
+        time.sleep(0.2)
+
+
+def test_round_trips_and_ranges(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    rng = random.Random(7)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        for size in (0, 1, 4096, (4 << 20) - 1, 4 << 20, (4 << 20) + 1, 20 << 20):
+            data = rng.randbytes(size)
+            resp = client.put("/blob", content=data)
+            assert resp.status_code == 200, resp.text
+            token = resp.json()["location"]
+            got = client.get(f"/blob/{token}")
+            assert got.status_code == 200 and got.content == data, size
+            for _ in range(5 if size else 0):
+                a = rng.randrange(size)
+                b = rng.randrange(a, size)
+                part = client.get(f"/blob/{token}", headers={"range": f"bytes={a}-{b}"})
+                assert part.status_code == 206 and part.content == data[a:b + 1]
+                assert part.headers["content-range"] == f"bytes {a}-{b}/{size}"
+        head = client.head(f"/blob/{token}")
+        assert head.headers["content-length"] == str(20 << 20)
+
+
+def test_bad_input_is_refused_with_a_reason(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        token = wait_for_put(client, b"0123456789")
+        forged = token[:-2] + ("AA" if token[-2:] != "AA" else "BB")
+        assert client.get(f"/blob/{forged}").status_code == 403
+        assert client.get("/blob/not*a*token").status_code == 400
+        out_of_range = client.get(f"/blob/{token}", headers={"range": "bytes=10-20"})
+        assert out_of_range.status_code == 416 and "range" in out_of_range.json()["error"].lower()
+        unknown = client.put("/blob", content=b"x", headers={"x-code-mode": "EC99P1"})
+        assert unknown.status_code == 400 and "code mode" in unknown.json()["error"]
+        assert client.delete(f"/blob/{token}").status_code == 501
+        assert client.get(f"/blob/{token}").content == b"0123456789"
