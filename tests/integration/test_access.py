@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 
 import httpx
-import pytest
 
 from tests.integration.conftest import LocalCluster
 
