@@ -450,8 +450,10 @@ class RaftNode:
         if self.role != Role.FOLLOWER:
             self._become_follower(self.term, msg.frm)
         self.leader, self.elapsed = msg.frm, 0
-        self.leader_ck = max(self.leader_ck, (msg.ck_index, msg.ck_value))
-        self._compare_checksum()
+        if msg.ck_index:
+            self._compare_checksum((msg.ck_index, msg.ck_value))
+            if msg.ck_index >= self.leader_ck[0]:
+                self.leader_ck = (msg.ck_index, msg.ck_value)
         prev, prev_term, entries = msg.prev_index, msg.prev_term, msg.entries
         if prev < self.commit:  # the committed prefix matches the leader's by Log Matching
             entries = [e for e in entries if e.index > self.commit]
@@ -545,8 +547,8 @@ class RaftNode:
             _, rid = self.pending_reads.pop(0)
             self._out.reads.append((rid, self.commit))
 
-    def _compare_checksum(self) -> None:
-        index, value = self.leader_ck
+    def _compare_checksum(self, announced: tuple[int, int] | None = None) -> None:
+        index, value = announced or self.leader_ck
         mine = self.checksums.get(index)
         if index and mine is not None and mine != value:
             raise InvariantViolation(

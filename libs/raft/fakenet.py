@@ -55,6 +55,7 @@ class SimNode:
     state: list[Entry]  # the state machine: every applied entry, in order
     pending: list[Output] = field(default_factory=list)
     alive: bool = True
+    reads: list[tuple[int, int]] = field(default_factory=list)  # confirmed (request id, read index)
 
     def checksum(self) -> int:
         ck = 0
@@ -222,6 +223,7 @@ class FakeNetwork:
         out = node.core.take_output()
         for msg in out.send:
             self._send(msg)
+        node.reads += out.reads
         if out.needs_persist():
             node.pending.append(out)
         for e in out.apply:

@@ -1,8 +1,9 @@
 """Persistent TCP connections between peers carrying length-prefixed frames.
 
-Each node dials one outbound connection per peer and only writes to it; it reads what peers
-dial in. Sending never blocks: a message to an unreachable or congested peer is dropped, which
-Raft tolerates (the leader retries on the next heartbeat).
+Each node dials one connection per peer it knows of and sends on it. Frames flow both ways on
+every connection, so a node that does not know a peer's address yet (a joining learner) answers
+on the connection that peer dialed in on. Sending never blocks: a message to an unreachable or
+congested peer is dropped, which Raft tolerates (the leader retries on the next heartbeat).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def frame(body: bytes) -> bytes:
 class _Peer:
     """The outbound connection to one peer, re-dialed in the background while it is down."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, on_frame: Callable[[bytes, asyncio.StreamWriter], Awaitable[None]]) -> None:
         self.addr = addr
+        self.on_frame = on_frame
         self.writer: asyncio.StreamWriter | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -59,8 +61,9 @@ class _Peer:
                 continue
             backoff = 0.02
             self.writer = writer
-            with contextlib.suppress(OSError, ConnectionError):
-                await reader.read()  # the peer never writes here: returns when the socket closes
+            with contextlib.suppress(OSError, ConnectionError, asyncio.IncompleteReadError):
+                while True:
+                    await self.on_frame(await read_frame(reader), writer)
             self.writer = None
             writer.close()
 
@@ -86,6 +89,7 @@ class Transport:
         self.peers: dict[int, _Peer] = {}
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.Task[None]] = set()
+        self._reply: dict[int, asyncio.StreamWriter] = {}  # peers reachable on a connection they dialed
 
     async def start(self) -> None:
         host, port = split_addr(self.listen)
@@ -97,12 +101,27 @@ class Transport:
             self.peers.pop(pid).close()
         for pid, addr in addrs.items():
             if pid != self.node_id and pid not in self.peers:
-                peer = self.peers[pid] = _Peer(addr)
+                peer = self.peers[pid] = _Peer(addr, self._on_frame)
                 peer.task = asyncio.get_running_loop().create_task(peer.keep_connected())
 
     def send(self, msg: Message) -> bool:
+        data = frame(encode(msg))
         peer = self.peers.get(msg.to)
-        return peer is not None and peer.send(frame(encode(msg)))
+        if peer is not None and peer.send(data):
+            return True
+        w = self._reply.get(msg.to)
+        if w is None or w.is_closing() or w.transport.get_write_buffer_size() > MAX_BUFFERED:
+            return False
+        w.write(data)
+        return True
+
+    async def _on_frame(self, body: bytes, writer: asyncio.StreamWriter) -> None:
+        msg = decode(body)
+        if msg.frm not in self.peers:
+            self._reply[msg.frm] = writer
+        result = self.on_message(msg)
+        if result is not None:
+            await result
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -110,9 +129,7 @@ class Transport:
         self._inbound.add(task)
         try:
             while True:
-                result = self.on_message(decode(await read_frame(reader)))
-                if result is not None:
-                    await result
+                await self._on_frame(await read_frame(reader), writer)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:

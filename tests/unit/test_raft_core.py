@@ -48,20 +48,13 @@ def test_leader_without_quorum_steps_down_and_a_new_one_is_elected() -> None:
 
 
 def test_read_index_needs_a_quorum_round() -> None:
-    net = FakeNetwork(3, seed=5)
+    net = FakeNetwork(3, seed=5, max_delay=3)
     lead = net.nodes[_elect(net)]
     lead.core.read_index(41)
-    out = lead.core.take_output()
-    assert out.reads == []  # not confirmed before the heartbeat round
-    lead.pending.append(out)
-    for msg in out.send:
-        net._send(msg)
-    confirmed: list[tuple[int, int]] = []
-    for _ in range(10):
-        net.step()
-        confirmed += lead.core._out.reads
-    # the simulated shell drains outputs; look at what the core released
-    assert lead.core.pending_reads == []
+    net._drain(lead)
+    assert lead.reads == []  # not before followers confirm the leadership
+    net.run(8)
+    assert lead.reads == [(41, lead.core.commit)]
 
 
 def test_isolated_leader_cannot_confirm_reads() -> None:
