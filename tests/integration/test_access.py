@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import httpx
 
-from tests.integration.conftest import LocalCluster
+from tests.support.processes import LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]
 

@@ -15,7 +15,7 @@ from libs.proto.ids import Vuid
 from libs.rpc import errors
 from libs.rpc.client import HttpClient
 from services.blobnode.client import BlobnodeClient
-from tests.integration.conftest import BlobnodeFactory
+from tests.support.processes import BlobnodeFactory
 
 T = TypeVar("T")
 VUID = Vuid.make(7, 2, 1)

@@ -16,8 +16,7 @@ from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from tests.integration.conftest import BlobnodeFactory
-from tests.support.processes import Service
+from tests.support.processes import BlobnodeFactory, Service
 
 T = TypeVar("T")
 ClusterMgrFactory = Callable[..., list[Service]]

@@ -104,3 +104,15 @@ def stop_all(services: list[Service]) -> None:
         service.terminate()
     for service in services:
         service.stop()
+
+
+BlobnodeFactory = Callable[..., Service]
+
+
+@dataclass
+class LocalCluster:
+    clustermgr: list[Service]
+    blobnodes: list[Service]
+    allocators: list[Service]
+    access: list[Service]
+    secret: str = "test-cluster-secret"

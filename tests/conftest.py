@@ -1,14 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import Service, free_port, stop_all
-
-BlobnodeFactory = Callable[..., Service]
+from tests.support.processes import BlobnodeFactory, LocalCluster, Service, free_port, stop_all
 
 
 @pytest.fixture
@@ -63,15 +60,6 @@ def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]
 
     yield start
     stop_all(started)
-
-
-@dataclass
-class LocalCluster:
-    clustermgr: list[Service]
-    blobnodes: list[Service]
-    allocators: list[Service]
-    access: list[Service]
-    secret: str = "test-cluster-secret"
 
 
 @pytest.fixture

@@ -1,0 +1,223 @@
+"""Faults on the data path, produced for real: dead blobnodes, flipped bytes on disk, a clustermgr
+leader killed mid-stream, lying or missing request lengths."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from libs.proto.location import Location
+from libs.rpc.errors import NotFound
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+from tests.integration.test_access import wait_for_put
+from tests.support.processes import LocalCluster
+
+ClusterFactory = Callable[..., LocalCluster]
+
+
+def put(client: httpx.Client, data: bytes) -> str:
+    resp = client.put("/blob", content=data)
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["location"])
+
+
+def test_reads_survive_m_dead_blobnodes_and_fail_clearly_past_that(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    rng = random.Random(3)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        objects = {put(client, data): data for data in (rng.randbytes(n) for n in (1, 5000, 3 << 20, 9 << 20))}
+        for node in rng.sample(cluster.blobnodes, 3):  # EC3P3: M = 3
+            node.kill9()
+        for token, data in objects.items():
+            assert client.get(f"/blob/{token}").content == data
+            part = client.get(f"/blob/{token}", headers={"range": f"bytes=0-{len(data) // 2}"})
+            assert part.content == data[: len(data) // 2 + 1]
+        next(n for n in cluster.blobnodes if n.proc and n.proc.poll() is None).kill9()
+        failed = client.get(f"/blob/{next(iter(objects))}")
+        assert failed.status_code == 503
+        assert "cannot be read" in failed.json()["error"] and "blob" in failed.json()["error"]
+
+
+def shard_file(cluster: LocalCluster, token: str, index: int) -> tuple[Path, int]:
+    """The chunk file and shard offset holding shard `index` of the object's first blob."""
+    location = Location.from_token(token, cluster.secret.encode())
+    vid, bid = next(location.blob_ids())
+
+    async def find() -> tuple[Path, int]:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+            unit = (await cm.get_volume(vid)).units[index]
+            stat = await bn.chunk_stat(unit.host, unit.disk_id, unit.vuid)
+            meta = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
+            node = next(n for n in cluster.blobnodes if n.url == unit.host)
+            disk = next(d["path"] for d in node.config["disks"]
+                        if (Path(d["path"]) / "data" / stat["chunk_id"]).exists())
+            return Path(disk) / "data" / stat["chunk_id"], meta.offset
+
+    return asyncio.run(find())
+
+
+def test_corrupted_data_shard_is_never_served(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    data = random.Random(5).randbytes(300_000)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        token = put(client, data)
+        for index in (0, 1):  # two data shards of EC3P3, each flipped inside its first block
+            path, offset = shard_file(cluster, token, index)
+            with open(path, "r+b") as f:
+                f.seek(offset + 32 + 4 + 10)
+                byte = f.read(1)
+                f.seek(offset + 32 + 4 + 10)
+                f.write(bytes([byte[0] ^ 0x5A]))
+        assert client.get(f"/blob/{token}").content == data
+        assert client.get(f"/blob/{token}", headers={"range": "bytes=5-20"}).content == data[5:21]
+
+
+def test_clustermgr_leader_killed_during_a_put_stream_loses_nothing(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    acked: dict[str, bytes] = {}
+    stop = threading.Event()
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+            while not stop.is_set():
+                data = rng.randbytes(rng.randrange(1, 200_000))
+                resp = client.put("/blob", content=data)
+                if resp.status_code == 200:
+                    acked[resp.json()["location"]] = data
+
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        async def leader_url() -> str:
+            async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm:
+                return cluster.clustermgr[(await cm.raft_status())["leader"] - 1].url
+
+        while len(acked) < 20:
+            threading.Event().wait(0.05)
+        leader = next(cm for cm in cluster.clustermgr if cm.url == asyncio.run(leader_url()))
+        leader.kill9()
+        before = len(acked)
+        while len(acked) < before + 40:
+            threading.Event().wait(0.05)
+        leader.start()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        for token, data in acked.items():
+            assert client.get(f"/blob/{token}").content == data
+
+
+def raw_request(url: str, head: bytes, body: bytes, half_close: bool = False) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head + body)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+                if b"\r\n\r\n" in b"".join(chunks):
+                    break
+        except OSError:
+            pass
+        return b"".join(chunks)
+
+
+def test_lying_or_missing_lengths_write_nothing(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    access = cluster.access[0]
+    with httpx.Client(base_url=access.url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        chunked = client.put("/blob", content=iter([b"abc", b"def"]))
+        assert chunked.status_code == 411 and "Content-Length" in chunked.json()["error"]
+        huge = raw_request(access.url, b"PUT /blob HTTP/1.1\r\nHost: x\r\nContent-Length: 6442450944\r\n\r\n", b"")
+        assert huge.startswith(b"HTTP/1.1 413")
+        short = raw_request(access.url, b"PUT /blob HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+                            b"x" * 50_000, half_close=True)
+        assert not short.startswith(b"HTTP/1.1 200")
+        orphans = Path(access.config["orphan_log"])
+        assert not orphans.exists() or orphans.read_text() == ""
+        assert client.get("/health").status_code == 200
+
+
+def test_two_access_nodes_and_concurrent_clients(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(access=2)
+    results: list[tuple[str, bytes]] = []
+    errors: list[str] = []
+
+    def client_loop(seed: int) -> None:
+        rng = random.Random(seed)
+        urls = [a.url for a in cluster.access]
+        for _ in range(15):
+            data = rng.randbytes(rng.randrange(0, 300_000))
+            with httpx.Client(base_url=rng.choice(urls), timeout=60) as client:
+                resp = client.put("/blob", content=data)
+                if resp.status_code != 200:
+                    errors.append(resp.text)
+                    continue
+                token = resp.json()["location"]
+            with httpx.Client(base_url=rng.choice(urls), timeout=60) as other:
+                if other.get(f"/blob/{token}").content != data:
+                    errors.append(f"mismatch for {token}")
+            results.append((token, data))
+
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+    threads = [threading.Thread(target=client_loop, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len({token for token, _ in results}) == 90
+
+
+def test_a_moved_unit_is_refetched_not_served_stale(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(blobnodes=7)
+    data = random.Random(9).randbytes(100_000)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        token = put(client, data)
+        assert client.get(f"/blob/{token}").content == data  # the volume is now cached in access
+        location = Location.from_token(token, cluster.secret.encode())
+        vid, bid = next(location.blob_ids())
+
+        async def move_unit_zero() -> None:
+            async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+                volume = await cm.get_volume(vid)
+                old = volume.units[0]
+                await cm.lock_volume(vid)
+                new = await cm.alloc_unit(vid, 0)
+                await bn.create_chunk(new.host, new.disk_id, new.vuid)
+                for shard in await bn.list_shards(old.host, old.disk_id, old.vuid):
+                    payload = await bn.get_shard(old.host, old.disk_id, old.vuid, shard.bid)
+                    await bn.put_shard(new.host, new.disk_id, new.vuid, shard.bid, payload)
+                await cm.update_unit(vid, 0, new.vuid, new.disk_id)
+                await cm.unlock_volume(vid)
+                await bn.release_chunk(old.host, old.disk_id, old.vuid)
+                try:
+                    await bn.get_shard(old.host, old.disk_id, old.vuid, bid)
+                    raise AssertionError("the old chunk still serves")
+                except NotFound:
+                    pass
+
+        asyncio.run(move_unit_zero())
+        log_before = cluster.access[0].log_path.read_text()
+        assert client.get(f"/blob/{token}").content == data
+        assert "degraded read" not in cluster.access[0].log_path.read_text()[len(log_before):]
