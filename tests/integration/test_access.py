@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 
@@ -59,3 +61,35 @@ def test_bad_input_is_refused_with_a_reason(cluster_factory: ClusterFactory) -> 
         assert unknown.status_code == 400 and "code mode" in unknown.json()["error"]
         assert client.delete(f"/blob/{token}").status_code == 501
         assert client.get(f"/blob/{token}").content == b"0123456789"
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_100_mib_object_streams_through_with_bounded_memory(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    access = cluster.access[0]
+    size, piece = 100 << 20, 1 << 20
+
+    def body() -> Iterator[bytes]:
+        for i in range(size // piece):
+            yield hashlib.sha256(i.to_bytes(4, "big")).digest() * (piece // 32)
+
+    expected = hashlib.sha256(b"".join(body())).hexdigest()
+    with httpx.Client(base_url=access.url, timeout=120) as client:
+        wait_for_put(client, b"warm-up")
+        baseline = peak_rss_mib(access.pid)
+        resp = client.put("/blob", content=body(), headers={"content-length": str(size)})
+        assert resp.status_code == 200, resp.text
+        token = resp.json()["location"]
+        digest = hashlib.sha256()
+        with client.stream("GET", f"/blob/{token}") as stream:
+            for chunk in stream.iter_bytes():
+                digest.update(chunk)
+        assert digest.hexdigest() == expected
+    # One blob (4 MiB) and its shards in flight, never the object: far below its 100 MiB.
+    assert peak_rss_mib(access.pid) - baseline < 60
