@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import BlobnodeFactory, LocalCluster, Service, free_port, stop_all
+from tests.support.processes import BlobnodeFactory, LocalCluster, Service, free_port, stop_all, wait_until
 
 
 @pytest.fixture
@@ -86,19 +88,47 @@ def cluster_factory(tmp_path: Path, clustermgr_factory: Callable[..., list[Servi
         started.extend(allocs)
         for service in allocs:
             service.start()
-        fronts = []
-        for i in range(access):
-            workdir = tmp_path / f"access{i}"
+        def add_access(**overrides: object) -> Service:
+            workdir = tmp_path / f"access{len(fronts)}"
             workdir.mkdir()
             port = free_port()
             config = {"bind_addr": f"127.0.0.1:{port}", "secret": LocalCluster.secret, "clustermgr_hosts": cm_urls,
                       "allocator_hosts": [a.url for a in allocs], "orphan_log": str(workdir / "orphans.jsonl"),
-                      **access_overrides}
-            fronts.append(Service("services.access", config, workdir, f"http://127.0.0.1:{port}"))
-        started.extend(fronts)
-        for service in fronts:
-            service.start()
-        return LocalCluster(cms, nodes, allocs, fronts)
+                      **access_overrides, **overrides}
+            service = Service("services.access", config, workdir, f"http://127.0.0.1:{port}")
+            started.append(service)
+            fronts.append(service.start())
+            return service
+
+        fronts: list[Service] = []
+        for _ in range(access):
+            add_access()
+        return LocalCluster(cms, nodes, allocs, fronts, add_access)
 
     yield start
     stop_all(started)
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server (Debian's) on a free port, stopped by PID at teardown."""
+    port = free_port()
+    workdir = tmp_path / "redis"
+    workdir.mkdir()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(workdir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _accepts(port), 10, "redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False

@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import redis
 
-from tests.support.processes import LocalCluster
+from libs.proto.location import Location
+from tests.support.processes import LocalCluster, stop_all
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -93,3 +95,18 @@ def test_100_mib_object_streams_through_with_bounded_memory(cluster_factory: Clu
         assert digest.hexdigest() == expected
     # One blob (4 MiB) and its shards in flight, never the object: far below its 100 MiB.
     assert peak_rss_mib(access.pid) - baseline < 60
+
+
+def test_volume_info_is_shared_through_redis(cluster_factory: ClusterFactory, redis_url: str) -> None:
+    """A new access node reads volumes through Redis when clustermgr cannot answer."""
+    cluster = cluster_factory(redis_url=redis_url)
+    data = random.Random(11).randbytes(50_000)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        token = wait_for_put(client, data)
+        assert client.get(f"/blob/{token}").content == data
+    vid = next(Location.from_token(token, cluster.secret.encode()).blob_ids())[0]
+    assert redis.Redis.from_url(redis_url).exists(f"blobstore:volume:{vid}")
+    stop_all(cluster.clustermgr)
+    fresh = cluster.add_access()
+    with httpx.Client(base_url=fresh.url, timeout=60) as client:
+        assert client.get(f"/blob/{token}").content == data

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,4 +115,5 @@ class LocalCluster:
     blobnodes: list[Service]
     allocators: list[Service]
     access: list[Service]
-    secret: str = "test-cluster-secret"
+    add_access: Callable[..., Service]  # another access node of the same cluster
+    secret: ClassVar[str] = "test-cluster-secret"
