@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from libs.raft.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, encode_put
-from libs.raft.transport import frame, read_frame, split_addr
+from libs.raft.transport import FrameWriter, read_frame, split_addr
 
 
 class KVError(Exception):
@@ -20,6 +20,7 @@ class KVError(Exception):
 class _Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        self.out = FrameWriter(writer)
         self.waiting: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         self.task = asyncio.get_running_loop().create_task(self._read(reader))
 
@@ -76,7 +77,8 @@ class KVClient:
         rid = next(self._ids)
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         conn.waiting[rid] = fut
-        conn.writer.write(frame(REQ_HEAD.pack(rid, op) + payload))
+        if not conn.out.send(REQ_HEAD.pack(rid, op) + payload):
+            raise ConnectionError("connection closing or congested")
         try:
             return await asyncio.wait_for(fut, self.attempt_timeout)
         finally:

@@ -29,7 +29,7 @@ from libs.raft.config import RaftConfig
 from libs.raft.errors import NotLeader, RaftError
 from libs.raft.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, decode_put
 from libs.raft.server import RaftServer
-from libs.raft.transport import frame, read_frame, split_addr
+from libs.raft.transport import FrameWriter, read_frame, split_addr
 
 log = logging.getLogger("raftkv")
 DATA = "data"
@@ -109,10 +109,11 @@ class KVServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         tasks: set[asyncio.Task[None]] = set()
+        out = FrameWriter(writer)
         try:
             while True:
                 body = await read_frame(reader)
-                task = asyncio.get_running_loop().create_task(self._handle(body, writer))
+                task = asyncio.get_running_loop().create_task(self._handle(body, out))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -120,7 +121,7 @@ class KVServer:
         finally:
             writer.close()
 
-    async def _handle(self, body: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, body: bytes, out: FrameWriter) -> None:
         rid, op = REQ_HEAD.unpack_from(body)
         payload = body[REQ_HEAD.size:]
         try:
@@ -131,8 +132,7 @@ class KVServer:
             status, result = Status.TIMEOUT, b""
         except (RaftError, ValueError) as e:
             status, result = Status.ERROR, str(e).encode()
-        if not writer.is_closing():
-            writer.write(frame(RESP_HEAD.pack(rid, status) + result))
+        out.send(RESP_HEAD.pack(rid, status) + result)
 
     async def _dispatch(self, op: Op, payload: bytes) -> bytes:
         raft = self.raft
