@@ -80,3 +80,11 @@ def test_log_refuses_a_second_vote_in_a_term(tmp_path: Path) -> None:
         log.write([Output(hard_state=HardState(3, None))])
     log.write([Output(hard_state=HardState(5, 3))])
     log.close()
+
+
+def test_public_surface_is_explicit() -> None:
+    import libs.raft
+
+    assert sorted(libs.raft.__all__) == libs.raft.__all__
+    for name in libs.raft.__all__:
+        assert getattr(libs.raft, name) is not None
