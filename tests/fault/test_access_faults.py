@@ -4,9 +4,13 @@ leader killed mid-stream, lying or missing request lengths."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
+import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -221,3 +225,33 @@ def test_a_moved_unit_is_refetched_not_served_stale(cluster_factory: ClusterFact
         log_before = cluster.access[0].log_path.read_text()
         assert client.get(f"/blob/{token}").content == data
         assert "degraded read" not in cluster.access[0].log_path.read_text()[len(log_before):]
+
+
+def test_a_hung_blobnode_is_hedged_around(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(hedge_after=0.3)
+    data = random.Random(13).randbytes(2 << 20)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        token = wait_for_put(client, data)
+        path, _ = shard_file(cluster, token, 0)
+        hung = next(n for n in cluster.blobnodes if str(path).startswith(str(n.workdir)))
+        os.kill(hung.pid, signal.SIGSTOP)  # alive but answering nothing, like a stuck disk
+        try:
+            started = time.monotonic()
+            assert client.get(f"/blob/{token}").content == data
+            assert time.monotonic() - started < 3.0  # hedge (0.3 s) plus a degraded read, not the 10 s timeout
+        finally:
+            os.kill(hung.pid, signal.SIGCONT)
+
+
+def test_a_put_without_quorum_fails_clearly_and_records_its_leftovers(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory()
+    access = cluster.access[0]
+    with httpx.Client(base_url=access.url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        for node in cluster.blobnodes[:2]:  # EC3P3 needs 5 of 6 shards
+            node.kill9()
+        resp = client.put("/blob", content=b"y" * 10_000)
+        assert resp.status_code == 503
+        assert "quorum is 5" in resp.json()["error"]
+    leftovers = [json.loads(line) for line in Path(access.config["orphan_log"]).read_text().splitlines()]
+    assert len(leftovers) == 1 and len(leftovers[0]["shards"]) == 4
