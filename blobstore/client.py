@@ -1,0 +1,342 @@
+"""The SDK: `AsyncClient` does all the work on httpx; `Client` is a thin blocking wrapper around it.
+
+Every request goes to up to three randomly chosen access hosts (the CubeFS access client does the
+same): a connection failure, a timeout or a 502/503/504 moves on to the next one. Bodies stream both
+ways with constant memory: an upload is a generator with an explicit Content-Length, a download is
+read piece by piece.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import threading
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import httpx
+
+from blobstore.errors import RETRYABLE_STATUS, BadRequest, Unavailable, error_from_answer
+
+CHUNK = 1 << 20
+MAX_TRIES = 3  # hosts tried per request
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,512}")
+
+Progress = Callable[[int, int], object]  # (bytes done, bytes in total)
+Data = bytes | bytearray | memoryview | BinaryIO | Iterable[bytes] | AsyncIterable[bytes]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """`count` consecutive blobs from `min_bid` in volume `vid`."""
+
+    vid: int
+    min_bid: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What a location says about its object: no blobnode is read to answer."""
+
+    size: int
+    crc: int
+    code_mode: str
+    blob_size: int
+    cluster_id: int
+    blobs: tuple[Slice, ...]
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Stat:
+        blobs = tuple(Slice(int(b["vid"]), int(b["min_bid"]), int(b["count"])) for b in raw["blobs"])
+        return cls(int(raw["size"]), int(raw["crc"]), str(raw["code_mode"]), int(raw["blob_size"]),
+                   int(raw["cluster_id"]), blobs)
+
+
+def _normalize_hosts(hosts: str | Iterable[str]) -> list[str]:
+    listed = [hosts] if isinstance(hosts, str) else list(hosts)
+    normalized = [(h if "://" in h else f"http://{h}").rstrip("/") for h in listed if h]
+    if not normalized:
+        raise ValueError("the client needs at least one access host")
+    return normalized
+
+
+def _blob_path(location: str) -> str:
+    if not _TOKEN.fullmatch(location):
+        raise BadRequest(f"{location[:40]!r} is not a location token", code="bad_request")
+    return f"/blob/{location}"
+
+
+def _range_header(offset: int, size: int | None) -> dict[str, str]:
+    if offset < 0 or (size is not None and size < 0):
+        raise ValueError(f"offset {offset} and size {size} must not be negative")
+    if offset == 0 and size is None:
+        return {}
+    return {"range": f"bytes={offset}-" if size is None else f"bytes={offset}-{offset + size - 1}"}
+
+
+class _Upload:
+    """A PUT body of known size, replayable to another host unless a one-shot iterator was started."""
+
+    def __init__(self, data: Data, size: int | None, progress: Progress | None) -> None:
+        self._data = data
+        self._progress = progress
+        self._started = False
+        self._file_start: int | None = None
+        if isinstance(data, bytes | bytearray | memoryview):
+            self.size = len(data) if size is None else size
+        elif hasattr(data, "read"):
+            self.size = size if size is not None else self._file_size(data)  # type: ignore[arg-type]
+            with contextlib.suppress(OSError, ValueError):
+                self._file_start = data.tell() if data.seekable() else None  # type: ignore[union-attr]
+        elif size is None:
+            raise ValueError("put(iterator) needs size=: access requires the Content-Length up front")
+        else:
+            self.size = size
+        if self.size < 0:
+            raise ValueError(f"size {self.size} is negative")
+
+    @staticmethod
+    def _file_size(f: BinaryIO) -> int:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            st = os.fstat(f.fileno())
+            if st.st_mode & 0o170000 == 0o100000:  # a regular file
+                return st.st_size - f.tell()
+        try:
+            here = f.tell()
+            end = f.seek(0, os.SEEK_END)
+            f.seek(here)
+            return end - here
+        except (OSError, ValueError) as exc:
+            raise ValueError("cannot tell the size of this file object; pass size=") from exc
+
+    @property
+    def replayable(self) -> bool:
+        return not self._started or isinstance(self._data, bytes | bytearray | memoryview) or (
+            self._file_start is not None)
+
+    async def content(self) -> AsyncIterator[bytes]:
+        """The body from its start, checked against the declared size, reporting progress as it goes."""
+        sent = 0
+        async for piece in self._pieces():
+            sent += len(piece)
+            if sent > self.size:
+                raise ValueError(f"the body is longer than size={self.size}")
+            yield piece
+            if self._progress is not None:
+                self._progress(sent, self.size)
+        if sent != self.size:
+            raise ValueError(f"the body ended after {sent} bytes but size={self.size}")
+
+    async def _pieces(self) -> AsyncIterator[bytes]:
+        self._started = True
+        data = self._data
+        if isinstance(data, bytes | bytearray | memoryview):
+            view = memoryview(data)
+            for start in range(0, len(view), CHUNK):
+                yield bytes(view[start:start + CHUNK])
+        elif hasattr(data, "read"):
+            if self._file_start is not None:
+                data.seek(self._file_start)  # type: ignore[union-attr]
+            left = self.size
+            while left > 0:
+                piece = await asyncio.to_thread(data.read, min(CHUNK, left))  # type: ignore[union-attr]
+                if not piece:
+                    return
+                left -= len(piece)
+                yield piece
+        elif isinstance(data, AsyncIterable):
+            async for piece in data:
+                yield bytes(piece)
+        else:
+            for piece in data:
+                yield bytes(piece)
+
+
+class AsyncClient:
+    """Asynchronous access client; safe to share between tasks of one event loop."""
+
+    def __init__(self, hosts: str | Iterable[str], *, timeout: float = 60.0, connect_timeout: float = 3.0) -> None:
+        self.hosts = _normalize_hosts(hosts)
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=connect_timeout))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _exchange(self, method: str, path: str, headers: dict[str, str] | None = None,
+                        upload: _Upload | None = None) -> AsyncIterator[httpx.Response]:
+        """One request, tried on up to MAX_TRIES random hosts; yields the streaming 2xx response."""
+        what = f"{method} {path[:48]}"
+        failures: list[str] = []
+        for host in random.sample(self.hosts, min(MAX_TRIES, len(self.hosts))):
+            if upload is not None and not upload.replayable:
+                break
+            content = upload.content() if upload is not None else None
+            request = self._http.build_request(method, host + path, headers=headers, content=content)
+            try:
+                response = await self._http.send(request, stream=True)
+            except httpx.TransportError as exc:
+                failures.append(f"{host}: {type(exc).__name__}: {exc}")
+                continue
+            try:
+                if response.status_code in RETRYABLE_STATUS:
+                    failures.append(f"{host}: {error_from_answer(response.status_code, await response.aread(), what)}")
+                    continue
+                if response.status_code >= 300:
+                    raise error_from_answer(response.status_code, await response.aread(), what)
+                try:
+                    yield response
+                except httpx.TransportError as exc:
+                    raise Unavailable(f"{what} via {host} broke off: {type(exc).__name__}: {exc}") from exc
+                return
+            finally:
+                await response.aclose()
+        raise Unavailable(f"{what}: no access host served it ({'; '.join(failures) or 'nothing tried'})")
+
+    async def put(self, data: Data, *, size: int | None = None, code_mode: str | None = None,
+                  progress: Progress | None = None) -> str:
+        """Store an object and return its location token. Files and iterators are streamed."""
+        upload = _Upload(data, size, progress)
+        headers = {"content-length": str(upload.size), "content-type": "application/octet-stream"}
+        if code_mode:
+            headers["x-code-mode"] = code_mode
+        async with self._exchange("PUT", "/blob", headers, upload) as response:
+            await response.aread()
+        return str(response.json()["location"])
+
+    async def _download(self, location: str, offset: int, size: int | None, chunk_size: int,
+                        progress: Progress | None) -> AsyncGenerator[bytes, None]:
+        headers = _range_header(offset, size)
+        path = _blob_path(location)
+        if size == 0:
+            return
+        async with self._exchange("GET", path, headers) as response:
+            total, done = int(response.headers.get("content-length", 0)), 0
+            async for piece in response.aiter_bytes(chunk_size):
+                done += len(piece)
+                yield piece
+                if progress is not None:
+                    progress(done, total)
+
+    def get_stream(self, location: str, offset: int = 0, size: int | None = None,
+                   chunk_size: int = CHUNK) -> AsyncGenerator[bytes, None]:
+        """The object's bytes (or `size` bytes from `offset`) piece by piece, never held whole."""
+        return self._download(location, offset, size, chunk_size, None)
+
+    async def get(self, location: str, offset: int = 0, size: int | None = None) -> bytes:
+        return b"".join([piece async for piece in self.get_stream(location, offset, size)])
+
+    async def get_to_file(self, location: str, path: str | os.PathLike[str], progress: Progress | None = None, *,
+                          offset: int = 0, size: int | None = None) -> int:
+        """Download into `path` (through `path.part`, renamed once complete); returns the bytes written."""
+        target = Path(path)
+        partial = target.with_name(target.name + ".part")
+        written = 0
+        try:
+            with open(partial, "wb") as f:
+                async for piece in self._download(location, offset, size, CHUNK, progress):
+                    await asyncio.to_thread(f.write, piece)
+                    written += len(piece)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return written
+
+    async def stat(self, location: str) -> Stat:
+        async with self._exchange("GET", _blob_path(location) + "/stat") as response:
+            await response.aread()
+        return Stat.from_json(response.json())
+
+    async def delete(self, location: str) -> None:
+        async with self._exchange("DELETE", _blob_path(location)):
+            pass
+
+
+class _LoopThread:
+    """A private event loop in a daemon thread, so blocking callers can drive the async core."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="blobstore-client", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def iterate(self, agen: AsyncGenerator[T, None]) -> Iterator[T]:
+        sentinel = object()
+
+        async def step() -> object:
+            return await anext(agen, sentinel)
+
+        try:
+            while (item := self.run(step())) is not sentinel:
+                yield item  # type: ignore[misc]
+        finally:
+            if not self.loop.is_closed():
+                self.run(agen.aclose())
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class Client:
+    """Blocking access client with the same methods as `AsyncClient`; thread-safe.
+
+    Progress callbacks run on the client's own I/O thread.
+    """
+
+    def __init__(self, hosts: str | Iterable[str], *, timeout: float = 60.0, connect_timeout: float = 3.0) -> None:
+        self._core = AsyncClient(hosts, timeout=timeout, connect_timeout=connect_timeout)
+        self._loop = _LoopThread()
+
+    @property
+    def hosts(self) -> list[str]:
+        return self._core.hosts
+
+    def close(self) -> None:
+        self._loop.run(self._core.aclose())
+        self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def put(self, data: Data, *, size: int | None = None, code_mode: str | None = None,
+            progress: Progress | None = None) -> str:
+        return self._loop.run(self._core.put(data, size=size, code_mode=code_mode, progress=progress))
+
+    def get(self, location: str, offset: int = 0, size: int | None = None) -> bytes:
+        return self._loop.run(self._core.get(location, offset, size))
+
+    def get_stream(self, location: str, offset: int = 0, size: int | None = None,
+                   chunk_size: int = CHUNK) -> Iterator[bytes]:
+        return self._loop.iterate(self._core.get_stream(location, offset, size, chunk_size))
+
+    def get_to_file(self, location: str, path: str | os.PathLike[str], progress: Progress | None = None, *,
+                    offset: int = 0, size: int | None = None) -> int:
+        return self._loop.run(self._core.get_to_file(location, path, progress, offset=offset, size=size))
+
+    def stat(self, location: str) -> Stat:
+        return self._loop.run(self._core.stat(location))
+
+    def delete(self, location: str) -> None:
+        self._loop.run(self._core.delete(location))
+

@@ -1,0 +1,212 @@
+"""A whole cluster on 127.0.0.1 as detached processes, recorded in DIR/cluster.json and stopped by PID.
+
+`up` starts it stage by stage and returns once a first PUT succeeds (clustermgr creates volumes and the
+allocator leases them in the background); `down` stops what `up` started; `status` says what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from blobstore.client import Client
+from blobstore.errors import BlobstoreError
+from blobstore.plan import CLUSTERMGR_COUNT, STAGES, ClusterShape, ProcessSpec, plan_cluster
+from blobstore.procs import free_ports, healthy, poll, running, spawn, stop
+
+DEFAULT_DIR = Path("run")
+STATE_FILE = "cluster.json"
+SOURCE_ROOT = Path(__file__).resolve().parents[1]  # holds services/ and libs/ next to blobstore/
+Say = Callable[[str], object]
+
+
+class LauncherError(Exception):
+    """The cluster could not be started, found or stopped; the message says why and where to look."""
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    role: str
+    name: str
+    pid: int
+    started: int  # kernel start time: a recycled pid is never mistaken for this process
+    port: int
+    url: str
+    config: str
+    log: str
+
+    @property
+    def running(self) -> bool:
+        return running(self.pid, self.started)
+
+
+@dataclass
+class ClusterInfo:
+    dir: str
+    access_url: str
+    clustermgr_urls: list[str]
+    redis_url: str
+    code_mode: str
+    processes: list[ProcessRecord] = field(default_factory=list)
+
+    def save(self) -> None:
+        path = Path(self.dir) / STATE_FILE
+        path.with_suffix(".tmp").write_text(json.dumps(asdict(self), indent=2))
+        os.replace(path.with_suffix(".tmp"), path)
+
+    @classmethod
+    def load(cls, root: Path) -> ClusterInfo:
+        path = root / STATE_FILE
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise LauncherError(f"no cluster in {root}/ (no {STATE_FILE}): run `blobstore cluster up`") from None
+        raw["processes"] = [ProcessRecord(**p) for p in raw["processes"]]
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    role: str
+    name: str
+    pid: int
+    port: int
+    url: str
+    running: bool
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    dir: str
+    access_url: str
+    leader: str | None  # name of the clustermgr that leads, None while there is none
+    processes: list[ProcessStatus]
+
+
+def _child_env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{SOURCE_ROOT}{os.pathsep}{path}" if path else str(SOURCE_ROOT)}
+
+
+def _clear_stopped(root: Path, say: Say) -> None:
+    """Refuse while a cluster runs in `root`; wipe the folders of one that was stopped."""
+    if not (root / STATE_FILE).exists():
+        return
+    old = ClusterInfo.load(root)
+    alive = [p for p in old.processes if p.running]
+    if alive:
+        raise LauncherError(f"a cluster already runs in {root}/ (pids {', '.join(str(p.pid) for p in alive)}); "
+                            f"stop it first: blobstore cluster down --dir {root}")
+    for p in old.processes:
+        shutil.rmtree(root / p.name, ignore_errors=True)
+    (root / STATE_FILE).unlink()
+    say(f"wiped the stopped cluster's data in {root}/")
+
+
+def _start(spec: ProcessSpec, env: dict[str, str]) -> ProcessRecord:
+    spec.workdir.mkdir(parents=True, exist_ok=True)
+    spec.config_path.write_text(spec.config_text)
+    pid, started = spawn(spec.command, spec.log_path, spec.workdir, env)
+    return ProcessRecord(spec.role, spec.name, pid, started, spec.port, spec.url, str(spec.config_path),
+                         str(spec.log_path))
+
+
+def _wait_healthy(records: list[ProcessRecord], timeout: float) -> None:
+    pending = list(records)
+
+    def check() -> bool:
+        for record in list(pending):
+            if not record.running:
+                tail = Path(record.log).read_text(errors="replace")[-2000:]
+                raise LauncherError(f"{record.name} exited during start; the end of {record.log}:\n{tail}")
+            if healthy(record.url):
+                pending.remove(record)
+        return not pending
+
+    if not poll(check, timeout, interval=0.1):
+        raise LauncherError(f"not healthy after {timeout:.0f}s: "
+                            + ", ".join(f"{r.name} (log {r.log})" for r in pending))
+
+
+def _wait_first_put(access_url: str, timeout: float) -> None:
+    """Volumes are created and leased in the background: poll until a PUT and its read-back succeed."""
+    probe = b"blobstore cluster up probe"
+    failure: list[str] = []
+
+    def put_ok(client: Client) -> bool:
+        try:
+            return client.get(client.put(probe)) == probe
+        except BlobstoreError as exc:
+            failure[:] = [str(exc)]
+            return False
+
+    with Client(access_url, timeout=10.0) as client:
+        if not poll(lambda: put_ok(client), timeout, interval=0.25):
+            raise LauncherError(f"no PUT succeeded within {timeout:.0f}s: {failure[0] if failure else '?'}")
+
+
+def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: float = 60.0,
+       say: Say = lambda _: None) -> ClusterInfo:
+    """Start a cluster under `root` and return once it stores objects; on failure stop what was started."""
+    shape = shape or ClusterShape()
+    if shutil.which("redis-server") is None:
+        raise LauncherError("redis-server is not installed (make setup installs it: apt-get install redis-server)")
+    root.mkdir(parents=True, exist_ok=True)
+    root = root.resolve()
+    _clear_stopped(root, say)
+    count = 1 + 2 * CLUSTERMGR_COUNT + shape.blobnodes + 2
+    specs = plan_cluster(root, shape, iter(free_ports(count)), sys.executable, secrets.token_hex(16))
+    by_role = {spec.role: spec for spec in specs}
+    info = ClusterInfo(str(root), by_role["access"].url, [s.url for s in specs if s.role == "clustermgr"],
+                       by_role["redis"].url, shape.code_mode)
+    env = _child_env()
+    try:
+        for stage in STAGES:
+            started = [_start(spec, env) for spec in specs if spec.role in stage]
+            info.processes.extend(started)
+            info.save()
+            say(f"started {', '.join(r.name for r in started)}")
+            _wait_healthy(started, timeout)
+        _wait_first_put(info.access_url, timeout)
+    except BaseException:
+        stop([(p.pid, p.started) for p in info.processes])
+        raise
+    say(f"a first PUT succeeded; access at {info.access_url}")
+    return info
+
+
+def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessRecord, str]]:
+    """Stop every process `up` recorded under `root`: SIGTERM, then SIGKILL after `timeout`."""
+    info = ClusterInfo.load(root)
+    outcome = stop([(p.pid, p.started) for p in info.processes], timeout)
+    return [(p, outcome[p.pid]) for p in info.processes]
+
+
+def _leader(info: ClusterInfo) -> str | None:
+    """The clustermgr named by a replica's Raft status (node ids are 1..3 in member order)."""
+    for url in info.clustermgr_urls:
+        try:
+            leader = httpx.get(f"{url}/raft/status", timeout=1.0).json().get("leader")
+        except (httpx.HTTPError, ValueError):
+            continue
+        if leader:
+            return f"clustermgr{leader}"
+    return None
+
+
+def status(root: Path = DEFAULT_DIR) -> ClusterStatus:
+    info = ClusterInfo.load(root)
+    processes = []
+    for p in info.processes:
+        alive = p.running
+        processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive, alive and healthy(p.url)))
+    return ClusterStatus(info.dir, info.access_url, _leader(info), processes)

@@ -1,0 +1,91 @@
+"""What a local cluster consists of: every process with its port, config and command. No I/O here.
+
+The launcher turns this plan into running processes; keeping it pure lets a test or a benchmark look
+at (or tweak) the configs before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+CLUSTERMGR_COUNT = 3
+# Start order: each stage is healthy before the next one starts, because later stages register with earlier ones.
+STAGES: tuple[tuple[str, ...], ...] = (("redis", "clustermgr"), ("blobnode",), ("allocator",), ("access",))
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    blobnodes: int = 6
+    disks_per_node: int = 2
+    code_mode: str = "EC3P3"
+    min_volumes: int = 2
+    chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process: `command` reads `config_text` from `config_path`; it logs to `log_path`."""
+
+    role: str
+    name: str
+    port: int
+    url: str
+    workdir: Path
+    config_path: Path
+    config_text: str
+    command: tuple[str, ...]
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+
+def _service(role: str, name: str, port: int, root: Path, python: str, config: dict[str, Any]) -> ProcessSpec:
+    workdir = root / name
+    conf = workdir / "conf.json"
+    return ProcessSpec(role, name, port, f"http://{HOST}:{port}", workdir, conf, json.dumps(config, indent=2),
+                       (python, "-m", f"services.{role}", "-c", str(conf)))
+
+
+def _redis(port: int, root: Path) -> ProcessSpec:
+    workdir = root / "redis"
+    conf = workdir / "redis.conf"
+    # A volume cache only: no persistence, so nothing is written but the log.
+    text = f'bind {HOST}\nport {port}\nsave ""\nappendonly no\ndaemonize no\ndir {workdir}\n'
+    return ProcessSpec("redis", "redis", port, f"redis://{HOST}:{port}/0", workdir, conf, text,
+                       ("redis-server", str(conf)))
+
+
+def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> list[ProcessSpec]:
+    """Every process of a local cluster under `root`, in start order; `ports` hands out free ports."""
+    root = root.resolve()
+    redis = _redis(next(ports), root)
+    members = {str(n): {"raft_addr": f"{HOST}:{next(ports)}", "http_addr": f"{HOST}:{next(ports)}"}
+               for n in range(1, CLUSTERMGR_COUNT + 1)}
+    policy = [{"code_mode": shape.code_mode, "min_volumes": shape.min_volumes}]
+    cms = [_service("clustermgr", f"clustermgr{n}", int(m["http_addr"].rsplit(":", 1)[1]), root, python,
+                    {"node_id": int(n), "members": members, "data_dir": str(root / f"clustermgr{n}" / "data"),
+                     "code_modes": policy, "chunk_size": shape.chunk_size, "volume_check_interval": 0.5})
+           for n, m in members.items()]
+    cm_urls = [cm.url for cm in cms]
+    blobnodes = []
+    for i in range(1, shape.blobnodes + 1):
+        port = next(ports)
+        disks = [{"path": str(root / f"blobnode{i}" / f"disk{d}")} for d in range(1, shape.disks_per_node + 1)]
+        blobnodes.append(_service("blobnode", f"blobnode{i}", port, root, python,
+                                  {"bind_addr": f"{HOST}:{port}", "disks": disks, "clustermgr_hosts": cm_urls,
+                                   "heartbeat_interval": 1.0}))
+    alloc_port, access_port = next(ports), next(ports)
+    allocator = _service("allocator", "allocator", alloc_port, root, python,
+                         {"bind_addr": f"{HOST}:{alloc_port}", "clustermgr_hosts": cm_urls,
+                          "code_modes": [shape.code_mode]})
+    access = _service("access", "access", access_port, root, python,
+                      {"bind_addr": f"{HOST}:{access_port}", "secret": secret, "clustermgr_hosts": cm_urls,
+                       "allocator_hosts": [allocator.url], "redis_url": redis.url,
+                       "default_code_mode": shape.code_mode, "orphan_log": str(root / "access" / "orphans.jsonl")})
+    return [redis, *cms, *blobnodes, allocator, access]
