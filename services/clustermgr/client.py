@@ -14,7 +14,7 @@ from typing import Any
 
 from libs.proto.cluster import DiskInfo, ServiceInfo, Unit, VolumeInfo
 from libs.rpc.client import HttpClient, Params
-from libs.rpc.errors import NotLeader, Unavailable
+from libs.rpc.errors import NotFound, NotLeader, Unavailable
 
 
 class ClusterClient:
@@ -186,3 +186,21 @@ class ClusterClient:
 
     async def stat(self) -> dict[str, Any]:
         return dict(await self.call("GET", "/stat"))
+
+
+async def keep_registered(cluster: ClusterClient, name: str, host: str, idc: str = "", ttl: float = 10.0) -> None:
+    """Register a service and heartbeat it every ttl/3 until cancelled (re-registering if forgotten)."""
+    registered = False
+    while True:
+        try:
+            if not registered:
+                await cluster.register_service(name, host, idc, ttl)
+                registered = True
+            else:
+                await cluster.service_heartbeat(name, host)
+        except NotFound:
+            registered = False
+            continue
+        except Unavailable:
+            pass
+        await asyncio.sleep(ttl / 3)

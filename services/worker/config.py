@@ -1,0 +1,18 @@
+"""Worker configuration (`python -m services.worker -c worker.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class WorkerConfig(BaseModel):
+    bind_addr: str = "127.0.0.1:9300"
+    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    idc: str = "z0"
+    clustermgr_hosts: list[str] = Field(min_length=1)
+    shard_timeout: float = Field(30.0, gt=0)
+    register_ttl: float = Field(10.0, gt=0)
+
+    @property
+    def advertised_host(self) -> str:
+        return self.host or f"http://{self.bind_addr}"
