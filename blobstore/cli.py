@@ -1,0 +1,267 @@
+"""The `blobstore` command: run a local cluster, store and read objects, inspect shards, disks, volumes, config.
+
+Commands find the access and clustermgr URLs in `--dir`'s cluster.json unless `--access` / `--clustermgr`
+name them. Every expected failure prints one `error:` line on stderr and exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+from typer.core import TyperGroup
+
+from blobstore.client import Client
+from blobstore.errors import BlobstoreError
+from blobstore.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, down, status, up
+from blobstore.plan import ClusterShape
+from blobstore.shards import inspect_shards
+from libs.ec import parse_code_mode
+from libs.rpc.errors import RpcError
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+
+T = TypeVar("T")
+EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError)
+out = Console()
+err = Console(stderr=True)
+
+
+class _Group(TyperGroup):
+    """Turns an expected failure anywhere below into one line and exit status 1."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer vendors click: its Context type is private
+        try:
+            return super().invoke(ctx)
+        except EXPECTED as exc:
+            err.print(f"error: {exc}", style="red", markup=False, highlight=False)
+            raise typer.Exit(1) from None
+
+
+def _typer(help_text: str) -> typer.Typer:
+    return typer.Typer(help=help_text, no_args_is_help=True, pretty_exceptions_show_locals=False)
+
+
+app = typer.Typer(cls=_Group, help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
+cluster_app, blob_app = _typer("Run a local cluster."), _typer("Look inside stored objects.")
+disk_app, volume_app, config_app = _typer("Disks."), _typer("Volumes."), _typer("Cluster configuration.")
+for sub, name in ((cluster_app, "cluster"), (blob_app, "blob"), (disk_app, "disk"), (volume_app, "volume"),
+                  (config_app, "config")):
+    app.add_typer(sub, name=name)
+
+DirOpt = Annotated[Path, typer.Option("--dir", help="Folder of the local cluster (its cluster.json).")]
+AccessOpt = Annotated[str, typer.Option("--access", help="Access URL(s), comma-separated [default: cluster.json].")]
+CmOpt = Annotated[str, typer.Option("--clustermgr", help="clustermgr URL(s), comma-separated [default: cluster.json].")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _access(root: Path, access: str) -> list[str]:
+    return access.split(",") if access else [ClusterInfo.load(root).access_url]
+
+
+def _clustermgr(root: Path, clustermgr: str) -> list[str]:
+    return clustermgr.split(",") if clustermgr else ClusterInfo.load(root).clustermgr_urls
+
+
+def _on_cluster(root: Path, clustermgr: str, call: Callable[[ClusterClient], Awaitable[T]]) -> T:
+    async def run() -> T:
+        async with ClusterClient(_clustermgr(root, clustermgr)) as cm:
+            return await call(cm)
+
+    return asyncio.run(run())
+
+
+def _emit(rows: list[dict[str, Any]], as_json: bool, title: str | None = None) -> None:
+    """Rows as a table, or as JSON for scripts."""
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=title)
+    for column in rows[0] if rows else []:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    out.print(table)
+
+
+@contextmanager
+def _progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=err, transient=False) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _parse_range(text: str) -> tuple[int, int | None]:
+    """`a-b` (inclusive) or `a-` -> (offset, size or None)."""
+    first, sep, last = text.partition("-")
+    if not sep or not first.isdigit() or not (last.isdigit() or last == ""):
+        raise typer.BadParameter(f"{text!r} is not a-b or a-", param_hint="--range")
+    if last and int(last) < int(first):
+        raise typer.BadParameter(f"{text!r}: the last byte is before the first", param_hint="--range")
+    return int(first), int(last) - int(first) + 1 if last else None
+
+
+# cluster
+
+
+@cluster_app.command("up")
+def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: int = 2, code_mode: str = "EC3P3",
+               timeout: float = 60.0) -> None:
+    """Start redis, 3 clustermgr, blobnodes, an allocator and access on 127.0.0.1, detached."""
+    info = up(dir, ClusterShape(blobnodes, disks_per_node, code_mode), timeout=timeout, say=err.print)
+    err.print(f"{len(info.processes)} processes in {info.dir}/ (cluster.json, one folder each with its log)")
+    err.print(f"stop it with: blobstore cluster down --dir {dir}")
+    typer.echo(info.access_url)
+
+
+@cluster_app.command("down")
+def cluster_down(dir: DirOpt = DEFAULT_DIR, timeout: float = 10.0) -> None:
+    """Stop every process `cluster up` started in DIR, by PID (SIGTERM, then SIGKILL)."""
+    for record, outcome in down(dir, timeout):
+        out.print(f"{record.name:12} pid {record.pid:<8} {outcome}")
+    out.print(f"cluster in {dir}/ is down")
+
+
+@cluster_app.command("status")
+def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
+    """Each process (role, pid, port, healthy) and which clustermgr leads."""
+    state = status(dir)
+    if as_json:
+        typer.echo(json.dumps(asdict(state), indent=2))
+        return
+    _emit([{"role": p.role, "name": p.name, "pid": p.pid, "port": p.port,
+            "healthy": "yes" if p.healthy else ("no" if p.running else "stopped")} for p in state.processes], False)
+    out.print(f"leader: {state.leader or 'none'}    access: {state.access_url}")
+
+
+# objects
+
+
+@app.command()
+def put(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+        code_mode: Annotated[str, typer.Option(help="e.g. EC6P3 [default: the cluster's size policy]")] = "",
+        dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
+    """Store FILE and print its location."""
+    with Client(_access(dir, access)) as client, open(file, "rb") as f, _progress_bar(f"put {file.name}") as report:
+        location = client.put(f, code_mode=code_mode or None, progress=report)
+    typer.echo(location)
+
+
+@app.command()
+def get(location: str, output: Annotated[Path | None, typer.Option("-o", "--output", help="[default: stdout]")] = None,
+        range_: Annotated[str, typer.Option("--range", help="bytes a-b (inclusive) or a-")] = "",
+        dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
+    """Read an object (or a byte range of it) to a file or stdout."""
+    offset, size = _parse_range(range_) if range_ else (0, None)
+    with Client(_access(dir, access)) as client:
+        if output is None:
+            for piece in client.get_stream(location, offset, size):
+                sys.stdout.buffer.write(piece)
+            sys.stdout.buffer.flush()
+            return
+        with _progress_bar(f"get {output.name}") as report:
+            written = client.get_to_file(location, output, report, offset=offset, size=size)
+    err.print(f"wrote {written} bytes to {output}")
+
+
+@app.command()
+def stat(location: str, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
+    """What the location says: size, CRC, code mode and its blobs."""
+    with Client(_access(dir, access)) as client:
+        typer.echo(json.dumps(asdict(client.stat(location)), indent=2))
+
+
+@blob_app.command("shards")
+def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "",
+                clustermgr: CmOpt = "") -> None:
+    """Every shard of every blob: index, vuid, disk, host, and present / missing / corrupt."""
+    with Client(_access(dir, access)) as client:
+        info = client.stat(location)
+
+    async def run(cm: ClusterClient) -> list[dict[str, Any]]:
+        async with BlobnodeClient() as blobnodes:
+            return [asdict(r) for r in await inspect_shards(info, cm, blobnodes)]
+
+    _emit(_on_cluster(dir, clustermgr, run), as_json, title=f"{info.code_mode} shards")
+
+
+# disks, volumes, config
+
+
+@disk_app.command("list")
+def disk_list(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
+    """Every disk clustermgr knows, with whether its blobnode heartbeats."""
+    disks = _on_cluster(dir, clustermgr, lambda cm: cm.list_disks())
+    keys = ("disk_id", "host", "path", "status", "readonly", "alive", "chunks", "free")
+    _emit(disks if as_json else [{k: d.get(k) for k in keys} for d in disks], as_json)
+
+
+@disk_app.command("set")
+def disk_set(disk_id: int, status_: Annotated[str | None, typer.Option("--status", help="e.g. broken")] = None,
+             readonly: Annotated[bool | None, typer.Option("--readonly/--writable")] = None,
+             dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
+    """Change a disk's status or readonly flag."""
+    disk = _on_cluster(dir, clustermgr, lambda cm: cm.set_disk(disk_id, status=status_, readonly=readonly))
+    typer.echo(disk.model_dump_json(indent=2))
+
+
+@volume_app.command("list")
+def volume_list(status_: Annotated[str | None, typer.Option("--status", help="idle, active or lock")] = None,
+                as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
+    """Every volume: code mode, status, capacity, use and lease."""
+    volumes = _on_cluster(dir, clustermgr, lambda cm: cm.list_volumes(status_))
+    if as_json:
+        _emit([v.model_dump(mode="json") for v in volumes], True)
+        return
+    _emit([{"vid": v.vid, "code_mode": parse_code_mode(v.code_mode).name, "status": v.status.value,
+            "units": len(v.units), "capacity": v.capacity, "used": v.used, "lease_holder": v.lease_holder}
+           for v in volumes], False)
+
+
+@volume_app.command("get")
+def volume_get(vid: int, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
+    """One volume and where each of its units lives."""
+    volume = _on_cluster(dir, clustermgr, lambda cm: cm.get_volume(vid))
+    if as_json:
+        typer.echo(volume.model_dump_json(indent=2))
+        return
+    out.print(f"volume {volume.vid}: {parse_code_mode(volume.code_mode).name}, {volume.status.value}, "
+              f"used {volume.used} of {volume.capacity}, lease holder {volume.lease_holder or '-'}")
+    _emit([{"index": i, **u.model_dump()} for i, u in enumerate(volume.units)], False)
+
+
+@config_app.command("get")
+def config_get(key: Annotated[str, typer.Argument(help="[default: list every key]")] = "",
+               dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
+    """Print one config value, or every key and value."""
+    if key:
+        value = _on_cluster(dir, clustermgr, lambda cm: cm.get_config(key))
+        if value is None:
+            raise ValueError(f"config key {key!r} is not set")
+        typer.echo(value)
+        return
+    _emit([{"key": k, "value": v} for k, v in _on_cluster(dir, clustermgr, lambda cm: cm.list_config()).items()],
+          False)
+
+
+@config_app.command("set")
+def config_set(key: str, value: str, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
+    """Set a config value through the Raft log (e.g. code_mode_policy, a JSON list)."""
+    _on_cluster(dir, clustermgr, lambda cm: cm.set_config(key, value))
+    out.print(f"{key} set")
+
+
+def main() -> None:
+    app()
