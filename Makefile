@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run demo test lint bench clean
 
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
@@ -11,9 +11,25 @@ PYTEST_ARGS ?=
 	touch $@
 
 setup: .venv/.installed
+	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 
 run: setup
 	$(PY) -m services.blobnode -c deploy/blobnode.json
+
+# A whole local cluster in ./run/, one real file stored and read back; the cluster is left running.
+demo: setup
+	.venv/bin/blobstore cluster down >/dev/null 2>&1 || true
+	.venv/bin/blobstore cluster up
+	head -c 10485760 /dev/urandom > run/demo.bin
+	@echo "--- put run/demo.bin (10 MiB of random bytes)"
+	.venv/bin/blobstore put run/demo.bin > run/demo.location
+	@echo "--- location: $$(cat run/demo.location)"
+	.venv/bin/blobstore stat "$$(cat run/demo.location)"
+	.venv/bin/blobstore get "$$(cat run/demo.location)" -o run/demo.out
+	cmp run/demo.bin run/demo.out
+	@echo "--- read back byte for byte identical (cmp run/demo.bin run/demo.out)"
+	.venv/bin/blobstore cluster status
+	@echo "--- the cluster keeps running; stop it with: .venv/bin/blobstore cluster down"
 
 test: setup
 	.venv/bin/ruff check .
