@@ -78,18 +78,20 @@ def test_random_schedules_with_membership_changes(seed: int, actions: list[tuple
 
     net = FakeNetwork(3, seed, drop=0.05, max_delay=3, flush_prob=0.5, snapshot_every=9, learners=1)
     net.run(60)
-    steps = [
-        lambda m: {**m, 4: Member("n4", voter=False)},
-        lambda m: {**m, 4: Member("n4", voter=True)},
-        lambda m: {k: v for k, v in m.items() if k != 1},
+    steps = [  # (change, done when the committed configuration satisfies)
+        (lambda m: {**m, 4: Member("n4", voter=False)}, lambda m: 4 in m),
+        (lambda m: {**m, 4: Member("n4", voter=True)}, lambda m: m[4].voter),
+        (lambda m: {k: v for k, v in m.items() if k != 1}, lambda m: 1 not in m),
     ]
     third = max(1, len(actions) // 3)
-    for i, change in enumerate(steps):
+    for i, (change, done) in enumerate(steps):
         _run_schedule_part(net, actions[i * third:(i + 1) * third])
-        for _ in range(400):
+        for _ in range(2000):  # an uncommitted change may be lost with its leader: retry
             lead = net.leader()
-            if lead and net.change(change(lead.core.members)):
+            if lead and lead.core.configs[-1][0] <= lead.core.commit and done(lead.core.members):
                 break
+            if lead and not done(lead.core.members):
+                net.change(change(lead.core.members))
             net.step()
         net.settle()
     net.run(50)
