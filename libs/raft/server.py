@@ -60,7 +60,7 @@ class RaftServer:
         self._snap_acks: dict[int, asyncio.Queue[SnapAck]] = {}
         self._receiver: Receiver | None = None
         self._snapshotting = False
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._fatal: BaseException | None = None
         self.transport = Transport(config.node_id, config.listen_addr, self._on_message)
         self.snapshots = SnapshotStore(config.data_dir / "snap")
@@ -86,14 +86,20 @@ class RaftServer:
             heartbeat_ticks=cfg.ticks(cfg.heartbeat_ms), max_batch=cfg.max_batch, max_inflight=cfg.max_inflight,
             checksum_interval=cfg.checksum_interval, rng=random.Random())
         await self.transport.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._ticker()), loop.create_task(self._writer())]
+        self._spawn(self._ticker())
+        self._spawn(self._writer())
         self._guard(None)
 
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.transport.close()
@@ -245,7 +251,7 @@ class RaftServer:
             self._wake_apply_waiters()
             self._maybe_snapshot()
         for peer in out.send_snapshot:
-            self._tasks.append(asyncio.get_running_loop().create_task(self._send_snapshot(peer)))
+            self._spawn(self._send_snapshot(peer))
         for rid, index in out.reads:
             fut = self._reads.get(rid)
             if fut is not None and not fut.done():
@@ -307,7 +313,7 @@ class RaftServer:
         meta = self.node.snapshot_meta(self.applied)
         work = self.snapshots.work_dir(f"take-{meta.index}")
         self.sm.snapshot(work / "state")  # on the loop: captures exactly `applied`
-        self._tasks.append(asyncio.get_running_loop().create_task(self._finish_snapshot(work, meta)))
+        self._spawn(self._finish_snapshot(work, meta))
 
     async def _finish_snapshot(self, work: Path, meta: SnapshotMeta) -> None:
         try:

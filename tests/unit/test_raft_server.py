@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from libs.raft.config import RaftConfig
-from libs.raft.errors import NotLeader
+from libs.raft.errors import InvariantViolation, NotLeader
 from libs.raft.kvcluster import free_port, wait_for
 from libs.raft.server import RaftServer
 from libs.raft.snapshot import Receiver, SnapshotStore
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 class DictMachine:
     def __init__(self) -> None:
         self.data: dict[str, str] = {}
+        self.bug = 0  # a test sets it to make this replica's state diverge
 
     def apply(self, index: int, command: bytes) -> bytes:
         key, _, value = command.decode().partition("=")
@@ -37,7 +38,7 @@ class DictMachine:
         self.data = json.loads((src_dir / "data.json").read_text()) if src_dir else {}
 
     def checksum(self) -> int:
-        return zlib.crc32(json.dumps(self.data, sort_keys=True).encode())
+        return zlib.crc32(json.dumps(self.data, sort_keys=True).encode()) + self.bug
 
 
 def _config(tmp: Path, i: int, peers: dict[int, str], **kw: object) -> RaftConfig:
@@ -106,6 +107,19 @@ def test_new_member_catches_up_through_chunked_snapshot(tmp_path: Path) -> None:
         assert new.node.id in lead.node.voters()
 
     _run(tmp_path, body, snapshot_threshold=100, snapshot_keep=10)
+
+
+def test_diverged_replica_stops_on_checksum_mismatch(tmp_path: Path) -> None:
+    async def body(servers: dict[int, RaftServer], peers: dict[int, str]) -> None:
+        lead = await _leader(servers)
+        bad = next(s for s in servers.values() if s is not lead)
+        bad.sm.bug = 1  # type: ignore[attr-defined]
+        await asyncio.gather(*(lead.propose(b"k%d=v" % i) for i in range(30)))
+        fatal = await asyncio.wait_for(bad.wait_fatal(), 10)
+        assert isinstance(fatal, InvariantViolation) and "checksum" in str(fatal)
+        assert all(s._fatal is None for s in servers.values() if s is not bad)
+
+    _run(tmp_path, body, checksum_interval=10)
 
 
 def test_snapshot_receiver_resumes_at_its_offset(tmp_path: Path) -> None:
