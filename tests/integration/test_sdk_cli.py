@@ -1,0 +1,201 @@
+"""The SDK and the `blobstore` CLI against a real local cluster started by the launcher.
+
+One cluster (6 blobnodes x 1 disk, EC3P3) serves the whole module; it is stopped by PID at the end
+whatever happens, and the last test checks that `cluster down` leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import blobstore
+from blobstore import AsyncClient, BadRequest, BlobstoreError, Client, Forbidden, RangeNotSatisfiable, Unavailable
+from blobstore.cli import app
+from blobstore.launcher import ClusterInfo, down, up
+from blobstore.plan import ClusterShape
+from blobstore.procs import free_ports
+
+MiB = 1 << 20
+SIZES = [0, 1, 5 * MiB + 1]
+KINDS = ["bytes", "file", "iterator"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
+    root = tmp_path_factory.mktemp("cluster")
+    try:
+        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1), timeout=60)
+    finally:
+        if (root / "cluster.json").exists():
+            down(root)
+
+
+@pytest.fixture(scope="module")
+def client(cluster: ClusterInfo) -> Iterator[Client]:
+    with Client(cluster.access_url) as c:
+        yield c
+
+
+@contextmanager
+def _source(kind: str, data: bytes, tmp_path: Path) -> Iterator[tuple[Any, dict[str, int]]]:
+    """What put() is given for `kind`, and the size= it needs."""
+    if kind == "bytes":
+        yield data, {}
+    elif kind == "file":
+        path = tmp_path / "upload.bin"
+        path.write_bytes(data)
+        with open(path, "rb") as f:
+            yield f, {}
+    else:
+        yield (data[i:i + 100_000] for i in range(0, len(data), 100_000)), {"size": len(data)}
+
+
+def test_public_api_is_exactly_all() -> None:
+    public = {name for name, value in vars(blobstore).items()
+              if not name.startswith("_") and not inspect.ismodule(value)}
+    assert public == set(blobstore.__all__)
+    assert sorted(blobstore.__all__) == ["AsyncClient", "BadRequest", "BlobstoreError", "Client", "Forbidden",
+                                         "NotFound", "Progress", "RangeNotSatisfiable", "Slice", "Stat", "Unavailable"]
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_sync_round_trip(client: Client, tmp_path: Path, kind: str, size: int) -> None:
+    data = os.urandom(size)
+    with _source(kind, data, tmp_path) as (source, extra):
+        location = client.put(source, **extra)
+    assert client.get(location) == data
+    stat = client.stat(location)
+    assert (stat.size, stat.code_mode) == (size, "EC3P3")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_async_round_trip(cluster: ClusterInfo, tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for i in range(0, size, 300_000):
+            yield data[i:i + 300_000]
+
+    async def run() -> None:
+        async with AsyncClient([cluster.access_url]) as c:
+            for kind in KINDS:
+                with _source(kind, data, tmp_path) as (source, extra):
+                    location = await c.put(source, **extra)
+                assert await c.get(location) == data, kind
+            location = await c.put(pieces(), size=size)
+            assert b"".join([p async for p in c.get_stream(location, chunk_size=64 << 10)]) == data
+            assert (await c.stat(location)).size == size
+
+    asyncio.run(run())
+
+
+def test_ranges(client: Client) -> None:
+    data = os.urandom(5 * MiB + 1)
+    location = client.put(data)
+    assert client.get(location, 100, 1000) == data[100:1100]
+    assert client.get(location, 4 * MiB - 5, 10) == data[4 * MiB - 5:4 * MiB + 5]  # across a blob boundary
+    assert client.get(location, len(data) - 7) == data[-7:]
+    assert client.get(location, 3, 0) == b""
+    with pytest.raises(RangeNotSatisfiable):
+        client.get(location, len(data) + 10, 5)
+
+
+def test_streams_to_file_with_progress(client: Client, tmp_path: Path) -> None:
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(5 * MiB + 1))
+    sent: list[tuple[int, int]] = []
+    with open(source, "rb") as f:
+        location = client.put(f, progress=lambda done, total: sent.append((done, total)))
+    assert sent[-1] == (source.stat().st_size,) * 2 and len(sent) > 1
+    got: list[tuple[int, int]] = []
+    target = tmp_path / "target.bin"
+    assert client.get_to_file(location, target, progress=lambda done, total: got.append((done, total))) == 5 * MiB + 1
+    assert target.read_bytes() == source.read_bytes()
+    assert got[-1] == (5 * MiB + 1,) * 2 and len(got) > 1
+    streamed = tmp_path / "streamed.bin"
+    with open(streamed, "wb") as f:
+        for piece in client.get_stream(location, chunk_size=256 << 10):
+            assert len(piece) <= 256 << 10
+            f.write(piece)
+    assert streamed.read_bytes() == source.read_bytes()
+
+
+def test_errors(client: Client) -> None:
+    location = client.put(b"signed")
+    middle = len(location) // 2
+    forged = location[:middle] + ("A" if location[middle] != "A" else "B") + location[middle + 1:]
+    with pytest.raises(Forbidden):
+        client.get(forged)
+    with pytest.raises(Forbidden):
+        client.stat(forged)
+    with pytest.raises(BadRequest):
+        client.get("not/a token")
+    with pytest.raises(ValueError, match="size"):
+        client.put(iter([b"abc"]))  # an iterator needs size=
+    with pytest.raises(BlobstoreError) as not_yet:
+        client.delete(location)
+    assert not_yet.value.status == 501
+
+
+def test_dead_host_is_skipped(cluster: ClusterInfo) -> None:
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+    with Client([dead, cluster.access_url], connect_timeout=1.0) as c:
+        for _ in range(4):  # hosts are drawn at random: the dead one comes first in some of these
+            assert c.get(c.put(b"still works")) == b"still works"
+            assert c.get(c.put(iter([b"a one-shot ", b"iterator"]), size=19)) == b"a one-shot iterator"
+    with Client([dead], connect_timeout=1.0) as c, pytest.raises(Unavailable, match="no access host"):
+        c.put(b"nowhere")
+
+
+def _cli(cluster: ClusterInfo, *args: str) -> Any:
+    result = CliRunner().invoke(app, [*args, "--dir", cluster.dir])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_cli_objects(cluster: ClusterInfo, tmp_path: Path) -> None:
+    source = tmp_path / "cli.bin"
+    source.write_bytes(os.urandom(MiB + 3))
+    location = _cli(cluster, "put", str(source)).stdout.strip()
+    _cli(cluster, "get", location, "-o", str(tmp_path / "back.bin"))
+    assert (tmp_path / "back.bin").read_bytes() == source.read_bytes()
+    assert _cli(cluster, "get", location, "--range", "10-19").stdout_bytes == source.read_bytes()[10:20]
+    assert json.loads(_cli(cluster, "stat", location).stdout)["size"] == MiB + 3
+    shards = json.loads(_cli(cluster, "blob", "shards", location, "--json").stdout)
+    assert [s["index"] for s in shards] == list(range(6))
+    assert {s["state"] for s in shards} == {"present"}
+    assert len({s["disk_id"] for s in shards}) == 6
+    failed = CliRunner().invoke(app, ["stat", "garbage!", "--dir", cluster.dir])
+    assert failed.exit_code == 1 and failed.stderr.startswith("error:")
+
+
+def test_cli_cluster_metadata(cluster: ClusterInfo) -> None:
+    disks = json.loads(_cli(cluster, "disk", "list", "--json").stdout)
+    assert len(disks) == 6 and all(d["alive"] for d in disks)
+    volumes = json.loads(_cli(cluster, "volume", "list", "--json").stdout)
+    assert volumes and all(len(v["units"]) == 6 for v in volumes)
+    vid = volumes[0]["vid"]
+    assert json.loads(_cli(cluster, "volume", "get", str(vid), "--json").stdout)["vid"] == vid
+    assert json.loads(_cli(cluster, "config", "get", "code_mode_policy").stdout)[0]["code_mode"] == "EC3P3"
+    state = json.loads(_cli(cluster, "cluster", "status", "--json").stdout)
+    assert state["leader"] in {"clustermgr1", "clustermgr2", "clustermgr3"}
+    assert all(p["healthy"] for p in state["processes"])
+
+
+def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
+    """Runs last in this module: it stops the shared cluster."""
+    records = ClusterInfo.load(Path(cluster.dir)).processes
+    assert len(records) == 1 + 3 + 6 + 1 + 1
+    _cli(cluster, "cluster", "down")
+    assert [p.name for p in records if p.running] == []
