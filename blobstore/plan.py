@@ -76,7 +76,7 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     blobnodes = []
     for i in range(1, shape.blobnodes + 1):
         port = next(ports)
-        disks = [{"path": str(root / f"blobnode{i}" / f"disk{d}")} for d in range(1, shape.disks_per_node + 1)]
+        disks = [{"path": str(root / f"blobnode{i}" / "disks" / str(d))} for d in range(1, shape.disks_per_node + 1)]
         blobnodes.append(_service("blobnode", f"blobnode{i}", port, root, python,
                                   {"bind_addr": f"{HOST}:{port}", "disks": disks, "clustermgr_hosts": cm_urls,
                                    "heartbeat_interval": 1.0}))
