@@ -69,8 +69,14 @@ class VolumeCreator:
         intent = json.dumps({"vid": vid, "units": units})
         await self.propose("kv_set", key=f"{INTENT_PREFIX}{vid}", value=intent)
         try:
-            await asyncio.gather(*(self.blobnodes.create_chunk(u["host"], u["disk_id"], u["vuid"], self.chunk_size)
-                                   for u in units))
+            # Wait for every create to settle before judging: a release racing a create still in
+            # flight would leave that chunk behind.
+            created = await asyncio.gather(
+                *(self.blobnodes.create_chunk(u["host"], u["disk_id"], u["vuid"], self.chunk_size) for u in units),
+                return_exceptions=True)
+            failed = next((r for r in created if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise failed
             await self.propose("volume_create", vid=vid, code_mode=int(mode), backend=self.backend, units=units,
                                capacity=self.chunk_size * t.n)
         except (RpcError, PlacementError, OSError):
