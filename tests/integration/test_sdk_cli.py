@@ -47,17 +47,17 @@ def client(cluster: ClusterInfo) -> Iterator[Client]:
 
 
 @contextmanager
-def _source(kind: str, data: bytes, tmp_path: Path) -> Iterator[tuple[Any, dict[str, int]]]:
+def _source(kind: str, data: bytes, tmp_path: Path) -> Iterator[tuple[Any, int | None]]:
     """What put() is given for `kind`, and the size= it needs."""
     if kind == "bytes":
-        yield data, {}
+        yield data, None
     elif kind == "file":
         path = tmp_path / "upload.bin"
         path.write_bytes(data)
         with open(path, "rb") as f:
-            yield f, {}
+            yield f, None
     else:
-        yield (data[i:i + 100_000] for i in range(0, len(data), 100_000)), {"size": len(data)}
+        yield (data[i:i + 100_000] for i in range(0, len(data), 100_000)), len(data)
 
 
 def test_public_api_is_exactly_all() -> None:
@@ -72,8 +72,8 @@ def test_public_api_is_exactly_all() -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_sync_round_trip(client: Client, tmp_path: Path, kind: str, size: int) -> None:
     data = os.urandom(size)
-    with _source(kind, data, tmp_path) as (source, extra):
-        location = client.put(source, **extra)
+    with _source(kind, data, tmp_path) as (source, size_arg):
+        location = client.put(source, size=size_arg)
     assert client.get(location) == data
     stat = client.stat(location)
     assert (stat.size, stat.code_mode) == (size, "EC3P3")
@@ -90,8 +90,8 @@ def test_async_round_trip(cluster: ClusterInfo, tmp_path: Path, size: int) -> No
     async def run() -> None:
         async with AsyncClient([cluster.access_url]) as c:
             for kind in KINDS:
-                with _source(kind, data, tmp_path) as (source, extra):
-                    location = await c.put(source, **extra)
+                with _source(kind, data, tmp_path) as (source, size_arg):
+                    location = await c.put(source, size=size_arg)
                 assert await c.get(location) == data, kind
             location = await c.put(pieces(), size=size)
             assert b"".join([p async for p in c.get_stream(location, chunk_size=64 << 10)]) == data
