@@ -3,15 +3,21 @@
 Safety is checked while the schedule runs (one leader per term; every node applies the same
 entry at each index; applied advances one by one) and after it heals (no acknowledged proposal
 lost, all nodes hold the same state).
+
+Derandomized so that CI is deterministic; set RAFT_SIM_EXPLORE=1 to draw fresh schedules
+(e.g. in a loop with `--hypothesis-seed=N`).
 """
 
 from __future__ import annotations
+
+import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from libs.raft.fakenet import FakeNetwork
 
+DERANDOMIZE = not os.environ.get("RAFT_SIM_EXPLORE")
 ACTIONS = st.one_of(
     st.tuples(st.just("propose"), st.integers(1, 6)),
     st.tuples(st.just("run"), st.integers(1, 40)),
@@ -60,7 +66,7 @@ def _run_schedule(net: FakeNetwork, n: int, actions: list[tuple[str, int]]) -> N
     _check_converged(net)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), n=st.sampled_from([3, 5]), drop=st.sampled_from([0.0, 0.05, 0.2]),
        dup=st.sampled_from([0.0, 0.1]), delay=st.integers(1, 6), flush=st.sampled_from([1.0, 0.5, 0.2]),
        snap=st.sampled_from([0, 7]), actions=st.lists(ACTIONS, max_size=60))
@@ -70,7 +76,7 @@ def test_random_schedules_keep_raft_safe(seed: int, n: int, drop: float, dup: fl
     _run_schedule(net, n, actions)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), actions=st.lists(ACTIONS, min_size=5, max_size=25))
 def test_random_schedules_with_membership_changes(seed: int, actions: list[tuple[str, int]]) -> None:
     """Add a learner, promote it and remove an old voter while faults happen."""
