@@ -71,6 +71,15 @@ class Tactic:
         """Bytes per shard for a blob: max(ceil(len/N), min_shard_size); the tail is zero padded."""
         return max(-(-blob_len // self.n), self.min_shard_size)
 
+    def unit_az(self, index: int) -> int:
+        """The AZ slot (0..A-1) of shard/unit `index`: each AZ holds N/A data, M/A parity, L/A local."""
+        a = self.az_count
+        if index < self.n:
+            return index // (self.n // a)
+        if index < self.n + self.m:
+            return (index - self.n) // (self.m // a)
+        return (index - self.n - self.m) // max(1, self.l // a)
+
     def local_stripes(self) -> tuple[tuple[int, ...], ...]:
         """Shard indexes of each local stripe (data, global parity, then its local parity)."""
         if not self.l:

@@ -12,7 +12,6 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from libs.ec import Tactic
-from services.clustermgr.placement import unit_az
 
 Written = Set[int] | Sequence[bool]
 
@@ -35,7 +34,7 @@ def decide_put(tactic: Tactic, written: Written) -> PutDecision:
         return PutDecision(True, missing, count)
     if tactic.az_count < 3:
         return PutDecision(False, missing, count)
-    down = sorted({unit_az(tactic, i) for i in missing})
+    down = sorted({tactic.unit_az(i) for i in missing})
     if len(down) == 1:
         return PutDecision(True, missing, f"{count}; AZ {down[0]} down, every other AZ fully written")
     return PutDecision(False, missing, f"{count}; the missing shards span AZs {down}")

@@ -2,7 +2,7 @@
 
 Pure and deterministic given its inputs (seeds/003: BookKeeper's rack/region-aware ensemble
 placement, and replacing one member while keeping the spread). Unit i of a mode with A AZs lives in
-AZ `unit_az(tactic, i)`: each AZ holds N/A data, M/A parity and L/A local-parity units, so losing a
+AZ `tactic.unit_az(i)`: each AZ holds N/A data, M/A parity and L/A local-parity units, so losing a
 whole AZ loses at most what the code can rebuild.
 """
 
@@ -29,16 +29,6 @@ class Candidate:
     idc: str
     rack: str
     free: int
-
-
-def unit_az(tactic: Tactic, index: int) -> int:
-    """The AZ slot (0..A-1) of unit `index` in the |data|parity|local| layout."""
-    a = tactic.az_count
-    if index < tactic.n:
-        return index // (tactic.n // a)
-    if index < tactic.n + tactic.m:
-        return (index - tactic.n) // (tactic.m // a)
-    return (index - tactic.n - tactic.m) // max(1, tactic.l // a)
 
 
 def _pick(pool: Sequence[Candidate], taken: Iterable[Candidate], count: int, rng: random.Random) -> list[Candidate]:
@@ -80,7 +70,7 @@ def place_volume(tactic: Tactic, candidates: Sequence[Candidate], *, idcs: Seque
     azs = _az_order(candidates, tactic.az_count, idcs)
     slots: dict[int, list[int]] = {}
     for index in range(tactic.total):
-        slots.setdefault(unit_az(tactic, index), []).append(index)
+        slots.setdefault(tactic.unit_az(index), []).append(index)
     placed: dict[int, Candidate] = {}
     for slot, indexes in slots.items():
         pool = [c for c in candidates if c.idc == azs[slot]]
@@ -96,8 +86,8 @@ def replace_unit(tactic: Tactic, current: Sequence[Candidate], index: int, candi
                  *, rng: random.Random | None = None) -> Candidate:
     """A new disk for unit `index` in the same AZ as the rest of its AZ slot, spread away from the
     volume's other units there, and never a disk the volume already uses (the old one included)."""
-    slot = unit_az(tactic, index)
-    peers = [c for i, c in enumerate(current) if i != index and unit_az(tactic, i) == slot]
+    slot = tactic.unit_az(index)
+    peers = [c for i, c in enumerate(current) if i != index and tactic.unit_az(i) == slot]
     idc = peers[0].idc if peers else current[index].idc
     used = {c.disk_id for c in current}
     pool = [c for c in candidates if c.idc == idc and c.disk_id not in used]
@@ -117,7 +107,7 @@ def check_placement(tactic: Tactic, disks: Sequence[Candidate]) -> None:
         raise PlacementError(f"two units on one disk: disk(s) {dup}")
     by_slot: dict[int, set[str]] = {}
     for index, disk in enumerate(disks):
-        by_slot.setdefault(unit_az(tactic, index), set()).add(disk.idc)
+        by_slot.setdefault(tactic.unit_az(index), set()).add(disk.idc)
     idcs = [next(iter(v)) if len(v) == 1 else None for v in by_slot.values()]
     if None in idcs or len(set(idcs)) != tactic.az_count:
         raise PlacementError(f"the code mode needs its units in {tactic.az_count} distinct AZs, one per AZ slot")

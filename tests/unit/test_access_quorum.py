@@ -10,7 +10,7 @@ from services.access.quorum import decide_put, put_succeeded, shards_to_repair
 
 MODES = [CodeMode.EC3P3, CodeMode.EC6P3, CodeMode.EC6P6, CodeMode.EC4P4L2, CodeMode.EC6P3L3]
 
-# Written out by hand from the |data|parity|local| layout, not computed with `unit_az`.
+# Written out by hand from the |data|parity|local| layout, not computed with `Tactic.unit_az`.
 AZS: dict[CodeMode, list[set[int]]] = {
     CodeMode.EC6P6: [{0, 1, 6, 7}, {2, 3, 8, 9}, {4, 5, 10, 11}],
     CodeMode.EC6P3L3: [{0, 1, 6, 9}, {2, 3, 7, 10}, {4, 5, 8, 11}],

@@ -14,7 +14,6 @@ from services.clustermgr.placement import (
     check_placement,
     place_volume,
     replace_unit,
-    unit_az,
 )
 
 
@@ -38,7 +37,7 @@ def test_ec6p6_puts_four_units_per_az_and_spreads_racks_and_hosts() -> None:
         assert set(Counter(c.rack for c in placed).values()) == {2}
         assert len({c.host for c in placed}) == 12
         for index, disk in enumerate(placed):
-            assert disk.idc == placed[next(i for i in range(12) if unit_az(t, i) == unit_az(t, index))].idc
+            assert disk.idc == placed[next(i for i in range(12) if t.unit_az(i) == t.unit_az(index))].idc
 
 
 def test_replacement_keeps_the_az_and_the_spread() -> None:
