@@ -59,9 +59,12 @@ class KVClient:
         self._ids = itertools.count(1)
 
     async def close(self) -> None:
-        for conn in self._conns.values():
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
             conn.close()
-        self._conns.clear()
+        for conn in conns:
+            with contextlib.suppress(asyncio.CancelledError):
+                await conn.task
 
     async def _conn(self, node: int) -> _Conn:
         conn = self._conns.get(node)

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from libs.kv import KVStore
 from libs.raft.config import RaftConfig
-from libs.raft.errors import NotLeader, RaftError
+from libs.raft.errors import NotLeader, ProposalDropped, RaftError
 from libs.raft.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, decode_put
 from libs.raft.server import RaftServer
 from libs.raft.transport import FrameWriter, read_frame, split_addr
@@ -128,6 +128,9 @@ class KVServer:
             status, result = Status.OK, await self._dispatch(Op(op), payload)
         except NotLeader as e:
             status, result = Status.NOT_LEADER, b"" if e.leader_hint is None else str(e.leader_hint).encode()
+        except ProposalDropped:  # never applied: as safe to retry as NotLeader
+            hint = self.raft.node.leader
+            status, result = Status.NOT_LEADER, b"" if hint is None else str(hint).encode()
         except TimeoutError:
             status, result = Status.TIMEOUT, b""
         except (RaftError, ValueError) as e:

@@ -203,7 +203,9 @@ class RaftServer:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
-            next_at += interval
+            # After a stall, tick once, not once per missed interval: a burst of ticks would
+            # expire election timers before the heartbeats queued meanwhile are read.
+            next_at = max(next_at + interval, loop.time())
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             self._guard(self.node.tick)
 
