@@ -14,17 +14,17 @@ class RaftConfig(BaseModel):
     node_id: int
     peers: dict[int, str] = Field(description="initial voters, id -> host:port (this node included)")
     data_dir: Path
-    listen: str | None = Field(None, description="host:port for peers; defaults to peers[node_id]")
-    join: bool = Field(False, description="start outside the cluster, to be added as a learner")
+    listen: str | None = Field(default=None, description="host:port for peers; defaults to peers[node_id]")
+    join: bool = Field(default=False, description="start outside the cluster, to be added as a learner")
     tick_ms: float = 10.0
     heartbeat_ms: float = 50.0
     election_ms: tuple[float, float] = (300.0, 600.0)
-    max_batch: int = Field(1024, description="entries per AppendEntries and per proposal batch")
-    max_inflight: int = Field(65536, description="entries sent ahead of a follower's acknowledgement")
-    snapshot_threshold: int = Field(20000, description="applied entries between snapshots")
-    snapshot_keep: int = Field(5000, description="log entries kept behind a snapshot for lagging peers")
+    max_batch: int = Field(default=1024, description="entries per AppendEntries and per proposal batch")
+    max_inflight: int = Field(default=65536, description="entries sent ahead of a follower's acknowledgement")
+    snapshot_threshold: int = Field(default=20000, description="applied entries between snapshots")
+    snapshot_keep: int = Field(default=5000, description="log entries kept behind a snapshot for lagging peers")
     snapshot_chunk: int = 1 << 20
-    checksum_interval: int = Field(1000, description="compare state checksums at multiples of this index")
+    checksum_interval: int = Field(default=1000, description="compare state checksums at multiples of this index")
     fsync: bool = True
     propose_timeout: float = 5.0
 

@@ -457,7 +457,7 @@ class RaftNode:
         prev, prev_term, entries = msg.prev_index, msg.prev_term, msg.entries
         if prev < self.commit:  # the committed prefix matches the leader's by Log Matching
             entries = [e for e in entries if e.index > self.commit]
-            prev, prev_term = self.commit, self.term_at(self.commit)
+            prev, prev_term = self.commit, self.term_at(self.commit) or 0
         if self.term_at(prev) != prev_term:
             self._send(AppendResp(self.term, self.id, msg.frm, False, msg.prev_index,
                                   self._conflict_hint(prev), msg.seq))

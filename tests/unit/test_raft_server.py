@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -67,8 +67,8 @@ async def _leader(servers: dict[int, RaftServer]) -> RaftServer:
     return next(s for s in servers.values() if s.is_leader())
 
 
-async def _any(values: object) -> bool:
-    return any(values)  # type: ignore[call-overload]
+async def _any(values: Iterable[object]) -> bool:
+    return any(values)
 
 
 def test_propose_read_and_not_leader(tmp_path: Path) -> None:

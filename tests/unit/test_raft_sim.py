@@ -58,8 +58,8 @@ def _run_schedule(net: FakeNetwork, n: int, actions: list[tuple[str, int]]) -> N
             net.partition({node}, set(net.nodes) - {node})
         elif kind == "heal":
             net.heal()
-    for i, node in net.nodes.items():
-        if not node.alive:
+    for i, sim in net.nodes.items():
+        if not sim.alive:
             net.restart(i)
     net.run(30)
     net.settle()
