@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import random
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -371,11 +372,19 @@ class RaftServer:
             recv = self._receiver = Receiver(self.snapshots, msg.index, msg.snap_term)
         recv.write(msg.offset, msg.data)
         done = False
-        if recv.size >= msg.total:
+        size = recv.size
+        if size >= msg.total:
             self._receiver = None
             path = recv.finish()
-            done = True
-            installed = c.install_snapshot(msg.term, msg.frm, read_meta(path))
-            if not installed and c.snapshot.index != msg.index:
+            try:
+                meta = read_meta(path)
+            except (OSError, KeyError, ValueError, tarfile.TarError) as e:
+                log.warning("received snapshot %s is unreadable (%r): fetching it again", path, e)
                 path.unlink(missing_ok=True)
-        self.transport.send(SnapAck(c.term, c.id, msg.frm, msg.index, recv.size, done))
+                size = 0
+            else:
+                done = True
+                installed = c.install_snapshot(msg.term, msg.frm, meta)
+                if not installed and c.snapshot.index != msg.index:
+                    path.unlink(missing_ok=True)
+        self.transport.send(SnapAck(c.term, c.id, msg.frm, msg.index, size, done))
