@@ -1,0 +1,86 @@
+"""A consumer-group member with manual commits: a message counts as consumed only when its work is done."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import CommitFailedError
+from kafka.structs import OffsetAndMetadata
+
+from libs.mq.offsets import TopicPartition as TP
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+
+class Consumer:
+    """Async face over kafka-python's KafkaConsumer, which is not thread-safe.
+
+    Every call runs on one dedicated thread, so a commit issued while the next poll is in flight waits
+    for it instead of racing it, and the event loop never blocks.
+    """
+
+    def __init__(self, consumer: KafkaConsumer, executor: ThreadPoolExecutor) -> None:
+        self._consumer = consumer
+        self._executor = executor
+
+    @classmethod
+    async def connect(cls, bootstrap: str, group: str, topics: Iterable[str], **config: Any) -> Consumer:
+        """Join `group` on `topics`; a partition the group never committed is read from its start."""
+        settings: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": group, "enable_auto_commit": False,
+                                    "auto_offset_reset": "earliest", "client_id": f"blobstore-{group}", **config}
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kafka-consumer-{group}")
+        consumer = await asyncio.get_running_loop().run_in_executor(
+            executor, partial(KafkaConsumer, *[str(t) for t in topics], **settings))
+        return cls(consumer, executor)
+
+    async def _run(self, call: partial[T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[Record]:
+        """The next batch (possibly empty after `timeout`), in offset order within each partition."""
+        batches = await self._run(partial(self._consumer.poll, timeout_ms=int(timeout * 1000),
+                                          max_records=max_records))
+        return [Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
+                for records in batches.values() for m in records]
+
+    async def commit(self, offsets: Mapping[TP, int]) -> bool:
+        """Commit `{(topic, partition): next offset to read}`.
+
+        False when the group rebalanced meanwhile: the new owner of those partitions gets the
+        uncommitted messages again, which at-least-once delivery allows.
+        """
+        if not offsets:
+            return True
+        kafka_offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+        try:
+            await self._run(partial(self._consumer.commit, kafka_offsets))
+        except CommitFailedError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Leave the group at once (no session timeout wait for the others), without committing."""
+        try:
+            await self._run(partial(self._consumer.close, autocommit=False))
+        finally:
+            self._executor.shutdown(wait=False)

@@ -1,0 +1,36 @@
+"""Kafka message bodies for shard repair and blob delete (JSON on the wire).
+
+`retry` and `not_before` travel with the message so that a failed message re-published to a
+`*_failed` topic carries its own back-off: a consumer skips nothing, it only waits.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class BlobMsg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vid: int = Field(ge=0, lt=2**32)
+    bid: int = Field(ge=0, lt=2**64)
+    retry: int = Field(default=0, ge=0)
+    not_before: float = Field(default=0.0, ge=0, description="unix time before which it is not worked on")
+
+    def key(self) -> bytes:
+        """Partition key: all messages about one blob land on one partition, in order."""
+        return f"{self.vid}/{self.bid}".encode()
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json().encode()
+
+
+class RepairMsg(BlobMsg):
+    bad_indexes: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    reason: str = ""
+
+
+class DeleteMsg(BlobMsg):
+    time: float = Field(ge=0, description="unix time of the DELETE; the safe delay counts from here")
