@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
 from tests.support.processes import BlobnodeFactory, LocalCluster, Service, free_port, stop_all, wait_until
 
 
@@ -65,45 +66,53 @@ def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]
 
 
 @pytest.fixture
-def cluster_factory(tmp_path: Path, clustermgr_factory: Callable[..., list[Service]],
+def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_factory: Callable[..., list[Service]],
                     blobnode_factory: BlobnodeFactory) -> Iterator[Callable[..., LocalCluster]]:
-    """A whole local cluster of real processes: 3 clustermgr, blobnodes, allocator(s), access node(s)."""
+    """A whole local cluster of real processes: 3 clustermgr, blobnodes, allocator(s), access node(s), and
+    with `pipelines=True` the session's Kafka broker, mqproxy, tinker and a worker."""
     started: list[Service] = []
 
+    def launch(module: str, name: str, **config: object) -> Service:
+        workdir = tmp_path / name
+        workdir.mkdir()
+        port = free_port()
+        service = Service(module, {"bind_addr": f"127.0.0.1:{port}", **config}, workdir, f"http://127.0.0.1:{port}")
+        started.append(service)
+        return service.start()
+
     def start(blobnodes: int = 6, disks: int = 1, code_mode: str = "EC3P3", min_volumes: int = 2,
-              allocators: int = 1, access: int = 1, **access_overrides: object) -> LocalCluster:
+              allocators: int = 1, access: int = 1, pipelines: bool = False, safe_delay: float = 2.0,
+              **access_overrides: object) -> LocalCluster:
         cms = clustermgr_factory(volume_check_interval=0.2, disk_heartbeat_timeout=10, volume_lease_ttl=10,
                                  chunk_size=256 << 20,
                                  code_modes=[{"code_mode": code_mode, "min_volumes": min_volumes}])
         cm_urls = [cm.url for cm in cms]
         nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms) for i in range(blobnodes)]
-        allocs = []
-        for i in range(allocators):
-            workdir = tmp_path / f"alloc{i}"
-            workdir.mkdir()
-            port = free_port()
-            config = {"bind_addr": f"127.0.0.1:{port}", "clustermgr_hosts": cm_urls, "code_modes": [code_mode],
-                      "retain_interval": 2.0}
-            allocs.append(Service("services.allocator", config, workdir, f"http://127.0.0.1:{port}"))
-        started.extend(allocs)
-        for service in allocs:
-            service.start()
+        allocs = [launch("services.allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
+                         retain_interval=2.0) for i in range(allocators)]
+        background: dict[str, Service] = {}
+        if pipelines:
+            kafka = request.getfixturevalue("kafka_broker")
+            background["worker"] = launch("services.worker", "worker", clustermgr_hosts=cm_urls)
+            background["mqproxy"] = launch("services.mqproxy", "mqproxy", clustermgr_hosts=cm_urls,
+                                           kafka_bootstrap=kafka.bootstrap, partitions=2)
+            background["tinker"] = launch("services.tinker", "tinker", clustermgr_hosts=cm_urls,
+                                          kafka_bootstrap=kafka.bootstrap, delete_safe_delay=safe_delay,
+                                          retry_base=0.5, retry_cap=2.0,
+                                          delete_log=str(tmp_path / "tinker-deletes.jsonl"))
+        fronts: list[Service] = []
+
         def add_access(**overrides: object) -> Service:
-            workdir = tmp_path / f"access{len(fronts)}"
-            workdir.mkdir()
-            port = free_port()
-            config = {"bind_addr": f"127.0.0.1:{port}", "secret": LocalCluster.secret, "clustermgr_hosts": cm_urls,
-                      "allocator_hosts": [a.url for a in allocs], "orphan_log": str(workdir / "orphans.jsonl"),
-                      **access_overrides, **overrides}
-            service = Service("services.access", config, workdir, f"http://127.0.0.1:{port}")
-            started.append(service)
-            fronts.append(service.start())
+            name = f"access{len(fronts)}"
+            service = launch("services.access", name, secret=LocalCluster.secret, clustermgr_hosts=cm_urls,
+                             allocator_hosts=[a.url for a in allocs],
+                             orphan_log=str(tmp_path / f"{name}-orphans.jsonl"), **{**access_overrides, **overrides})
+            fronts.append(service)
             return service
 
-        fronts: list[Service] = []
         for _ in range(access):
             add_access()
-        return LocalCluster(cms, nodes, allocs, fronts, add_access)
+        return LocalCluster(cms, nodes, allocs, fronts, add_access, background)
 
     yield start
     stop_all(started)

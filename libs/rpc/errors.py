@@ -150,13 +150,6 @@ class ShardCorrupted(RpcError):
     status = 500
 
 
-class NotImplementedYet(RpcError):
-    """The operation exists in the API but this version cannot perform it."""
-
-    code = "not_implemented"
-    status = 501
-
-
 class Unavailable(RpcError):
     """The service or a dependency cannot serve right now."""
 

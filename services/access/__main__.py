@@ -18,6 +18,7 @@ from services.access.volumes import VolumeCache
 from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
+from services.mqproxy.client import MqProxyClient
 
 log = logging.getLogger("access")
 POLICY_REFRESH = 30.0
@@ -38,7 +39,8 @@ def main() -> None:
     volumes = VolumeCache(cluster, config.volume_cache_ttl, redis)
     blobnodes = BlobnodeClient()
     allocator = AllocatorClient(config.allocator_hosts)
-    store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout), volumes, allocator)
+    mq = MqProxyClient(config.mqproxy_hosts, cluster)
+    store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout), volumes, allocator, mq)
     tasks: list[asyncio.Task[None]] = []
 
     async def refresh_policy() -> None:
@@ -57,7 +59,7 @@ def main() -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for client in (cluster, blobnodes, allocator):
+        for client in (cluster, blobnodes, allocator, mq):
             await client.close()
         if redis is not None:
             await redis.aclose()

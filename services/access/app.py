@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from libs.ec import UnknownCodeMode, parse_code_mode
 from libs.proto.location import Location
-from libs.rpc.errors import BadRequest, LengthRequired, NotImplementedYet
+from libs.rpc.errors import BadRequest, LengthRequired
 from libs.rpc.server import Hook, create_app
 from services.access.objects import ObjectStore
 from services.access.stripes import parse_range
@@ -83,9 +83,8 @@ def build_app(store: ObjectStore, on_start: Hook | None = None, on_stop: Hook | 
 
         return StreamingResponse(body(), status_code=status, headers=headers, media_type="application/octet-stream")
 
-    @app.delete("/blob/{token}")
-    async def delete_blob(token: str) -> Response:
-        store.parse(token)
-        raise NotImplementedYet("DELETE arrives with the Kafka delete pipeline; nothing was deleted")
+    @app.delete("/blob/{token}", status_code=202)
+    async def delete_blob(token: str) -> dict[str, Any]:
+        return {"queued_blobs": await store.delete(store.parse(token))}
 
     return app

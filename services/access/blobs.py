@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 
 from libs.ec import Codec, NotEnoughShards
 from libs.proto.cluster import Unit, VolumeInfo
-from libs.rpc.errors import ChunkNotFound, RpcError, StaleEpoch, Unavailable
+from libs.rpc.errors import (
+    ChunkNotFound,
+    NotFound,
+    RpcError,
+    ShardCorrupted,
+    ShardDeleted,
+    ShardNotFound,
+    StaleEpoch,
+    Unavailable,
+)
 from services.access.quorum import put_succeeded
 from services.access.stripes import ShardRead, shard_reads
 from services.access.volumes import VolumeCache
@@ -85,7 +94,11 @@ class BlobWriteFailed(Unavailable):
 @dataclass
 class BlobRead:
     data: bytes
-    bad: dict[int, str]  # shard index -> why it could not be used (for repair)
+    bad: dict[int, BaseException]  # shard index -> why it could not be used
+
+    def to_repair(self) -> list[int]:
+        """Shards whose blobnode says they are gone or corrupt (not merely unreachable or slow)."""
+        return sorted(i for i, exc in self.bad.items() if isinstance(exc, ShardNotFound | ShardCorrupted))
 
 
 async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int, start: int, end: int,
@@ -98,7 +111,7 @@ async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int
     tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.offset, r.length))
              for r in plan}
     done, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
-    bad = {i: _why(t) for i, t in tasks.items() if t in done and t.exception() is not None}
+    bad = {i: exc for i, t in tasks.items() if t in done and (exc := t.exception()) is not None}
     if not bad and not pending:
         return BlobRead(b"".join(t.result() for t in tasks.values()), {})
     for task in pending:
@@ -106,13 +119,8 @@ async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int
     return await _degraded(io, codec, vid, bid, plan, bad)
 
 
-def _why(task: asyncio.Task[bytes]) -> str:
-    exc = task.exception()
-    return f"{type(exc).__name__}: {exc}"
-
-
 async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[ShardRead],
-                    bad: dict[int, str]) -> BlobRead:
+                    bad: dict[int, BaseException]) -> BlobRead:
     """Read one common shard range [lo, hi) from every shard not known bad, and as soon as the
     answers suffice, rebuild the data shards the plan needs and cut its pieces out of them."""
     t = codec.tactic
@@ -132,7 +140,7 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
         for next_done in asyncio.as_completed(tasks):
             index, result = await next_done
             if isinstance(result, RpcError):
-                bad[index] = f"{type(result).__name__}: {result}"
+                bad[index] = result
                 continue
             pieces[index] = result
             enough = sum(p is not None for p in pieces[: t.global_count]) >= t.n
@@ -144,6 +152,9 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
         for task in tasks:
             task.cancel()
     if rebuilt is None:
+        gone = [exc for exc in bad.values() if isinstance(exc, ShardDeleted | ShardNotFound)]
+        if any(isinstance(exc, ShardDeleted) for exc in gone) or len(gone) > t.total - t.n:
+            raise NotFound(f"blob {vid}/{bid} is deleted")
         raise Unavailable(f"blob {vid}/{bid} cannot be read: {sum(p is not None for p in pieces)} shards"
                           f" readable, {t.n} needed; bad shards: {bad}")
     if bad:

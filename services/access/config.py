@@ -11,6 +11,7 @@ class AccessConfig(BaseModel):
     secret: str = Field(min_length=8)  # signs Locations; the same on every access node of a cluster
     clustermgr_hosts: list[str] = Field(min_length=1)
     allocator_hosts: list[str] = Field(min_length=1)
+    mqproxy_hosts: list[str] = Field(default_factory=list)  # empty: the mqproxies registered in clustermgr
     redis_url: str = ""  # optional second-level volume cache, e.g. redis://127.0.0.1:6379/0
     blob_size: int = Field(4 << 20, ge=64 << 10, le=32 << 20)
     max_object_size: int = Field(5 << 30, ge=1)

@@ -3,22 +3,25 @@ any byte range back, blob by blob."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from isal import isal_zlib
 
 from libs.ec import Codec, CodeMode, parse_code_mode
 from libs.proto.location import Location, SliceInfo
-from libs.rpc.errors import LengthMismatch, RpcError, TooLarge
+from libs.rpc.errors import LengthMismatch, RpcError, TooLarge, Unavailable
 from services.access.blobs import BlobWriteFailed, ShardIO, read_blob, write_blob
 from services.access.config import AccessConfig
 from services.access.stripes import plan_range, split_object
 from services.access.volumes import VolumeCache
 from services.allocator.client import AllocatorClient
+from services.mqproxy.client import MqProxyClient
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +72,11 @@ class CodeModePolicy:
 
 
 class ObjectStore:
-    def __init__(self, config: AccessConfig, io: ShardIO, volumes: VolumeCache, allocator: AllocatorClient) -> None:
+    def __init__(self, config: AccessConfig, io: ShardIO, volumes: VolumeCache, allocator: AllocatorClient,
+                 mq: MqProxyClient | None = None) -> None:
         self.config = config
+        self.mq = mq
+        self._background: set[asyncio.Task[None]] = set()
         self.secret = config.secret.encode()
         self.io = io
         self.volumes = volumes
@@ -103,11 +109,14 @@ class ObjectStore:
                 written.append(outcome)
                 if outcome.failed:
                     log.warning("blob %d/%d written without shards %s", vid, bid, outcome.failed)
+                    self._notify("send_repair", [{"vid": vid, "bid": bid, "bad_indexes": sorted(outcome.failed),
+                                                  "reason": "put could not write these shards"}])
             await reader.finish()
         except (RpcError, ValueError) as exc:
             if isinstance(exc, BlobWriteFailed):
                 written.append(exc.outcome)
             self._record_orphans(written, str(exc))
+            self._notify("send_delete", [{"vid": w.vid, "bid": w.bid} for w in written if w.written])
             raise
         return Location(cluster_id=self.config.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
                         crc=crc, blobs=tuple(SliceInfo(s.min_bid, s.vid, s.count) for s in slices))
@@ -135,4 +144,30 @@ class ObjectStore:
             result = await read_blob(self.io, self.codec(mode, volume.backend), vid, bid,
                                      location.blob_len(part.blob_index), part.start, part.end,
                                      self.config.hedge_after)
+            if result.to_repair():
+                self._notify("send_repair", [{"vid": vid, "bid": bid, "bad_indexes": result.to_repair(),
+                                              "reason": "get found these shards missing or corrupt"}])
             yield result.data
+
+    async def delete(self, location: Location) -> int:
+        """Queue every blob of the object for deletion; returns once Kafka holds the messages."""
+        if self.mq is None:
+            raise Unavailable("this access node has no mqproxy to queue deletes with")
+        messages = [{"vid": vid, "bid": bid} for vid, bid in location.blob_ids()]
+        if messages:
+            await self.mq.send_delete(messages)
+        return len(messages)
+
+    def _notify(self, method: str, messages: list[dict[str, Any]]) -> None:
+        """Hand messages to mqproxy in the background: a request never waits on repair bookkeeping."""
+        if self.mq is None or not messages:
+            return
+        task = asyncio.create_task(self._send(method, messages))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _send(self, method: str, messages: list[dict[str, Any]]) -> None:
+        try:
+            await getattr(self.mq, method)(messages)
+        except RpcError as exc:
+            log.warning("could not queue %s %s: %s", method, messages, exc)

@@ -1,44 +1,9 @@
-"""Tinker's decisions, free of I/O: which offsets may be committed, when a failed message is
-retried, and when a deleted blob may be removed for good."""
+"""Tinker's decisions, free of I/O: when a failed message is retried, and when a deleted blob may
+be removed for good. (Which offsets may be committed is `libs.mq.offsets.OffsetTracker`.)"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-
-@dataclass
-class OffsetTracker:
-    """At-least-once bookkeeping for one partition: offsets are taken in order and finished in any
-    order; the committable offset is one past the longest finished prefix, so a crash replays
-    exactly the messages whose work was not done."""
-
-    next_commit: int | None = None
-    _open: set[int] = field(default_factory=set)
-    _done: set[int] = field(default_factory=set)
-
-    def take(self, offset: int) -> None:
-        if self.next_commit is None:
-            self.next_commit = offset
-        if offset >= self.next_commit:
-            self._open.add(offset)
-
-    def finish(self, offset: int) -> None:
-        if offset in self._open:
-            self._open.discard(offset)
-            self._done.add(offset)
-
-    def committable(self) -> int | None:
-        """The offset to commit (Kafka's 'next to read'), advanced past every finished prefix."""
-        if self.next_commit is None:
-            return None
-        while self.next_commit in self._done:
-            self._done.discard(self.next_commit)
-            self.next_commit += 1
-        return self.next_commit
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._open)
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,7 @@ from libs.mq.consumer import Consumer, Record
 from libs.mq.offsets import OffsetTracker
 from libs.mq.producer import Producer
 from libs.mq.topics import ALL_TOPICS
-from tests.support import kafka as kafka_support
 from tests.support.kafka import KafkaBroker
-
-# The session fixture, shared with every other module once tests/conftest.py imports it.
-kafka_broker = kafka_support.kafka_broker
 
 
 def fresh_topic(bootstrap: str, partitions: int = 1) -> str:

@@ -116,4 +116,5 @@ class LocalCluster:
     allocators: list[Service]
     access: list[Service]
     add_access: Callable[..., Service]  # another access node of the same cluster
+    background: dict[str, Service] = field(default_factory=dict)  # worker, mqproxy, tinker when started
     secret: ClassVar[str] = "test-cluster-secret"

@@ -1,0 +1,19 @@
+"""mqproxy configuration (`python -m services.mqproxy -c mqproxy.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class MqProxyConfig(BaseModel):
+    bind_addr: str = "127.0.0.1:9600"
+    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    idc: str = "z0"
+    clustermgr_hosts: list[str] = Field(min_length=1)
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    partitions: int = Field(4, ge=1)  # for topics this proxy creates when they are missing
+    register_ttl: float = Field(10.0, gt=0)
+
+    @property
+    def advertised_host(self) -> str:
+        return self.host or f"http://{self.bind_addr}"

@@ -1,0 +1,24 @@
+"""tinker HTTP routes: health and stats (messages in, done, failed, retried, consumer lag)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from libs.rpc.server import create_app
+from services.tinker.tinker import Tinker
+
+
+def build_app(tinker: Tinker) -> FastAPI:
+    app = create_app("tinker", on_start=tinker.start, on_stop=tinker.stop)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/stats")
+    async def stats() -> dict[str, Any]:
+        return await tinker.stats()
+
+    return app

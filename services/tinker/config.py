@@ -1,0 +1,18 @@
+"""tinker configuration (`python -m services.tinker -c tinker.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class TinkerConfig(BaseModel):
+    bind_addr: str = "127.0.0.1:9700"
+    clustermgr_hosts: list[str] = Field(min_length=1)
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    delete_safe_delay: float = Field(4 * 3600.0, ge=0)  # seconds between DELETE and the space coming back
+    delete_log: str = "tinker-deletes.jsonl"
+    retry_base: float = Field(1.0, gt=0)  # back-off of a failed message: base * 2^(retry-1), capped
+    retry_cap: float = Field(300.0, gt=0)
+    concurrency: int = Field(16, ge=1)  # messages worked on at once per pipeline
+    commit_interval: float = Field(0.5, gt=0)
+    shard_timeout: float = Field(30.0, gt=0)

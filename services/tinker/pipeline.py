@@ -1,0 +1,100 @@
+"""One consumer group's loop: poll, work on each message in its own task, commit what is done.
+
+Offsets are committed only up to the first message whose work is not finished (or durably handed
+on to the failed topic), so a crash replays exactly the unfinished ones. A message that must wait
+(its retry back-off, or a delete's safe delay) waits in its own task: nothing else is held up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from libs.mq.consumer import Consumer, Record
+from libs.mq.offsets import OffsetTracker
+from libs.mq.producer import Producer
+from libs.mq.topics import Topic
+from libs.proto.messages import BlobMsg
+from services.tinker.rules import RetryPolicy
+
+log = logging.getLogger(__name__)
+Handler = Callable[[Record], Awaitable[None]]
+
+
+async def sleep_until(moment: float) -> None:
+    delay = moment - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+class Pipeline:
+    def __init__(self, name: str, consumer: Consumer, producer: Producer, handle: Handler, *,
+                 order: tuple[Topic, ...], concurrency: int, commit_interval: float) -> None:
+        self.name = name
+        self.consumer = consumer
+        self.producer = producer
+        self.handle = handle
+        self.order = {str(t): i for i, t in enumerate(order)}  # earlier topics are worked on first
+        self.tracker = OffsetTracker()
+        self.slots = asyncio.Semaphore(concurrency)
+        self.commit_interval = commit_interval
+        self.stats: Counter[str] = Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        committer = asyncio.create_task(self._commit_loop())
+        try:
+            while True:
+                records = await self.consumer.poll(timeout=0.2)
+                for record in sorted(records, key=lambda r: self.order.get(r.topic, len(self.order))):
+                    self.tracker.add(record.tp, record.offset)
+                    self.stats["in"] += 1
+                    task = asyncio.create_task(self._work(record))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+        finally:
+            committer.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await committer
+
+    async def _work(self, record: Record) -> None:
+        try:
+            await self.handle(record)
+        except asyncio.CancelledError:
+            raise  # shutting down: not done, so not committed; it is delivered again
+        except Exception:
+            log.exception("%s: unexpected failure on %s/%d@%d", self.name, record.topic, record.partition,
+                          record.offset)
+            return  # left uncommitted on purpose: a restart works on it again
+        self.tracker.done(record.tp, record.offset)
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_interval)
+            offsets = self.tracker.committable()
+            if offsets and await self.consumer.commit(offsets):
+                self.tracker.mark_committed(offsets)
+
+    async def hand_on(self, topic: Topic, msg: BlobMsg, policy: RetryPolicy, why: str) -> None:
+        """Publish a failed message to its failed topic with the next retry and back-off; keep trying
+        until Kafka takes it, since only then may its original offset be committed."""
+        retry = msg.retry + 1
+        again = msg.model_copy(update={"retry": retry, "not_before": time.time() + policy.backoff(retry)})
+        log.warning("%s: %s/%s failed (%s); retry %d later", self.name, msg.vid, msg.bid, why, retry)
+        self.stats["failed"] += 1
+        self.stats["retried"] += 1
+        delay = policy.base
+        while True:
+            try:
+                await self.producer.send(topic, again.key(), again.to_bytes())
+                return
+            except Exception as exc:  # kafka-python's errors: keep the message until Kafka is back
+                log.warning("%s: cannot publish to %s yet: %s", self.name, topic, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, policy.cap)

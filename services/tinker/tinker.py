@@ -1,0 +1,109 @@
+"""tinker: the repair and delete pipelines, wired to their handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from libs.mq.admin import lag
+from libs.mq.consumer import Consumer, Record
+from libs.mq.producer import Producer
+from libs.mq.topics import DELETE_TOPICS, REPAIR_TOPICS, Topic
+from libs.proto.messages import DeleteMsg, RepairMsg
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+from services.tinker.config import TinkerConfig
+from services.tinker.handlers import DeleteHandler, RepairHandler
+from services.tinker.pipeline import Pipeline, sleep_until
+from services.tinker.rules import RetryPolicy
+from services.worker.client import WorkerClient
+
+log = logging.getLogger(__name__)
+REPAIR_GROUP, DELETE_GROUP = "tinker-repair", "tinker-delete"
+
+
+class Tinker:
+    def __init__(self, config: TinkerConfig) -> None:
+        self.config = config
+        self.policy = RetryPolicy(config.retry_base, config.retry_cap)
+        self.cluster = ClusterClient(config.clustermgr_hosts)
+        self.blobnodes = BlobnodeClient()
+        self.workers = WorkerClient()
+        self.repair = RepairHandler(self.cluster, self.workers)
+        self.delete = DeleteHandler(self.cluster, self.blobnodes, Path(config.delete_log))
+        self.pipelines: dict[str, Pipeline] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._producer: Producer | None = None
+
+    async def start(self) -> None:
+        bootstrap = self.config.kafka_bootstrap
+        self._producer = await Producer.connect(bootstrap, client_id="tinker")
+        for name, group, topics, handle in (("repair", REPAIR_GROUP, REPAIR_TOPICS, self._on_repair),
+                                            ("delete", DELETE_GROUP, DELETE_TOPICS, self._on_delete)):
+            consumer = await Consumer.connect(bootstrap, group, topics)
+            pipeline = Pipeline(name, consumer, self._producer, handle, order=topics,
+                                concurrency=self.config.concurrency, commit_interval=self.config.commit_interval)
+            self.pipelines[name] = pipeline
+            self._tasks.append(asyncio.create_task(pipeline.run()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for pipeline in self.pipelines.values():
+            await pipeline.consumer.close()
+        if self._producer is not None:
+            await self._producer.close()
+        for client in (self.cluster, self.blobnodes, self.workers):
+            await client.close()
+
+    async def _on_repair(self, record: Record) -> None:
+        pipeline = self.pipelines["repair"]
+        msg = _parse(RepairMsg, record)
+        if msg is None:
+            return
+        await sleep_until(msg.not_before)
+        async with pipeline.slots:
+            try:
+                await self.repair(msg)
+                pipeline.stats["done"] += 1
+            except Exception as exc:
+                await pipeline.hand_on(Topic.SHARD_REPAIR_FAILED, msg, self.policy, f"{type(exc).__name__}: {exc}")
+
+    async def _on_delete(self, record: Record) -> None:
+        pipeline = self.pipelines["delete"]
+        msg = _parse(DeleteMsg, record)
+        if msg is None:
+            return
+        await sleep_until(msg.not_before)
+        for step, when in ((self.delete.mark, 0.0), (self.delete.purge, msg.time + self.config.delete_safe_delay)):
+            await sleep_until(when)
+            async with pipeline.slots:
+                try:
+                    await step(msg)
+                except Exception as exc:
+                    await pipeline.hand_on(Topic.BLOB_DELETE_FAILED, msg, self.policy, f"{type(exc).__name__}: {exc}")
+                    return
+        pipeline.stats["done"] += 1
+
+    async def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: dict(p.stats) for name, p in self.pipelines.items()}
+        for name, group, topics in (("repair", REPAIR_GROUP, REPAIR_TOPICS), ("delete", DELETE_GROUP, DELETE_TOPICS)):
+            out.setdefault(name, {})["lag"] = await asyncio.to_thread(
+                lag, self.config.kafka_bootstrap, group, [str(t) for t in topics])
+        return out
+
+
+def _parse(model: type[RepairMsg] | type[DeleteMsg], record: Record) -> Any:
+    """A message that is not one of ours is logged and skipped, never retried forever."""
+    try:
+        return model.model_validate_json(record.value)
+    except ValidationError as exc:
+        log.error("skipping malformed message %s/%d@%d: %s", record.topic, record.partition, record.offset, exc)
+        return None
