@@ -1,26 +1,31 @@
 """A whole cluster on 127.0.0.1 as detached processes, recorded in DIR/cluster.json and stopped by PID.
 
+Kafka is one of them: deploy/kafka/broker.py starts its JVM and stops it (by the PID in DIR/kafka/kafka.pid).
+
 `up` starts it stage by stage and returns once a first PUT succeeds (clustermgr creates volumes and the
 allocator leases them in the background); `down` stops what `up` started; `status` says what runs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 
 from blobstore.client import Client
 from blobstore.errors import BlobstoreError
-from blobstore.plan import CLUSTERMGR_COUNT, STAGES, ClusterShape, ProcessSpec, plan_cluster
-from blobstore.procs import free_ports, healthy, poll, running, spawn, stop
+from blobstore.plan import STAGES, ClusterShape, KafkaSpec, ProcessSpec, plan_cluster, port_count
+from blobstore.procs import free_ports, healthy, poll, running, spawn, start_time, stop
 
 DEFAULT_DIR = Path("run")
 STATE_FILE = "cluster.json"
@@ -30,6 +35,20 @@ Say = Callable[[str], object]
 
 class LauncherError(Exception):
     """The cluster could not be started, found or stopped; the message says why and where to look."""
+
+
+def _load_broker() -> ModuleType:
+    """deploy/ is no installed package, so its broker script is loaded from the source tree by path."""
+    path = SOURCE_ROOT / "deploy" / "kafka" / "broker.py"
+    spec = importlib.util.spec_from_file_location("blobstore_kafka_broker", path)
+    if spec is None or spec.loader is None:
+        raise LauncherError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+broker = _load_broker()
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ class ClusterInfo:
     clustermgr_urls: list[str]
     redis_url: str
     code_mode: str
+    kafka_bootstrap: str = ""  # empty in a cluster.json written before the launcher started Kafka
     processes: list[ProcessRecord] = field(default_factory=list)
 
     def save(self) -> None:
@@ -120,6 +140,29 @@ def _start(spec: ProcessSpec, env: dict[str, str]) -> ProcessRecord:
                          str(spec.log_path))
 
 
+def _start_kafka(spec: KafkaSpec) -> ProcessRecord:
+    """Blocks until the broker serves; broker.py stops a broker that did not come up."""
+    try:
+        broker.fetch()
+        pid, _ = broker.start(spec.workdir, spec.port, spec.controller_port)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        raise LauncherError(f"Kafka: {exc} (logs in {spec.workdir}/)") from exc
+    return ProcessRecord("kafka", "kafka", pid, start_time(pid) or 0, spec.port, f"kafka://{spec.bootstrap}",
+                         str(spec.workdir / "server.properties"), str(spec.workdir / "kafka.log"))
+
+
+def _stop_all(info: ClusterInfo, timeout: float) -> dict[str, str]:
+    """Every process by PID, Kafka last: tinker and mqproxy leave their group and flush while it still runs."""
+    records = [p for p in info.processes if p.role != "kafka"]
+    outcome = stop([(p.pid, p.started) for p in records], timeout)
+    result = {p.name: outcome[p.pid] for p in records}
+    for p in info.processes:
+        if p.role == "kafka":
+            result[p.name] = "stopped" if p.running else "was not running"
+            broker.stop(Path(p.config).parent, timeout)
+    return result
+
+
 def _wait_healthy(records: list[ProcessRecord], timeout: float) -> None:
     pending = list(records)
 
@@ -163,22 +206,28 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
     _clear_stopped(root, say)
-    count = 1 + 2 * CLUSTERMGR_COUNT + shape.blobnodes + 2
-    specs = plan_cluster(root, shape, iter(free_ports(count)), sys.executable, secrets.token_hex(16))
+    plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16))
+    specs = plan.processes
     by_role = {spec.role: spec for spec in specs}
     info = ClusterInfo(str(root), by_role["access"].url, [s.url for s in specs if s.role == "clustermgr"],
-                       by_role["redis"].url, shape.code_mode)
+                       by_role["redis"].url, shape.code_mode, plan.kafka.bootstrap)
     env = _child_env()
     try:
         for stage in STAGES:
             started = [_start(spec, env) for spec in specs if spec.role in stage]
             info.processes.extend(started)
             info.save()
+            if "kafka" in stage:
+                say("starting kafka (a JVM: a few seconds)")
+                started.append(_start_kafka(plan.kafka))
+                info.processes.append(started[-1])
+                info.save()
             say(f"started {', '.join(r.name for r in started)}")
             _wait_healthy(started, timeout)
         _wait_first_put(info.access_url, timeout)
     except BaseException:
-        stop([(p.pid, p.started) for p in info.processes])
+        _stop_all(info, 10.0)
+        broker.stop(plan.kafka.workdir)  # a broker interrupted before it was recorded; a no-op otherwise
         raise
     say(f"a first PUT succeeded; access at {info.access_url}")
     return info
@@ -187,8 +236,8 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
 def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessRecord, str]]:
     """Stop every process `up` recorded under `root`: SIGTERM, then SIGKILL after `timeout`."""
     info = ClusterInfo.load(root)
-    outcome = stop([(p.pid, p.started) for p in info.processes], timeout)
-    return [(p, outcome[p.pid]) for p in info.processes]
+    outcome = _stop_all(info, timeout)
+    return [(p, outcome[p.name]) for p in info.processes]
 
 
 def _leader(info: ClusterInfo) -> str | None:

@@ -14,8 +14,11 @@ from typing import Any
 
 HOST = "127.0.0.1"
 CLUSTERMGR_COUNT = 3
-# Start order: each stage is healthy before the next one starts, because later stages register with earlier ones.
-STAGES: tuple[tuple[str, ...], ...] = (("redis", "clustermgr"), ("blobnode",), ("allocator",), ("access",))
+KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stats` stays short
+# Start order: each stage is healthy before the next one starts, because later stages register with (or, for
+# tinker, consume the topics created by) earlier ones.
+STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",), ("allocator",),
+                                       ("worker",), ("mqproxy",), ("tinker",), ("access",))
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,20 @@ class ClusterShape:
     code_mode: str = "EC3P3"
     min_volumes: int = 2
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
+    delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
+
+
+@dataclass(frozen=True)
+class KafkaSpec:
+    """The broker, which deploy/kafka/broker.py starts itself (a detached JVM) with its data under `workdir`."""
+
+    workdir: Path
+    port: int
+    controller_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -45,6 +62,12 @@ class ProcessSpec:
         return self.workdir / f"{self.name}.log"
 
 
+@dataclass(frozen=True)
+class ClusterPlan:
+    kafka: KafkaSpec
+    processes: list[ProcessSpec]  # in start order
+
+
 def _service(role: str, name: str, port: int, root: Path, python: str, config: dict[str, Any]) -> ProcessSpec:
     workdir = root / name
     conf = workdir / "conf.json"
@@ -61,10 +84,16 @@ def _redis(port: int, root: Path) -> ProcessSpec:
                        ("redis-server", str(conf)))
 
 
-def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> list[ProcessSpec]:
-    """Every process of a local cluster under `root`, in start order; `ports` hands out free ports."""
+def port_count(shape: ClusterShape) -> int:
+    """How many ports `plan_cluster` takes from its iterator."""
+    return 1 + 2 + 2 * CLUSTERMGR_COUNT + shape.blobnodes + 5  # redis, kafka, clustermgrs, blobnodes, 5 services
+
+
+def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> ClusterPlan:
+    """Every process of a local cluster under `root`; `ports` hands out `port_count(shape)` free ports."""
     root = root.resolve()
     redis = _redis(next(ports), root)
+    kafka = KafkaSpec(root / "kafka", next(ports), next(ports))
     members = {str(n): {"raft_addr": f"{HOST}:{next(ports)}", "http_addr": f"{HOST}:{next(ports)}"}
                for n in range(1, CLUSTERMGR_COUNT + 1)}
     policy = [{"code_mode": shape.code_mode, "min_volumes": shape.min_volumes}]
@@ -80,12 +109,18 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
         blobnodes.append(_service("blobnode", f"blobnode{i}", port, root, python,
                                   {"bind_addr": f"{HOST}:{port}", "disks": disks, "clustermgr_hosts": cm_urls,
                                    "heartbeat_interval": 1.0}))
-    alloc_port, access_port = next(ports), next(ports)
-    allocator = _service("allocator", "allocator", alloc_port, root, python,
-                         {"bind_addr": f"{HOST}:{alloc_port}", "clustermgr_hosts": cm_urls,
-                          "code_modes": [shape.code_mode]})
-    access = _service("access", "access", access_port, root, python,
-                      {"bind_addr": f"{HOST}:{access_port}", "secret": secret, "clustermgr_hosts": cm_urls,
-                       "allocator_hosts": [allocator.url], "redis_url": redis.url,
-                       "default_code_mode": shape.code_mode, "orphan_log": str(root / "access" / "orphans.jsonl")})
-    return [redis, *cms, *blobnodes, allocator, access]
+
+    def service(role: str, **config: Any) -> ProcessSpec:
+        port = next(ports)
+        return _service(role, role, port, root, python, {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls,
+                                                         **config})
+
+    allocator = service("allocator", code_modes=[shape.code_mode])
+    worker = service("worker")
+    mqproxy = service("mqproxy", kafka_bootstrap=kafka.bootstrap, partitions=KAFKA_PARTITIONS)
+    tinker = service("tinker", kafka_bootstrap=kafka.bootstrap, delete_safe_delay=shape.delete_delay,
+                     delete_log=str(root / "tinker" / "deletes.jsonl"))
+    access = service("access", secret=secret, allocator_hosts=[allocator.url], mqproxy_hosts=[mqproxy.url],
+                     redis_url=redis.url, default_code_mode=shape.code_mode,
+                     orphan_log=str(root / "access" / "orphans.jsonl"))
+    return ClusterPlan(kafka, [redis, *cms, *blobnodes, allocator, worker, mqproxy, tinker, access])

@@ -91,11 +91,14 @@ def poll(condition: Callable[[], bool], timeout: float, interval: float = 0.05) 
 
 
 def healthy(url: str, timeout: float = 1.0) -> bool:
-    """An HTTP service answers 200 on /health; Redis answers PONG."""
-    if url.startswith("redis://"):
-        host, port = url.removeprefix("redis://").split("/", 1)[0].rsplit(":", 1)
+    """An HTTP service answers 200 on /health; Redis answers PONG; Kafka accepts a connection."""
+    scheme, _, rest = url.partition("://")
+    if scheme in ("redis", "kafka"):
+        host, port = rest.split("/", 1)[0].rsplit(":", 1)
         try:
             with socket.create_connection((host, int(port)), timeout=timeout) as s:
+                if scheme == "kafka":
+                    return True
                 s.sendall(b"PING\r\n")
                 return s.recv(16).startswith(b"+PONG")
         except OSError:
