@@ -1,4 +1,5 @@
-"""The `blobstore` command: run a local cluster, store and read objects, inspect shards, disks, volumes, config.
+"""The `blobstore` command: run a local cluster, store, read and delete objects, inspect shards, disks, volumes,
+config and the repair/delete queues.
 
 Commands find the access and clustermgr URLs in `--dir`'s cluster.json unless `--access` / `--clustermgr`
 name them. Every expected failure prints one `error:` line on stderr and exits 1.
@@ -17,23 +18,31 @@ from typing import Annotated, Any, TypeVar
 
 import httpx
 import typer
+from kafka.errors import KafkaError
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 from typer.core import TyperGroup
 
 from blobstore.client import Client
-from blobstore.errors import BlobstoreError
+from blobstore.errors import BlobstoreError, NotFound
 from blobstore.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, down, status, up
 from blobstore.plan import ClusterShape
+from blobstore.procs import poll
 from blobstore.shards import inspect_shards
 from libs.ec import parse_code_mode
+from libs.mq.admin import lag
+from libs.mq.topics import DELETE_TOPICS, REPAIR_TOPICS
 from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
+from services.tinker.tinker import DELETE_GROUP, REPAIR_GROUP
 
 T = TypeVar("T")
-EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError)
+EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError, KafkaError)
+# tinker's pipelines: the consumer group of each and the topics it drains.
+PIPELINES = (("repair", REPAIR_GROUP, REPAIR_TOPICS), ("delete", DELETE_GROUP, DELETE_TOPICS))
+COUNTERS = ("in", "done", "failed", "retried")
 out = Console()
 err = Console(stderr=True)
 
@@ -45,7 +54,7 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except EXPECTED as exc:
-            err.print(f"error: {exc}", style="red", markup=False, highlight=False)
+            err.print(f"error: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
 
@@ -56,8 +65,9 @@ def _typer(help_text: str) -> typer.Typer:
 app = typer.Typer(cls=_Group, help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 cluster_app, blob_app = _typer("Run a local cluster."), _typer("Look inside stored objects.")
 disk_app, volume_app, config_app = _typer("Disks."), _typer("Volumes."), _typer("Cluster configuration.")
+queue_app = _typer("The repair and delete queues in Kafka, and tinker's work on them.")
 for sub, name in ((cluster_app, "cluster"), (blob_app, "blob"), (disk_app, "disk"), (volume_app, "volume"),
-                  (config_app, "config")):
+                  (config_app, "config"), (queue_app, "queue")):
     app.add_typer(sub, name=name)
 
 DirOpt = Annotated[Path, typer.Option("--dir", help="Folder of the local cluster (its cluster.json).")]
@@ -72,6 +82,20 @@ def _access(root: Path, access: str) -> list[str]:
 
 def _clustermgr(root: Path, clustermgr: str) -> list[str]:
     return clustermgr.split(",") if clustermgr else ClusterInfo.load(root).clustermgr_urls
+
+
+def _kafka(root: Path, kafka: str) -> str:
+    bootstrap = kafka or ClusterInfo.load(root).kafka_bootstrap
+    if not bootstrap:
+        raise ValueError(f"the cluster in {root}/ runs no Kafka: pass --kafka HOST:PORT")
+    return bootstrap
+
+
+def _tinker(root: Path, tinker: str) -> str:
+    urls = [tinker] if tinker else [p.url for p in ClusterInfo.load(root).processes if p.role == "tinker"]
+    if not urls:
+        raise ValueError(f"the cluster in {root}/ runs no tinker: pass --tinker URL")
+    return urls[0]
 
 
 def _on_cluster(root: Path, clustermgr: str, call: Callable[[ClusterClient], Awaitable[T]]) -> T:
@@ -118,9 +142,13 @@ def _parse_range(text: str) -> tuple[int, int | None]:
 
 @cluster_app.command("up")
 def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: int = 2, code_mode: str = "EC3P3",
+               delete_delay: Annotated[float, typer.Option(
+                   help="Seconds from a delete to its space coming back (tinker's safe delay).")] = 60.0,
                timeout: float = 60.0) -> None:
-    """Start redis, 3 clustermgr, blobnodes, an allocator and access on 127.0.0.1, detached."""
-    info = up(dir, ClusterShape(blobnodes, disks_per_node, code_mode), timeout=timeout, say=err.print)
+    """Start redis, Kafka, 3 clustermgr, blobnodes, an allocator, a worker, mqproxy, tinker and access on
+    127.0.0.1, detached."""
+    shape = ClusterShape(blobnodes, disks_per_node, code_mode, delete_delay=delete_delay)
+    info = up(dir, shape, timeout=timeout, say=err.print)
     err.print(f"{len(info.processes)} processes in {info.dir}/ (cluster.json, one folder each with its log)")
     err.print(f"stop it with: blobstore cluster down --dir {dir}")
     typer.echo(info.access_url)
@@ -181,6 +209,55 @@ def stat(location: str, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> No
     """What the location says: size, CRC, code mode and its blobs."""
     with Client(_access(dir, access)) as client:
         typer.echo(json.dumps(asdict(client.stat(location)), indent=2))
+
+
+@app.command("del")
+def delete(location: str, wait: Annotated[float, typer.Option(
+               help="Seconds to wait until reads of it fail [default: return once queued].")] = 0.0,
+           dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
+    """Delete an object: queued at once; reads fail once tinker marked its blobs (seconds), and the space
+    comes back after the safe delay."""
+
+    def gone(client: Client) -> bool:
+        try:
+            client.get(location, 0, 1)
+        except NotFound:
+            return True
+        return False
+
+    with Client(_access(dir, access)) as client:
+        empty = client.stat(location).size == 0  # nothing stored: nothing to wait for
+        client.delete(location)
+        out.print("delete queued")
+        if wait and not empty:
+            if not poll(lambda: gone(client), wait, interval=0.2):
+                raise TimeoutError(f"reads of it still succeed after {wait:g}s: is tinker running?")
+            out.print("deleted: reads of it now answer not found")
+
+
+@queue_app.command("stats")
+def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
+                kafka: Annotated[str, typer.Option(help="Kafka bootstrap HOST:PORT [default: cluster.json].")] = "",
+                tinker: Annotated[str, typer.Option(help="tinker URL [default: cluster.json].")] = "") -> None:
+    """Lag per topic and partition of tinker's consumer groups, and tinker's in/done/failed/retried counters."""
+    bootstrap, tinker_url = _kafka(dir, kafka), _tinker(dir, tinker)
+    try:
+        counters: dict[str, Any] | None = httpx.get(f"{tinker_url}/stats", timeout=15.0).raise_for_status().json()
+    except httpx.HTTPError as exc:  # the lag is what matters most when tinker is down
+        err.print(f"tinker at {tinker_url} did not answer ({exc}): no counters", style="yellow")
+        counters = None
+    stats = {name: {"group": group, "lag": lag(bootstrap, group, [str(t) for t in topics]),
+                    **({k: counters.get(name, {}).get(k, 0) for k in COUNTERS} if counters is not None else {})}
+             for name, group, topics in PIPELINES}
+    if as_json:
+        typer.echo(json.dumps(stats, indent=2))
+        return
+    _emit([{"group": s["group"], "topic": topic, "partition": partition, "lag": n}
+           for s in stats.values() for topic, parts in s["lag"].items() for partition, n in parts.items()],
+          False, title=f"consumer lag at {bootstrap}")
+    _emit([{"pipeline": name, **{k: s.get(k, "?") for k in COUNTERS},
+            "lag": sum(n for parts in s["lag"].values() for n in parts.values())} for name, s in stats.items()],
+          False, title=f"tinker at {tinker_url}")
 
 
 @blob_app.command("shards")
