@@ -1,7 +1,8 @@
 """The SDK and the `blobstore` CLI against a real local cluster started by the launcher.
 
-One cluster (6 blobnodes x 1 disk, EC3P3) serves the whole module; it is stopped by PID at the end
-whatever happens, and the last test checks that `cluster down` leaves no process behind.
+One cluster (6 blobnodes x 1 disk, EC3P3, with Kafka, mqproxy, tinker and a worker) serves the whole module;
+it is stopped by PID at the end whatever happens, and the last test checks that `cluster down` leaves no
+process behind, Kafka's JVM included.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import pytest
 from typer.testing import CliRunner
 
 import blobstore
-from blobstore import AsyncClient, BadRequest, BlobstoreError, Client, Forbidden, RangeNotSatisfiable, Unavailable
+from blobstore import AsyncClient, BadRequest, Client, Forbidden, NotFound, RangeNotSatisfiable, Unavailable
 from blobstore.cli import app
 from blobstore.launcher import ClusterInfo, down, up
 from blobstore.plan import ClusterShape
-from blobstore.procs import free_ports
+from blobstore.procs import free_ports, poll
 
 MiB = 1 << 20
 SIZES = [0, 1, 5 * MiB + 1]
@@ -34,7 +35,7 @@ KINDS = ["bytes", "file", "iterator"]
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
     root = tmp_path_factory.mktemp("cluster")
     try:
-        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1), timeout=60)
+        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), timeout=60)
     finally:
         if (root / "cluster.json").exists():
             down(root)
@@ -143,9 +144,21 @@ def test_errors(client: Client) -> None:
         client.get("not/a token")
     with pytest.raises(ValueError, match="size"):
         client.put(iter([b"abc"]))  # an iterator needs size=
-    with pytest.raises(BlobstoreError) as no_queue:
-        client.delete(location)  # this launcher cluster runs no mqproxy: the delete cannot be queued
-    assert no_queue.value.status == 503
+
+
+def _gone(client: Client, location: str) -> bool:
+    try:
+        client.get(location)
+    except NotFound:
+        return True
+    return False
+
+
+def test_delete(client: Client) -> None:
+    location = client.put(os.urandom(5 * MiB + 1))  # two blobs
+    client.delete(location)
+    assert poll(lambda: _gone(client, location), 10.0, interval=0.1), "still readable 10 s after the delete"
+    client.delete(location)  # a second delete is harmless
 
 
 def test_dead_host_is_skipped(cluster: ClusterInfo) -> None:
@@ -193,9 +206,43 @@ def test_cli_cluster_metadata(cluster: ClusterInfo) -> None:
     assert all(p["healthy"] for p in state["processes"])
 
 
+def test_cli_delete_and_queue_stats(cluster: ClusterInfo, client: Client) -> None:
+    location = client.put(b"to be deleted")
+    result = _cli(cluster, "del", location, "--wait", "10")
+    assert "delete queued" in result.stdout and "not found" in result.stdout
+    failed = CliRunner().invoke(app, ["get", location, "--dir", cluster.dir])
+    assert failed.exit_code == 1 and "404" in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
+
+    def drained() -> bool:  # purged after the 1 s safe delay and its offset committed
+        stats = json.loads(_cli(cluster, "queue", "stats", "--json").stdout)
+        return stats["delete"]["done"] >= 1 and sum(stats["delete"]["lag"]["blob_delete"].values()) == 0
+
+    assert poll(drained, 20.0, interval=0.25), "the delete pipeline did not drain within 20 s"
+    stats = json.loads(_cli(cluster, "queue", "stats", "--json").stdout)
+    assert stats["repair"]["group"] == "tinker-repair" and stats["delete"]["group"] == "tinker-delete"
+    assert set(stats["repair"]["lag"]) == {"shard_repair", "shard_repair_prior", "shard_repair_failed"}
+    assert set(stats["delete"]["lag"]["blob_delete"]) == {"0", "1"}
+    assert stats["delete"]["failed"] == 0
+    assert "consumer lag" in _cli(cluster, "queue", "stats").stdout
+
+
 def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
     """Runs last in this module: it stops the shared cluster."""
     records = ClusterInfo.load(Path(cluster.dir)).processes
-    assert len(records) == 1 + 3 + 6 + 1 + 1
+    assert sorted(p.role for p in records) == sorted(["redis", "kafka", *["clustermgr"] * 3, *["blobnode"] * 6,
+                                                      "allocator", "worker", "mqproxy", "tinker", "access"])
     _cli(cluster, "cluster", "down")
     assert [p.name for p in records if p.running] == []
+    assert _processes_mentioning(cluster.dir) == []  # every command line names a config under the cluster dir
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
