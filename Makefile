@@ -16,7 +16,7 @@ setup: .venv/.installed
 run: setup
 	$(PY) -m services.blobnode -c deploy/blobnode.json
 
-# A whole local cluster in ./run/, one real file stored and read back; the cluster is left running.
+# A whole local cluster in ./run/, one real file stored, read back and deleted; the cluster is left running.
 demo: setup
 	.venv/bin/blobstore cluster down >/dev/null 2>&1 || true
 	.venv/bin/blobstore cluster up
@@ -28,6 +28,11 @@ demo: setup
 	.venv/bin/blobstore get "$$(cat run/demo.location)" -o run/demo.out
 	cmp run/demo.bin run/demo.out
 	@echo "--- read back byte for byte identical (cmp run/demo.bin run/demo.out)"
+	.venv/bin/blobstore del "$$(cat run/demo.location)" --wait 30
+	@echo "--- a GET of the deleted object must fail:"
+	! .venv/bin/blobstore get "$$(cat run/demo.location)" > /dev/null
+	@echo "--- the delete queue: tinker has marked the blobs deleted; it commits (lag 0) once it purged them after the safe delay (60 s)"
+	.venv/bin/blobstore queue stats
 	.venv/bin/blobstore cluster status
 	@echo "--- the cluster keeps running; stop it with: .venv/bin/blobstore cluster down"
 
