@@ -8,6 +8,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,95 @@ def test_delete_hides_at_once_and_reclaims_space_after_the_safe_delay(cluster_fa
         assert client.get(f"/blob/{token}").status_code == 404
     log = Path(cluster.background["tinker"].config["delete_log"]).read_text().splitlines()
     assert {(e["vid"], e["bid"]) for e in map(json.loads, log)} == {(vid, bid)}
+
+
+def test_a_put_short_of_one_node_is_repaired_when_it_returns(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(pipelines=True)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        down = cluster.blobnodes[0]
+        down.kill9()
+        data = random.Random(2).randbytes(200_000)
+        token = wait_for_put(client, data)  # quorum 5 of 6 still met
+        (vid, bid), = blobs_of(cluster, token)
+        assert states(cluster, vid, bid).count("present") == 5
+        # While the node stays down the repair fails and is retried, not lost.
+        wait_until(lambda: tinker_stats(cluster)["repair"].get("retried", 0) >= 2, 20, "repair retried")
+        down.start()
+        wait_until(lambda: states(cluster, vid, bid) == ["present"] * 6, 30, "all six shards present")
+        assert client.get(f"/blob/{token}").content == data
+
+
+def test_a_blob_deleted_while_its_repair_is_queued_stays_deleted(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(pipelines=True, safe_delay=1.0)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        down = cluster.blobnodes[0]
+        down.kill9()
+        token = wait_for_put(client, b"doomed" * 1000)  # shard on the dead node: a repair is queued
+        (vid, bid), = blobs_of(cluster, token)
+        assert client.delete(f"/blob/{token}").status_code == 202
+        wait_until(lambda: client.get(f"/blob/{token}").status_code == 404, 10, "GET to answer 404")
+        down.start()  # the repair can now run; it must not bring the blob back
+        wait_until(lambda: set(states(cluster, vid, bid)) == {"missing"}, 30, "every shard purged")
+        time.sleep(3)  # several retry rounds of the repair (cap 2 s)
+        assert set(states(cluster, vid, bid)) == {"missing"}
+        assert client.get(f"/blob/{token}").status_code == 404
+
+
+def test_kill9_tinker_during_1000_deletes_deletes_every_blob_exactly(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(pipelines=True, safe_delay=0.0)
+    tinker = cluster.background["tinker"]
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        with ThreadPoolExecutor(8) as pool:
+            tokens = list(pool.map(lambda i: put_ok(client, b"%d" % i), range(1000)))
+            keep = put_ok(client, b"keep me")
+            assert set(pool.map(lambda t: client.delete(f"/blob/{t}").status_code, tokens)) == {202}
+        log = Path(tinker.config["delete_log"])
+        wait_until(lambda: log.exists() and len(log.read_text().splitlines()) >= 100, 60, "deletes under way")
+        tinker.kill9()
+        tinker.start()
+        wanted = {blobs_of(cluster, t)[0] for t in tokens}
+        wait_until(lambda: {(e["vid"], e["bid"]) for e in map(json.loads, log.read_text().splitlines())} >= wanted,
+                   120, "every blob deleted")
+        for token in random.Random(4).sample(tokens, 30):
+            assert client.get(f"/blob/{token}").status_code == 404
+        assert client.get(f"/blob/{keep}").content == b"keep me"
+
+
+def put_ok(client: httpx.Client, data: bytes) -> str:
+    resp = client.put("/blob", content=data)
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["location"])
+
+
+def test_kafka_restart_during_a_repair_stream_loses_no_message(
+        cluster_factory: ClusterFactory, kafka_broker: Any) -> None:
+    cluster = cluster_factory(pipelines=True)
+    mqproxy = cluster.background["mqproxy"]
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        blobs = [blobs_of(cluster, put_ok(client, b"r%d" % i * 500))[0] for i in range(40)]
+
+    async def lose_shard_two() -> None:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+            for vid, bid in blobs:
+                unit = (await cm.get_volume(vid)).units[2]
+                await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+
+    asyncio.run(lose_shard_two())
+    acked = []
+    with httpx.Client(base_url=mqproxy.url, timeout=60) as mq:
+        for i, (vid, bid) in enumerate(blobs):
+            if i == 20:
+                kafka_broker.restart()
+            msg = {"vid": vid, "bid": bid, "bad_indexes": [2], "reason": "test"}
+            deadline = time.monotonic() + 60
+            while (resp := mq.post("/repairmsg", json={"messages": [msg]})).status_code != 200:
+                assert time.monotonic() < deadline, resp.text
+                time.sleep(0.5)
+            acked.append((vid, bid))
+    assert len(acked) == 40
+    for vid, bid in acked:
+        wait_until(lambda v=vid, b=bid: states(cluster, v, b) == ["present"] * 6, 60, f"blob {vid}/{bid} repaired")
