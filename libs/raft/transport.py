@@ -36,10 +36,6 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(size)
 
 
-def frame(body: bytes) -> bytes:
-    return _LEN.pack(len(body)) + body
-
-
 class FrameWriter:
     """Coalesces the frames queued during one event-loop iteration into one socket write: a
     syscall per frame costs more than the rest of handling a small request."""

@@ -134,6 +134,7 @@ def test_restart_all_keeps_state(cluster: LocalCluster) -> None:
         keys = [f"r{i}".encode() for i in range(1500)]  # crosses a snapshot (threshold 1000)
         for i in range(0, len(keys), 100):
             await asyncio.gather(*(client.put(k, k) for k in keys[i:i + 100]))
+        await client.delete(keys[0])
         before = await cluster.wait_converged(client, list(cluster.initial))
         for i in cluster.initial:
             cluster.kill(i)
@@ -141,7 +142,8 @@ def test_restart_all_keeps_state(cluster: LocalCluster) -> None:
         await cluster.wait_leader(client)
         after = await cluster.wait_converged(client, list(cluster.initial))
         assert {c["checksum"] for c in after.values()} == {c["checksum"] for c in before.values()}
-        assert await _missing(client, keys) == []
+        assert await _missing(client, keys[1:]) == []
+        assert await client.get(keys[0]) is None
 
     run(cluster, main)
 
