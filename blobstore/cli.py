@@ -218,19 +218,21 @@ def delete(location: str, wait: Annotated[float, typer.Option(
     """Delete an object: queued at once; reads fail once tinker marked its blobs (seconds), and the space
     comes back after the safe delay."""
 
-    def gone(client: Client) -> bool:
+    def missing(client: Client, offset: int) -> bool:
         try:
-            client.get(location, 0, 1)
+            client.get(location, offset, 1)
         except NotFound:
             return True
         return False
 
     with Client(_access(dir, access)) as client:
-        empty = client.stat(location).size == 0  # nothing stored: nothing to wait for
+        info = client.stat(location)
         client.delete(location)
         out.print("delete queued")
-        if wait and not empty:
-            if not poll(lambda: gone(client), wait, interval=0.2):
+        # One byte of every blob: tinker marks blobs one by one, and a 0-byte object has none to wait for.
+        offsets = range(0, info.size, info.blob_size)
+        if wait:
+            if not poll(lambda: all(missing(client, offset) for offset in offsets), wait, interval=0.2):
                 raise TimeoutError(f"reads of it still succeed after {wait:g}s: is tinker running?")
             out.print("deleted: reads of it now answer not found")
 
