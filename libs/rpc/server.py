@@ -7,22 +7,27 @@ Both render errors the same way, from the one table in `libs.rpc.errors`.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
+from libs.rpc.config import load_config
 from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError
 
 log = logging.getLogger(__name__)
+ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -57,6 +62,10 @@ def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None
                 await on_stop()
 
     app = FastAPI(title=title, lifespan=lifespan)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
 
     @app.exception_handler(RpcError)
     async def _rpc_error(_: Request, exc: RpcError) -> JSONResponse:
@@ -165,6 +174,45 @@ async def send_stream(send: Send, length: int, pieces: AsyncIterator[bytes],
     async for piece in pieces:
         await send({"type": "http.response.body", "body": piece, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
+
+
+class Lifecycle:
+    """A service's background loops and the clients it must close, run inside the server's loop."""
+
+    def __init__(self) -> None:
+        self._loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self._closers: list[Hook] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def loop(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._loops.append(run)
+
+    def close(self, *closers: Hook) -> None:
+        self._closers.extend(closers)
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(run()) for run in self._loops]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for close in self._closers:
+            await close()
+
+
+def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigModel], tuple[ASGIApp, str]]) -> None:
+    """The `python -m services.<name> -c conf.json` entry point of every service: parse the flag,
+    load and validate the config, set up logging, build the app and serve it on its address."""
+    parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
+    parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
+    args = parser.parse_args()
+    config = load_config(args.config, model)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
+    app, bind_addr = build(config)
+    serve(app, bind_addr)
 
 
 def serve(app: ASGIApp, bind_addr: str) -> None:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import logging
 
-from libs.rpc.config import load_config
 from libs.rpc.errors import RpcError
-from libs.rpc.server import serve
+from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.access.app import build_app
 from services.access.blobs import ShardIO
 from services.access.config import AccessConfig
@@ -24,24 +21,20 @@ log = logging.getLogger("access")
 POLICY_REFRESH = 30.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.access")
-    parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s access %(levelname)s %(name)s %(message)s")
-    config = load_config(args.config, AccessConfig)
+def build(config: AccessConfig) -> tuple[ASGIApp, str]:
+    life = Lifecycle()
     cluster = ClusterClient(config.clustermgr_hosts)
     redis = None
     if config.redis_url:
         import redis.asyncio as aioredis
 
         redis = aioredis.from_url(config.redis_url)
+        life.close(redis.aclose)
     volumes = VolumeCache(cluster, config.volume_cache_ttl, redis)
     blobnodes = BlobnodeClient()
     allocator = AllocatorClient(config.allocator_hosts)
     mq = MqProxyClient(config.mqproxy_hosts, cluster)
     store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout), volumes, allocator, mq)
-    tasks: list[asyncio.Task[None]] = []
 
     async def refresh_policy() -> None:
         while True:
@@ -51,21 +44,10 @@ def main() -> None:
                 log.warning("cannot load the code-mode policy: %s", exc)
             await asyncio.sleep(POLICY_REFRESH)
 
-    async def start() -> None:
-        tasks.append(asyncio.create_task(refresh_policy()))
-
-    async def stop() -> None:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for client in (cluster, blobnodes, allocator, mq):
-            await client.close()
-        if redis is not None:
-            await redis.aclose()
-
-    serve(build_app(store, start, stop), config.bind_addr)
+    life.loop(refresh_policy)
+    life.close(cluster.close, blobnodes.close, allocator.close, mq.close)
+    return build_app(store, life), config.bind_addr
 
 
 if __name__ == "__main__":
-    main()
+    run_service("access", AccessConfig, build)

@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from libs.ec import UnknownCodeMode, parse_code_mode
 from libs.proto.location import Location
 from libs.rpc.errors import BadRequest, LengthRequired
-from libs.rpc.server import Hook, create_app
+from libs.rpc.server import Lifecycle, create_app
 from services.access.objects import ObjectStore
 from services.access.stripes import parse_range
 
@@ -30,12 +30,8 @@ def _location_headers(location: Location) -> dict[str, str]:
             "x-code-mode": parse_code_mode(location.code_mode).name}
 
 
-def build_app(store: ObjectStore, on_start: Hook | None = None, on_stop: Hook | None = None) -> FastAPI:
-    app = create_app("access", on_start=on_start, on_stop=on_stop)
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+def build_app(store: ObjectStore, life: Lifecycle) -> FastAPI:
+    app = create_app("access", on_start=life.start, on_stop=life.stop)
 
     @app.put("/blob")
     async def put_blob(request: Request) -> dict[str, Any]:

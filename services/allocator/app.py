@@ -24,10 +24,6 @@ class AllocRequest(BaseModel):
 def build_app(allocator: Allocator) -> FastAPI:
     app = create_app("allocator", on_start=allocator.start, on_stop=allocator.stop)
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
     @app.post("/volume/alloc")
     async def volume_alloc(req: AllocRequest) -> dict[str, Any]:
         try:

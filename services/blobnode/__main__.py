@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 
-from libs.rpc.config import load_config
-from libs.rpc.server import serve
+from libs.rpc.server import ASGIApp, run_service
 from services.blobnode.app import build_app
 from services.blobnode.cluster import ClusterLink, assign_disk_ids
 from services.blobnode.config import BlobnodeConfig
@@ -15,22 +12,14 @@ from services.blobnode.node import Blobnode
 from services.clustermgr.client import ClusterClient
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.blobnode")
-    parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s blobnode %(levelname)s %(message)s")
-    config = load_config(args.config, BlobnodeConfig)
+def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
     link = None
     if config.clustermgr_hosts:
         config = asyncio.run(_with_disk_ids(config))
     node = Blobnode(config)
     if config.clustermgr_hosts:
         link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval)
-    try:
-        serve(build_app(node, link), config.bind_addr)
-    finally:
-        node.close()
+    return build_app(node, link), config.bind_addr
 
 
 async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:
@@ -39,4 +28,4 @@ async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:
 
 
 if __name__ == "__main__":
-    main()
+    run_service("blobnode", BlobnodeConfig, build)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import Query
@@ -44,11 +45,12 @@ class ShardRef(ChunkRef):
 
 
 def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
-    app = create_app("blobnode", on_start=link.start if link else None, on_stop=link.stop if link else None)
+    async def stop() -> None:
+        if link is not None:
+            await link.stop()
+        await asyncio.to_thread(node.close)  # flush RocksDB and close chunk files
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    app = create_app("blobnode", on_start=link.start if link else None, on_stop=stop)
 
     @app.get("/stat")
     async def stat() -> dict[str, Any]:

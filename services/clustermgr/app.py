@@ -147,10 +147,6 @@ def build_app(cm: ClusterManager) -> FastAPI:
     app = create_app("clustermgr", on_start=cm.start, on_stop=cm.stop)
     lease_ttl = cm.config.volume_lease_ttl
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
     @app.get("/raft/status")
     async def raft_status() -> dict[str, Any]:
         return {**cm.raft.status(), "node_id": cm.config.node_id, "checksum": cm.state.checksum(),

@@ -10,11 +10,12 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from libs.mq.admin import ensure_topics
 from libs.mq.producer import Producer
 from libs.mq.topics import Topic
 from libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
 from libs.rpc.errors import Unavailable
-from libs.rpc.server import Hook, create_app
+from libs.rpc.server import Lifecycle, create_app
 
 MAX_BATCH = 10_000
 
@@ -43,9 +44,20 @@ class DeleteBatch(BaseModel):
 class Publisher:
     """Sends messages and counts them; the producer is connected when the app starts."""
 
-    def __init__(self) -> None:
+    def __init__(self, bootstrap: str, partitions: int) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = partitions
         self.producer: Producer | None = None
         self.stats: Counter[str] = Counter()
+
+    async def connect(self) -> None:
+        """Create missing topics, then connect the producer (the app's start hook)."""
+        await asyncio.to_thread(ensure_topics, self.bootstrap, self.partitions)
+        self.producer = await Producer.connect(self.bootstrap, client_id="mqproxy")
+
+    async def close(self) -> None:
+        if self.producer is not None:
+            await self.producer.close()
 
     async def publish(self, items: list[tuple[Topic, BlobMsg]]) -> int:
         if self.producer is None:
@@ -61,12 +73,12 @@ class Publisher:
         return len(items)
 
 
-def build_app(publisher: Publisher, on_start: Hook | None = None, on_stop: Hook | None = None) -> FastAPI:
-    app = create_app("mqproxy", on_start=on_start, on_stop=on_stop)
+def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
+    async def start() -> None:
+        await publisher.connect()
+        await life.start()
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    app = create_app("mqproxy", on_start=start, on_stop=life.stop)
 
     @app.post("/repairmsg")
     async def repair(batch: RepairBatch) -> dict[str, int]:

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
-
-from libs.rpc.config import load_config
-from libs.rpc.server import serve
+from libs.rpc.server import ASGIApp, run_service
 from services.tinker.app import build_app
 from services.tinker.config import TinkerConfig
 from services.tinker.tinker import Tinker
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.tinker")
-    parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s tinker %(levelname)s %(name)s %(message)s")
-    config = load_config(args.config, TinkerConfig)
-    serve(build_app(Tinker(config)), config.bind_addr)
+def build(config: TinkerConfig) -> tuple[ASGIApp, str]:
+    return build_app(Tinker(config)), config.bind_addr
 
 
 if __name__ == "__main__":
-    main()
+    run_service("tinker", TinkerConfig, build)

@@ -13,10 +13,6 @@ from services.tinker.tinker import Tinker
 def build_app(tinker: Tinker) -> FastAPI:
     app = create_app("tinker", on_start=tinker.start, on_stop=tinker.stop)
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
         return await tinker.stats()

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from libs.rpc.server import Hook, create_app
+from libs.rpc.server import Lifecycle, create_app
 from services.worker.repair import ShardRepairer
 
 
@@ -18,12 +18,8 @@ class ShardRepair(BaseModel):
     bad_indexes: list[int] = Field(min_length=1)
 
 
-def build_app(repairer: ShardRepairer, on_start: Hook | None = None, on_stop: Hook | None = None) -> FastAPI:
-    app = create_app("worker", on_start=on_start, on_stop=on_stop)
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+def build_app(repairer: ShardRepairer, life: Lifecycle) -> FastAPI:
+    app = create_app("worker", on_start=life.start, on_stop=life.stop)
 
     @app.post("/shard/repair")
     async def shard_repair(req: ShardRepair) -> dict[str, Any]:

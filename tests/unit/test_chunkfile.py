@@ -269,7 +269,8 @@ def test_delete_punches_a_hole(chunk: ChunkFile) -> None:
     chunk.delete_shard(3)  # direct delete without mark is allowed
     after = chunk.stats()
     phys = physical_size(1 << 20)
-    assert before.disk_bytes - after.disk_bytes >= 2 * phys
+    # ext4 may spend a block or two on extent-tree metadata once the file has holes.
+    assert before.disk_bytes - after.disk_bytes >= 2 * phys - 4 * 4096
     assert after.punched_bytes == 2 * phys
     assert (after.shard_count, after.live_bytes) == (2, 2 << 20)
     assert after.write_offset == before.write_offset
