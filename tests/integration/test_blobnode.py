@@ -175,7 +175,7 @@ def test_mark_delete_delete_punches_hole_and_compaction(blobnode_factory: Blobno
         for bid in (1, 2, 3, 4):
             await c.mark_delete_shard(bn.url, 1, VUID, bid)
             await c.delete_shard(bn.url, 1, VUID, bid)
-        assert os.stat(path).st_blocks <= blocks_before - 4 * size // 512
+        assert os.stat(path).st_blocks <= blocks_before - 4 * size // 512 + 32  # ext4 extent metadata slack
         with pytest.raises(errors.ShardNotFound):
             await c.get_shard(bn.url, 1, VUID, 2)
         compacted = await c.compact_chunk(bn.url, 1, VUID)
