@@ -46,6 +46,10 @@ lint: setup
 bench: setup
 	$(PY) bench/ec_codec.py
 	$(PY) bench/blobnode.py
+	$(PY) bench/raft.py
+	$(PY) bench/clustermgr.py
+	$(PY) bench/access.py
+	$(PY) bench/pipeline.py
 
 clean:
 	rm -rf .venv run bench/results

@@ -1,0 +1,156 @@
+"""Repair and delete throughput through Kafka, next to the raw Kafka produce/consume rate of the same
+message count in the same run.
+
+Brings a cluster up with the launcher (Kafka, mqproxy, tinker, worker; EC3P3; delete safe delay 0),
+stores `--blobs` objects of `--size` bytes, then:
+  repair: drops shard 0 of every blob on its blobnode, queues one repair message per blob through
+          mqproxy and times until tinker reports them all done (shards/s, MB/s rebuilt);
+  delete: DELETEs every object through access and times until tinker's delete log holds them all
+          (blobs/s reclaimed);
+  raw:    produces the same number of messages with libs/mq and consumes them in a fresh group.
+Writes JSON and prints one summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from blobstore import launcher
+from blobstore.plan import ClusterShape
+from libs.mq.consumer import Consumer
+from libs.mq.producer import Producer
+from libs.proto.location import Location
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+
+
+def url_of(info: launcher.ClusterInfo, role: str) -> str:
+    return next(p.url for p in info.processes if p.role == role)
+
+
+async def store(access: str, count: int, size: int) -> list[str]:
+    data = os.urandom(size)
+    async with httpx.AsyncClient(base_url=access, timeout=60) as client:
+        sem = asyncio.Semaphore(8)
+
+        async def one() -> str:
+            async with sem:
+                resp = await client.put("/blob", content=data)
+                resp.raise_for_status()
+                return str(resp.json()["location"])
+
+        return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+async def wait_for(check: object, timeout: float) -> float:
+    start = time.perf_counter()
+    while not await check():  # type: ignore[operator]
+        if time.perf_counter() - start > timeout:
+            raise TimeoutError("the pipeline did not finish in time")
+        await asyncio.sleep(0.05)
+    return time.perf_counter() - start
+
+
+async def bench_repair(info: launcher.ClusterInfo, blobs: list[tuple[int, int]]) -> dict[str, float]:
+    tinker, mqproxy = url_of(info, "tinker"), url_of(info, "mqproxy")
+    async with ClusterClient(info.clustermgr_urls) as cm, BlobnodeClient() as bn, httpx.AsyncClient() as http:
+        shard_size = 0
+        for vid, bid in blobs:
+            unit = (await cm.get_volume(vid)).units[0]
+            shard_size = (await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)).size
+            await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+        before = (await http.get(f"{tinker}/stats")).json()["repair"].get("done", 0)
+        start = time.perf_counter()
+        messages = [{"vid": vid, "bid": bid, "bad_indexes": [0], "reason": "bench"} for vid, bid in blobs]
+        (await http.post(f"{mqproxy}/repairmsg", json={"messages": messages}, timeout=60)).raise_for_status()
+
+        async def done() -> bool:
+            stats = (await http.get(f"{tinker}/stats", timeout=30)).json()["repair"]
+            return bool(stats.get("done", 0) - before >= len(blobs))
+
+        await wait_for(done, 600)
+        elapsed = time.perf_counter() - start
+    return {"shards_per_s": round(len(blobs) / elapsed, 1),
+            "mb_per_s": round(len(blobs) * shard_size / elapsed / 1e6, 2), "seconds": round(elapsed, 2)}
+
+
+async def bench_delete(info: launcher.ClusterInfo, tokens: list[str]) -> dict[str, float]:
+    log = Path(info.dir) / "tinker" / "deletes.jsonl"
+    already = len(log.read_text().splitlines()) if log.exists() else 0
+    start = time.perf_counter()
+    async with httpx.AsyncClient(base_url=info.access_url, timeout=60) as client:
+        sem = asyncio.Semaphore(8)
+
+        async def one(token: str) -> None:
+            async with sem:
+                (await client.delete(f"/blob/{token}")).raise_for_status()
+
+        await asyncio.gather(*(one(t) for t in tokens))
+
+    async def done() -> bool:
+        return log.exists() and len(log.read_text().splitlines()) - already >= len(tokens)
+
+    await wait_for(done, 600)
+    elapsed = time.perf_counter() - start
+    return {"blobs_per_s": round(len(tokens) / elapsed, 1), "seconds": round(elapsed, 2)}
+
+
+async def bench_raw_kafka(bootstrap: str, count: int) -> dict[str, float]:
+    topic = "shard_repair"  # an existing topic; a fresh group reads only what it is told to count
+    producer = await Producer.connect(bootstrap)
+    start = time.perf_counter()
+    sent = await asyncio.gather(*(producer.send(topic, b"k%d" % i, b'{"bench": %d}' % i) for i in range(count)))
+    produce = time.perf_counter() - start
+    await producer.close()
+    first = {p: o for p, o in sorted(sent, reverse=True)}  # lowest offset we wrote, per partition
+    consumer = await Consumer.connect(bootstrap, f"bench-{uuid.uuid4().hex[:8]}", [topic])
+    got, start = 0, time.perf_counter()
+    while got < count:
+        got += sum(1 for r in await consumer.poll(timeout=0.5) if r.offset >= first.get(r.partition, 1 << 62))
+    consume = time.perf_counter() - start
+    await consumer.close()
+    return {"produce_per_s": round(count / produce, 1), "consume_per_s": round(count / consume, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--blobs", type=int, default=300)
+    parser.add_argument("--size", type=int, default=64 << 10)
+    parser.add_argument("--out", default="bench/results/pipeline.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        root = Path(tmp) / "cluster"
+        info = launcher.up(root, ClusterShape(delete_delay=0.0))
+        try:
+            secret = json.loads(next(Path(p.config).read_text() for p in info.processes if p.role == "access"))
+            key = secret["secret"].encode()
+            tokens = asyncio.run(store(info.access_url, args.blobs, args.size))
+            blobs = [next(Location.from_token(t, key).blob_ids()) for t in tokens]
+            repair = asyncio.run(bench_repair(info, blobs))
+            delete = asyncio.run(bench_delete(info, tokens))
+            raw = asyncio.run(bench_raw_kafka(info.kafka_bootstrap, args.blobs))
+        finally:
+            launcher.down(root)
+    result = {"blobs": args.blobs, "size": args.size, "repair": repair, "delete": delete, "raw_kafka": raw}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"pipeline ({args.blobs} x {args.size} B, EC3P3): repair {repair['shards_per_s']} shards/s "
+          f"({repair['mb_per_s']} MB/s rebuilt), delete {delete['blobs_per_s']} blobs/s; "
+          f"raw Kafka produce {raw['produce_per_s']}/s consume {raw['consume_per_s']}/s")
+
+
+if __name__ == "__main__":
+    main()
