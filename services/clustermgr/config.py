@@ -33,7 +33,8 @@ class CodeModePolicy(BaseModel):
 
 class ClusterMgrConfig(BaseModel):
     node_id: int = Field(ge=1)
-    members: dict[int, Member] = Field(min_length=1)  # the initial voters
+    members: dict[int, Member] = Field(min_length=1)  # the initial voters, and this node itself
+    join: bool = False  # this node is not an initial voter: it waits to be added (/raft/member/add)
     data_dir: str
     cluster_id: int = Field(1, ge=0, lt=2**32)
     idcs: list[str] = Field(default_factory=lambda: ["z0"])

@@ -41,7 +41,10 @@ class ClusterManager:
         self.state = ClusterState(data / "state", sync=False)
         raft_config = RaftConfig(
             node_id=config.node_id,
-            peers={node_id: m.raft_addr for node_id, m in config.members.items()},
+            peers={node_id: m.raft_addr for node_id, m in config.members.items()
+                   if not (config.join and node_id == config.node_id)},
+            listen=config.me.raft_addr,
+            join=config.join,
             data_dir=data / "raft",
             fsync=config.fsync,
             heartbeat_ms=config.heartbeat_ms,

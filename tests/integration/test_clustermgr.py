@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -16,7 +17,7 @@ from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from tests.support.processes import BlobnodeFactory, Service
+from tests.support.processes import BlobnodeFactory, Service, free_port
 
 T = TypeVar("T")
 ClusterMgrFactory = Callable[..., list[Service]]
@@ -276,3 +277,80 @@ def test_ec6p6_placement_over_three_azs_and_its_replacements(
         check_spread(moved.units)
 
     run(_with_cluster(cms, scenario))
+
+
+def test_five_replicas_survive_two_leader_kills(clustermgr_factory: ClusterMgrFactory) -> None:
+    cms = clustermgr_factory(count=5, **FAST)
+
+    async def scenario(c: ClusterClient) -> None:
+        await c.kv_set("before", "1")
+        for round_ in range(2):
+            leader = (await c.raft_status())["leader"]
+            cms[leader - 1].kill9()
+            started = time.monotonic()
+            await c.kv_set(f"after-{round_}", "1")
+            assert time.monotonic() - started < 2.5
+        assert await c.kv_get("before") == "1"
+
+    run(_with_cluster(cms, scenario))
+
+
+def test_membership_change_under_writes_and_a_silent_disk(
+        clustermgr_factory: ClusterMgrFactory, blobnode_factory: BlobnodeFactory, tmp_path: Path) -> None:
+    cms = clustermgr_factory(**{**FAST, "disk_heartbeat_timeout": 2})
+    node = blobnode_factory("bn", disks=1, clustermgr=cms)
+    members = dict(cms[0].config["members"])
+    new = {"raft_addr": f"127.0.0.1:{free_port()}", "http_addr": f"127.0.0.1:{free_port()}"}
+    workdir = tmp_path / "cm4"
+    workdir.mkdir()
+    joiner = Service("services.clustermgr", {**cms[0].config, "node_id": 4, "members": {**members, "4": new},
+                                             "join": True, "data_dir": str(workdir / "data")},
+                     workdir, f"http://{new['http_addr']}")
+
+    async def scenario(c: ClusterClient) -> None:
+        await eventually(lambda: _at_least(c.list_disks(), 1), 10, "the disk registered")
+        acked: list[str] = []
+        stop = asyncio.Event()
+
+        async def writer() -> None:
+            i = 0
+            while not stop.is_set():
+                await c.kv_set(f"m/{i}", "x")
+                acked.append(f"m/{i}")
+                i += 1
+
+        task = asyncio.create_task(writer())
+        joiner.start()
+        await c.add_member(4, new["raft_addr"], new["http_addr"], learner=True)
+        await eventually(lambda: _caught_up(c, joiner.url), 10, "the learner caught up")
+        status = await c.add_member(4, new["raft_addr"], new["http_addr"], learner=False)
+        assert status["members"]["4"]["voter"] is True
+        leader = (await c.raft_status())["leader"]
+        old = next(i for i in (1, 2, 3) if i != leader)
+        status = await c.remove_member(old)
+        assert str(old) not in status["members"]
+        cms[old - 1].stop()
+        await asyncio.sleep(0.5)
+        stop.set()
+        await task
+        async with ClusterClient([joiner.url]) as via_new:
+            assert set(acked) <= set(await via_new.kv_list("m/"))
+            node.kill9()  # its disk stops heartbeating and is reported as not alive
+            disks = await eventually(lambda: _all_dead(via_new), 10, "the silent disk reported")
+            assert disks[0]["disk_id"] == 1
+            assert (await via_new.stat())["disks"] == 1
+
+    try:
+        run(_with_cluster(cms, scenario))
+    finally:
+        joiner.stop()
+
+
+async def _caught_up(c: ClusterClient, url: str) -> bool:
+    leader, learner = await c.raft_status(), await c.raft_status(url)
+    return bool(learner["applied"] >= leader["commit"] - 5)
+
+
+async def _all_dead(c: ClusterClient) -> list[dict[str, Any]] | None:
+    disks = await c.list_disks()
+    return disks if disks and not any(d["alive"] for d in disks) else None
