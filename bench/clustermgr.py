@@ -28,20 +28,27 @@ from tests.support.processes import Service, free_port, stop_all  # noqa: E402
 
 
 async def rate(clients: int, seconds: float, op: Callable[[int, int], Awaitable[int]]) -> float:
-    """Commits per second with `clients` concurrent loops; `op(worker, i)` returns commits done."""
+    """Commits per second with `clients` concurrent loops after a 0.5 s warm-up (connections, the
+    first leader round trips); `op(worker, i)` returns the commits it made."""
     done = 0
-    deadline = time.perf_counter() + seconds
+    stop = False
 
     async def worker(w: int) -> None:
         nonlocal done
         i = 0
-        while time.perf_counter() < deadline:
-            done += await op(w, i)
+        while not stop:
+            commits = await op(w, i)  # not `done += await ...`: that reads `done` before the await
+            done += commits
             i += 1
 
-    start = time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(clients)))
-    return round(done / (time.perf_counter() - start), 1)
+    tasks = [asyncio.create_task(worker(w)) for w in range(clients)]
+    await asyncio.sleep(0.5)
+    start_done, start = done, time.perf_counter()
+    await asyncio.sleep(seconds)
+    result = (done - start_done) / (time.perf_counter() - start)
+    stop = True
+    await asyncio.gather(*tasks)
+    return round(result, 1)
 
 
 async def raw_raft(base: Path, clients: int, seconds: float) -> float:
