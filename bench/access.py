@@ -13,45 +13,20 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import drive, summarize
 from blobstore import launcher
 from blobstore.plan import ClusterShape
 
 SIZES = {"10KiB": 10 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20}
 COUNTS = {"10KiB": 1500, "1MiB": 200, "64MiB": 6}
-
-
-def summarize(latencies: list[float], elapsed: float, size: int) -> dict[str, float]:
-    ordered = sorted(latencies)
-    ops = len(ordered) / elapsed
-    return {"ops_per_s": round(ops, 1), "mb_per_s": round(ops * size / 1e6, 1),
-            "p50_ms": round(statistics.median(ordered) * 1e3, 2),
-            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3, 2)}
-
-
-async def drive(count: int, concurrency: int, op: Callable[[int], Awaitable[None]]) -> dict[str, object]:
-    latencies: list[float] = []
-    indexes = iter(range(count))
-
-    async def worker() -> None:
-        for i in indexes:
-            t0 = time.perf_counter()
-            await op(i)
-            latencies.append(time.perf_counter() - t0)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return {"latencies": latencies, "elapsed": time.perf_counter() - start}
 
 
 async def bench_access(url: str, name: str, size: int, count: int, concurrency: int) -> dict[str, object]:
@@ -75,8 +50,7 @@ async def bench_access(url: str, name: str, size: int, count: int, concurrency: 
 
         puts = await drive(count, concurrency, put)
         gets = await drive(count, concurrency, get)
-    return {"put": summarize(puts["latencies"], puts["elapsed"], size),  # type: ignore[arg-type]
-            "get": summarize(gets["latencies"], gets["elapsed"], size)}  # type: ignore[arg-type]
+    return {"put": summarize(*puts, size), "get": summarize(*gets, size)}
 
 
 async def bench_files(directory: Path, size: int, count: int, concurrency: int) -> dict[str, object]:
@@ -96,7 +70,7 @@ async def bench_files(directory: Path, size: int, count: int, concurrency: int) 
     results: dict[str, object] = {}
     for op_name, fn in (("put", write), ("get", read)):
         run = await drive(count, concurrency, lambda i, fn=fn: asyncio.to_thread(fn, i))  # type: ignore[misc]
-        results[op_name] = summarize(run["latencies"], run["elapsed"], size)  # type: ignore[arg-type]
+        results[op_name] = summarize(*run, size)
     for i in range(count):
         (directory / f"obj{i}").unlink()
     return results

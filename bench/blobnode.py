@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -20,34 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import drive, summarize
 from libs.proto.ids import Vuid
 from services.blobnode.client import BlobnodeClient
 from tests.support.processes import Service, free_port
 
 SIZES = {"4KiB": 4 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20, "4MiB": 4 << 20}
-
-
-def summarize(latencies: list[float], elapsed: float, size: int) -> dict[str, float]:
-    ordered = sorted(latencies)
-    ops = len(ordered) / elapsed
-    return {"ops_per_s": round(ops, 1), "mb_per_s": round(ops * size / 1e6, 1),
-            "p50_ms": round(statistics.median(ordered) * 1e3, 3),
-            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3, 3)}
-
-
-async def drive(count: int, concurrency: int, op: object) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    next_index = iter(range(count))
-
-    async def worker() -> None:
-        for i in next_index:
-            t0 = time.perf_counter()
-            await op(i)  # type: ignore[operator]
-            latencies.append(time.perf_counter() - t0)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, time.perf_counter() - start
 
 
 async def bench_blobnode(url: str, count_for: dict[str, int], concurrency: int) -> dict[str, dict[str, object]]:

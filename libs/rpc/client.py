@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json as jsonlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 
@@ -96,3 +96,19 @@ class HttpClient:
 def _str_params(params: Params | None) -> dict[str, str] | None:
     # int() first: int subclasses such as Vuid may print as something other than digits.
     return None if params is None else {k: str(int(v)) if isinstance(v, int) else v for k, v in params.items()}
+
+
+class ServiceClient:
+    """Base of every service's client: one shared `HttpClient`, closed with the client."""
+
+    def __init__(self, http: HttpClient | None = None, timeout: float = 30.0) -> None:
+        self.http = http or HttpClient(timeout=timeout)
+
+    async def close(self) -> None:
+        await self.http.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

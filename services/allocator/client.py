@@ -6,7 +6,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from libs.rpc.client import HttpClient
+from libs.rpc.client import HttpClient, ServiceClient
 from libs.rpc.errors import Unavailable
 
 
@@ -17,17 +17,15 @@ class BlobSlice:
     count: int
 
 
-class AllocatorClient:
+class AllocatorClient(ServiceClient):
     """Tries the allocators in random order: any of them may serve any request."""
 
     def __init__(self, hosts: Sequence[str], http: HttpClient | None = None) -> None:
         if not hosts:
             raise ValueError("allocator client needs at least one host")
+        super().__init__(http, timeout=10.0)
         self.hosts = [h.rstrip("/") for h in hosts]
-        self.http = http or HttpClient(timeout=10.0)
 
-    async def close(self) -> None:
-        await self.http.close()
 
     async def alloc(self, code_mode: int, size: int, blob_size: int) -> list[BlobSlice]:
         last: Exception | None = None

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from libs.rpc.client import HttpClient
+from libs.rpc.client import ServiceClient
 
 
 @dataclass(frozen=True)
@@ -27,18 +27,9 @@ class ShardInfo:
         return cls(raw["bid"], raw["vuid"], raw["offset"], raw["size"], raw["crc"], raw["status"])
 
 
-class BlobnodeClient:
-    def __init__(self, http: HttpClient | None = None) -> None:
-        self.http = http or HttpClient()
+class BlobnodeClient(ServiceClient):
 
-    async def close(self) -> None:
-        await self.http.close()
 
-    async def __aenter__(self) -> BlobnodeClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # chunks
 

@@ -13,27 +13,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from libs.proto.cluster import DiskInfo, ServiceInfo, Unit, VolumeInfo
-from libs.rpc.client import HttpClient, Params
+from libs.rpc.client import HttpClient, Params, ServiceClient
 from libs.rpc.errors import NotFound, NotLeader, Unavailable
 
 
-class ClusterClient:
+class ClusterClient(ServiceClient):
     def __init__(self, hosts: Sequence[str], *, http: HttpClient | None = None, deadline: float = 10.0) -> None:
         if not hosts:
             raise ValueError("clustermgr client needs at least one host")
+        super().__init__(http, timeout=10.0)
         self.hosts = [h.rstrip("/") for h in hosts]
-        self.http = http or HttpClient(timeout=10.0)
         self.deadline = deadline
         self._leader = self.hosts[0]
 
-    async def close(self) -> None:
-        await self.http.close()
 
-    async def __aenter__(self) -> ClusterClient:
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def call(self, method: str, path: str, *, params: Params | None = None, json: object = None) -> Any:
         give_up = time.monotonic() + self.deadline

@@ -8,7 +8,6 @@ that must be fresh first confirm leadership with a read-index round. A follower 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from libs.raft.errors import NotLeader as RaftNotLeader
 from libs.raft.errors import ProposalDropped
 from libs.raft.server import RaftServer
 from libs.rpc.errors import NotLeader, Unavailable
+from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.config import ClusterMgrConfig, CodeModePolicy
 from services.clustermgr.state import ClusterState, decode_result, encode_command
@@ -55,12 +55,13 @@ class ClusterManager:
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
                                      heartbeat_timeout=config.disk_heartbeat_timeout)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._life = Lifecycle()
+        self._life.loop(self._leader_duties)
+        self._life.loop(self._die_on_invariant_violation)
 
     async def start(self) -> None:
         await self.raft.start()
-        self._tasks.append(asyncio.create_task(self._leader_duties()))
-        self._tasks.append(asyncio.create_task(self._die_on_invariant_violation()))
+        await self._life.start()
 
     async def _die_on_invariant_violation(self) -> None:
         error = await self.raft.wait_fatal()
@@ -68,11 +69,7 @@ class ClusterManager:
         os._exit(70)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._life.stop()
         await self.raft.stop()
         await self.blobnodes.close()
         self.state.close()

@@ -8,14 +8,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from libs.rpc.client import HttpClient
+from libs.rpc.client import HttpClient, ServiceClient
 from libs.rpc.errors import Unavailable
 from services.clustermgr.client import ClusterClient
 
 DISCOVERY_TTL = 10.0
 
 
-class MqProxyClient:
+class MqProxyClient(ServiceClient):
     """Static `hosts`, or the live "mqproxy" services registered in clustermgr when none are given."""
 
     def __init__(self, hosts: Sequence[str] = (), cluster: ClusterClient | None = None,
@@ -25,10 +25,8 @@ class MqProxyClient:
         self._static = [h.rstrip("/") for h in hosts]
         self._cluster = cluster
         self._found: tuple[float, list[str]] = (0.0, [])
-        self.http = http or HttpClient(timeout=30.0)
+        super().__init__(http)
 
-    async def close(self) -> None:
-        await self.http.close()
 
     async def _hosts(self) -> list[str]:
         if self._static:

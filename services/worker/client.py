@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from libs.rpc.client import HttpClient
+from libs.rpc.client import HttpClient, ServiceClient
 
 
-class WorkerClient:
+class WorkerClient(ServiceClient):
     def __init__(self, http: HttpClient | None = None) -> None:
-        self.http = http or HttpClient(timeout=120.0)
+        super().__init__(http, timeout=120.0)  # a repair reads and writes whole shards
 
-    async def close(self) -> None:
-        await self.http.close()
 
-    async def __aenter__(self) -> WorkerClient:
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def repair_shards(self, host: str, vid: int, bid: int, bad_indexes: list[int]) -> dict[str, Any]:
         """Rebuild the named shards; `skipped` in the answer says why nothing was written, if so."""

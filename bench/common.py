@@ -1,0 +1,32 @@
+"""What the benchmarks share: driving an operation with N concurrent loops, and summarizing latencies."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+
+async def drive(count: int, concurrency: int, op: Callable[[int], Awaitable[object]]) -> tuple[list[float], float]:
+    """Run `op(0..count-1)` with `concurrency` loops; returns each call's latency and the wall time."""
+    latencies: list[float] = []
+    indexes = iter(range(count))
+
+    async def worker() -> None:
+        for i in indexes:
+            t0 = time.perf_counter()
+            await op(i)
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - start
+
+
+def summarize(latencies: list[float], elapsed: float, size: int) -> dict[str, float]:
+    ordered = sorted(latencies)
+    ops = len(ordered) / elapsed
+    return {"ops_per_s": round(ops, 1), "mb_per_s": round(ops * size / 1e6, 1),
+            "p50_ms": round(statistics.median(ordered) * 1e3, 3),
+            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3, 3)}
