@@ -32,16 +32,13 @@ from blobstore.procs import poll
 from blobstore.shards import inspect_shards
 from libs.ec import parse_code_mode
 from libs.mq.admin import lag
-from libs.mq.topics import DELETE_TOPICS, REPAIR_TOPICS
 from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from services.tinker.tinker import DELETE_GROUP, REPAIR_GROUP
+from services.tinker.tinker import PIPELINES
 
 T = TypeVar("T")
 EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError, KafkaError)
-# tinker's pipelines: the consumer group of each and the topics it drains.
-PIPELINES = (("repair", REPAIR_GROUP, REPAIR_TOPICS), ("delete", DELETE_GROUP, DELETE_TOPICS))
 COUNTERS = ("in", "done", "failed", "retried")
 out = Console()
 err = Console(stderr=True)

@@ -82,7 +82,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
 
     def start(blobnodes: int = 6, disks: int = 1, code_mode: str = "EC3P3", min_volumes: int = 2,
               allocators: int = 1, access: int = 1, pipelines: bool = False, safe_delay: float = 2.0,
-              **access_overrides: object) -> LocalCluster:
+              tinker: dict[str, object] | None = None, **access_overrides: object) -> LocalCluster:
         cms = clustermgr_factory(volume_check_interval=0.2, disk_heartbeat_timeout=10, volume_lease_ttl=10,
                                  chunk_size=256 << 20,
                                  code_modes=[{"code_mode": code_mode, "min_volumes": min_volumes}])
@@ -99,7 +99,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
             background["tinker"] = launch("services.tinker", "tinker", clustermgr_hosts=cm_urls,
                                           kafka_bootstrap=kafka.bootstrap, delete_safe_delay=safe_delay,
                                           retry_base=0.5, retry_cap=2.0,
-                                          delete_log=str(tmp_path / "tinker-deletes.jsonl"))
+                                          delete_log=str(tmp_path / "tinker-deletes.jsonl"), **(tinker or {}))
         fronts: list[Service] = []
 
         def add_access(**overrides: object) -> Service:

@@ -14,6 +14,3 @@ class Topic(StrEnum):
 
 
 ALL_TOPICS: tuple[Topic, ...] = tuple(Topic)
-# Order in which a repair consumer drains its topics: the priority topic first.
-REPAIR_TOPICS: tuple[Topic, ...] = (Topic.SHARD_REPAIR_PRIOR, Topic.SHARD_REPAIR, Topic.SHARD_REPAIR_FAILED)
-DELETE_TOPICS: tuple[Topic, ...] = (Topic.BLOB_DELETE, Topic.BLOB_DELETE_FAILED)

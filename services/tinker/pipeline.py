@@ -33,14 +33,13 @@ async def sleep_until(moment: float) -> None:
 
 class Pipeline:
     def __init__(self, name: str, consumer: Consumer, producer: Producer, handle: Handler, *,
-                 order: tuple[Topic, ...], concurrency: int, commit_interval: float) -> None:
+                 slots: asyncio.Semaphore, commit_interval: float) -> None:
         self.name = name
         self.consumer = consumer
         self.producer = producer
         self.handle = handle
-        self.order = {str(t): i for i, t in enumerate(order)}  # earlier topics are worked on first
         self.tracker = OffsetTracker()
-        self.slots = asyncio.Semaphore(concurrency)
+        self.slots = slots  # how many messages are worked on at once (may be shared between pipelines)
         self.commit_interval = commit_interval
         self.stats: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -50,7 +49,7 @@ class Pipeline:
         try:
             while True:
                 records = await self.consumer.poll(timeout=0.2)
-                for record in sorted(records, key=lambda r: self.order.get(r.topic, len(self.order))):
+                for record in records:
                     self.tracker.add(record.tp, record.offset)
                     self.stats["in"] += 1
                     task = asyncio.create_task(self._work(record))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 from libs.mq.admin import lag
 from libs.mq.consumer import Consumer, Record
 from libs.mq.producer import Producer
-from libs.mq.topics import DELETE_TOPICS, REPAIR_TOPICS, Topic
+from libs.mq.topics import Topic
 from libs.proto.messages import DeleteMsg, RepairMsg
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
@@ -24,7 +25,14 @@ from services.tinker.rules import RetryPolicy
 from services.worker.client import WorkerClient
 
 log = logging.getLogger(__name__)
-REPAIR_GROUP, DELETE_GROUP = "tinker-repair", "tinker-delete"
+PRIORITY_POLL = 0.02
+# Each pipeline: its name, consumer group and topics. Priority repairs have a group of their own so a
+# backlog of ordinary repairs never stands in front of them; ordinary ones wait while any are pending.
+PIPELINES: tuple[tuple[str, str, tuple[Topic, ...]], ...] = (
+    ("repair_prior", "tinker-repair-prior", (Topic.SHARD_REPAIR_PRIOR,)),
+    ("repair", "tinker-repair", (Topic.SHARD_REPAIR, Topic.SHARD_REPAIR_FAILED)),
+    ("delete", "tinker-delete", (Topic.BLOB_DELETE, Topic.BLOB_DELETE_FAILED)),
+)
 
 
 class Tinker:
@@ -43,11 +51,13 @@ class Tinker:
     async def start(self) -> None:
         bootstrap = self.config.kafka_bootstrap
         self._producer = await Producer.connect(bootstrap, client_id="tinker")
-        for name, group, topics, handle in (("repair", REPAIR_GROUP, REPAIR_TOPICS, self._on_repair),
-                                            ("delete", DELETE_GROUP, DELETE_TOPICS, self._on_delete)):
+        repair_slots = asyncio.Semaphore(self.config.concurrency)  # shared by both repair pipelines
+        for name, group, topics in PIPELINES:
             consumer = await Consumer.connect(bootstrap, group, topics)
-            pipeline = Pipeline(name, consumer, self._producer, handle, order=topics,
-                                concurrency=self.config.concurrency, commit_interval=self.config.commit_interval)
+            handle = self._on_delete if name == "delete" else functools.partial(self._on_repair, name)
+            slots = asyncio.Semaphore(self.config.concurrency) if name == "delete" else repair_slots
+            pipeline = Pipeline(name, consumer, self._producer, handle, slots=slots,
+                                commit_interval=self.config.commit_interval)
             self.pipelines[name] = pipeline
             self._tasks.append(asyncio.create_task(pipeline.run()))
 
@@ -63,12 +73,15 @@ class Tinker:
         for client in (self.cluster, self.blobnodes, self.workers):
             await client.close()
 
-    async def _on_repair(self, record: Record) -> None:
-        pipeline = self.pipelines["repair"]
+    async def _on_repair(self, name: str, record: Record) -> None:
+        pipeline = self.pipelines[name]
         msg = _parse(RepairMsg, record)
         if msg is None:
             return
         await sleep_until(msg.not_before)
+        if name != "repair_prior":
+            while self.pipelines["repair_prior"].tracker.pending():
+                await asyncio.sleep(PRIORITY_POLL)
         async with pipeline.slots:
             try:
                 await self.repair(msg)
@@ -94,7 +107,7 @@ class Tinker:
 
     async def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: dict(p.stats) for name, p in self.pipelines.items()}
-        for name, group, topics in (("repair", REPAIR_GROUP, REPAIR_TOPICS), ("delete", DELETE_GROUP, DELETE_TOPICS)):
+        for name, group, topics in PIPELINES:
             out.setdefault(name, {})["lag"] = await asyncio.to_thread(
                 lag, self.config.kafka_bootstrap, group, [str(t) for t in topics])
         return out

@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import random
+import re
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -166,3 +168,36 @@ def test_kafka_restart_during_a_repair_stream_loses_no_message(
     assert len(acked) == 40
     for vid, bid in acked:
         wait_until(lambda v=vid, b=bid: states(cluster, v, b) == ["present"] * 6, 60, f"blob {vid}/{bid} repaired")
+
+
+def test_priority_repairs_overtake_a_backlog(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(pipelines=True, tinker={"concurrency": 1})
+    tinker, worker = cluster.background["tinker"], cluster.background["worker"]
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        blobs = [blobs_of(cluster, put_ok(client, b"p%d" % i * 2000))[0] for i in range(31)]
+
+    async def lose_shard_one() -> None:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+            for vid, bid in blobs:
+                unit = (await cm.get_volume(vid)).units[1]
+                await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+
+    asyncio.run(lose_shard_one())
+    *backlog, urgent = blobs
+    os.kill(tinker.pid, signal.SIGSTOP)  # let both topics fill before tinker polls either
+    try:
+        with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60) as mq:
+            ordinary = [{"vid": v, "bid": b, "bad_indexes": [1]} for v, b in backlog]
+            assert mq.post("/repairmsg", json={"messages": ordinary}).status_code == 200
+            first = {"vid": urgent[0], "bid": urgent[1], "bad_indexes": [1], "priority": True}
+            assert mq.post("/repairmsg", json={"messages": [first]}).status_code == 200
+    finally:
+        os.kill(tinker.pid, signal.SIGCONT)
+
+    def repaired_order() -> list[tuple[int, int]]:
+        found = re.findall(r"repaired blob (\d+)/(\d+)", worker.log_path.read_text())
+        return [(int(v), int(b)) for v, b in found]
+
+    wait_until(lambda: len(repaired_order()) == 31, 60, "every repair done")
+    assert repaired_order().index(urgent) <= 2  # at most the ordinary ones already in hand went first
