@@ -49,6 +49,18 @@ def states(cluster: LocalCluster, vid: int, bid: int) -> list[str]:
     return asyncio.run(shard_states(cluster, vid, bid))
 
 
+def lose_shard(cluster: LocalCluster, blobs: list[tuple[int, int]], index: int) -> None:
+    """Delete shard `index` of every blob straight on its blobnode, as a lost disk sector would."""
+
+    async def lose() -> None:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+            for vid, bid in blobs:
+                unit = (await cm.get_volume(vid)).units[index]
+                await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+
+    asyncio.run(lose())
+
+
 def chunk_blocks(cluster: LocalCluster) -> int:
     return sum(os.stat(p).st_blocks for node in cluster.blobnodes for p in node.workdir.glob("disk*/data/*"))
 
@@ -147,13 +159,7 @@ def test_kafka_restart_during_a_repair_stream_loses_no_message(
         wait_for_put(client, b"warm-up")
         blobs = [blobs_of(cluster, put_ok(client, b"r%d" % i * 500))[0] for i in range(40)]
 
-    async def lose_shard_two() -> None:
-        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
-            for vid, bid in blobs:
-                unit = (await cm.get_volume(vid)).units[2]
-                await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
-
-    asyncio.run(lose_shard_two())
+    lose_shard(cluster, blobs, 2)
     acked = []
     with httpx.Client(base_url=mqproxy.url, timeout=60) as mq:
         for i, (vid, bid) in enumerate(blobs):
@@ -177,13 +183,7 @@ def test_priority_repairs_overtake_a_backlog(cluster_factory: ClusterFactory) ->
         wait_for_put(client, b"warm-up")
         blobs = [blobs_of(cluster, put_ok(client, b"p%d" % i * 2000))[0] for i in range(31)]
 
-    async def lose_shard_one() -> None:
-        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
-            for vid, bid in blobs:
-                unit = (await cm.get_volume(vid)).units[1]
-                await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
-
-    asyncio.run(lose_shard_one())
+    lose_shard(cluster, blobs, 1)
     *backlog, urgent = blobs
     os.kill(tinker.pid, signal.SIGSTOP)  # let both topics fill before tinker polls either
     try:
