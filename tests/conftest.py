@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
+from tests.support.kafka import fresh_topics, kafka_broker  # noqa: F401  (a session fixture)
 from tests.support.processes import BlobnodeFactory, LocalCluster, Service, free_port, stop_all, wait_until
 
 
@@ -93,6 +93,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
         background: dict[str, Service] = {}
         if pipelines:
             kafka = request.getfixturevalue("kafka_broker")
+            fresh_topics(kafka.bootstrap, partitions=2)
             background["worker"] = launch("services.worker", "worker", clustermgr_hosts=cm_urls)
             background["mqproxy"] = launch("services.mqproxy", "mqproxy", clustermgr_hosts=cm_urls,
                                            kafka_bootstrap=kafka.bootstrap, partitions=2)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +80,28 @@ class Tinker:
         if msg is None:
             return
         await sleep_until(msg.not_before)
-        if name != "repair_prior":
-            while self.pipelines["repair_prior"].tracker.pending():
-                await asyncio.sleep(PRIORITY_POLL)
-        async with pipeline.slots:
+        async with self._repair_slot(pipeline):
             try:
                 await self.repair(msg)
                 pipeline.stats["done"] += 1
             except Exception as exc:
                 await pipeline.hand_on(Topic.SHARD_REPAIR_FAILED, msg, self.policy, f"{type(exc).__name__}: {exc}")
+
+    @contextlib.asynccontextmanager
+    async def _repair_slot(self, pipeline: Pipeline) -> AsyncIterator[None]:
+        """A repair slot; an ordinary repair that gets one while a priority repair is pending gives
+        it back and waits (checked after acquiring, so queued ordinary repairs cannot jump ahead)."""
+        prior = self.pipelines["repair_prior"]
+        while True:
+            await pipeline.slots.acquire()
+            if pipeline is prior or not prior.tracker.pending():
+                break
+            pipeline.slots.release()
+            await asyncio.sleep(PRIORITY_POLL)
+        try:
+            yield
+        finally:
+            pipeline.slots.release()
 
     async def _on_delete(self, record: Record) -> None:
         pipeline = self.pipelines["delete"]

@@ -185,6 +185,11 @@ def test_priority_repairs_overtake_a_backlog(cluster_factory: ClusterFactory) ->
 
     lose_shard(cluster, blobs, 1)
     *backlog, urgent = blobs
+    with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60) as mq:
+        # A first priority repair (of a blob that needs none) proves the priority consumer has joined its group.
+        warm = {"vid": backlog[0][0], "bid": 0, "bad_indexes": [1], "priority": True}
+        assert mq.post("/repairmsg", json={"messages": [warm]}).status_code == 200
+    wait_until(lambda: tinker_stats(cluster)["repair_prior"].get("done", 0) >= 1, 30, "the priority group joined")
     os.kill(tinker.pid, signal.SIGSTOP)  # let both topics fill before tinker polls either
     try:
         with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60) as mq:
