@@ -35,7 +35,7 @@ from libs.mq.admin import lag
 from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from services.tinker.tinker import PIPELINES
+from services.tinker.tinker import pipelines
 
 T = TypeVar("T")
 EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError, KafkaError)
@@ -237,7 +237,8 @@ def delete(location: str, wait: Annotated[float, typer.Option(
 @queue_app.command("stats")
 def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
                 kafka: Annotated[str, typer.Option(help="Kafka bootstrap HOST:PORT [default: cluster.json].")] = "",
-                tinker: Annotated[str, typer.Option(help="tinker URL [default: cluster.json].")] = "") -> None:
+                tinker: Annotated[str, typer.Option(help="tinker URL [default: cluster.json].")] = "",
+                group_prefix: Annotated[str, typer.Option(help="tinker's group_prefix.")] = "tinker") -> None:
     """Lag per topic and partition of tinker's consumer groups, and tinker's in/done/failed/retried counters."""
     bootstrap, tinker_url = _kafka(dir, kafka), _tinker(dir, tinker)
     try:
@@ -247,7 +248,7 @@ def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
         counters = None
     stats = {name: {"group": group, "lag": lag(bootstrap, group, [str(t) for t in topics]),
                     **({k: counters.get(name, {}).get(k, 0) for k in COUNTERS} if counters is not None else {})}
-             for name, group, topics in PIPELINES}
+             for name, group, topics in pipelines(group_prefix)}
     if as_json:
         typer.echo(json.dumps(stats, indent=2))
         return

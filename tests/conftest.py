@@ -99,7 +99,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                                            kafka_bootstrap=kafka.bootstrap, partitions=2)
             background["tinker"] = launch("services.tinker", "tinker", clustermgr_hosts=cm_urls,
                                           kafka_bootstrap=kafka.bootstrap, delete_safe_delay=safe_delay,
-                                          retry_base=0.5, retry_cap=2.0,
+                                          retry_base=0.5, retry_cap=2.0, group_prefix=f"tinker-{tmp_path.name}",
                                           delete_log=str(tmp_path / "tinker-deletes.jsonl"), **(tinker or {}))
         fronts: list[Service] = []
 

@@ -9,6 +9,7 @@ class TinkerConfig(BaseModel):
     bind_addr: str = "127.0.0.1:9700"
     clustermgr_hosts: list[str] = Field(min_length=1)
     kafka_bootstrap: str = "127.0.0.1:9092"
+    group_prefix: str = "tinker"  # consumer groups are <prefix>-repair-prior, <prefix>-repair, <prefix>-delete
     delete_safe_delay: float = Field(4 * 3600.0, ge=0)  # seconds between DELETE and the space coming back
     delete_log: str = "tinker-deletes.jsonl"
     retry_base: float = Field(1.0, gt=0)  # back-off of a failed message: base * 2^(retry-1), capped

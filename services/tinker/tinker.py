@@ -27,13 +27,18 @@ from services.worker.client import WorkerClient
 
 log = logging.getLogger(__name__)
 PRIORITY_POLL = 0.02
-# Each pipeline: its name, consumer group and topics. Priority repairs have a group of their own so a
-# backlog of ordinary repairs never stands in front of them; ordinary ones wait while any are pending.
-PIPELINES: tuple[tuple[str, str, tuple[Topic, ...]], ...] = (
-    ("repair_prior", "tinker-repair-prior", (Topic.SHARD_REPAIR_PRIOR,)),
-    ("repair", "tinker-repair", (Topic.SHARD_REPAIR, Topic.SHARD_REPAIR_FAILED)),
-    ("delete", "tinker-delete", (Topic.BLOB_DELETE, Topic.BLOB_DELETE_FAILED)),
-)
+# Each pipeline: its name and topics; its consumer group is "<group_prefix>-<name>". Priority repairs
+# have a group of their own so a backlog of ordinary repairs never stands in front of them.
+PIPELINE_TOPICS: dict[str, tuple[Topic, ...]] = {
+    "repair_prior": (Topic.SHARD_REPAIR_PRIOR,),
+    "repair": (Topic.SHARD_REPAIR, Topic.SHARD_REPAIR_FAILED),
+    "delete": (Topic.BLOB_DELETE, Topic.BLOB_DELETE_FAILED),
+}
+
+
+def pipelines(group_prefix: str) -> list[tuple[str, str, tuple[Topic, ...]]]:
+    """(name, consumer group, topics) of every pipeline."""
+    return [(name, f"{group_prefix}-{name.replace('_', '-')}", topics) for name, topics in PIPELINE_TOPICS.items()]
 
 
 class Tinker:
@@ -53,7 +58,7 @@ class Tinker:
         bootstrap = self.config.kafka_bootstrap
         self._producer = await Producer.connect(bootstrap, client_id="tinker")
         repair_slots = asyncio.Semaphore(self.config.concurrency)  # shared by both repair pipelines
-        for name, group, topics in PIPELINES:
+        for name, group, topics in pipelines(self.config.group_prefix):
             consumer = await Consumer.connect(bootstrap, group, topics)
             handle = self._on_delete if name == "delete" else functools.partial(self._on_repair, name)
             slots = asyncio.Semaphore(self.config.concurrency) if name == "delete" else repair_slots
@@ -121,7 +126,7 @@ class Tinker:
 
     async def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: dict(p.stats) for name, p in self.pipelines.items()}
-        for name, group, topics in PIPELINES:
+        for name, group, topics in pipelines(self.config.group_prefix):
             out.setdefault(name, {})["lag"] = await asyncio.to_thread(
                 lag, self.config.kafka_bootstrap, group, [str(t) for t in topics])
         return out
