@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 from collections.abc import Callable, Iterator
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kafka import fresh_topics, kafka_broker  # noqa: F401  (a session fixture)
+from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
 from tests.support.processes import BlobnodeFactory, LocalCluster, Service, free_port, stop_all, wait_until
 
 
@@ -93,12 +94,13 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
         background: dict[str, Service] = {}
         if pipelines:
             kafka = request.getfixturevalue("kafka_broker")
-            fresh_topics(kafka.bootstrap, partitions=2)
+            cluster_id = random.randrange(2, 2**31)  # this cluster's messages only: tests share the broker
             background["worker"] = launch("services.worker", "worker", clustermgr_hosts=cm_urls)
             background["mqproxy"] = launch("services.mqproxy", "mqproxy", clustermgr_hosts=cm_urls,
-                                           kafka_bootstrap=kafka.bootstrap, partitions=2)
+                                           cluster_id=cluster_id, kafka_bootstrap=kafka.bootstrap, partitions=2)
             background["tinker"] = launch("services.tinker", "tinker", clustermgr_hosts=cm_urls,
-                                          kafka_bootstrap=kafka.bootstrap, delete_safe_delay=safe_delay,
+                                          cluster_id=cluster_id, kafka_bootstrap=kafka.bootstrap,
+                                          delete_safe_delay=safe_delay,
                                           retry_base=0.5, retry_cap=2.0, group_prefix=f"tinker-{tmp_path.name}",
                                           delete_log=str(tmp_path / "tinker-deletes.jsonl"), **(tinker or {}))
         fronts: list[Service] = []

@@ -47,7 +47,10 @@ class Consumer:
     async def connect(cls, bootstrap: str, group: str, topics: Iterable[str], **config: Any) -> Consumer:
         """Join `group` on `topics`; a partition the group never committed is read from its start."""
         settings: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": group, "enable_auto_commit": False,
-                                    "auto_offset_reset": "earliest", "client_id": f"blobstore-{group}", **config}
+                                    "auto_offset_reset": "earliest", "client_id": f"blobstore-{group}",
+                                    # A topic created after we subscribed (or re-created) is noticed at the
+                                    # next metadata refresh: every 5 s, not kafka-python's default 5 min.
+                                    "metadata_max_age_ms": 5000, **config}
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kafka-consumer-{group}")
         consumer = await asyncio.get_running_loop().run_in_executor(
             executor, partial(KafkaConsumer, *[str(t) for t in topics], **settings))

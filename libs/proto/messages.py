@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class BlobMsg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    cluster_id: int = Field(default=0, ge=0, lt=2**32, description="clusters may share one Kafka")
     vid: int = Field(ge=0, lt=2**32)
     bid: int = Field(ge=0, lt=2**64)
     retry: int = Field(default=0, ge=0)

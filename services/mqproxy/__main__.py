@@ -11,7 +11,7 @@ from services.mqproxy.config import MqProxyConfig
 def build(config: MqProxyConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
     cluster = ClusterClient(config.clustermgr_hosts)
-    publisher = Publisher(config.kafka_bootstrap, config.partitions)
+    publisher = Publisher(config.kafka_bootstrap, config.partitions, config.cluster_id)
     life.loop(lambda: keep_registered(cluster, "mqproxy", config.advertised_host, config.idc, config.register_ttl))
     life.close(publisher.close, cluster.close)
     return build_app(publisher, life), config.bind_addr

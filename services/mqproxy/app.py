@@ -44,7 +44,8 @@ class DeleteBatch(BaseModel):
 class Publisher:
     """Sends messages and counts them; the producer is connected when the app starts."""
 
-    def __init__(self, bootstrap: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, partitions: int, cluster_id: int) -> None:
+        self.cluster_id = cluster_id
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.producer: Producer | None = None
@@ -84,15 +85,17 @@ def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
     async def repair(batch: RepairBatch) -> dict[str, int]:
         items: list[tuple[Topic, BlobMsg]] = [
             (Topic.SHARD_REPAIR_PRIOR if m.priority else Topic.SHARD_REPAIR,
-             RepairMsg(vid=m.vid, bid=m.bid, bad_indexes=m.bad_indexes, reason=m.reason))
+             RepairMsg(cluster_id=publisher.cluster_id, vid=m.vid, bid=m.bid, bad_indexes=m.bad_indexes,
+                       reason=m.reason))
             for m in batch.messages]
         return {"queued": await publisher.publish(items)}
 
     @app.post("/deletemsg")
     async def delete(batch: DeleteBatch) -> dict[str, int]:
         now = time.time()
-        items: list[tuple[Topic, BlobMsg]] = [(Topic.BLOB_DELETE, DeleteMsg(vid=m.vid, bid=m.bid, time=now))
-                                              for m in batch.messages]
+        items: list[tuple[Topic, BlobMsg]] = [
+            (Topic.BLOB_DELETE, DeleteMsg(cluster_id=publisher.cluster_id, vid=m.vid, bid=m.bid, time=now))
+            for m in batch.messages]
         return {"queued": await publisher.publish(items)}
 
     @app.get("/stats")

@@ -9,6 +9,7 @@ class MqProxyConfig(BaseModel):
     bind_addr: str = "127.0.0.1:9600"
     host: str = ""  # advertised URL; defaults to http://<bind_addr>
     idc: str = "z0"
+    cluster_id: int = Field(1, ge=0, lt=2**32)  # stamped on every message; tinker takes only its own
     clustermgr_hosts: list[str] = Field(min_length=1)
     kafka_bootstrap: str = "127.0.0.1:9092"
     partitions: int = Field(4, ge=1)  # for topics this proxy creates when they are missing

@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 class TinkerConfig(BaseModel):
     bind_addr: str = "127.0.0.1:9700"
+    cluster_id: int = Field(1, ge=0, lt=2**32)  # messages of other clusters sharing the Kafka are skipped
     clustermgr_hosts: list[str] = Field(min_length=1)
     kafka_bootstrap: str = "127.0.0.1:9092"
     group_prefix: str = "tinker"  # consumer groups are <prefix>-repair-prior, <prefix>-repair, <prefix>-delete

@@ -81,7 +81,7 @@ class Tinker:
 
     async def _on_repair(self, name: str, record: Record) -> None:
         pipeline = self.pipelines[name]
-        msg = _parse(RepairMsg, record)
+        msg = self._parse(RepairMsg, record)
         if msg is None:
             return
         await sleep_until(msg.not_before)
@@ -110,7 +110,7 @@ class Tinker:
 
     async def _on_delete(self, record: Record) -> None:
         pipeline = self.pipelines["delete"]
-        msg = _parse(DeleteMsg, record)
+        msg = self._parse(DeleteMsg, record)
         if msg is None:
             return
         await sleep_until(msg.not_before)
@@ -124,6 +124,15 @@ class Tinker:
                     return
         pipeline.stats["done"] += 1
 
+    def _parse(self, model: type[RepairMsg] | type[DeleteMsg], record: Record) -> Any:
+        """A message that is not one of ours (malformed, or another cluster's) is skipped, never retried."""
+        try:
+            msg = model.model_validate_json(record.value)
+        except ValidationError as exc:
+            log.error("skipping malformed message %s/%d@%d: %s", record.topic, record.partition, record.offset, exc)
+            return None
+        return msg if msg.cluster_id == self.config.cluster_id else None
+
     async def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: dict(p.stats) for name, p in self.pipelines.items()}
         for name, group, topics in pipelines(self.config.group_prefix):
@@ -131,11 +140,3 @@ class Tinker:
                 lag, self.config.kafka_bootstrap, group, [str(t) for t in topics])
         return out
 
-
-def _parse(model: type[RepairMsg] | type[DeleteMsg], record: Record) -> Any:
-    """A message that is not one of ours is logged and skipped, never retried forever."""
-    try:
-        return model.model_validate_json(record.value)
-    except ValidationError as exc:
-        log.error("skipping malformed message %s/%d@%d: %s", record.topic, record.partition, record.offset, exc)
-        return None

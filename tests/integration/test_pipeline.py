@@ -151,31 +151,6 @@ def put_ok(client: httpx.Client, data: bytes) -> str:
     return str(resp.json()["location"])
 
 
-def test_kafka_restart_during_a_repair_stream_loses_no_message(
-        cluster_factory: ClusterFactory, kafka_broker: Any) -> None:
-    cluster = cluster_factory(pipelines=True)
-    mqproxy = cluster.background["mqproxy"]
-    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
-        wait_for_put(client, b"warm-up")
-        blobs = [blobs_of(cluster, put_ok(client, b"r%d" % i * 500))[0] for i in range(40)]
-
-    lose_shard(cluster, blobs, 2)
-    acked = []
-    with httpx.Client(base_url=mqproxy.url, timeout=60) as mq:
-        for i, (vid, bid) in enumerate(blobs):
-            if i == 20:
-                kafka_broker.restart()
-            msg = {"vid": vid, "bid": bid, "bad_indexes": [2], "reason": "test"}
-            deadline = time.monotonic() + 60
-            while (resp := mq.post("/repairmsg", json={"messages": [msg]})).status_code != 200:
-                assert time.monotonic() < deadline, resp.text
-                time.sleep(0.5)
-            acked.append((vid, bid))
-    assert len(acked) == 40
-    for vid, bid in acked:
-        wait_until(lambda v=vid, b=bid: states(cluster, v, b) == ["present"] * 6, 60, f"blob {vid}/{bid} repaired")
-
-
 def test_priority_repairs_overtake_a_backlog(cluster_factory: ClusterFactory) -> None:
     cluster = cluster_factory(pipelines=True, tinker={"concurrency": 1})
     tinker, worker = cluster.background["tinker"], cluster.background["worker"]
@@ -206,3 +181,30 @@ def test_priority_repairs_overtake_a_backlog(cluster_factory: ClusterFactory) ->
 
     wait_until(lambda: len(repaired_order()) == 31, 60, "every repair done")
     assert repaired_order().index(urgent) <= 2  # at most the ordinary ones already in hand went first
+
+
+# Last in this module: after a broker restart, a consumer group that is new to the broker was seen to
+# stay without partitions for over 30 s, so no test that needs a fresh group runs after it.
+def test_kafka_restart_during_a_repair_stream_loses_no_message(
+        cluster_factory: ClusterFactory, kafka_broker: Any) -> None:
+    cluster = cluster_factory(pipelines=True)
+    mqproxy = cluster.background["mqproxy"]
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        blobs = [blobs_of(cluster, put_ok(client, b"r%d" % i * 500))[0] for i in range(40)]
+
+    lose_shard(cluster, blobs, 2)
+    acked = []
+    with httpx.Client(base_url=mqproxy.url, timeout=60) as mq:
+        for i, (vid, bid) in enumerate(blobs):
+            if i == 20:
+                kafka_broker.restart()
+            msg = {"vid": vid, "bid": bid, "bad_indexes": [2], "reason": "test"}
+            deadline = time.monotonic() + 60
+            while (resp := mq.post("/repairmsg", json={"messages": [msg]})).status_code != 200:
+                assert time.monotonic() < deadline, resp.text
+                time.sleep(0.5)
+            acked.append((vid, bid))
+    assert len(acked) == 40
+    for vid, bid in acked:
+        wait_until(lambda v=vid, b=bid: states(cluster, v, b) == ["present"] * 6, 60, f"blob {vid}/{bid} repaired")
