@@ -1,7 +1,7 @@
 """Erasure codec: code modes, stripe encode/decode/reconstruct over ISA-L or zfec."""
 
 from libs.ec.backends import BACKENDS, DEFAULT_BACKEND
-from libs.ec.codec import Codec
+from libs.ec.codec import Codec, codec_for
 from libs.ec.codemode import ALIGN_2KB, MAX_BLOB_SIZE, CodeMode, Tactic, parse_code_mode, tactic
 from libs.ec.errors import (
     BackendMismatch,
@@ -30,6 +30,7 @@ __all__ = [
     "Tactic",
     "UnknownBackend",
     "UnknownCodeMode",
+    "codec_for",
     "parse_code_mode",
     "tactic",
 ]

@@ -7,6 +7,7 @@ local stripe, computed here with numpy so both backends share it. Repair prefers
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -70,7 +71,9 @@ class Codec:
         self._rs.encode_into(shards[: t.n], shards[t.n : t.global_count])
         for stripe in t.local_stripes():
             _xor_into(shards[stripe[-1]], [shards[i] for i in stripe[:-1]])
-        return [memoryview(a) for a in shards]
+        # `ndarray.data` is `memoryview(a)` (same zero-copy buffer); numpy's stubs only declare
+        # `__buffer__` for Python >= 3.12, so mypy (targeting 3.11) rejects `memoryview(a)`.
+        return [a.data for a in shards]
 
     def decode(self, shards: Sequence[Buffer | None], size: int, encoded_with: str | None = None) -> bytes:
         """Return the original `size` bytes, rebuilding only the data shards that hold them."""
@@ -87,8 +90,10 @@ class Codec:
         rebuilt = self._recover(arrays, missing, s) if missing else {}
         parts = []
         for i in range(count):
-            shard = arrays[i] if arrays[i] is not None else rebuilt[i]
-            parts.append(memoryview(shard[: min(s, size - i * s)]))
+            shard = arrays[i]
+            if shard is None:
+                shard = rebuilt[i]
+            parts.append(shard[: min(s, size - i * s)].data)
         return b"".join(parts)
 
     def reconstruct(self, shards: Sequence[Buffer | None], wanted_indexes: Iterable[int],
@@ -104,7 +109,7 @@ class Codec:
         sizes = {a.size for a in arrays if a is not None}
         if length is None or not sizes:
             raise self._not_enough(0, 0)
-        return {w: memoryview(a) for w, a in self._recover(arrays, wanted, sizes.pop()).items()}
+        return {w: a.data for w, a in self._recover(arrays, wanted, sizes.pop()).items()}
 
     def _check(self, shards: Sequence[Buffer | None],
                encoded_with: str | None) -> tuple[list[np.ndarray | None], int | None]:
@@ -177,3 +182,9 @@ class Codec:
                 shard = np.empty(s, dtype=np.uint8)
                 _xor_into(shard, [present[i] for i in stripe if i != lost[0]])
                 present[lost[0]] = shard
+
+
+@functools.cache
+def codec_for(mode: CodeMode | int, backend: str = DEFAULT_BACKEND) -> Codec:
+    """The one shared codec per (mode, backend): its tables are built once per process."""
+    return Codec(mode, backend)

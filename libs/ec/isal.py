@@ -13,6 +13,7 @@ import functools
 import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from libs.ec.gf256 import gf_matmul
 
 _u8p = ctypes.POINTER(ctypes.c_ubyte)
 _PTRS = ctypes.POINTER(ctypes.c_void_p)
+# The instance type of `_u8p`, for annotations (`_u8p` itself is a runtime value, not a type).
+_U8Ptr: TypeAlias = "ctypes._Pointer[ctypes.c_ubyte]"
 
 
 def _library_path() -> str:
@@ -57,7 +60,7 @@ def library_path() -> str:
     return _lib()._name
 
 
-def _ptr(a: np.ndarray) -> _u8p:
+def _ptr(a: np.ndarray) -> _U8Ptr:
     return a.ctypes.data_as(_u8p)
 
 

@@ -34,11 +34,11 @@ class ZfecRS:
         """Compute global shards `wanted` into `out` from at least N present global shards."""
         sources = tuple(sorted(present)[: self.n])
         if all(i < self.n for i in sources):
-            primary: Sequence[object] = [present[i] for i in sources]
+            primary: Sequence[np.ndarray | bytes] = [present[i] for i in sources]
         else:
             primary = self._decoder.decode(tuple(present[i] for i in sources), sources)
         parity_wanted = tuple(w for w in wanted if w >= self.n)
-        parity = {}
+        parity: dict[int, bytes] = {}
         if parity_wanted:
             blocks = self._encoder.encode(tuple(primary), parity_wanted)
             parity = dict(zip(parity_wanted, blocks, strict=True))

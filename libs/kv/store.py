@@ -10,14 +10,21 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import cast
 
-from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import Checkpoint, ColumnFamily, Options, Rdict, WriteBatch, WriteOptions
 
 DEFAULT_CF = "default"
 
 
 class KVError(Exception):
     """A misuse of the store (unknown column family, closed store)."""
+
+
+def _raw_items(db: Rdict, from_key: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """`db.items(from_key=...)` typed for raw mode: rocksdict's stubs give keys as the union of every
+    pickle-mode key type (str | int | float | bytes | bool), but a raw_mode store only holds bytes."""
+    return cast(Iterator[tuple[bytes, bytes]], db.items(from_key=from_key))
 
 
 def _options() -> Options:
@@ -82,7 +89,7 @@ class KVStore:
         except KeyError:
             raise KVError(f"unknown column family {cf!r}") from None
 
-    def _handle(self, cf: str):  # type: ignore[no-untyped-def]
+    def _handle(self, cf: str) -> ColumnFamily:
         self._cf(cf)
         return self._handles[cf]
 
@@ -109,13 +116,13 @@ class KVStore:
 
     def items(self, cf: str, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Pairs with start <= key < end, in key order."""
-        for key, value in self._cf(cf).items(from_key=start):
+        for key, value in _raw_items(self._cf(cf), start):
             if end is not None and key >= end:
                 return
             yield key, value
 
     def prefix_items(self, cf: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for key, value in self._cf(cf).items(from_key=prefix):
+        for key, value in _raw_items(self._cf(cf), prefix):
             if not key.startswith(prefix):
                 return
             yield key, value
