@@ -38,10 +38,12 @@ demo: setup
 
 test: setup
 	.venv/bin/ruff check .
+	.venv/bin/mypy libs services blobstore spark bench deploy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
 	.venv/bin/ruff check .
+	.venv/bin/mypy libs services blobstore spark bench deploy
 
 bench: setup
 	$(PY) bench/ec_codec.py

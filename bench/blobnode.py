@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -27,6 +28,14 @@ from tests.support.processes import Service, free_port
 SIZES = {"4KiB": 4 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20, "4MiB": 4 << 20}
 
 
+async def put_one(client: BlobnodeClient, url: str, vuid: int, data: bytes, bid: int) -> int:
+    return await client.put_shard(url, 1, vuid, bid, data)
+
+
+async def get_one(client: BlobnodeClient, url: str, vuid: int, bid: int) -> bytes:
+    return await client.get_shard(url, 1, vuid, bid)
+
+
 async def bench_blobnode(url: str, count_for: dict[str, int], concurrency: int) -> dict[str, dict[str, object]]:
     results: dict[str, dict[str, object]] = {}
     async with BlobnodeClient() as client:
@@ -35,8 +44,8 @@ async def bench_blobnode(url: str, count_for: dict[str, int], concurrency: int) 
             await client.create_chunk(url, 1, vuid)
             data = os.urandom(size)
             count = count_for[name]
-            put = await drive(count, concurrency, lambda i, v=vuid, d=data: client.put_shard(url, 1, v, i, d))
-            get = await drive(count, concurrency, lambda i, v=vuid: client.get_shard(url, 1, v, i))
+            put = await drive(count, concurrency, functools.partial(put_one, client, url, vuid, data))
+            get = await drive(count, concurrency, functools.partial(get_one, client, url, vuid))
             results[name] = {"put": summarize(*put, size), "get": summarize(*get, size)}
     return results
 

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from libs.ec import CodeMode  # noqa: E402
+from libs.proto.clustermgr import DiskBeat  # noqa: E402
 from libs.raft.kvcluster import LocalCluster  # noqa: E402
 from services.clustermgr.client import ClusterClient  # noqa: E402
 from tests.support.processes import Service, free_port, stop_all  # noqa: E402
@@ -97,7 +98,7 @@ async def service_rates(cms: list[Service], clients: int, seconds: float) -> dic
     async with ClusterClient([cm.url for cm in cms]) as c:
         while len(await c.list_volumes()) < clients:
             await asyncio.sleep(0.2)
-        disks = [{"disk_id": d["disk_id"], "size": d["size"], "free": d["free"]} for d in await c.list_disks()]
+        disks = [DiskBeat(disk_id=d.disk_id, size=d.size, free=d.free) for d in await c.list_disks()]
         mode = int(CodeMode.EC3P3)
 
         async def lease(w: int, i: int) -> int:

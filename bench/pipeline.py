@@ -71,14 +71,14 @@ async def bench_repair(info: launcher.ClusterInfo, blobs: list[tuple[int, int]])
             unit = (await cm.get_volume(vid)).units[0]
             shard_size = (await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)).size
             await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
-        before = (await http.get(f"{tinker}/stats")).json()["repair"].get("done", 0)
+        before = (await http.get(f"{tinker}/stats")).json()["pipelines"]["repair"]["done"]
         start = time.perf_counter()
         messages = [{"vid": vid, "bid": bid, "bad_indexes": [0], "reason": "bench"} for vid, bid in blobs]
         (await http.post(f"{mqproxy}/repairmsg", json={"messages": messages}, timeout=60)).raise_for_status()
 
         async def done() -> bool:
-            stats = (await http.get(f"{tinker}/stats", timeout=30)).json()["repair"]
-            return bool(stats.get("done", 0) - before >= len(blobs))
+            stats = (await http.get(f"{tinker}/stats", timeout=30)).json()["pipelines"]["repair"]
+            return bool(stats["done"] - before >= len(blobs))
 
         await wait_for(done, 600)
         elapsed = time.perf_counter() - start

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -32,14 +32,17 @@ from blobstore.procs import poll
 from blobstore.shards import inspect_shards
 from libs.ec import parse_code_mode
 from libs.mq.admin import lag
+from libs.mq.topics import pipelines
+from libs.proto.cluster import DiskStatus, VolumeStatus
+from libs.proto.tinker import TinkerStats
 from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from services.tinker.tinker import pipelines
+from services.tinker.client import TinkerClient
 
 T = TypeVar("T")
 EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError, KafkaError)
-COUNTERS = ("in", "done", "failed", "retried")
+COUNTERS = ("messages_in", "done", "failed", "retried")
 out = Console()
 err = Console(stderr=True)
 
@@ -103,7 +106,7 @@ def _on_cluster(root: Path, clustermgr: str, call: Callable[[ClusterClient], Awa
     return asyncio.run(run())
 
 
-def _emit(rows: list[dict[str, Any]], as_json: bool, title: str | None = None) -> None:
+def _emit(rows: Sequence[Mapping[str, object]], as_json: bool, title: str | None = None) -> None:
     """Rows as a table, or as JSON for scripts."""
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -205,7 +208,7 @@ def get(location: str, output: Annotated[Path | None, typer.Option("-o", "--outp
 def stat(location: str, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """What the location says: size, CRC, code mode and its blobs."""
     with Client(_access(dir, access)) as client:
-        typer.echo(json.dumps(asdict(client.stat(location)), indent=2))
+        typer.echo(client.stat(location).model_dump_json(indent=2))
 
 
 @app.command("del")
@@ -241,22 +244,29 @@ def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
                 group_prefix: Annotated[str, typer.Option(help="tinker's group_prefix.")] = "tinker") -> None:
     """Lag per topic and partition of tinker's consumer groups, and tinker's in/done/failed/retried counters."""
     bootstrap, tinker_url = _kafka(dir, kafka), _tinker(dir, tinker)
+
+    async def tinker_stats() -> TinkerStats:
+        async with TinkerClient() as client:
+            return await client.stats(tinker_url)
+
     try:
-        counters: dict[str, Any] | None = httpx.get(f"{tinker_url}/stats", timeout=15.0).raise_for_status().json()
-    except httpx.HTTPError as exc:  # the lag is what matters most when tinker is down
+        counters: TinkerStats | None = asyncio.run(tinker_stats())
+    except RpcError as exc:  # the lag is what matters most when tinker is down
         err.print(f"tinker at {tinker_url} did not answer ({exc}): no counters", style="yellow")
         counters = None
-    stats = {name: {"group": group, "lag": lag(bootstrap, group, [str(t) for t in topics]),
-                    **({k: counters.get(name, {}).get(k, 0) for k in COUNTERS} if counters is not None else {})}
-             for name, group, topics in pipelines(group_prefix)}
+    specs = pipelines(group_prefix)
+    lags = {spec.name: lag(bootstrap, spec.group, [str(t) for t in spec.topics]) for spec in specs}
+    found = {spec.name: counters.pipelines.get(spec.name) if counters is not None else None for spec in specs}
     if as_json:
-        typer.echo(json.dumps(stats, indent=2))
+        typer.echo(json.dumps({spec.name: {"group": spec.group, "lag": lags[spec.name],
+                                           **(c.model_dump(include=set(COUNTERS)) if (c := found[spec.name]) else {})}
+                               for spec in specs}, indent=2))
         return
-    _emit([{"group": s["group"], "topic": topic, "partition": partition, "lag": n}
-           for s in stats.values() for topic, parts in s["lag"].items() for partition, n in parts.items()],
+    _emit([{"group": spec.group, "topic": topic, "partition": partition, "lag": n}
+           for spec in specs for topic, parts in lags[spec.name].items() for partition, n in parts.items()],
           False, title=f"consumer lag at {bootstrap}")
-    _emit([{"pipeline": name, **{k: s.get(k, "?") for k in COUNTERS},
-            "lag": sum(n for parts in s["lag"].values() for n in parts.values())} for name, s in stats.items()],
+    _emit([{"pipeline": spec.name, **{k: getattr(c, k) if (c := found[spec.name]) else "?" for k in COUNTERS},
+            "lag": sum(n for parts in lags[spec.name].values() for n in parts.values())} for spec in specs],
           False, title=f"tinker at {tinker_url}")
 
 
@@ -267,7 +277,7 @@ def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_D
     with Client(_access(dir, access)) as client:
         info = client.stat(location)
 
-    async def run(cm: ClusterClient) -> list[dict[str, Any]]:
+    async def run(cm: ClusterClient) -> list[dict[str, object]]:
         async with BlobnodeClient() as blobnodes:
             return [asdict(r) for r in await inspect_shards(info, cm, blobnodes)]
 
@@ -281,12 +291,12 @@ def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_D
 def disk_list(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Every disk clustermgr knows, with whether its blobnode heartbeats."""
     disks = _on_cluster(dir, clustermgr, lambda cm: cm.list_disks())
-    keys = ("disk_id", "host", "path", "status", "readonly", "alive", "chunks", "free")
-    _emit(disks if as_json else [{k: d.get(k) for k in keys} for d in disks], as_json)
+    keys = {"disk_id", "host", "path", "status", "readonly", "alive", "chunks", "free"}
+    _emit([d.model_dump(mode="json", include=None if as_json else keys) for d in disks], as_json)
 
 
 @disk_app.command("set")
-def disk_set(disk_id: int, status_: Annotated[str | None, typer.Option("--status", help="e.g. broken")] = None,
+def disk_set(disk_id: int, status_: Annotated[DiskStatus | None, typer.Option("--status", help="e.g. broken")] = None,
              readonly: Annotated[bool | None, typer.Option("--readonly/--writable")] = None,
              dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Change a disk's status or readonly flag."""
@@ -295,7 +305,7 @@ def disk_set(disk_id: int, status_: Annotated[str | None, typer.Option("--status
 
 
 @volume_app.command("list")
-def volume_list(status_: Annotated[str | None, typer.Option("--status", help="idle, active or lock")] = None,
+def volume_list(status_: Annotated[VolumeStatus | None, typer.Option("--status", help="idle, active or lock")] = None,
                 as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Every volume: code mode, status, capacity, use and lease."""
     volumes = _on_cluster(dir, clustermgr, lambda cm: cm.list_volumes(status_))

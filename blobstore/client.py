@@ -15,13 +15,13 @@ import random
 import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import httpx
 
 from blobstore.errors import RETRYABLE_STATUS, BadRequest, Unavailable, error_from_answer
+from libs.proto.access import PutResult, Stat
 
 CHUNK = 1 << 20
 MAX_TRIES = 3  # hosts tried per request
@@ -30,33 +30,6 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,512}")
 Progress = Callable[[int, int], object]  # (bytes done, bytes in total)
 Data = bytes | bytearray | memoryview | BinaryIO | Iterable[bytes] | AsyncIterable[bytes]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Slice:
-    """`count` consecutive blobs from `min_bid` in volume `vid`."""
-
-    vid: int
-    min_bid: int
-    count: int
-
-
-@dataclass(frozen=True)
-class Stat:
-    """What a location says about its object: no blobnode is read to answer."""
-
-    size: int
-    crc: int
-    code_mode: str
-    blob_size: int
-    cluster_id: int
-    blobs: tuple[Slice, ...]
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Stat:
-        blobs = tuple(Slice(int(b["vid"]), int(b["min_bid"]), int(b["count"])) for b in raw["blobs"])
-        return cls(int(raw["size"]), int(raw["crc"]), str(raw["code_mode"]), int(raw["blob_size"]),
-                   int(raw["cluster_id"]), blobs)
 
 
 def _normalize_hosts(hosts: str | Iterable[str]) -> list[str]:
@@ -215,7 +188,7 @@ class AsyncClient:
             headers["x-code-mode"] = code_mode
         async with self._exchange("PUT", "/blob", headers, upload) as response:
             await response.aread()
-        return str(response.json()["location"])
+        return PutResult.model_validate_json(response.content).location
 
     async def _download(self, location: str, offset: int, size: int | None, chunk_size: int,
                         progress: Progress | None) -> AsyncGenerator[bytes, None]:
@@ -258,7 +231,7 @@ class AsyncClient:
     async def stat(self, location: str) -> Stat:
         async with self._exchange("GET", _blob_path(location) + "/stat") as response:
             await response.aread()
-        return Stat.from_json(response.json())
+        return Stat.model_validate_json(response.content)
 
     async def delete(self, location: str) -> None:
         async with self._exchange("DELETE", _blob_path(location)):

@@ -27,6 +27,10 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         return [int(s.getsockname()[1]) for s in socks]
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    return free_ports(1, host)[0]
+
+
 def start_time(pid: int) -> int | None:
     """The kernel's start time of `pid` (clock ticks since boot), None if there is no such live process."""
     try:
@@ -88,6 +92,12 @@ def poll(condition: Callable[[], bool], timeout: float, interval: float = 0.05) 
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    """`poll`, failing with TimeoutError naming `what` when the condition never held."""
+    if not poll(condition, timeout, interval):
+        raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def healthy(url: str, timeout: float = 1.0) -> bool:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from blobstore.client import Stat
+from libs.proto.access import Stat
+from libs.proto.blobnode import ShardState, shard_state
 from libs.proto.cluster import Unit
-from libs.rpc.errors import NotFound, RpcError, ShardCorrupted, Unavailable
+from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 
@@ -16,7 +17,7 @@ PARALLEL = 16  # shard probes in flight
 
 @dataclass(frozen=True)
 class ShardReport:
-    """`state`: present, missing, corrupt, mark_deleted, unreachable (blobnode down) or error (see detail)."""
+    """`state`: a `ShardState` (present, missing, corrupt, mark_deleted, unreachable, ...); `detail` says more."""
 
     vid: int
     bid: int
@@ -30,24 +31,18 @@ class ShardReport:
 
 async def _probe(blobnodes: BlobnodeClient, vid: int, bid: int, index: int, unit: Unit,
                  gate: asyncio.Semaphore) -> ShardReport:
-    state, detail = "present", ""
+    state, detail = ShardState.PRESENT, ""
     async with gate:
         try:
             info = await blobnodes.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
             if info.status != "normal":
-                state = info.status
+                state = ShardState(info.status)
             else:
                 # Only a full read checks every block's CRC; the blobnode refuses corrupted bytes.
                 await blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid)
-        except ShardCorrupted as exc:
-            state, detail = "corrupt", exc.message
-        except NotFound as exc:
-            state, detail = "missing", exc.code
-        except Unavailable as exc:
-            state, detail = "unreachable", exc.message
         except RpcError as exc:
-            state, detail = "error", f"{exc.code}: {exc.message}"
-    return ShardReport(vid, bid, index, unit.vuid, unit.disk_id, unit.host, state, detail)
+            state, detail = shard_state(exc), f"{exc.code}: {exc.message}"
+    return ShardReport(vid, bid, index, unit.vuid, unit.disk_id, unit.host, state.value, detail)
 
 
 async def inspect_shards(stat: Stat, cluster: ClusterClient, blobnodes: BlobnodeClient) -> list[ShardReport]:

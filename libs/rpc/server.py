@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
@@ -29,9 +29,10 @@ from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError
 log = logging.getLogger(__name__)
 ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 FastRoute = Callable[[Scope, Receive, Send], Awaitable[None]]
 
@@ -92,7 +93,7 @@ def with_fast_routes(app: ASGIApp, routes: Mapping[str, FastRoute]) -> ASGIApp:
             return
         started = False
 
-        async def tracking_send(message: dict[str, Any]) -> None:
+        async def tracking_send(message: Message) -> None:
             nonlocal started
             started = True
             await send(message)
@@ -150,8 +151,8 @@ async def read_exact_body(receive: Receive, size: int) -> bytearray:
     return buf
 
 
-async def send_json(send: Send, status: int, payload: object) -> None:
-    body = json.dumps(payload).encode()
+async def send_json(send: Send, status: int, payload: BaseModel | dict[str, object]) -> None:
+    body = payload.model_dump_json().encode() if isinstance(payload, BaseModel) else json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
@@ -183,14 +184,19 @@ class Lifecycle:
         self._loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._closers: list[Hook] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
 
     def loop(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `run` from `start` on; a loop added after `start` begins at once."""
         self._loops.append(run)
+        if self._started:
+            self._tasks.append(asyncio.create_task(run()))
 
     def close(self, *closers: Hook) -> None:
         self._closers.extend(closers)
 
     async def start(self) -> None:
+        self._started = True
         self._tasks = [asyncio.create_task(run()) for run in self._loops]
 
     async def stop(self) -> None:

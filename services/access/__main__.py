@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from libs.proto.clustermgr import POLICY_KEY
 from libs.rpc.errors import RpcError
 from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.access.app import build_app
 from services.access.blobs import ShardIO
 from services.access.config import AccessConfig
 from services.access.objects import ObjectStore
-from services.access.volumes import VolumeCache
 from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from services.clustermgr.client import ClusterClient, VolumeCache
 from services.mqproxy.client import MqProxyClient
 
 log = logging.getLogger("access")
@@ -39,8 +39,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     async def refresh_policy() -> None:
         while True:
             try:
-                store.policy.load(await cluster.get_config("code_mode_policy"))
-            except RpcError as exc:
+                store.load_policy(await cluster.get_config(POLICY_KEY))
+            except (RpcError, ValueError) as exc:
                 log.warning("cannot load the code-mode policy: %s", exc)
             await asyncio.sleep(POLICY_REFRESH)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
 from libs.ec import UnknownCodeMode, parse_code_mode
+from libs.proto.access import DeleteResult, PutResult, Stat
 from libs.proto.location import Location
 from libs.rpc.errors import BadRequest, LengthRequired
 from libs.rpc.server import Lifecycle, create_app
@@ -34,7 +34,7 @@ def build_app(store: ObjectStore, life: Lifecycle) -> FastAPI:
     app = create_app("access", on_start=life.start, on_stop=life.stop)
 
     @app.put("/blob")
-    async def put_blob(request: Request) -> dict[str, Any]:
+    async def put_blob(request: Request) -> PutResult:
         size = _declared_length(request)
         mode = None
         if "x-code-mode" in request.headers:
@@ -43,15 +43,12 @@ def build_app(store: ObjectStore, life: Lifecycle) -> FastAPI:
             except UnknownCodeMode as exc:
                 raise BadRequest(str(exc)) from None
         location = await store.put(request.stream(), size, mode)
-        return {"location": location.to_token(store.secret), "size": location.size, "crc": location.crc,
-                "code_mode": parse_code_mode(location.code_mode).name}
+        return PutResult(location=location.to_token(store.secret), size=location.size, crc=location.crc,
+                         code_mode=parse_code_mode(location.code_mode).name)
 
     @app.get("/blob/{token}/stat")
-    async def stat_blob(token: str) -> dict[str, Any]:
-        location = store.parse(token)
-        return {"size": location.size, "crc": location.crc, "code_mode": parse_code_mode(location.code_mode).name,
-                "blob_size": location.blob_size, "cluster_id": location.cluster_id,
-                "blobs": [{"vid": s.vid, "min_bid": s.min_bid, "count": s.count} for s in location.blobs]}
+    async def stat_blob(token: str) -> Stat:
+        return Stat.of(store.parse(token))
 
     @app.head("/blob/{token}")
     async def head_blob(token: str) -> Response:
@@ -80,7 +77,7 @@ def build_app(store: ObjectStore, life: Lifecycle) -> FastAPI:
         return StreamingResponse(body(), status_code=status, headers=headers, media_type="application/octet-stream")
 
     @app.delete("/blob/{token}", status_code=202)
-    async def delete_blob(token: str) -> dict[str, Any]:
-        return {"queued_blobs": await store.delete(store.parse(token))}
+    async def delete_blob(token: str) -> DeleteResult:
+        return DeleteResult(queued_blobs=await store.delete(store.parse(token)))
 
     return app

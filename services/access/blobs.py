@@ -1,33 +1,24 @@
 """One blob's shards on the wire: write a stripe with a put quorum, read a byte range with a
 degraded-read fallback. Codec work runs in threads (ISA-L releases the GIL); the loop only waits.
+The verdicts (quorum, what a failed read means) are `quorum.py`'s; the byte math is `stripes.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from libs.ec import Codec, NotEnoughShards
-from libs.proto.cluster import Unit, VolumeInfo
-from libs.rpc.errors import (
-    ChunkNotFound,
-    NotFound,
-    RpcError,
-    ShardCorrupted,
-    ShardDeleted,
-    ShardNotFound,
-    StaleEpoch,
-    Unavailable,
-)
-from services.access.quorum import put_succeeded
-from services.access.stripes import ShardRead, shard_reads
-from services.access.volumes import VolumeCache
+from libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
+from libs.proto.cluster import VolumeInfo
+from libs.rpc.errors import RpcError, Unavailable
+from services.access.quorum import decide_put, unreadable
+from services.access.stripes import ShardRead, assemble, shard_reads
 from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import VolumeCache
 
 log = logging.getLogger(__name__)
-MOVED = (StaleEpoch, ChunkNotFound)  # the cached unit is out of date
 
 
 @dataclass
@@ -38,6 +29,7 @@ class BlobWrite:
     bid: int
     written: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
+    missing: tuple[int, ...] = ()  # shards owed a repair: every one not written
 
 
 class ShardIO:
@@ -48,28 +40,18 @@ class ShardIO:
         self.volumes = volumes
         self.timeout = timeout
 
-    async def _with_unit(self, vid: int, index: int, call: Callable[[Unit], Awaitable[bytes | int]]) -> bytes | int:
-        volume = await self.volumes.get(vid)
-        try:
-            return await call(volume.units[index])
-        except MOVED:
-            await self.volumes.invalidate(vid)
-            return await call((await self.volumes.get(vid)).units[index])
-
     async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
-        return int(await self._with_unit(vid, index, lambda u: self.blobnodes.put_shard(
-            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout)))
+        return await self.volumes.on_unit(vid, index, lambda u: self.blobnodes.put_shard(
+            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout))
 
     async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> bytes:
-        data = await self._with_unit(vid, index, lambda u: self.blobnodes.get_shard(
+        return await self.volumes.on_unit(vid, index, lambda u: self.blobnodes.get_shard(
             u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout))
-        assert isinstance(data, bytes)
-        return data
 
 
 async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, data: bytes) -> BlobWrite:
     """Encode and write every shard in parallel; succeed once the put quorum (or the AZ-down rule)
-    holds. Raises `Unavailable` naming the blob when it does not."""
+    holds. Raises `BlobWriteFailed` naming the blob when it does not."""
     shards = await asyncio.to_thread(codec.encode, data)
     results = await asyncio.gather(*(io.put(volume.vid, i, bid, shard) for i, shard in enumerate(shards)),
                                    return_exceptions=True)
@@ -79,26 +61,27 @@ async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, da
             outcome.failed[index] = f"{type(result).__name__}: {result}"
         else:
             outcome.written.append(index)
-    if not put_succeeded(codec.tactic, set(outcome.written)):
-        raise BlobWriteFailed(outcome, codec.tactic.put_quorum)
+    decision = decide_put(codec.tactic, set(outcome.written))
+    outcome.missing = decision.missing
+    if not decision.ok:
+        raise BlobWriteFailed(outcome, decision.reason)
     return outcome
 
 
 class BlobWriteFailed(Unavailable):
-    def __init__(self, outcome: BlobWrite, quorum: int) -> None:
-        super().__init__(f"blob {outcome.vid}/{outcome.bid}: {len(outcome.written)} shards written, quorum is"
-                         f" {quorum}; failures: {outcome.failed}")
+    def __init__(self, outcome: BlobWrite, reason: str) -> None:
+        super().__init__(f"blob {outcome.vid}/{outcome.bid}: {reason}; failures: {outcome.failed}")
         self.outcome = outcome
 
 
 @dataclass
 class BlobRead:
     data: bytes
-    bad: dict[int, BaseException]  # shard index -> why it could not be used
+    bad: dict[int, ShardState]  # shard index -> what its blobnode said
 
     def to_repair(self) -> list[int]:
         """Shards whose blobnode says they are gone or corrupt (not merely unreachable or slow)."""
-        return sorted(i for i, exc in self.bad.items() if isinstance(exc, ShardNotFound | ShardCorrupted))
+        return sorted(i for i, state in self.bad.items() if state in NEEDS_REPAIR)
 
 
 async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int, start: int, end: int,
@@ -111,21 +94,22 @@ async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int
     tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.offset, r.length))
              for r in plan}
     done, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
-    bad = {i: exc for i, t in tasks.items() if t in done and (exc := t.exception()) is not None}
+    bad = {i: shard_state(exc) for i, t in tasks.items() if t in done and (exc := t.exception()) is not None}
     if not bad and not pending:
-        return BlobRead(b"".join(t.result() for t in tasks.values()), {})
+        return BlobRead(assemble(plan, [t.result() for t in tasks.values()]), {})
     for task in pending:
         task.cancel()
     return await _degraded(io, codec, vid, bid, plan, bad)
 
 
 async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[ShardRead],
-                    bad: dict[int, BaseException]) -> BlobRead:
+                    bad: dict[int, ShardState]) -> BlobRead:
     """Read one common shard range [lo, hi) from every shard not known bad, and as soon as the
     answers suffice, rebuild the data shards the plan needs and cut its pieces out of them."""
     t = codec.tactic
     lo = min(r.offset for r in plan)
     hi = max(r.offset + r.length for r in plan)
+
     async def fetch(index: int) -> tuple[int, bytes | RpcError]:
         try:
             return index, await io.get(vid, index, bid, lo, hi - lo)
@@ -140,7 +124,7 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
         for next_done in asyncio.as_completed(tasks):
             index, result = await next_done
             if isinstance(result, RpcError):
-                bad[index] = result
+                bad[index] = shard_state(result)
                 continue
             pieces[index] = result
             enough = sum(p is not None for p in pieces[: t.global_count]) >= t.n
@@ -152,23 +136,26 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
         for task in tasks:
             task.cancel()
     if rebuilt is None:
-        gone = [exc for exc in bad.values() if isinstance(exc, ShardDeleted | ShardNotFound)]
-        if any(isinstance(exc, ShardDeleted) for exc in gone) or len(gone) > t.total - t.n:
-            raise NotFound(f"blob {vid}/{bid} is deleted")
-        raise Unavailable(f"blob {vid}/{bid} cannot be read: {sum(p is not None for p in pieces)} shards"
-                          f" readable, {t.n} needed; bad shards: {bad}")
+        raise unreadable(t, vid, bid, bad, sum(p is not None for p in pieces))
     if bad:
         log.warning("degraded read of blob %d/%d; bad shards %s", vid, bid, bad)
-    return BlobRead(b"".join(rebuilt[r.shard_index][r.offset - lo : r.offset - lo + r.length]
-                             for r in plan), bad)
+    return BlobRead(assemble(plan, [rebuilt[r.shard_index][r.offset - lo: r.offset - lo + r.length] for r in plan]),
+                    bad)
 
 
 async def _rebuild(codec: Codec, pieces: list[bytes | None], needed: list[int]) -> dict[int, bytes] | None:
+    """The needed data shards, rebuilt from `pieces` where missing; None when too few pieces are here."""
     missing = [i for i in needed if pieces[i] is None]
-    if not missing:
-        return {i: pieces[i] for i in needed}  # type: ignore[misc]
-    try:
-        rebuilt = await asyncio.to_thread(codec.reconstruct, pieces, missing)
-    except NotEnoughShards:
-        return None
-    return {i: pieces[i] if i not in rebuilt else bytes(rebuilt[i]) for i in needed}  # type: ignore[misc]
+    rebuilt: dict[int, bytes] = {}
+    if missing:
+        try:
+            rebuilt = {i: bytes(shard) for i, shard in
+                       (await asyncio.to_thread(codec.reconstruct, pieces, missing)).items()}
+        except NotEnoughShards:
+            return None
+    return {i: rebuilt[i] if i in rebuilt else _present(pieces[i]) for i in needed}
+
+
+def _present(piece: bytes | None) -> bytes:
+    assert piece is not None  # every needed shard is either present or rebuilt
+    return piece

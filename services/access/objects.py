@@ -7,20 +7,21 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from isal import isal_zlib
 
-from libs.ec import Codec, CodeMode, parse_code_mode
+from libs.ec import CodeMode, codec_for, parse_code_mode
+from libs.proto.clustermgr import CodeModePolicy
 from libs.proto.location import Location, SliceInfo
+from libs.proto.mqproxy import DeleteIn, RepairIn
 from libs.rpc.errors import LengthMismatch, RpcError, TooLarge, Unavailable
-from services.access.blobs import BlobWriteFailed, ShardIO, read_blob, write_blob
+from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob, write_blob
 from services.access.config import AccessConfig
 from services.access.stripes import plan_range, split_object
-from services.access.volumes import VolumeCache
 from services.allocator.client import AllocatorClient
+from services.clustermgr.client import VolumeCache
 from services.mqproxy.client import MqProxyClient
 
 log = logging.getLogger(__name__)
@@ -54,23 +55,6 @@ class BodyReader:
                 raise LengthMismatch(f"body is longer than its Content-Length {self._declared}")
 
 
-class CodeModePolicy:
-    """Size -> code mode, from clustermgr's published policy (smallest matching max_size wins)."""
-
-    def __init__(self, default: CodeMode) -> None:
-        self.default = default
-        self.rules: list[tuple[int, CodeMode]] = []
-
-    def load(self, raw: str | None) -> None:
-        if raw:
-            rules = [(int(r["max_size"]), parse_code_mode(r["code_mode"]))
-                     for r in json.loads(raw) if r.get("enable", True)]
-            self.rules = sorted(rules, key=lambda r: r[0])
-
-    def mode_for(self, size: int) -> CodeMode:
-        return next((mode for max_size, mode in self.rules if size <= max_size), self.default)
-
-
 class ObjectStore:
     def __init__(self, config: AccessConfig, io: ShardIO, volumes: VolumeCache, allocator: AllocatorClient,
                  mq: MqProxyClient | None = None) -> None:
@@ -81,14 +65,12 @@ class ObjectStore:
         self.io = io
         self.volumes = volumes
         self.allocator = allocator
-        self.policy = CodeModePolicy(parse_code_mode(config.default_code_mode))
-        self._codecs: dict[tuple[int, str], Codec] = {}
+        self.policy = CodeModePolicy([], parse_code_mode(config.default_code_mode))
 
-    def codec(self, mode: int, backend: str) -> Codec:
-        key = (mode, backend)
-        if key not in self._codecs:
-            self._codecs[key] = Codec(mode, backend)
-        return self._codecs[key]
+    def load_policy(self, raw: str | None) -> None:
+        """Take the size policy clustermgr publishes (None: none published yet, keep the default)."""
+        if raw is not None:
+            self.policy = CodeModePolicy(CodeModePolicy.parse(raw), self.policy.default)
 
     async def put(self, body: AsyncIterator[bytes], size: int, mode: CodeMode | None) -> Location:
         if size > self.config.max_object_size:
@@ -105,23 +87,25 @@ class ObjectStore:
                 data = await reader.read(blob_len)
                 crc = isal_zlib.crc32(data, crc)
                 volume = await self.volumes.get(vid)
-                outcome = await write_blob(self.io, self.codec(volume.code_mode, volume.backend), volume, bid, data)
+                outcome = await write_blob(self.io, codec_for(volume.code_mode, volume.backend), volume, bid, data)
                 written.append(outcome)
-                if outcome.failed:
+                if outcome.missing:
                     log.warning("blob %d/%d written without shards %s", vid, bid, outcome.failed)
-                    self._notify("send_repair", [{"vid": vid, "bid": bid, "bad_indexes": sorted(outcome.failed),
-                                                  "reason": "put could not write these shards"}])
+                    self._queue_repair(RepairIn(vid=vid, bid=bid, bad_indexes=list(outcome.missing),
+                                                reason="put could not write these shards"))
             await reader.finish()
         except (RpcError, ValueError) as exc:
             if isinstance(exc, BlobWriteFailed):
                 written.append(exc.outcome)
             self._record_orphans(written, str(exc))
-            self._notify("send_delete", [{"vid": w.vid, "bid": w.bid} for w in written if w.written])
+            leftovers = [DeleteIn(vid=w.vid, bid=w.bid) for w in written if w.written]
+            if leftovers:
+                self._queue(lambda mq: mq.send_delete(leftovers), f"delete of {len(leftovers)} leftover blob(s)")
             raise
         return Location(cluster_id=self.config.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
                         crc=crc, blobs=tuple(SliceInfo(s.min_bid, s.vid, s.count) for s in slices))
 
-    def _record_orphans(self, written: list, reason: str) -> None:  # type: ignore[type-arg]
+    def _record_orphans(self, written: list[BlobWrite], reason: str) -> None:
         """A failed PUT returns no Location, so nothing can read what it wrote; note the shards for
         the delete pipeline to reclaim."""
         if not written:
@@ -141,33 +125,38 @@ class ObjectStore:
         for part in plan_range(location.size, location.blob_size, offset, length):
             vid, bid = ids[part.blob_index]
             volume = await self.volumes.get(vid)
-            result = await read_blob(self.io, self.codec(mode, volume.backend), vid, bid,
+            result = await read_blob(self.io, codec_for(mode, volume.backend), vid, bid,
                                      location.blob_len(part.blob_index), part.start, part.end,
                                      self.config.hedge_after)
             if result.to_repair():
-                self._notify("send_repair", [{"vid": vid, "bid": bid, "bad_indexes": result.to_repair(),
-                                              "reason": "get found these shards missing or corrupt"}])
+                self._queue_repair(RepairIn(vid=vid, bid=bid, bad_indexes=result.to_repair(),
+                                            reason="get found these shards missing or corrupt"))
             yield result.data
 
     async def delete(self, location: Location) -> int:
         """Queue every blob of the object for deletion; returns once Kafka holds the messages."""
         if self.mq is None:
             raise Unavailable("this access node has no mqproxy to queue deletes with")
-        messages = [{"vid": vid, "bid": bid} for vid, bid in location.blob_ids()]
+        messages = [DeleteIn(vid=vid, bid=bid) for vid, bid in location.blob_ids()]
         if messages:
             await self.mq.send_delete(messages)
         return len(messages)
 
-    def _notify(self, method: str, messages: list[dict[str, Any]]) -> None:
+    def _queue_repair(self, repair: RepairIn) -> None:
+        self._queue(lambda mq: mq.send_repair([repair]), f"repair of blob {repair.vid}/{repair.bid}")
+
+    def _queue(self, send: Callable[[MqProxyClient], Awaitable[object]], what: str) -> None:
         """Hand messages to mqproxy in the background: a request never waits on repair bookkeeping."""
-        if self.mq is None or not messages:
+        mq = self.mq
+        if mq is None:
             return
-        task = asyncio.create_task(self._send(method, messages))
+
+        async def run() -> None:
+            try:
+                await send(mq)
+            except RpcError as exc:
+                log.warning("could not queue %s: %s", what, exc)
+
+        task = asyncio.create_task(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _send(self, method: str, messages: list[dict[str, Any]]) -> None:
-        try:
-            await getattr(self.mq, method)(messages)
-        except RpcError as exc:
-            log.warning("could not queue %s %s: %s", method, messages, exc)

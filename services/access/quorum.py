@@ -1,17 +1,22 @@
-"""When a PUT may be acknowledged, given which shards of a stripe were written (seeds/004 writeToBlobnodes).
+"""Verdicts on a stripe's shards, free of I/O: when a PUT may be acknowledged, and what a failed read means.
 
-Success when at least the mode's put quorum of shards is durable; otherwise, for modes spread over
-three or more AZs, also when every shard outside one AZ was written: an AZ being down must not stop
-writes, and the data stays recoverable from the surviving AZs. Every shard not written gets a
-repair message either way.
+PUT (seeds/004 writeToBlobnodes): success when at least the mode's put quorum of shards is durable;
+otherwise, for modes spread over three or more AZs, also when every shard outside one AZ was written:
+an AZ being down must not stop writes, and the data stays recoverable from the surviving AZs. Every
+shard not written gets a repair message either way.
+
+GET: a blob that cannot be rebuilt is deleted (404) when any shard says it is being deleted or more
+shards are gone than the code can lose; otherwise it is unavailable for now (503).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from libs.ec import Tactic
+from libs.proto.blobnode import ShardState
+from libs.rpc.errors import NotFound, RpcError, Unavailable
 
 Written = Set[int] | Sequence[bool]
 
@@ -29,7 +34,7 @@ def decide_put(tactic: Tactic, written: Written) -> PutDecision:
     """Judge one stripe; `written` is the set of shard indexes written, or one bool per shard index."""
     done = _written_set(tactic, written)
     missing = tuple(i for i in range(tactic.total) if i not in done)
-    count = f"{len(done)} of {tactic.total} shards written, put quorum {tactic.put_quorum}"
+    count = f"{len(done)} of {tactic.total} shards written, quorum is {tactic.put_quorum}"
     if len(done) >= tactic.put_quorum:
         return PutDecision(True, missing, count)
     if tactic.az_count < 3:
@@ -38,14 +43,6 @@ def decide_put(tactic: Tactic, written: Written) -> PutDecision:
     if len(down) == 1:
         return PutDecision(True, missing, f"{count}; AZ {down[0]} down, every other AZ fully written")
     return PutDecision(False, missing, f"{count}; the missing shards span AZs {down}")
-
-
-def put_succeeded(tactic: Tactic, written: Written) -> bool:
-    return decide_put(tactic, written).ok
-
-
-def shards_to_repair(tactic: Tactic, written: Written) -> list[int]:
-    return list(decide_put(tactic, written).missing)
 
 
 def _written_set(tactic: Tactic, written: Written) -> frozenset[int]:
@@ -57,3 +54,12 @@ def _written_set(tactic: Tactic, written: Written) -> frozenset[int]:
     if len(written) != tactic.total or not all(isinstance(w, bool) for w in written):
         raise ValueError(f"expected {tactic.total} bools, one per shard index, got {written!r}")
     return frozenset(i for i, w in enumerate(written) if w)
+
+
+def unreadable(tactic: Tactic, vid: int, bid: int, bad: Mapping[int, ShardState], readable: int) -> RpcError:
+    """The error for a blob whose data shards could not be rebuilt, given what each bad shard said."""
+    gone = sum(state in (ShardState.MISSING, ShardState.DELETED) for state in bad.values())
+    if ShardState.DELETED in bad.values() or gone > tactic.total - tactic.n:
+        return NotFound(f"blob {vid}/{bid} is deleted")
+    return Unavailable(f"blob {vid}/{bid} cannot be read: {readable} shards readable, {tactic.n} needed;"
+                       f" bad shards: {dict(sorted(bad.items()))}")

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from libs.proto.allocator import AllocatorStat, AllocRequest, AllocResult, BlobSlice
 from libs.rpc.client import HttpClient, ServiceClient
 from libs.rpc.errors import Unavailable
-
-
-@dataclass(frozen=True)
-class BlobSlice:
-    vid: int
-    min_bid: int
-    count: int
 
 
 class AllocatorClient(ServiceClient):
@@ -26,15 +19,15 @@ class AllocatorClient(ServiceClient):
         super().__init__(http, timeout=10.0)
         self.hosts = [h.rstrip("/") for h in hosts]
 
-
     async def alloc(self, code_mode: int, size: int, blob_size: int) -> list[BlobSlice]:
+        body = AllocRequest(code_mode=code_mode, size=size, blob_size=blob_size)
         last: Exception | None = None
         for host in random.sample(self.hosts, len(self.hosts)):
             try:
-                raw = await self.http.call("POST", f"{host}/volume/alloc",
-                                           json={"code_mode": code_mode, "size": size, "blob_size": blob_size})
+                return (await self.http.call("POST", f"{host}/volume/alloc", AllocResult, body=body)).blobs
             except Unavailable as exc:
                 last = exc
-                continue
-            return [BlobSlice(int(b["vid"]), int(b["min_bid"]), int(b["count"])) for b in raw["blobs"]]
         raise Unavailable(f"no allocator could allocate: {last}")
+
+    async def stat(self, host: str) -> AllocatorStat:
+        return await self.http.call("GET", f"{host}/stat", AllocatorStat)

@@ -10,22 +10,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from libs.proto.allocator import BlobSlice, LeasedVolume
+
 
 class PoolEmpty(Exception):
     """No leased volume of the mode has room, or no bids are left: refill and retry."""
-
-
-@dataclass
-class LeasedVolume:
-    vid: int
-    code_mode: int
-    capacity: int
-    used: int
-    lease_expiry: float
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self.used
 
 
 @dataclass
@@ -56,13 +45,6 @@ class BidRanges:
 
 
 @dataclass
-class Allocation:
-    vid: int
-    min_bid: int
-    count: int
-
-
-@dataclass
 class VolumePool:
     lease_margin: float
     volumes: dict[int, LeasedVolume] = field(default_factory=dict)
@@ -82,7 +64,7 @@ class VolumePool:
         if vid in self.volumes:
             self.volumes[vid].lease_expiry = lease_expiry
 
-    def allocate(self, code_mode: int, size: int, blob_size: int, now: float) -> list[Allocation]:
+    def allocate(self, code_mode: int, size: int, blob_size: int, now: float) -> list[BlobSlice]:
         """Space for an object of `size` bytes cut into blobs of `blob_size`: one volume, one bid
         run. Bids are taken only once a volume has room, so a refusal consumes nothing."""
         count = max(1, -(-size // blob_size))
@@ -92,4 +74,4 @@ class VolumePool:
         volume = max(candidates, key=lambda v: v.free)
         first = self.bids.take(count)
         volume.used += size
-        return [Allocation(volume.vid, first, count)]
+        return [BlobSlice(vid=volume.vid, min_bid=first, count=count)]

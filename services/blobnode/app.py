@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import Query
-from pydantic import BaseModel, Field
 
 from libs.chunkfile import ShardStatus
+from libs.proto.blobnode import (
+    ChunkCreate,
+    ChunkInfo,
+    ChunkList,
+    ChunkRef,
+    ChunkStat,
+    ChunkStatus,
+    DiskStat,
+    NodeStat,
+    ShardInfo,
+    ShardList,
+    ShardPutResult,
+    ShardRef,
+    ShardStatusResult,
+)
 from libs.rpc.errors import BadRequest, TooLarge
 from libs.rpc.server import (
     ASGIApp,
@@ -24,49 +37,32 @@ from libs.rpc.server import (
     with_fast_routes,
 )
 from services.blobnode.cluster import ClusterLink
-from services.blobnode.disk import ChunkStatus
-from services.blobnode.node import Blobnode, record_json, shard_json
-
-U32 = Field(ge=0, lt=2**32)
-U64 = Field(ge=0, lt=2**64)
-
-
-class ChunkRef(BaseModel):
-    disk_id: int = U32
-    vuid: int = U64
-
-
-class ChunkCreate(ChunkRef):
-    chunk_size: int | None = Field(None, ge=1 << 20)
-
-
-class ShardRef(ChunkRef):
-    bid: int = U64
+from services.blobnode.node import Blobnode, shard_info
 
 
 def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
     async def stop() -> None:
         if link is not None:
-            await link.stop()
+            await link.life.stop()
         await asyncio.to_thread(node.close)  # flush RocksDB and close chunk files
 
-    app = create_app("blobnode", on_start=link.start if link else None, on_stop=stop)
+    app = create_app("blobnode", on_start=link.life.start if link else None, on_stop=stop)
 
     @app.get("/stat")
-    async def stat() -> dict[str, Any]:
+    async def stat() -> NodeStat:
         return await node.stat()
 
     @app.get("/disk/stat")
-    async def disk_stat(disk_id: int = Query(ge=0)) -> dict[str, Any]:
+    async def disk_stat(disk_id: int = Query(ge=0)) -> DiskStat:
         return await node.disk_stat(disk_id)
 
     @app.post("/chunk/create")
-    async def chunk_create(req: ChunkCreate) -> dict[str, Any]:
-        return record_json(await node.create_chunk(req.disk_id, req.vuid, req.chunk_size))
+    async def chunk_create(req: ChunkCreate) -> ChunkInfo:
+        return await node.create_chunk(req.disk_id, req.vuid, req.chunk_size)
 
     def chunk_status_route(path: str, status: ChunkStatus) -> None:
-        async def route(req: ChunkRef) -> dict[str, Any]:
-            return record_json(await node.set_chunk_status(req.disk_id, req.vuid, status))
+        async def route(req: ChunkRef) -> ChunkInfo:
+            return await node.set_chunk_status(req.disk_id, req.vuid, status)
 
         app.post(path)(route)
 
@@ -75,21 +71,21 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
     chunk_status_route("/chunk/readwrite", ChunkStatus.NORMAL)
 
     @app.post("/chunk/compact")
-    async def chunk_compact(req: ChunkRef) -> dict[str, Any]:
-        return record_json(await node.compact_chunk(req.disk_id, req.vuid))
+    async def chunk_compact(req: ChunkRef) -> ChunkInfo:
+        return await node.compact_chunk(req.disk_id, req.vuid)
 
     @app.get("/chunk/list")
-    async def chunk_list(disk_id: int = Query(ge=0)) -> dict[str, Any]:
-        return {"chunks": [record_json(r) for r in await node.list_chunks(disk_id)]}
+    async def chunk_list(disk_id: int = Query(ge=0)) -> ChunkList:
+        return ChunkList(chunks=await node.list_chunks(disk_id))
 
     @app.get("/chunk/stat")
-    async def chunk_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0)) -> dict[str, Any]:
+    async def chunk_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0)) -> ChunkStat:
         return await node.chunk_stat(disk_id, vuid)
 
     def shard_status_route(path: str, status: ShardStatus | None) -> None:
-        async def route(req: ShardRef) -> dict[str, Any]:
+        async def route(req: ShardRef) -> ShardStatusResult:
             meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status)
-            return shard_json(meta) if meta else {"bid": req.bid, "deleted": True}
+            return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
 
         app.post(path)(route)
 
@@ -98,17 +94,16 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
     shard_status_route("/shard/delete", None)
 
     @app.get("/shard/stat")
-    async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0),
-                         bid: int = Query(ge=0)) -> dict[str, Any]:
-        return shard_json(await node.shard_stat(disk_id, vuid, bid))
+    async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), bid: int = Query(ge=0)) -> ShardInfo:
+        return shard_info(await node.shard_stat(disk_id, vuid, bid))
 
     @app.get("/shard/list")
     async def shard_list(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), start_bid: int = Query(0, ge=0),
                          count: int | None = Query(None, ge=1, le=100_000),
-                         status: str | None = Query(None, pattern="^(normal|mark_deleted)$")) -> dict[str, Any]:
+                         status: str | None = Query(None, pattern="^(normal|mark_deleted)$")) -> ShardList:
         wanted = ShardStatus[status.upper()] if status else None
         shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted)
-        return {"shards": [shard_json(m) for m in shards]}
+        return ShardList(shards=[shard_info(m) for m in shards])
 
     async def shard_put(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "PUT":
@@ -121,7 +116,7 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
         node.disk(disk_id)  # refuse before reading the body
         data = await read_exact_body(receive, size)
         meta = await node.put_shard(disk_id, vuid, bid, data)
-        await send_json(send, 200, {"bid": bid, "size": meta.size, "crc": meta.crc})
+        await send_json(send, 200, ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
 
     async def shard_get(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "GET":

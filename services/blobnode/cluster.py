@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 
-from libs.proto.cluster import DiskInfo
+from libs.proto.clustermgr import DiskAdd, DiskBeat
 from libs.rpc.errors import Conflict, RpcError
+from libs.rpc.server import Lifecycle
 from services.blobnode.config import BlobnodeConfig
 from services.blobnode.disk import read_format
 from services.blobnode.node import Blobnode
@@ -25,7 +25,7 @@ async def assign_disk_ids(config: BlobnodeConfig, cluster: ClusterClient) -> Blo
         if disk.disk_id is None and not formatted:
             disk = disk.model_copy(update={"disk_id": await cluster.alloc_disk_id()})
         elif disk.disk_id is None:
-            disk = disk.model_copy(update={"disk_id": int(str(read_format(Path(disk.path))["disk_id"]))})
+            disk = disk.model_copy(update={"disk_id": read_format(Path(disk.path)).disk_id})
         disks.append(disk)
     return config.model_copy(update={"disks": disks})
 
@@ -35,15 +35,16 @@ class ClusterLink:
         self.node = node
         self.cluster = cluster
         self.interval = interval
-        self._task: asyncio.Task[None] | None = None
+        self.life = Lifecycle()
+        self.life.loop(self._loop)
+        self.life.close(cluster.close)
 
     async def register(self) -> None:
         config = self.node.config
         for disk_id, disk in self.node.disks.items():
             stat = await self.node.disk_stat(disk_id)
-            info = DiskInfo(disk_id=disk_id, host=config.advertised_host, idc=config.idc, rack=config.rack,
-                            path=str(disk.path), size=int(str(stat["size"])), free=int(str(stat["free"])),
-                            max_chunks=disk.max_chunks, chunks=int(str(stat["chunks"])))
+            info = DiskAdd(disk_id=disk_id, host=config.advertised_host, idc=config.idc, rack=config.rack,
+                           path=str(disk.path), size=stat.size, free=stat.free, max_chunks=disk.max_chunks)
             try:
                 await self.cluster.add_disk(info)
             except Conflict:
@@ -56,7 +57,7 @@ class ClusterLink:
         beats = []
         for disk_id in self.node.disks:
             stat = await self.node.disk_stat(disk_id)
-            beats.append({"disk_id": disk_id, "size": stat["size"], "free": stat["free"], "chunks": stat["chunks"]})
+            beats.append(DiskBeat(disk_id=disk_id, size=stat.size, free=stat.free, chunks=stat.chunks))
         await self.cluster.disk_heartbeat(beats)
 
     async def _loop(self) -> None:
@@ -71,13 +72,3 @@ class ClusterLink:
             except (RpcError, RuntimeError) as exc:
                 log.warning("clustermgr %s failed: %s", "heartbeat" if registered else "registration", exc)
             await asyncio.sleep(self.interval)
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.cluster.close()

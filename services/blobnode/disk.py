@@ -16,11 +16,11 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from pathlib import Path
 
 from libs.chunkfile import ChunkFile, ChunkId, ShardMeta, ShardStatus, required_column_families
 from libs.kv import KVStore
+from libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from libs.proto.ids import Vuid
 from libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
 from services.blobnode.rwlock import RWLock
@@ -33,28 +33,8 @@ class DiskFormatError(Exception):
     """The disk's format file is missing, damaged or belongs to another disk or cluster."""
 
 
-class ChunkStatus(StrEnum):
-    NORMAL = "normal"
-    READONLY = "readonly"
-    RELEASED = "released"
-
-
-@dataclass
-class ChunkRecord:
-    chunk_id: str
-    vuid: int
-    status: ChunkStatus
-    chunk_size: int
-    created: float
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> ChunkRecord:
-        fields = json.loads(raw)
-        fields["status"] = ChunkStatus(fields["status"])
-        return cls(**fields)
+def _record_bytes(record: ChunkInfo) -> bytes:
+    return record.model_dump_json().encode()
 
 
 def _unit_key(vuid: int) -> bytes:
@@ -83,7 +63,15 @@ def format_disk(path: Path, disk_id: int, cluster_id: int) -> None:
         (path / sub).mkdir(exist_ok=True)
 
 
-def read_format(path: Path) -> dict[str, object]:
+@dataclass(frozen=True)
+class DiskFormat:
+    version: int
+    disk_id: int
+    cluster_id: int
+    format_time: float
+
+
+def read_format(path: Path) -> DiskFormat:
     try:
         fields = json.loads((path / ".sys" / "format.json").read_text())
     except FileNotFoundError:
@@ -93,7 +81,10 @@ def read_format(path: Path) -> dict[str, object]:
     checksum = fields.pop("checksum", None)
     if checksum != _format_checksum(fields):
         raise DiskFormatError(f"{path}/.sys/format.json fails its checksum")
-    return fields
+    try:
+        return DiskFormat(**fields)
+    except TypeError as exc:
+        raise DiskFormatError(f"{path}/.sys/format.json has unexpected fields: {exc}") from None
 
 
 class Disk:
@@ -107,11 +98,11 @@ class Disk:
         self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
         self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
         self._lock = threading.Lock()  # guards the chunk tables
-        self._records: dict[bytes, ChunkRecord] = {}
+        self._records: dict[bytes, ChunkInfo] = {}
         self._chunks: dict[bytes, ChunkFile] = {}
         self._unit_locks: dict[bytes, RWLock] = {}
         for key, raw in self.kv.items(CHUNK_CF):
-            record = ChunkRecord.from_bytes(raw)
+            record = ChunkInfo.model_validate_json(raw)
             self._records[key] = record
             self._unit_locks[key] = RWLock()
             if record.status is not ChunkStatus.RELEASED:
@@ -128,12 +119,12 @@ class Disk:
             if disk_id is None:
                 raise DiskFormatError(f"{path} is not formatted and no disk_id is configured for it")
             format_disk(path, disk_id, cluster_id)
-        fields = read_format(path)
-        if fields["cluster_id"] != cluster_id:
-            raise DiskFormatError(f"{path} belongs to cluster {fields['cluster_id']}, not {cluster_id}")
-        if disk_id is not None and fields["disk_id"] != disk_id:
-            raise DiskFormatError(f"{path} is disk {fields['disk_id']}, config says {disk_id}")
-        return cls(path, int(str(fields["disk_id"])), max_chunks=max_chunks, sync=sync, io_threads=io_threads)
+        found = read_format(path)
+        if found.cluster_id != cluster_id:
+            raise DiskFormatError(f"{path} belongs to cluster {found.cluster_id}, not {cluster_id}")
+        if disk_id is not None and found.disk_id != disk_id:
+            raise DiskFormatError(f"{path} is disk {found.disk_id}, config says {disk_id}")
+        return cls(path, found.disk_id, max_chunks=max_chunks, sync=sync, io_threads=io_threads)
 
     def _data_path(self, chunk_id: str) -> Path:
         return self.path / "data" / chunk_id
@@ -146,7 +137,7 @@ class Disk:
 
     # chunks
 
-    def _record(self, vuid: int) -> ChunkRecord:
+    def _record(self, vuid: int) -> ChunkInfo:
         record = self._records.get(_unit_key(vuid))
         if record is None or record.status is ChunkStatus.RELEASED:
             raise ChunkNotFound(f"disk {self.disk_id} has no chunk for vuid {vuid}")
@@ -169,7 +160,7 @@ class Disk:
         self._record(vuid)
         return self._unit_locks[_unit_key(vuid)]
 
-    def create_chunk(self, vuid: int, chunk_size: int) -> ChunkRecord:
+    def create_chunk(self, vuid: int, chunk_size: int) -> ChunkInfo:
         key = _unit_key(vuid)
         with self._lock:
             existing = self._records.get(key)
@@ -183,14 +174,15 @@ class Disk:
             chunk_id = ChunkId(vuid, time.time_ns())
             chunk = ChunkFile.create(self._data_path(str(chunk_id)), self.kv, chunk_id, sync=self.sync,
                                      max_size=chunk_size)
-            record = ChunkRecord(str(chunk_id), vuid, ChunkStatus.NORMAL, chunk_size, time.time())
-            self.kv.put(CHUNK_CF, key, record.to_bytes())
+            record = ChunkInfo(chunk_id=str(chunk_id), vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=chunk_size,
+                               created=time.time())
+            self.kv.put(CHUNK_CF, key, _record_bytes(record))
             self._records[key] = record
             self._chunks[key] = chunk
             self._unit_locks[key] = RWLock()
             return record
 
-    def set_chunk_status(self, vuid: int, status: ChunkStatus) -> ChunkRecord:
+    def set_chunk_status(self, vuid: int, status: ChunkStatus) -> ChunkInfo:
         key = _unit_key(vuid)
         with self._lock:
             record = self._record(vuid)
@@ -202,7 +194,7 @@ class Disk:
                 chunk.close()
                 self._move_to_trash(record.chunk_id)
             record.status = status
-            self.kv.put(CHUNK_CF, key, record.to_bytes())
+            self.kv.put(CHUNK_CF, key, _record_bytes(record))
             return record
 
     def _move_to_trash(self, chunk_id: str) -> None:
@@ -210,7 +202,7 @@ class Disk:
         if src.exists():
             shutil.move(src, self.path / ".trash" / chunk_id)
 
-    def compact_chunk(self, vuid: int) -> ChunkRecord:
+    def compact_chunk(self, vuid: int) -> ChunkInfo:
         """Rewrite the chunk without its deleted shards; writes to it wait meanwhile. The new chunk
         record and the moved shard index commit in one batch. A stream still reading the old chunk
         fails after this (its reader falls back to other shards), it never reads the wrong bytes."""
@@ -219,9 +211,10 @@ class Disk:
             old = self.chunk_for(vuid, write=False)
             record = self._records[key]
             new_id = ChunkId(vuid, time.time_ns())
-            updated = ChunkRecord(str(new_id), vuid, record.status, record.chunk_size, time.time())
+            updated = ChunkInfo(chunk_id=str(new_id), vuid=vuid, status=record.status, chunk_size=record.chunk_size,
+                                created=time.time())
             new = old.compact_into(self._data_path(str(new_id)), new_id,
-                                   before_commit=lambda batch: batch.put(CHUNK_CF, key, updated.to_bytes()))
+                                   before_commit=lambda batch: batch.put(CHUNK_CF, key, _record_bytes(updated)))
             with self._lock:
                 self._records[key] = updated
                 self._chunks[key] = new
@@ -229,14 +222,14 @@ class Disk:
             self._move_to_trash(record.chunk_id)
             return updated
 
-    def list_chunks(self) -> list[ChunkRecord]:
+    def list_chunks(self) -> list[ChunkInfo]:
         with self._lock:
             return [r for r in self._records.values() if r.status is not ChunkStatus.RELEASED]
 
-    def chunk_stat(self, vuid: int) -> dict[str, object]:
+    def chunk_stat(self, vuid: int) -> ChunkStat:
         record = self._record(vuid)
         stats = self._chunks[_unit_key(vuid)].stats()
-        return {**asdict(record), **asdict(stats), "disk_id": self.disk_id}
+        return ChunkStat(**record.model_dump(), **asdict(stats), disk_id=self.disk_id)
 
     # shards
 
@@ -260,9 +253,9 @@ class Disk:
                 return chunk.mark_delete(bid)
             return chunk.unmark_delete(bid)
 
-    def stat(self) -> dict[str, object]:
+    def stat(self) -> DiskStat:
         usage = shutil.disk_usage(self.path)
         chunks = self.list_chunks()
-        return {"disk_id": self.disk_id, "path": str(self.path), "size": usage.total, "free": usage.free,
-                "used": usage.used, "chunks": len(chunks), "max_chunks": self.max_chunks,
-                "readonly_chunks": sum(r.status is ChunkStatus.READONLY for r in chunks)}
+        return DiskStat(disk_id=self.disk_id, path=str(self.path), size=usage.total, free=usage.free,
+                        used=usage.used, chunks=len(chunks), max_chunks=self.max_chunks,
+                        readonly_chunks=sum(r.status is ChunkStatus.READONLY for r in chunks))

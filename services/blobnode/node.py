@@ -10,15 +10,15 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from libs import chunkfile
 from libs.chunkfile import ShardMeta, ShardStatus
+from libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat, NodeStat, ShardInfo
 from libs.rpc import errors
 from services.blobnode.config import BlobnodeConfig
-from services.blobnode.disk import ChunkRecord, ChunkStatus, Disk
+from services.blobnode.disk import Disk
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -50,12 +50,9 @@ def _call_translated(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T
         return fn(*args, **kwargs)
 
 
-def shard_json(meta: ShardMeta) -> dict[str, Any]:
-    return {**asdict(meta), "status": meta.status.name.lower()}
-
-
-def record_json(record: ChunkRecord) -> dict[str, Any]:
-    return {**asdict(record), "status": record.status.value}
+def shard_info(meta: ShardMeta) -> ShardInfo:
+    return ShardInfo(bid=meta.bid, vuid=meta.vuid, offset=meta.offset, size=meta.size, crc=meta.crc,
+                     status=meta.status.name.lower())
 
 
 class Blobnode:
@@ -87,20 +84,20 @@ class Blobnode:
 
     # chunks
 
-    async def create_chunk(self, disk_id: int, vuid: int, chunk_size: int | None) -> ChunkRecord:
+    async def create_chunk(self, disk_id: int, vuid: int, chunk_size: int | None) -> ChunkInfo:
         size = chunk_size or self.config.default_chunk_size
         return await self._run(disk_id, self.disk(disk_id).create_chunk, vuid, size)
 
-    async def set_chunk_status(self, disk_id: int, vuid: int, status: ChunkStatus) -> ChunkRecord:
+    async def set_chunk_status(self, disk_id: int, vuid: int, status: ChunkStatus) -> ChunkInfo:
         return await self._run(disk_id, self.disk(disk_id).set_chunk_status, vuid, status)
 
-    async def compact_chunk(self, disk_id: int, vuid: int) -> ChunkRecord:
+    async def compact_chunk(self, disk_id: int, vuid: int) -> ChunkInfo:
         return await self._run(disk_id, self.disk(disk_id).compact_chunk, vuid)
 
-    async def list_chunks(self, disk_id: int) -> list[ChunkRecord]:
+    async def list_chunks(self, disk_id: int) -> list[ChunkInfo]:
         return self.disk(disk_id).list_chunks()
 
-    async def chunk_stat(self, disk_id: int, vuid: int) -> dict[str, object]:
+    async def chunk_stat(self, disk_id: int, vuid: int) -> ChunkStat:
         return await self._run(disk_id, self.disk(disk_id).chunk_stat, vuid)
 
     # shards
@@ -126,6 +123,10 @@ class Blobnode:
         length = meta.size - offset if size is None else size
         loop = asyncio.get_running_loop()
 
+        def next_piece() -> bytes | None:
+            with _translated():
+                return next(pieces, None)
+
         async def read_pieces() -> AsyncIterator[bytes]:
             piece, remaining = first, length
             while piece is not None:
@@ -133,7 +134,7 @@ class Blobnode:
                 remaining -= len(piece)
                 if remaining <= 0:
                     return
-                piece = await loop.run_in_executor(disk.executor, _call_translated, next, pieces, None)
+                piece = await loop.run_in_executor(disk.executor, next_piece)
 
         return meta, length, read_pieces()
 
@@ -150,10 +151,10 @@ class Blobnode:
                                status: ShardStatus | None) -> ShardMeta | None:
         return await self._run(disk_id, self.disk(disk_id).shard_status, vuid, bid, status)
 
-    async def disk_stat(self, disk_id: int) -> dict[str, object]:
+    async def disk_stat(self, disk_id: int) -> DiskStat:
         return await self._run(disk_id, self.disk(disk_id).stat)
 
-    async def stat(self) -> dict[str, object]:
+    async def stat(self) -> NodeStat:
         disks = [await self.disk_stat(disk_id) for disk_id in sorted(self.disks)]
-        return {"host": self.config.advertised_host, "cluster_id": self.config.cluster_id,
-                "idc": self.config.idc, "rack": self.config.rack, "disks": disks}
+        return NodeStat(host=self.config.advertised_host, cluster_id=self.config.cluster_id, idc=self.config.idc,
+                        rack=self.config.rack, disks=disks)

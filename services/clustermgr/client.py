@@ -3,18 +3,62 @@
 Every call goes to the replica believed to lead; a follower answers `NotLeader` naming the
 leader, an unreachable replica is skipped, and the call is retried until `deadline` seconds
 have passed, which covers an election (well under 2 s).
+
+`VolumeCache` (volume info for the data path, refetched when a unit moved) lives here too: it is a
+client-side view of clustermgr's volume table, shared by access, tinker and the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
-from libs.proto.cluster import DiskInfo, ServiceInfo, Unit, VolumeInfo
+from pydantic import BaseModel
+
+from libs.proto.blobnode import MOVED_ERRORS
+from libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
+from libs.proto.clustermgr import (
+    ClusterStat,
+    ConfigList,
+    DiskAdd,
+    DiskBeat,
+    DiskHeartbeat,
+    DiskId,
+    DiskIds,
+    DiskList,
+    DiskSet,
+    DiskView,
+    KeyCas,
+    KeyRef,
+    KeyValue,
+    KvItems,
+    MaybeValue,
+    MemberAdd,
+    MemberRemove,
+    RaftStatus,
+    ReplicaStatus,
+    RetainItem,
+    RetainResult,
+    ScopeAlloc,
+    ScopeRange,
+    ServiceList,
+    ServiceRef,
+    ServiceRegister,
+    UnitAlloc,
+    UnitUpdate,
+    VolumeAlloc,
+    VolumeHolder,
+    VolumeList,
+    VolumeRef,
+    VolumeRetain,
+)
 from libs.rpc.client import HttpClient, Params, ServiceClient
 from libs.rpc.errors import NotFound, NotLeader, Unavailable
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class ClusterClient(ServiceClient):
@@ -26,15 +70,13 @@ class ClusterClient(ServiceClient):
         self.deadline = deadline
         self._leader = self.hosts[0]
 
-
-
-
-    async def call(self, method: str, path: str, *, params: Params | None = None, json: object = None) -> Any:
+    async def call(self, method: str, path: str, response: type[M], *, params: Params | None = None,
+                   body: BaseModel | None = None) -> M:
         give_up = time.monotonic() + self.deadline
         host, tried, delay = self._leader, 0, 0.02
         while True:
             try:
-                answer = await self.http.call(method, f"{host}{path}", params=params, json=json)
+                answer = await self.http.call(method, f"{host}{path}", response, params=params, body=body)
                 self._leader = host
                 return answer
             except NotLeader as exc:
@@ -58,128 +100,123 @@ class ClusterClient(ServiceClient):
     # disks
 
     async def alloc_disk_id(self) -> int:
-        return int((await self.call("POST", "/disk/alloc_id"))["disk_id"])
+        return (await self.call("POST", "/disk/alloc_id", DiskId)).disk_id
 
-    async def add_disk(self, disk: DiskInfo) -> DiskInfo:
-        return DiskInfo.model_validate(await self.call("POST", "/disk/add", json=disk.model_dump()))
+    async def add_disk(self, disk: DiskAdd) -> DiskInfo:
+        return await self.call("POST", "/disk/add", DiskInfo, body=disk)
 
-    async def disk_heartbeat(self, disks: list[dict[str, int]]) -> None:
-        await self.call("POST", "/disk/heartbeat", json={"disks": disks})
+    async def disk_heartbeat(self, disks: list[DiskBeat]) -> DiskIds:
+        return await self.call("POST", "/disk/heartbeat", DiskIds, body=DiskHeartbeat(disks=disks))
 
-    async def set_disk(self, disk_id: int, *, status: str | None = None, readonly: bool | None = None) -> DiskInfo:
-        body: dict[str, Any] = {"disk_id": disk_id}
-        if status is not None:
-            body["status"] = status
-        if readonly is not None:
-            body["readonly"] = readonly
-        return DiskInfo.model_validate(await self.call("POST", "/disk/set", json=body))
+    async def set_disk(self, disk_id: int, *, status: DiskStatus | None = None,
+                       readonly: bool | None = None) -> DiskInfo:
+        return await self.call("POST", "/disk/set", DiskInfo,
+                               body=DiskSet(disk_id=disk_id, status=status, readonly=readonly))
 
-    async def get_disk(self, disk_id: int) -> DiskInfo:
-        return DiskInfo.model_validate(await self.call("GET", "/disk/get", params={"disk_id": disk_id}))
+    async def get_disk(self, disk_id: int) -> DiskView:
+        return await self.call("GET", "/disk/get", DiskView, params={"disk_id": disk_id})
 
-    async def list_disks(self) -> list[dict[str, Any]]:
-        """Each disk with `alive` (heartbeat within the timeout) added."""
-        return list((await self.call("GET", "/disk/list"))["disks"])
+    async def list_disks(self) -> list[DiskView]:
+        """Each disk with `alive`: whether its blobnode heartbeats within the timeout."""
+        return (await self.call("GET", "/disk/list", DiskList)).disks
 
     # volumes
 
     async def get_volume(self, vid: int) -> VolumeInfo:
-        return VolumeInfo.model_validate(await self.call("GET", "/volume/get", params={"vid": vid}))
+        return await self.call("GET", "/volume/get", VolumeInfo, params={"vid": vid})
 
-    async def list_volumes(self, status: str | None = None, code_mode: int | None = None) -> list[VolumeInfo]:
+    async def list_volumes(self, status: VolumeStatus | None = None, code_mode: int | None = None) -> list[VolumeInfo]:
         params: dict[str, str | int] = {}
         if status:
             params["status"] = status
         if code_mode is not None:
             params["code_mode"] = code_mode
-        raw = await self.call("GET", "/volume/list", params=params)
-        return [VolumeInfo.model_validate(v) for v in raw["volumes"]]
+        return (await self.call("GET", "/volume/list", VolumeList, params=params)).volumes
 
     async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1) -> list[VolumeInfo]:
-        raw = await self.call("POST", "/volume/alloc", json={"code_mode": code_mode, "holder": holder, "count": count})
-        return [VolumeInfo.model_validate(v) for v in raw["volumes"]]
+        body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count)
+        return (await self.call("POST", "/volume/alloc", VolumeList, body=body)).volumes
 
-    async def retain_volumes(self, holder: str, volumes: list[dict[str, int]]) -> dict[str, Any]:
-        return dict(await self.call("POST", "/volume/retain", json={"holder": holder, "volumes": volumes}))
+    async def retain_volumes(self, holder: str, volumes: list[RetainItem]) -> RetainResult:
+        body = VolumeRetain(holder=holder, volumes=volumes)
+        return await self.call("POST", "/volume/retain", RetainResult, body=body)
 
     async def release_volume(self, vid: int, holder: str) -> VolumeInfo:
-        raw = await self.call("POST", "/volume/release", json={"vid": vid, "holder": holder})
-        return VolumeInfo.model_validate(raw)
+        return await self.call("POST", "/volume/release", VolumeInfo, body=VolumeHolder(vid=vid, holder=holder))
 
     async def lock_volume(self, vid: int) -> VolumeInfo:
-        return VolumeInfo.model_validate(await self.call("POST", "/volume/lock", json={"vid": vid}))
+        return await self.call("POST", "/volume/lock", VolumeInfo, body=VolumeRef(vid=vid))
 
     async def unlock_volume(self, vid: int) -> VolumeInfo:
-        return VolumeInfo.model_validate(await self.call("POST", "/volume/unlock", json={"vid": vid}))
+        return await self.call("POST", "/volume/unlock", VolumeInfo, body=VolumeRef(vid=vid))
 
     async def alloc_unit(self, vid: int, index: int) -> Unit:
-        return Unit.model_validate(await self.call("POST", "/volume/unit/alloc", json={"vid": vid, "index": index}))
+        return await self.call("POST", "/volume/unit/alloc", Unit, body=UnitAlloc(vid=vid, index=index))
 
     async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int) -> VolumeInfo:
-        body = {"vid": vid, "index": index, "vuid": vuid, "disk_id": disk_id}
-        return VolumeInfo.model_validate(await self.call("POST", "/volume/unit/update", json=body))
+        body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id)
+        return await self.call("POST", "/volume/unit/update", VolumeInfo, body=body)
 
     # scopes, services, config, kv
 
-    async def alloc_scope(self, name: str, count: int) -> tuple[int, int]:
-        raw = await self.call("POST", "/scope/alloc", json={"name": name, "count": count})
-        return int(raw["start"]), int(raw["end"])
+    async def alloc_scope(self, name: str, count: int) -> ScopeRange:
+        return await self.call("POST", "/scope/alloc", ScopeRange, body=ScopeAlloc(name=name, count=count))
 
-    async def register_service(self, name: str, host: str, idc: str = "", ttl: float = 30.0) -> None:
-        await self.call("POST", "/service/register", json={"name": name, "host": host, "idc": idc, "ttl": ttl})
+    async def register_service(self, name: str, host: str, idc: str = "", ttl: float = 30.0) -> ServiceInfo:
+        body = ServiceRegister(name=name, host=host, idc=idc, ttl=ttl)
+        return await self.call("POST", "/service/register", ServiceInfo, body=body)
 
-    async def service_heartbeat(self, name: str, host: str) -> None:
-        await self.call("POST", "/service/heartbeat", json={"name": name, "host": host})
+    async def service_heartbeat(self, name: str, host: str) -> ServiceInfo:
+        return await self.call("POST", "/service/heartbeat", ServiceInfo, body=ServiceRef(name=name, host=host))
 
     async def list_services(self, name: str | None = None, alive_only: bool = True) -> list[ServiceInfo]:
         params: dict[str, str | int] = {"alive_only": int(alive_only)}
         if name:
             params["name"] = name
-        raw = await self.call("GET", "/service/list", params=params)
-        return [ServiceInfo.model_validate(s) for s in raw["services"]]
+        return (await self.call("GET", "/service/list", ServiceList, params=params)).services
 
     async def get_config(self, key: str) -> str | None:
-        return (await self.call("GET", "/config/get", params={"key": key}))["value"]
+        return (await self.call("GET", "/config/get", MaybeValue, params={"key": key})).value
 
     async def set_config(self, key: str, value: str) -> None:
-        await self.call("POST", "/config/set", json={"key": key, "value": value})
+        await self.call("POST", "/config/set", KeyValue, body=KeyValue(key=key, value=value))
 
     async def list_config(self) -> dict[str, str]:
-        return dict((await self.call("GET", "/config/list"))["config"])
+        return (await self.call("GET", "/config/list", ConfigList)).config
 
     async def kv_get(self, key: str) -> str | None:
-        return (await self.call("GET", "/kv/get", params={"key": key}))["value"]
+        return (await self.call("GET", "/kv/get", MaybeValue, params={"key": key})).value
 
     async def kv_set(self, key: str, value: str) -> None:
-        await self.call("POST", "/kv/set", json={"key": key, "value": value})
+        await self.call("POST", "/kv/set", KeyValue, body=KeyValue(key=key, value=value))
 
     async def kv_cas(self, key: str, expected: str | None, value: str | None) -> None:
         """Raises `Conflict` when the current value is not `expected`."""
-        await self.call("POST", "/kv/cas", json={"key": key, "expected": expected, "value": value})
+        await self.call("POST", "/kv/cas", MaybeValue, body=KeyCas(key=key, expected=expected, value=value))
 
     async def kv_delete(self, key: str) -> None:
-        await self.call("POST", "/kv/delete", json={"key": key})
+        await self.call("POST", "/kv/delete", KeyRef, body=KeyRef(key=key))
 
     async def kv_list(self, prefix: str = "") -> dict[str, str]:
-        return dict((await self.call("GET", "/kv/list", params={"prefix": prefix}))["items"])
+        return (await self.call("GET", "/kv/list", KvItems, params={"prefix": prefix})).items
 
     # raft
 
-    async def raft_status(self, host: str | None = None) -> dict[str, Any]:
+    async def raft_status(self, host: str | None = None) -> ReplicaStatus:
         """The status of one replica (any host), or of the leader."""
         if host is not None:
-            return dict(await self.http.call("GET", f"{host.rstrip('/')}/raft/status"))
-        return dict(await self.call("GET", "/raft/status"))
+            return await self.http.call("GET", f"{host.rstrip('/')}/raft/status", ReplicaStatus)
+        return await self.call("GET", "/raft/status", ReplicaStatus)
 
-    async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool = True) -> dict[str, Any]:
-        body = {"node_id": node_id, "raft_addr": raft_addr, "http_addr": http_addr, "learner": learner}
-        return dict(await self.call("POST", "/raft/member/add", json=body))
+    async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool = True) -> RaftStatus:
+        body = MemberAdd(node_id=node_id, raft_addr=raft_addr, http_addr=http_addr, learner=learner)
+        return await self.call("POST", "/raft/member/add", RaftStatus, body=body)
 
-    async def remove_member(self, node_id: int) -> dict[str, Any]:
-        return dict(await self.call("POST", "/raft/member/remove", json={"node_id": node_id}))
+    async def remove_member(self, node_id: int) -> RaftStatus:
+        return await self.call("POST", "/raft/member/remove", RaftStatus, body=MemberRemove(node_id=node_id))
 
-    async def stat(self) -> dict[str, Any]:
-        return dict(await self.call("GET", "/stat"))
+    async def stat(self) -> ClusterStat:
+        return await self.call("GET", "/stat", ClusterStat)
 
 
 async def keep_registered(cluster: ClusterClient, name: str, host: str, idc: str = "", ttl: float = 10.0) -> None:
@@ -198,3 +235,65 @@ async def keep_registered(cluster: ClusterClient, name: str, host: str, idc: str
         except Unavailable:
             pass
         await asyncio.sleep(ttl / 3)
+
+
+class VolumeCache:
+    """Volume info: in-process cache, then Redis (optional), then clustermgr.
+
+    Entries expire after a TTL, and `invalidate` drops one at once: a blobnode answering that a unit
+    moved (stale epoch, or no such chunk) means the cached units are wrong and must be fetched again,
+    never served. `on_unit` and `on_units` do that refetch for their callers.
+    """
+
+    def __init__(self, cluster: ClusterClient, ttl: float, redis: Any = None) -> None:
+        self.cluster = cluster
+        self.ttl = ttl
+        self.redis = redis  # a redis.asyncio.Redis, or None
+        self._local: dict[int, tuple[float, VolumeInfo]] = {}
+
+    @staticmethod
+    def _key(vid: int) -> str:
+        return f"blobstore:volume:{vid}"
+
+    async def get(self, vid: int) -> VolumeInfo:
+        hit = self._local.get(vid)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        volume = None
+        if self.redis is not None:
+            raw = await self.redis.get(self._key(vid))
+            if raw is not None:
+                volume = VolumeInfo.model_validate_json(raw)
+        if volume is None:
+            volume = await self.cluster.get_volume(vid)
+            if self.redis is not None:
+                await self.redis.set(self._key(vid), volume.model_dump_json(), ex=max(1, int(self.ttl)))
+        self._local[vid] = (time.monotonic() + self.ttl, volume)
+        return volume
+
+    async def invalidate(self, vid: int) -> None:
+        self._local.pop(vid, None)
+        if self.redis is not None:
+            await self.redis.delete(self._key(vid))
+
+    async def on_unit(self, vid: int, index: int, call: Callable[[Unit], Awaitable[T]]) -> T:
+        """`call` on unit `index` of the volume; once more with the volume refetched if the unit moved."""
+        try:
+            return await call((await self.get(vid)).units[index])
+        except MOVED_ERRORS:
+            await self.invalidate(vid)
+            return await call((await self.get(vid)).units[index])
+
+    async def on_units(self, vid: int, call: Callable[[Unit], Awaitable[object]]) -> None:
+        """`call` on every unit of the volume at once; all of them again, with the volume refetched, if
+        any unit moved. The other errors of the first failing call propagate."""
+        for fresh in (False, True):
+            if fresh:
+                await self.invalidate(vid)
+            units = (await self.get(vid)).units
+            try:
+                await asyncio.gather(*(call(u) for u in units))
+                return
+            except MOVED_ERRORS:
+                if fresh:
+                    raise

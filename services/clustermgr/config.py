@@ -4,31 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
-from libs.ec import DEFAULT_BACKEND, CodeMode, parse_code_mode
+from libs.ec import DEFAULT_BACKEND
+from libs.proto.clustermgr import CodeModeRule
 
 
 class Member(BaseModel):
     raft_addr: str  # host:port of the Raft transport
     http_addr: str  # host:port of the HTTP API
-
-
-class CodeModePolicy(BaseModel):
-    """Keep at least `min_volumes` allocatable volumes of `code_mode`; objects up to `max_size`
-    bytes use it (the size policy: the smallest matching max_size wins)."""
-
-    code_mode: str
-    min_volumes: int = Field(2, ge=0)
-    max_size: int = Field(1 << 62, ge=0)
-    enable: bool = True
-
-    @property
-    def mode(self) -> CodeMode:
-        return parse_code_mode(self.code_mode)
-
-    @model_validator(mode="after")
-    def _known_mode(self) -> CodeModePolicy:
-        parse_code_mode(self.code_mode)
-        return self
 
 
 class ClusterMgrConfig(BaseModel):
@@ -38,7 +20,7 @@ class ClusterMgrConfig(BaseModel):
     data_dir: str
     cluster_id: int = Field(1, ge=0, lt=2**32)
     idcs: list[str] = Field(default_factory=lambda: ["z0"])
-    code_modes: list[CodeModePolicy] = Field(default_factory=lambda: [CodeModePolicy(code_mode="EC3P3")])
+    code_modes: list[CodeModeRule] = Field(default_factory=lambda: [CodeModeRule(code_mode="EC3P3")])
     codec_backend: str = DEFAULT_BACKEND
     chunk_size: int = Field(16 << 30, ge=1 << 20)  # capacity of one unit's chunk
     volume_lease_ttl: float = Field(30.0, gt=0)

@@ -8,28 +8,33 @@ that must be fresh first confirm leadership with a read-index round. A follower 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from libs.proto.cluster import DiskInfo
+from pydantic import BaseModel
+
+from libs.ec import parse_code_mode, tactic
+from libs.proto.cluster import DiskInfo, Unit
+from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, RaftStatus
 from libs.raft.config import RaftConfig
 from libs.raft.errors import NotLeader as RaftNotLeader
 from libs.raft.errors import ProposalDropped
 from libs.raft.server import RaftServer
-from libs.rpc.errors import NotLeader, Unavailable
+from libs.rpc.errors import Conflict, NotLeader, Unavailable
 from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
-from services.clustermgr.config import ClusterMgrConfig, CodeModePolicy
-from services.clustermgr.state import ClusterState, decode_result, encode_command
+from services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
+from services.clustermgr.config import ClusterMgrConfig
+from services.clustermgr.placement import PlacementError, replacement_disk
+from services.clustermgr.state import ClusterState
 from services.clustermgr.volumes import VolumeCreator, allocatable_count
 
 log = logging.getLogger(__name__)
 MEMBER_PREFIX = "raft_member_http/"
-POLICY_KEY = "code_mode_policy"
+R = TypeVar("R", bound=BaseModel)
 
 
 class ClusterManager:
@@ -89,15 +94,16 @@ class ClusterManager:
         details = {"leader": leader} if leader else {}
         return NotLeader(f"clustermgr {self.config.node_id} does not lead; leader: {leader or 'unknown'}", **details)
 
-    async def propose(self, op: str, **args: Any) -> Any:
+    async def propose(self, cmd: Command[R]) -> R:
         """Commit one command and return its result (or raise the error every replica agreed on)."""
         try:
-            raw = await self.raft.propose(encode_command(op, time.time(), **args))
+            raw = await self.raft.propose(encode(cmd, time.time()))
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
         except (ProposalDropped, TimeoutError) as exc:
-            raise Unavailable(f"{op}: not committed ({type(exc).__name__}: {exc}); the outcome is unknown") from None
-        return decode_result(raw)
+            raise Unavailable(f"{cmd.op}: not committed ({type(exc).__name__}: {exc}); the outcome is unknown"
+                              ) from None
+        return decode_result(raw, cmd.result_type)  # type: ignore[return-value]
 
     async def fresh(self) -> ClusterState:
         """The state, after confirming this node leads and has applied everything committed."""
@@ -136,15 +142,12 @@ class ClusterManager:
     async def publish_defaults(self) -> None:
         """Seed the code-mode size policy from this node's config unless an operator has set one."""
         if self.state.config(POLICY_KEY) is None:
-            policy = [p.model_dump() for p in self.config.code_modes]
-            await self.propose("config_set", key=POLICY_KEY, value=json.dumps(policy))
+            await self.propose(ConfigSet(key=POLICY_KEY, value=CodeModePolicy.dump(self.config.code_modes)))
 
-    def policy(self) -> list[CodeModePolicy]:
+    def policy(self) -> list[CodeModeRule]:
         """The size policy in force: the replicated one (operators may change it), else this config's."""
         raw = self.state.config(POLICY_KEY)
-        if raw is None:
-            return self.config.code_modes
-        return [CodeModePolicy.model_validate(p) for p in json.loads(raw)]
+        return self.config.code_modes if raw is None else CodeModePolicy.parse(raw)
 
     async def ensure_volumes(self) -> None:
         for policy in self.policy():
@@ -160,11 +163,28 @@ class ClusterManager:
 
     # reads with derived fields
 
-    def disk_view(self, disk: DiskInfo, now: float) -> dict[str, Any]:
-        return {**disk.model_dump(), "alive": now - disk.last_heartbeat <= self.config.disk_heartbeat_timeout}
+    def disk_view(self, disk: DiskInfo, now: float) -> DiskView:
+        alive = now - disk.last_heartbeat <= self.config.disk_heartbeat_timeout
+        return DiskView.model_validate({**disk.model_dump(), "alive": alive})
 
-    async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool) -> dict[str, Any]:
-        await self.propose("kv_set", key=f"{MEMBER_PREFIX}{node_id}", value=f"http://{http_addr}")
+    async def alloc_unit(self, vid: int, index: int) -> Unit:
+        """Reserve a new place for unit `index` of volume `vid`: a disk chosen by the placement policy,
+        and the unit's next epoch."""
+        state = await self.fresh()
+        volume = state.volume(vid)
+        unit_disks = [state.disk(u.disk_id) for u in volume.units]
+        try:
+            disk_id = replacement_disk(tactic(parse_code_mode(volume.code_mode)), unit_disks, index, state.disks(),
+                                       time.time(), self.config.disk_heartbeat_timeout)
+        except PlacementError as exc:
+            raise Conflict(f"volume {vid} unit {index}: {exc}") from None
+        return await self.propose(UnitAllocCmd(vid=vid, index=index, disk_id=disk_id))
+
+    def raft_status(self) -> RaftStatus:
+        return RaftStatus.model_validate(self.raft.status())
+
+    async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool) -> RaftStatus:
+        await self.propose(KvSet(key=f"{MEMBER_PREFIX}{node_id}", value=f"http://{http_addr}"))
         try:
             if learner:
                 await self.raft.add_learner(node_id, raft_addr)
@@ -172,11 +192,11 @@ class ClusterManager:
                 await self.raft.promote(node_id)
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
-        return self.raft.status()
+        return self.raft_status()
 
-    async def remove_member(self, node_id: int) -> dict[str, Any]:
+    async def remove_member(self, node_id: int) -> RaftStatus:
         try:
             await self.raft.remove(node_id)
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
-        return self.raft.status()
+        return self.raft_status()

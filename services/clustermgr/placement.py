@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from libs.ec import Tactic
+from libs.proto.cluster import DiskInfo
 
 
 class PlacementError(Exception):
@@ -29,6 +30,15 @@ class Candidate:
     idc: str
     rack: str
     free: int
+
+
+def as_candidate(disk: DiskInfo) -> Candidate:
+    return Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free)
+
+
+def candidates(disks: Iterable[DiskInfo], now: float, heartbeat_timeout: float) -> list[Candidate]:
+    """Disks that may take a new chunk: writable and heard from recently."""
+    return [as_candidate(d) for d in disks if d.writable and now - d.last_heartbeat <= heartbeat_timeout]
 
 
 def _pick(pool: Sequence[Candidate], taken: Iterable[Candidate], count: int, rng: random.Random) -> list[Candidate]:
@@ -95,6 +105,16 @@ def replace_unit(tactic: Tactic, current: Sequence[Candidate], index: int, candi
         return _pick(pool, peers, 1, rng or random.Random())[0]
     except PlacementError:
         raise PlacementError(f"no disk in AZ {idc!r} can take unit {index}") from None
+
+
+def replacement_disk(tactic: Tactic, unit_disks: Sequence[DiskInfo], index: int, disks: Iterable[DiskInfo],
+                     now: float, heartbeat_timeout: float, *, rng: random.Random | None = None) -> int:
+    """The disk a volume's unit `index` moves to: `replace_unit` over the disks that may take a chunk now.
+    `unit_disks` are the disks of the volume's units, in unit order."""
+    if not 0 <= index < len(unit_disks):
+        raise PlacementError(f"the volume has no unit {index}")
+    current = [as_candidate(d) for d in unit_disks]
+    return replace_unit(tactic, current, index, candidates(disks, now, heartbeat_timeout), rng=rng).disk_id
 
 
 def check_placement(tactic: Tactic, disks: Sequence[Candidate]) -> None:

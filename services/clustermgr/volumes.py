@@ -12,32 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Any
+
+from pydantic import BaseModel
 
 from libs.ec import CodeMode, tactic
-from libs.proto.cluster import DiskInfo, VolumeStatus
+from libs.proto.cluster import Unit, VolumeStatus
 from libs.proto.ids import Vuid
 from libs.rpc.errors import NotFound, RpcError
 from services.blobnode.client import BlobnodeClient
-from services.clustermgr.placement import Candidate, PlacementError, place_volume
+from services.clustermgr.commands import KvDelete, KvSet, Proposer, ScopeAlloc, VolumeCreate
+from services.clustermgr.placement import PlacementError, candidates, place_volume
 from services.clustermgr.state import ClusterState
 
 log = logging.getLogger(__name__)
 INTENT_PREFIX = "volume_intent/"
-Propose = Callable[..., Awaitable[Any]]
 
+class VolumeIntent(BaseModel):
+    """Kept in the kv while a volume's chunks are created, so a failed creation can be rolled back."""
 
-def as_candidate(disk: DiskInfo) -> Candidate:
-    return Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free)
-
-
-def candidates(disks: list[DiskInfo], now: float, heartbeat_timeout: float) -> list[Candidate]:
-    """Disks that may take a new chunk: writable and heard from recently."""
-    return [as_candidate(d) for d in disks if d.writable and now - d.last_heartbeat <= heartbeat_timeout]
+    vid: int
+    units: list[Unit]
 
 
 def allocatable_count(state: ClusterState, mode: CodeMode) -> int:
@@ -46,7 +42,7 @@ def allocatable_count(state: ClusterState, mode: CodeMode) -> int:
 
 
 class VolumeCreator:
-    def __init__(self, state: ClusterState, propose: Propose, blobnodes: BlobnodeClient, *,
+    def __init__(self, state: ClusterState, propose: Proposer, blobnodes: BlobnodeClient, *,
                  idcs: list[str], backend: str, chunk_size: int, heartbeat_timeout: float) -> None:
         self.state = state
         self.propose = propose
@@ -60,51 +56,49 @@ class VolumeCreator:
     async def create(self, mode: CodeMode, now: float) -> int:
         """Create one volume of `mode`; returns its vid. Raises on failure after rolling back."""
         t = tactic(mode)
-        pool = candidates(list(self.state.disks()), now, self.heartbeat_timeout)
+        pool = candidates(self.state.disks(), now, self.heartbeat_timeout)
         idcs = [idc for idc in self.idcs if any(c.idc == idc for c in pool)] if t.az_count > 1 else None
         placed = place_volume(t, pool, idcs=idcs, rng=self.rng)
-        vid = (await self.propose("scope_alloc", name="vid", count=1))["start"]
-        units = [{"vuid": int(Vuid.make(vid, i, 1)), "disk_id": c.disk_id, "host": c.host}
-                 for i, c in enumerate(placed)]
-        intent = json.dumps({"vid": vid, "units": units})
-        await self.propose("kv_set", key=f"{INTENT_PREFIX}{vid}", value=intent)
+        vid = (await self.propose(ScopeAlloc(name="vid", count=1))).start
+        intent = VolumeIntent(vid=vid, units=[Unit(vuid=Vuid.make(vid, i, 1), disk_id=c.disk_id, host=c.host)
+                                              for i, c in enumerate(placed)])
+        await self.propose(KvSet(key=f"{INTENT_PREFIX}{vid}", value=intent.model_dump_json()))
         try:
             # Wait for every create to settle before judging: a release racing a create still in
             # flight would leave that chunk behind.
             created = await asyncio.gather(
-                *(self.blobnodes.create_chunk(u["host"], u["disk_id"], u["vuid"], self.chunk_size) for u in units),
+                *(self.blobnodes.create_chunk(u.host, u.disk_id, u.vuid, self.chunk_size) for u in intent.units),
                 return_exceptions=True)
             failed = next((r for r in created if isinstance(r, BaseException)), None)
             if failed is not None:
                 raise failed
-            await self.propose("volume_create", vid=vid, code_mode=int(mode), backend=self.backend, units=units,
-                               capacity=self.chunk_size * t.n)
+            await self.propose(VolumeCreate(vid=vid, code_mode=int(mode), backend=self.backend, units=intent.units,
+                                            capacity=self.chunk_size * t.n))
         except (RpcError, PlacementError, OSError):
             with contextlib.suppress(RpcError):  # a failed roll back is retried from the intent
-                await self.roll_back(vid, units)
+                await self.roll_back(intent)
             raise
-        await self.propose("kv_delete", key=f"{INTENT_PREFIX}{vid}")
-        log.info("created volume %d (%s) on disks %s", vid, mode.name, [u["disk_id"] for u in units])
-        return int(vid)
+        await self.propose(KvDelete(key=f"{INTENT_PREFIX}{vid}"))
+        log.info("created volume %d (%s) on disks %s", vid, mode.name, [u.disk_id for u in intent.units])
+        return vid
 
-    async def roll_back(self, vid: int, units: list[dict[str, Any]]) -> None:
+    async def roll_back(self, intent: VolumeIntent) -> None:
         """Release every chunk an intent names, then drop the intent (idempotent)."""
-        if not self.state.has_volume(vid):
+        if not self.state.has_volume(intent.vid):
             results = await asyncio.gather(
-                *(self.blobnodes.release_chunk(u["host"], u["disk_id"], u["vuid"]) for u in units),
+                *(self.blobnodes.release_chunk(u.host, u.disk_id, u.vuid) for u in intent.units),
                 return_exceptions=True)
             failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, NotFound)]
             if failed:
                 raise failed[0]
-            log.warning("rolled back half-created volume %d", vid)
-        await self.propose("kv_delete", key=f"{INTENT_PREFIX}{vid}")
+            log.warning("rolled back half-created volume %d", intent.vid)
+        await self.propose(KvDelete(key=f"{INTENT_PREFIX}{intent.vid}"))
 
     async def roll_back_leftovers(self) -> None:
         """Finish every intent still present (a dead leader's, or one whose blobnode was down):
         roll it back, or, if its volume did commit, simply remove it."""
         for key, raw in self.state.kv_list(INTENT_PREFIX).items():
-            intent = json.loads(raw)
             try:
-                await self.roll_back(int(intent["vid"]), intent["units"])
+                await self.roll_back(VolumeIntent.model_validate_json(raw))
             except RpcError as exc:
                 log.warning("cannot roll back %s yet: %s", key, exc)

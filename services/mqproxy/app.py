@@ -4,41 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
-from typing import Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel, Field
 
 from libs.mq.admin import ensure_topics
 from libs.mq.producer import Producer
 from libs.mq.topics import Topic
 from libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
+from libs.proto.mqproxy import DeleteBatch, PublisherStats, Queued, RepairBatch
 from libs.rpc.errors import Unavailable
 from libs.rpc.server import Lifecycle, create_app
-
-MAX_BATCH = 10_000
-
-
-class RepairIn(BaseModel):
-    vid: int = Field(ge=1, lt=2**32)
-    bid: int = Field(ge=0, lt=2**64)
-    bad_indexes: list[int] = Field(min_length=1)
-    reason: str = ""
-    priority: bool = False
-
-
-class DeleteIn(BaseModel):
-    vid: int = Field(ge=1, lt=2**32)
-    bid: int = Field(ge=0, lt=2**64)
-
-
-class RepairBatch(BaseModel):
-    messages: list[RepairIn] = Field(min_length=1, max_length=MAX_BATCH)
-
-
-class DeleteBatch(BaseModel):
-    messages: list[DeleteIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class Publisher:
@@ -49,7 +24,7 @@ class Publisher:
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.producer: Producer | None = None
-        self.stats: Counter[str] = Counter()
+        self.stats = PublisherStats()
 
     async def connect(self) -> None:
         """Create missing topics, then connect the producer (the app's start hook)."""
@@ -63,14 +38,14 @@ class Publisher:
     async def publish(self, items: list[tuple[Topic, BlobMsg]]) -> int:
         if self.producer is None:
             raise Unavailable("mqproxy is not connected to Kafka yet")
-        self.stats["messages_in"] += len(items)
+        self.stats.messages_in += len(items)
         try:
             await asyncio.gather(*(self.producer.send(topic, msg.key(), msg.to_bytes()) for topic, msg in items))
         except Exception as exc:  # kafka-python raises its own KafkaError family
-            self.stats["failed"] += len(items)
+            self.stats.failed += len(items)
             raise Unavailable(f"Kafka did not take the messages: {type(exc).__name__}: {exc}") from exc
         for topic, _ in items:
-            self.stats[f"sent_{topic}"] += 1
+            self.stats.sent[topic] = self.stats.sent.get(topic, 0) + 1
         return len(items)
 
 
@@ -82,24 +57,24 @@ def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
     app = create_app("mqproxy", on_start=start, on_stop=life.stop)
 
     @app.post("/repairmsg")
-    async def repair(batch: RepairBatch) -> dict[str, int]:
+    async def repair(batch: RepairBatch) -> Queued:
         items: list[tuple[Topic, BlobMsg]] = [
             (Topic.SHARD_REPAIR_PRIOR if m.priority else Topic.SHARD_REPAIR,
              RepairMsg(cluster_id=publisher.cluster_id, vid=m.vid, bid=m.bid, bad_indexes=m.bad_indexes,
                        reason=m.reason))
             for m in batch.messages]
-        return {"queued": await publisher.publish(items)}
+        return Queued(queued=await publisher.publish(items))
 
     @app.post("/deletemsg")
-    async def delete(batch: DeleteBatch) -> dict[str, int]:
+    async def delete(batch: DeleteBatch) -> Queued:
         now = time.time()
         items: list[tuple[Topic, BlobMsg]] = [
             (Topic.BLOB_DELETE, DeleteMsg(cluster_id=publisher.cluster_id, vid=m.vid, bid=m.bid, time=now))
             for m in batch.messages]
-        return {"queued": await publisher.publish(items)}
+        return Queued(queued=await publisher.publish(items))
 
     @app.get("/stats")
-    async def stats() -> dict[str, Any]:
-        return dict(publisher.stats)
+    async def stats() -> PublisherStats:
+        return publisher.stats
 
     return app

@@ -6,8 +6,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
 
+from pydantic import BaseModel
+
+from libs.proto.mqproxy import DeleteBatch, DeleteIn, PublisherStats, Queued, RepairBatch, RepairIn
 from libs.rpc.client import HttpClient, ServiceClient
 from libs.rpc.errors import Unavailable
 from services.clustermgr.client import ClusterClient
@@ -27,7 +29,6 @@ class MqProxyClient(ServiceClient):
         self._found: tuple[float, list[str]] = (0.0, [])
         super().__init__(http)
 
-
     async def _hosts(self) -> list[str]:
         if self._static:
             return self._static
@@ -36,24 +37,23 @@ class MqProxyClient(ServiceClient):
             self._found = (time.monotonic() + DISCOVERY_TTL if hosts else 0.0, hosts)
         return self._found[1]
 
-    async def _post(self, path: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    async def _post(self, path: str, batch: BaseModel, count: int) -> int:
         hosts = await self._hosts()
         last: Exception = Unavailable("no mqproxy is registered")
         for host in random.sample(hosts, len(hosts)):
             try:
-                return dict(await self.http.call("POST", f"{host}{path}", json={"messages": messages}))
+                return (await self.http.call("POST", f"{host}{path}", Queued, body=batch)).queued
             except Unavailable as exc:
                 last = exc
         self._found = (0.0, [])
-        raise Unavailable(f"no mqproxy took {len(messages)} message(s) for {path}: {last}")
+        raise Unavailable(f"no mqproxy took {count} message(s) for {path}: {last}")
 
-    async def send_repair(self, messages: list[dict[str, Any]], priority: bool = False) -> dict[str, Any]:
-        """Each message: {vid, bid, bad_indexes, reason}."""
-        return await self._post("/repairmsg", [{**m, "priority": priority} for m in messages])
+    async def send_repair(self, messages: list[RepairIn]) -> int:
+        """How many were queued (all of them, or it raises)."""
+        return await self._post("/repairmsg", RepairBatch(messages=messages), len(messages))
 
-    async def send_delete(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """Each message: {vid, bid}."""
-        return await self._post("/deletemsg", messages)
+    async def send_delete(self, messages: list[DeleteIn]) -> int:
+        return await self._post("/deletemsg", DeleteBatch(messages=messages), len(messages))
 
-    async def stats(self, host: str) -> dict[str, Any]:
-        return dict(await self.http.call("GET", f"{host}/stats"))
+    async def stats(self, host: str) -> PublisherStats:
+        return await self.http.call("GET", f"{host}/stats", PublisherStats)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 
+from libs.proto.tinker import TinkerStats
 from libs.rpc.server import create_app
 from services.tinker.tinker import Tinker
 
 
 def build_app(tinker: Tinker) -> FastAPI:
-    app = create_app("tinker", on_start=tinker.start, on_stop=tinker.stop)
+    app = create_app("tinker", on_start=tinker.start, on_stop=tinker.life.stop)
 
     @app.get("/stats")
-    async def stats() -> dict[str, Any]:
+    async def stats() -> TinkerStats:
         return await tinker.stats()
 
     return app

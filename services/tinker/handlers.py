@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import random
@@ -10,14 +9,16 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from libs.proto.blobnode import ShardStatusResult
 from libs.proto.cluster import Unit
 from libs.proto.messages import DeleteMsg, RepairMsg
-from libs.rpc.errors import ChunkNotFound, NotFound, ShardNotFound, StaleEpoch, Unavailable
+from libs.rpc.errors import NotFound, ShardNotFound, Unavailable
 from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from services.clustermgr.client import ClusterClient, VolumeCache
 from services.worker.client import WorkerClient
 
-UNITS_TTL = 30.0
+UNITS_TTL = 30.0  # deletes come in runs over the same volumes
+ShardOp = Callable[[str, int, int, int], Awaitable[ShardStatusResult]]
 
 
 class RepairHandler:
@@ -38,33 +39,17 @@ class DeleteHandler:
     shards for good only once the safe delay after the DELETE has passed."""
 
     def __init__(self, cluster: ClusterClient, blobnodes: BlobnodeClient, delete_log: Path) -> None:
-        self.cluster = cluster
+        self.volumes = VolumeCache(cluster, UNITS_TTL)
         self.blobnodes = blobnodes
         self.delete_log = delete_log
-        self._units: dict[int, tuple[float, list[Unit]]] = {}  # vid -> (expiry, units): deletes come in runs
 
-    async def _volume_units(self, vid: int, fresh: bool) -> list[Unit]:
-        cached = self._units.get(vid)
-        if not fresh and cached is not None and cached[0] > time.monotonic():
-            return cached[1]
+    async def _on_every_shard(self, op: ShardOp, msg: DeleteMsg) -> None:
+        """Apply `op` to the blob's shard on every unit (refetching the volume if a unit moved)."""
         try:
-            units = (await self.cluster.get_volume(vid)).units
+            await self.volumes.get(msg.vid)
         except NotFound:
-            units = []  # no such volume: nothing to delete
-        self._units[vid] = (time.monotonic() + UNITS_TTL, units)
-        return units
-
-    async def _on_every_shard(self, op: Callable[..., Awaitable[object]], msg: DeleteMsg) -> None:
-        """Apply `op` to the blob's shard on every unit; a unit that moved meanwhile (stale epoch, no
-        chunk) makes one more pass with the volume fetched fresh."""
-        for fresh in (False, True):
-            units = await self._volume_units(msg.vid, fresh)
-            try:
-                await asyncio.gather(*(self._each(op, u, msg.bid) for u in units))
-                return
-            except (StaleEpoch, ChunkNotFound):
-                if fresh:
-                    raise
+            return  # no such volume: nothing to delete
+        await self.volumes.on_units(msg.vid, lambda unit: self._each(op, unit, msg.bid))
 
     async def mark(self, msg: DeleteMsg) -> None:
         await self._on_every_shard(self.blobnodes.mark_delete_shard, msg)
@@ -76,6 +61,6 @@ class DeleteHandler:
             log.write(json.dumps(entry) + "\n")
 
     @staticmethod
-    async def _each(op: Callable[..., Awaitable[object]], unit: Unit, bid: int) -> None:
+    async def _each(op: ShardOp, unit: Unit, bid: int) -> None:
         with contextlib.suppress(ShardNotFound):  # never written there, or already gone
             await op(unit.host, unit.disk_id, unit.vuid, bid)

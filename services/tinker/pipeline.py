@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from libs.mq.consumer import Consumer, Record
@@ -19,6 +18,7 @@ from libs.mq.offsets import OffsetTracker
 from libs.mq.producer import Producer
 from libs.mq.topics import Topic
 from libs.proto.messages import BlobMsg
+from libs.proto.tinker import PipelineStats
 from services.tinker.rules import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ class Pipeline:
         self.tracker = OffsetTracker()
         self.slots = slots  # how many messages are worked on at once (may be shared between pipelines)
         self.commit_interval = commit_interval
-        self.stats: Counter[str] = Counter()
+        self.stats = PipelineStats()
+        self.idle = asyncio.Event()  # set while no message of this pipeline is being worked on
+        self.idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -51,16 +53,22 @@ class Pipeline:
                 records = await self.consumer.poll(timeout=0.2)
                 for record in records:
                     self.tracker.add(record.tp, record.offset)
-                    self.stats["in"] += 1
+                    self.stats.messages_in += 1
                     task = asyncio.create_task(self._work(record))
                     self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self.idle.clear()
+                    task.add_done_callback(self._finished)
         finally:
             committer.cancel()
             for task in list(self._tasks):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await committer
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not self._tasks:
+            self.idle.set()
 
     async def _work(self, record: Record) -> None:
         try:
@@ -86,8 +94,8 @@ class Pipeline:
         retry = msg.retry + 1
         again = msg.model_copy(update={"retry": retry, "not_before": time.time() + policy.backoff(retry)})
         log.warning("%s: %s/%s failed (%s); retry %d later", self.name, msg.vid, msg.bid, why, retry)
-        self.stats["failed"] += 1
-        self.stats["retried"] += 1
+        self.stats.failed += 1
+        self.stats.retried += 1
         delay = policy.base
         while True:
             try:

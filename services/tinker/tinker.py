@@ -6,39 +6,30 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from pydantic import ValidationError
 
 from libs.mq.admin import lag
 from libs.mq.consumer import Consumer, Record
 from libs.mq.producer import Producer
-from libs.mq.topics import Topic
-from libs.proto.messages import DeleteMsg, RepairMsg
+from libs.mq.topics import Topic, pipelines
+from libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
+from libs.proto.tinker import PipelineStats, TinkerStats
+from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.tinker.config import TinkerConfig
 from services.tinker.handlers import DeleteHandler, RepairHandler
 from services.tinker.pipeline import Pipeline, sleep_until
-from services.tinker.rules import RetryPolicy
+from services.tinker.rules import RetryPolicy, delete_due
 from services.worker.client import WorkerClient
 
 log = logging.getLogger(__name__)
-PRIORITY_POLL = 0.02
-# Each pipeline: its name and topics; its consumer group is "<group_prefix>-<name>". Priority repairs
-# have a group of their own so a backlog of ordinary repairs never stands in front of them.
-PIPELINE_TOPICS: dict[str, tuple[Topic, ...]] = {
-    "repair_prior": (Topic.SHARD_REPAIR_PRIOR,),
-    "repair": (Topic.SHARD_REPAIR, Topic.SHARD_REPAIR_FAILED),
-    "delete": (Topic.BLOB_DELETE, Topic.BLOB_DELETE_FAILED),
-}
-
-
-def pipelines(group_prefix: str) -> list[tuple[str, str, tuple[Topic, ...]]]:
-    """(name, consumer group, topics) of every pipeline."""
-    return [(name, f"{group_prefix}-{name.replace('_', '-')}", topics) for name, topics in PIPELINE_TOPICS.items()]
+Msg = TypeVar("Msg", bound=BlobMsg)
 
 
 class Tinker:
@@ -51,27 +42,28 @@ class Tinker:
         self.repair = RepairHandler(self.cluster, self.workers)
         self.delete = DeleteHandler(self.cluster, self.blobnodes, Path(config.delete_log))
         self.pipelines: dict[str, Pipeline] = {}
-        self._tasks: list[asyncio.Task[None]] = []
         self._producer: Producer | None = None
+        self.life = Lifecycle()
+        self.life.close(self._close)
 
     async def start(self) -> None:
+        """Connect to Kafka and start every pipeline (the app's start hook)."""
         bootstrap = self.config.kafka_bootstrap
+        await self.life.start()
         self._producer = await Producer.connect(bootstrap, client_id="tinker")
         repair_slots = asyncio.Semaphore(self.config.concurrency)  # shared by both repair pipelines
-        for name, group, topics in pipelines(self.config.group_prefix):
-            consumer = await Consumer.connect(bootstrap, group, topics)
-            handle = self._on_delete if name == "delete" else functools.partial(self._on_repair, name)
-            slots = asyncio.Semaphore(self.config.concurrency) if name == "delete" else repair_slots
-            pipeline = Pipeline(name, consumer, self._producer, handle, slots=slots,
+        for spec in pipelines(self.config.group_prefix):
+            consumer = await Consumer.connect(bootstrap, spec.group, spec.topics)
+            handle = self._on_delete if spec.name == "delete" else functools.partial(self._on_repair, spec.name)
+            slots = asyncio.Semaphore(self.config.concurrency) if spec.name == "delete" else repair_slots
+            pipeline = Pipeline(spec.name, consumer, self._producer, handle, slots=slots,
                                 commit_interval=self.config.commit_interval)
-            self.pipelines[name] = pipeline
-            self._tasks.append(asyncio.create_task(pipeline.run()))
+            self.pipelines[spec.name] = pipeline
+            # Each consumer polls (joins its group) before the next one connects: kafka-python 3.0 was
+            # seen to leave groups that joined at the same instant without partitions.
+            self.life.loop(pipeline.run)
 
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def _close(self) -> None:
         for pipeline in self.pipelines.values():
             await pipeline.consumer.close()
         if self._producer is not None:
@@ -88,21 +80,22 @@ class Tinker:
         async with self._repair_slot(pipeline):
             try:
                 await self.repair(msg)
-                pipeline.stats["done"] += 1
+                pipeline.stats.done += 1
             except Exception as exc:
                 await pipeline.hand_on(Topic.SHARD_REPAIR_FAILED, msg, self.policy, f"{type(exc).__name__}: {exc}")
 
     @contextlib.asynccontextmanager
     async def _repair_slot(self, pipeline: Pipeline) -> AsyncIterator[None]:
-        """A repair slot; an ordinary repair that gets one while a priority repair is pending gives
-        it back and waits (checked after acquiring, so queued ordinary repairs cannot jump ahead)."""
+        """A repair slot; an ordinary repair waits while any priority repair is being worked on (checked
+        again after acquiring, so queued ordinary repairs cannot jump ahead)."""
         prior = self.pipelines["repair_prior"]
         while True:
+            if pipeline is not prior:
+                await prior.idle.wait()
             await pipeline.slots.acquire()
-            if pipeline is prior or not prior.tracker.pending():
+            if pipeline is prior or prior.idle.is_set():
                 break
             pipeline.slots.release()
-            await asyncio.sleep(PRIORITY_POLL)
         try:
             yield
         finally:
@@ -114,17 +107,18 @@ class Tinker:
         if msg is None:
             return
         await sleep_until(msg.not_before)
-        for step, when in ((self.delete.mark, 0.0), (self.delete.purge, msg.time + self.config.delete_safe_delay)):
-            await sleep_until(when)
+        for step, wait in ((self.delete.mark, False), (self.delete.purge, True)):
+            if wait:
+                await asyncio.sleep(delete_due(msg.time, self.config.delete_safe_delay, now=time.time()))
             async with pipeline.slots:
                 try:
                     await step(msg)
                 except Exception as exc:
                     await pipeline.hand_on(Topic.BLOB_DELETE_FAILED, msg, self.policy, f"{type(exc).__name__}: {exc}")
                     return
-        pipeline.stats["done"] += 1
+        pipeline.stats.done += 1
 
-    def _parse(self, model: type[RepairMsg] | type[DeleteMsg], record: Record) -> Any:
+    def _parse(self, model: type[Msg], record: Record) -> Msg | None:
         """A message that is not one of ours (malformed, or another cluster's) is skipped, never retried."""
         try:
             msg = model.model_validate_json(record.value)
@@ -133,10 +127,10 @@ class Tinker:
             return None
         return msg if msg.cluster_id == self.config.cluster_id else None
 
-    async def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {name: dict(p.stats) for name, p in self.pipelines.items()}
-        for name, group, topics in pipelines(self.config.group_prefix):
-            out.setdefault(name, {})["lag"] = await asyncio.to_thread(
-                lag, self.config.kafka_bootstrap, group, [str(t) for t in topics])
-        return out
-
+    async def stats(self) -> TinkerStats:
+        out: dict[str, PipelineStats] = {}
+        for spec in pipelines(self.config.group_prefix):
+            counters = self.pipelines[spec.name].stats if spec.name in self.pipelines else PipelineStats()
+            lags = await asyncio.to_thread(lag, self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics])
+            out[spec.name] = counters.model_copy(update={"lag": lags})
+        return TinkerStats(pipelines=out)

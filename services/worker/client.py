@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from libs.proto.worker import RepairResult, ShardRepair, WorkerStats
 from libs.rpc.client import HttpClient, ServiceClient
 
 
@@ -11,13 +10,10 @@ class WorkerClient(ServiceClient):
     def __init__(self, http: HttpClient | None = None) -> None:
         super().__init__(http, timeout=120.0)  # a repair reads and writes whole shards
 
-
-
-
-    async def repair_shards(self, host: str, vid: int, bid: int, bad_indexes: list[int]) -> dict[str, Any]:
+    async def repair_shards(self, host: str, vid: int, bid: int, bad_indexes: list[int]) -> RepairResult:
         """Rebuild the named shards; `skipped` in the answer says why nothing was written, if so."""
-        body = {"vid": vid, "bid": bid, "bad_indexes": bad_indexes}
-        return dict(await self.http.call("POST", f"{host}/shard/repair", json=body))
+        body = ShardRepair(vid=vid, bid=bid, bad_indexes=bad_indexes)
+        return await self.http.call("POST", f"{host}/shard/repair", RepairResult, body=body)
 
-    async def stats(self, host: str) -> dict[str, Any]:
-        return dict(await self.http.call("GET", f"{host}/stats"))
+    async def stats(self, host: str) -> WorkerStats:
+        return await self.http.call("GET", f"{host}/stats", WorkerStats)

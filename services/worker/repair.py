@@ -1,10 +1,8 @@
 """Shard repair: rebuild the missing or corrupt shards of one blob from its survivors and write
-each back to its own unit.
+each back to its own unit (what to rebuild, and when not to, is `rules.plan_repair`).
 
-Never resurrects a deleted blob: if any shard of the blob is mark-deleted, or no survivor holds it
-at all, the repair is skipped (the delete pipeline owns it). A corrupt shard is deleted before
-its rebuilt bytes are written (the chunk refuses other bytes under a live bid), and every
-written shard is read back and checked against the rebuilt bytes' CRC.
+A corrupt shard is deleted before its rebuilt bytes are written (the chunk refuses other bytes under
+a live bid), and every written shard is read back and checked against the rebuilt bytes' CRC.
 """
 
 from __future__ import annotations
@@ -12,25 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
 
 from isal import isal_zlib
 
-from libs.ec import Codec, NotEnoughShards
-from libs.proto.cluster import Unit, VolumeInfo
-from libs.rpc.errors import NotFound, RpcError, ShardCorrupted, ShardDeleted, ShardNotFound, Unavailable
+from libs.ec import NotEnoughShards, codec_for
+from libs.proto.blobnode import shard_state
+from libs.proto.cluster import Unit
+from libs.proto.worker import RepairResult, WorkerStats
+from libs.rpc.errors import NotFound, RpcError, ShardDeleted, ShardNotFound, Unavailable
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
+from services.worker.rules import plan_repair
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RepairResult:
-    vid: int
-    bid: int
-    repaired: list[int] = field(default_factory=list)
-    skipped: str = ""  # why nothing was written, when nothing needed to be or could be
 
 
 class RepairFailed(Unavailable):
@@ -42,14 +34,7 @@ class ShardRepairer:
         self.cluster = cluster
         self.blobnodes = blobnodes
         self.timeout = timeout
-        self._codecs: dict[tuple[int, str], Codec] = {}
-        self.stats = {"repaired_shards": 0, "repaired_bytes": 0, "skipped": 0, "failed": 0}
-
-    def _codec(self, volume: VolumeInfo) -> Codec:
-        key = (volume.code_mode, volume.backend)
-        if key not in self._codecs:
-            self._codecs[key] = Codec(volume.code_mode, volume.backend)
-        return self._codecs[key]
+        self.stats = WorkerStats()
 
     async def _read(self, unit: Unit, bid: int) -> bytes | RpcError:
         try:
@@ -61,36 +46,34 @@ class ShardRepairer:
         try:
             result = await self._repair(vid, bid, set(bad_indexes))
         except RpcError:
-            self.stats["failed"] += 1
+            self.stats.failed += 1
             raise
-        self.stats["repaired_shards"] += len(result.repaired)
-        self.stats["skipped"] += bool(result.skipped)
+        self.stats.repaired_shards += len(result.repaired)
+        self.stats.skipped += bool(result.skipped)
         return result
 
     async def _repair(self, vid: int, bid: int, bad: set[int]) -> RepairResult:
         volume = await self.cluster.get_volume(vid)  # fresh: units may have moved since the report
-        codec = self._codec(volume)
-        if not bad <= set(range(codec.tactic.total)):
-            raise RepairFailed(f"volume {vid} has no shard index in {sorted(bad)}")
+        codec = codec_for(volume.code_mode, volume.backend)
         reads = await asyncio.gather(*(self._read(unit, bid) for unit in volume.units))
-        if any(isinstance(r, ShardDeleted) for r in reads):
-            return RepairResult(vid, bid, skipped="the blob is being deleted")
-        if all(isinstance(r, ShardNotFound) for i, r in enumerate(reads) if i not in bad):
-            return RepairResult(vid, bid, skipped="no shard of the blob exists")
-        shards: list[bytes | None] = [None if i in bad or isinstance(r, RpcError) else r for i, r in enumerate(reads)]
-        # Survivors that turned out missing or corrupt are repaired too; unreachable ones are not ours to judge.
-        wanted = sorted(bad | {i for i, r in enumerate(reads) if isinstance(r, ShardNotFound | ShardCorrupted)})
         try:
-            rebuilt = await asyncio.to_thread(codec.reconstruct, shards, wanted)
+            plan = plan_repair(bad, [shard_state(r) for r in reads])
+        except ValueError as exc:
+            raise RepairFailed(f"volume {vid}: {exc}") from None
+        if plan.skip:
+            return RepairResult(vid=vid, bid=bid, skipped=plan.skip)
+        shards = [r if i in plan.sources and isinstance(r, bytes) else None for i, r in enumerate(reads)]
+        try:
+            rebuilt = await asyncio.to_thread(codec.reconstruct, shards, plan.rebuild)
         except NotEnoughShards as exc:
             raise RepairFailed(f"blob {vid}/{bid}: {exc}") from None
-        result = RepairResult(vid, bid)
-        for index in wanted:
-            if await self._write(volume.units[index], bid, bytes(rebuilt[index])):
-                result.repaired.append(index)
-                self.stats["repaired_bytes"] += len(rebuilt[index])
-            else:
-                return RepairResult(vid, bid, repaired=result.repaired, skipped="the blob is being deleted")
+        result = RepairResult(vid=vid, bid=bid)
+        for index in plan.rebuild:
+            if not await self._write(volume.units[index], bid, bytes(rebuilt[index])):
+                result.skipped = "the blob is being deleted"
+                return result
+            result.repaired.append(index)
+            self.stats.repaired_bytes += len(rebuilt[index])
         log.info("repaired blob %d/%d shards %s", vid, bid, result.repaired)
         return result
 

@@ -63,8 +63,8 @@ def shard_file(cluster: LocalCluster, token: str, index: int) -> tuple[Path, int
             meta = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
             node = next(n for n in cluster.blobnodes if n.url == unit.host)
             disk = next(d["path"] for d in node.config["disks"]
-                        if (Path(d["path"]) / "data" / stat["chunk_id"]).exists())
-            return Path(disk) / "data" / stat["chunk_id"], meta.offset
+                        if (Path(d["path"]) / "data" / stat.chunk_id).exists())
+            return Path(disk) / "data" / stat.chunk_id, meta.offset
 
     return asyncio.run(find())
 
@@ -108,7 +108,7 @@ def test_clustermgr_leader_killed_during_a_put_stream_loses_nothing(cluster_fact
     try:
         async def leader_url() -> str:
             async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm:
-                return cluster.clustermgr[(await cm.raft_status())["leader"] - 1].url
+                return cluster.clustermgr[(await cm.raft_status()).leader - 1].url
 
         while len(acked) < 20:
             threading.Event().wait(0.05)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from libs.proto.blobnode import DiskStat
 from libs.proto.ids import Vuid
 from libs.rpc import errors
 from libs.rpc.client import HttpClient
@@ -76,7 +77,7 @@ def test_corrupted_block_is_refused_never_served(blobnode_factory: BlobnodeFacto
         record = await c.create_chunk(bn.url, 1, VUID)
         await c.put_shard(bn.url, 1, VUID, 10, payload(10, size))
         meta = await c.shard_stat(bn.url, 1, VUID, 10)
-        path = chunk_path(bn.workdir, 0, record["chunk_id"])
+        path = chunk_path(bn.workdir, 0, record.chunk_id)
         # Third block: shard header (32) + two (crc + 64 KiB) blocks + its own crc, then 100 bytes in.
         position = meta.offset + 32 + 2 * (4 + 65536) + 4 + 100
         with open(path, "r+b") as f:
@@ -121,7 +122,7 @@ def test_epoch_fencing_readonly_and_release(blobnode_factory: BlobnodeFactory) -
             await c.get_shard(bn.url, 1, VUID, 1)
         assert await c.list_chunks(bn.url, 1) == []
         await c.create_chunk(bn.url, 1, newer)  # the unit can move back after release
-        assert (await c.list_chunks(bn.url, 1))[0]["vuid"] == newer
+        assert (await c.list_chunks(bn.url, 1))[0].vuid == newer
 
     run(with_client(scenario))
 
@@ -138,20 +139,20 @@ def test_duplicate_puts_and_length_mismatch(blobnode_factory: BlobnodeFactory) -
         params = {"disk_id": 1, "vuid": VUID, "bid": 6}
         for declared, body in ((10, b"short"), (3, b"longer body")):
             with pytest.raises(errors.LengthMismatch):
-                await c.http.call("PUT", f"{bn.url}/shard/put", params={**params, "size": declared}, data=body)
+                await c.http.request("PUT", f"{bn.url}/shard/put", params={**params, "size": declared}, data=body)
         with pytest.raises(errors.ShardNotFound):
             await c.shard_stat(bn.url, 1, VUID, 6)
         with pytest.raises(errors.TooLarge):
-            await c.http.call("PUT", f"{bn.url}/shard/put", params={**params, "size": 1 << 40}, data=b"")
+            await c.http.request("PUT", f"{bn.url}/shard/put", params={**params, "size": 1 << 40}, data=b"")
         with pytest.raises(errors.BadRequest, match="bid"):
-            await c.http.call("PUT", f"{bn.url}/shard/put", params={"disk_id": 1, "vuid": VUID, "size": 1},
+            await c.http.request("PUT", f"{bn.url}/shard/put", params={"disk_id": 1, "vuid": VUID, "size": 1},
                               data=b"x")
         with pytest.raises(errors.DiskNotFound):
             await c.put_shard(bn.url, 9, VUID, 7, b"x")
         with pytest.raises(errors.BadRequest):
-            await c.http.call("POST", f"{bn.url}/chunk/create", data=b"{not json")
+            await c.http.request("POST", f"{bn.url}/chunk/create", data=b"{not json")
         with pytest.raises(errors.BadRequest, match="vuid"):
-            await c.http.call("POST", f"{bn.url}/chunk/create", json={"disk_id": 1})
+            await c.http.request("POST", f"{bn.url}/chunk/create", json={"disk_id": 1})
         assert await c.get_shard(bn.url, 1, VUID, 5) == b"hello"
 
     run(with_client(scenario))
@@ -170,7 +171,7 @@ def test_mark_delete_delete_punches_hole_and_compaction(blobnode_factory: Blobno
             await c.get_shard(bn.url, 1, VUID, 1)
         await c.unmark_delete_shard(bn.url, 1, VUID, 1)
         assert await c.get_shard(bn.url, 1, VUID, 1) == payload(1, size)
-        path = chunk_path(bn.workdir, 0, record["chunk_id"])
+        path = chunk_path(bn.workdir, 0, record.chunk_id)
         blocks_before = os.stat(path).st_blocks
         for bid in (1, 2, 3, 4):
             await c.mark_delete_shard(bn.url, 1, VUID, bid)
@@ -179,7 +180,7 @@ def test_mark_delete_delete_punches_hole_and_compaction(blobnode_factory: Blobno
         with pytest.raises(errors.ShardNotFound):
             await c.get_shard(bn.url, 1, VUID, 2)
         compacted = await c.compact_chunk(bn.url, 1, VUID)
-        assert compacted["chunk_id"] != record["chunk_id"]
+        assert compacted.chunk_id != record.chunk_id
         assert not path.exists()
         for bid in range(5, 9):
             assert await c.get_shard(bn.url, 1, VUID, bid) == payload(bid, size)
@@ -200,7 +201,7 @@ def test_restart_keeps_chunks_and_shards_on_every_disk(blobnode_factory: Blobnod
 
     async def read(c: BlobnodeClient) -> None:
         stat = await c.stat(bn.url)
-        assert [d["disk_id"] for d in stat["disks"]] == [1, 2, 3]
+        assert [d.disk_id for d in stat.disks] == [1, 2, 3]
         for disk_id in (1, 2, 3):
             assert await c.get_shard(bn.url, disk_id, Vuid.make(disk_id, 0, 1), 42) == payload(disk_id, 5000)
 
@@ -254,18 +255,18 @@ def test_kill9_during_put_stream_loses_no_acknowledged_shard(blobnode_factory: B
 def test_health_and_stats_shapes(blobnode_factory: BlobnodeFactory) -> None:
     bn = blobnode_factory()
 
-    async def scenario(c: BlobnodeClient) -> dict[str, Any]:
+    async def scenario(c: BlobnodeClient) -> DiskStat:
         assert await c.health(bn.url)
         return await c.disk_stat(bn.url, 1)
 
     stat = run(with_client(scenario))
-    assert stat["disk_id"] == 1 and stat["free"] > 0 and stat["chunks"] == 0
+    assert stat.disk_id == 1 and stat.free > 0 and stat.chunks == 0
 
 
 def test_http_client_reports_dead_node_as_unavailable() -> None:
     async def scenario() -> None:
         async with HttpClient(timeout=2) as http:
             with pytest.raises(errors.Unavailable):
-                await http.call("GET", "http://127.0.0.1:1/health")
+                await http.request("GET", "http://127.0.0.1:1/health")
 
     run(scenario())

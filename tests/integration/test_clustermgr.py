@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import pytest
 
 from libs.ec import CodeMode
-from libs.proto.cluster import DiskInfo
+from libs.proto.cluster import DiskStatus
+from libs.proto.clustermgr import DiskAdd, DiskView, RetainItem
 from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
@@ -60,8 +61,8 @@ async def chunks_on_blobnodes(nodes: list[Service]) -> set[int]:
     async with BlobnodeClient() as bn:
         vuids = set()
         for node in nodes:
-            for disk in (await bn.stat(node.url))["disks"]:
-                vuids |= {c["vuid"] for c in await bn.list_chunks(node.url, disk["disk_id"])}
+            for disk in (await bn.stat(node.url)).disks:
+                vuids |= {c.vuid for c in await bn.list_chunks(node.url, disk.disk_id)}
         return vuids
 
 
@@ -72,8 +73,8 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
 
     async def scenario(c: ClusterClient) -> None:
         disks = await eventually(lambda: _at_least(c.list_disks(), 7), 10, "7 disks registered")
-        assert sorted(d["disk_id"] for d in disks) == list(range(1, 8))
-        assert all(d["alive"] for d in disks)
+        assert sorted(d.disk_id for d in disks) == list(range(1, 8))
+        assert all(d.alive for d in disks)
         volumes = await volumes_ready(c, 2)
         for volume in volumes:
             assert len({u.disk_id for u in volume.units}) == 6
@@ -87,8 +88,8 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
         second = await c.alloc_volumes(mode, "alloc-b", 5)
         assert {v.vid for v in first}.isdisjoint(v.vid for v in second)
         leased = first[0]
-        retained = await c.retain_volumes("alloc-b", [{"vid": leased.vid}])
-        assert retained["retained"] == [] and "not leased to 'alloc-b'" in retained["refused"][0]["reason"]
+        retained = await c.retain_volumes("alloc-b", [RetainItem(vid=leased.vid)])
+        assert retained.retained == [] and "not leased to 'alloc-b'" in retained.refused[0].reason
 
         # A unit moves to a disk the volume does not use, with epoch + 1; a stale update is refused.
         await c.lock_volume(leased.vid)
@@ -103,17 +104,17 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
         # Refusals change nothing.
         known = await c.get_disk(1)
         with pytest.raises(errors.Conflict, match="already registered"):
-            await c.add_disk(DiskInfo(disk_id=1, host="http://elsewhere", idc="z0", rack="r", path="/x"))
+            await c.add_disk(DiskAdd(disk_id=1, host="http://elsewhere", idc="z0", rack="r", path="/x"))
         assert (await c.get_disk(1)).host == known.host
         with pytest.raises(errors.BadRequest, match="never allocated"):
-            await c.add_disk(DiskInfo(disk_id=999, host="http://h", idc="z0", rack="r", path="/x"))
+            await c.add_disk(DiskAdd(disk_id=999, host="http://h", idc="z0", rack="r", path="/x"))
         with pytest.raises(errors.BadRequest, match="unknown code mode"):
             await c.alloc_volumes(77, "alloc-a")
         with pytest.raises(errors.BadRequest):
-            await c.call("POST", "/disk/set", json={"disk_id": 1, "status": "exploded"})
-        await c.set_disk(2, status="broken")
+            await c.http.request("POST", f"{c.hosts[0]}/disk/set", json={"disk_id": 1, "status": "exploded"})
+        await c.set_disk(2, status=DiskStatus.BROKEN)
         with pytest.raises(errors.Conflict, match="from broken to normal"):
-            await c.set_disk(2, status="normal")
+            await c.set_disk(2, status=DiskStatus.NORMAL)
 
         # Config, CAS kv, services, scopes.
         await c.set_config("balance", "false")
@@ -125,11 +126,11 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
         await c.register_service("mqproxy", "http://m1", ttl=30)
         assert [s.host for s in await c.list_services("mqproxy")] == ["http://m1"]
         a, b = await c.alloc_scope("bid", 100), await c.alloc_scope("bid", 100)
-        assert a[1] < b[0]
+        assert a.end < b.start
 
         # Every replica applied the same state.
         statuses = [await c.raft_status(cm.url) for cm in cms]
-        applied = max(s["applied_index"] for s in statuses)
+        applied = max(s.applied_index for s in statuses)
         await eventually(lambda: _same_checksum(c, cms, applied), 5, "equal checksums")
 
     run(_with_cluster(cms, scenario))
@@ -137,13 +138,13 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
 
 async def _same_checksum(c: ClusterClient, cms: list[Service], applied: int) -> bool:
     statuses = [await c.raft_status(cm.url) for cm in cms]
-    at_least = [s for s in statuses if s["applied_index"] >= applied]
+    at_least = [s for s in statuses if s.applied_index >= applied]
     if len(at_least) < len(cms):
         return False
     # Heartbeats keep applying; compare replicas that stand at the same index.
     by_index: dict[int, set[int]] = {}
     for s in statuses:
-        by_index.setdefault(s["applied_index"], set()).add(s["checksum"])
+        by_index.setdefault(s.applied_index, set()).add(s.checksum)
     return all(len(v) == 1 for v in by_index.values()) and len(by_index) == 1
 
 
@@ -157,10 +158,10 @@ def test_a_follower_points_to_the_leader(clustermgr_factory: ClusterMgrFactory) 
 
     async def scenario(c: ClusterClient) -> None:
         await c.kv_set("k", "v")
-        leader = (await c.raft_status())["leader"]
+        leader = (await c.raft_status()).leader
         follower = next(cm for i, cm in enumerate(cms, start=1) if i != leader)
         with pytest.raises(errors.NotLeader) as refused:
-            await c.http.call("POST", f"{follower.url}/kv/set", json={"key": "k", "value": "w"})
+            await c.http.request("POST", f"{follower.url}/kv/set", json={"key": "k", "value": "w"})
         assert refused.value.details["leader"] == cms[leader - 1].url
         async with ClusterClient([follower.url]) as via_follower:
             await via_follower.kv_set("k", "w")  # the client follows the hint
@@ -191,7 +192,7 @@ def test_kill9_leader_during_heartbeats_and_volume_creation(
 
         task = asyncio.create_task(writer())
         await eventually(lambda: _at_least(c.list_volumes(), 2), 20, "volume creation under way")
-        leader_id = (await c.raft_status())["leader"]
+        leader_id = (await c.raft_status()).leader
         cms[leader_id - 1].kill9()
         killed_at = time.monotonic()
         survivors = [cm for i, cm in enumerate(cms, start=1) if i != leader_id]
@@ -207,7 +208,7 @@ def test_kill9_leader_during_heartbeats_and_volume_creation(
             for cm in survivors:
                 async with ClusterClient([cm.url]) as one:
                     status = await one.raft_status(cm.url)
-                    assert status["applied_index"] > 0
+                    assert status.applied_index > 0
             items = await s.kv_list("w/")
             assert set(acked) <= set(items)
 
@@ -252,27 +253,27 @@ def test_ec6p6_placement_over_three_azs_and_its_replacements(
 
     async def scenario(c: ClusterClient) -> None:
         await eventually(lambda: _at_least(c.list_disks(), 18), 20, "18 disks registered")
-        disks = {d["disk_id"]: d for d in await c.list_disks()}
+        disks = {d.disk_id: d for d in await c.list_disks()}
         await c.set_config("code_mode_policy", '[{"code_mode": "EC6P6", "min_volumes": 2}]')
 
         def check_spread(units: list[Any]) -> None:
             placed = [disks[u.disk_id] for u in units]
             for az in ("z0", "z1", "z2"):
-                in_az = [d for d in placed if d["idc"] == az]
+                in_az = [d for d in placed if d.idc == az]
                 assert len(in_az) == 4
-                assert sorted(Counter(d["rack"] for d in in_az).values()) == [2, 2]
-                assert len({d["host"] for d in in_az}) == 4
-            assert all(placed[i]["idc"] == placed[i - i % 2]["idc"] for i in range(6))  # data pairs share an AZ
+                assert sorted(Counter(d.rack for d in in_az).values()) == [2, 2]
+                assert len({d.host for d in in_az}) == 4
+            assert all(placed[i].idc == placed[i - i % 2].idc for i in range(6))  # data pairs share an AZ
 
         volumes = await volumes_ready(c, 2)
         for volume in volumes:
             check_spread(volume.units)
         volume = volumes[0]
         broken = volume.units[5].disk_id
-        await c.set_disk(broken, status="broken")
+        await c.set_disk(broken, status=DiskStatus.BROKEN)
         await c.lock_volume(volume.vid)
         unit = await c.alloc_unit(volume.vid, 5)
-        assert unit.disk_id != broken and disks[unit.disk_id]["idc"] == disks[broken]["idc"]
+        assert unit.disk_id != broken and disks[unit.disk_id].idc == disks[broken].idc
         moved = await c.update_unit(volume.vid, 5, unit.vuid, unit.disk_id)
         check_spread(moved.units)
 
@@ -285,7 +286,7 @@ def test_five_replicas_survive_two_leader_kills(clustermgr_factory: ClusterMgrFa
     async def scenario(c: ClusterClient) -> None:
         await c.kv_set("before", "1")
         for round_ in range(2):
-            leader = (await c.raft_status())["leader"]
+            leader = (await c.raft_status()).leader
             cms[leader - 1].kill9()
             started = time.monotonic()
             await c.kv_set(f"after-{round_}", "1")
@@ -324,11 +325,11 @@ def test_membership_change_under_writes_and_a_silent_disk(
         await c.add_member(4, new["raft_addr"], new["http_addr"], learner=True)
         await eventually(lambda: _caught_up(c, joiner.url), 10, "the learner caught up")
         status = await c.add_member(4, new["raft_addr"], new["http_addr"], learner=False)
-        assert status["members"]["4"]["voter"] is True
-        leader = (await c.raft_status())["leader"]
+        assert status.members["4"].voter is True
+        leader = (await c.raft_status()).leader
         old = next(i for i in (1, 2, 3) if i != leader)
         status = await c.remove_member(old)
-        assert str(old) not in status["members"]
+        assert str(old) not in status.members
         cms[old - 1].stop()
         await asyncio.sleep(0.5)
         stop.set()
@@ -337,8 +338,8 @@ def test_membership_change_under_writes_and_a_silent_disk(
             assert set(acked) <= set(await via_new.kv_list("m/"))
             node.kill9()  # its disk stops heartbeating and is reported as not alive
             disks = await eventually(lambda: _all_dead(via_new), 10, "the silent disk reported")
-            assert disks[0]["disk_id"] == 1
-            assert (await via_new.stat())["disks"] == 1
+            assert disks[0].disk_id == 1
+            assert (await via_new.stat()).disks == 1
 
     try:
         run(_with_cluster(cms, scenario))
@@ -348,9 +349,9 @@ def test_membership_change_under_writes_and_a_silent_disk(
 
 async def _caught_up(c: ClusterClient, url: str) -> bool:
     leader, learner = await c.raft_status(), await c.raft_status(url)
-    return bool(learner["applied"] >= leader["commit"] - 5)
+    return bool(learner.applied >= leader.commit - 5)
 
 
-async def _all_dead(c: ClusterClient) -> list[dict[str, Any]] | None:
+async def _all_dead(c: ClusterClient) -> list[DiskView] | None:
     disks = await c.list_disks()
-    return disks if disks and not any(d["alive"] for d in disks) else None
+    return disks if disks and not any(d.alive for d in disks) else None

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from libs.proto.location import Location
+from libs.proto.tinker import PipelineStats, TinkerStats
 from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
@@ -65,8 +66,9 @@ def chunk_blocks(cluster: LocalCluster) -> int:
     return sum(os.stat(p).st_blocks for node in cluster.blobnodes for p in node.workdir.glob("disk*/data/*"))
 
 
-def tinker_stats(cluster: LocalCluster) -> dict[str, Any]:
-    return dict(httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30).json())
+def tinker_stats(cluster: LocalCluster) -> dict[str, PipelineStats]:
+    return TinkerStats.model_validate_json(httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30).content
+                                           ).pipelines
 
 
 def test_delete_hides_at_once_and_reclaims_space_after_the_safe_delay(cluster_factory: ClusterFactory) -> None:
@@ -101,7 +103,7 @@ def test_a_put_short_of_one_node_is_repaired_when_it_returns(cluster_factory: Cl
         (vid, bid), = blobs_of(cluster, token)
         assert states(cluster, vid, bid).count("present") == 5
         # While the node stays down the repair fails and is retried, not lost.
-        wait_until(lambda: tinker_stats(cluster)["repair"].get("retried", 0) >= 2, 20, "repair retried")
+        wait_until(lambda: tinker_stats(cluster)["repair"].retried >= 2, 20, "repair retried")
         down.start()
         wait_until(lambda: states(cluster, vid, bid) == ["present"] * 6, 30, "all six shards present")
         assert client.get(f"/blob/{token}").content == data
@@ -164,7 +166,7 @@ def test_priority_repairs_overtake_a_backlog(cluster_factory: ClusterFactory) ->
         # A first priority repair (of a blob that needs none) proves the priority consumer has joined its group.
         warm = {"vid": backlog[0][0], "bid": 0, "bad_indexes": [1], "priority": True}
         assert mq.post("/repairmsg", json={"messages": [warm]}).status_code == 200
-    wait_until(lambda: tinker_stats(cluster)["repair_prior"].get("done", 0) >= 1, 30, "the priority group joined")
+    wait_until(lambda: tinker_stats(cluster)["repair_prior"].done >= 1, 30, "the priority group joined")
     os.kill(tinker.pid, signal.SIGSTOP)  # let both topics fill before tinker polls either
     try:
         with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60) as mq:

@@ -49,10 +49,10 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                     await bn.delete_shard(units[i].host, units[i].disk_id, units[i].vuid, bid)
                 await bn.put_shard(units[2].host, units[2].disk_id, units[2].vuid, bid, b"\0" * len(originals[2]))
                 answer = await w.repair_shards(worker.url, vid, bid, [0, 2])
-                assert sorted(answer["repaired"]) == [0, 2, 4]
+                assert sorted(answer.repaired) == [0, 2, 4]
                 for i, u in enumerate(units):
                     assert await bn.get_shard(u.host, u.disk_id, u.vuid, bid) == originals[i]
-                assert (await w.repair_shards(worker.url, vid, bid, [1]))["repaired"] == [1]  # idempotent
+                assert (await w.repair_shards(worker.url, vid, bid, [1])).repaired == [1]  # idempotent
 
                 # A blob being deleted (mark-deleted shards) is left alone.
                 other_units = (await cm.get_volume(other_vid)).units
@@ -61,7 +61,7 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                 first = other_units[0]
                 await bn.delete_shard(first.host, first.disk_id, first.vuid, other_bid)
                 skipped = await w.repair_shards(worker.url, other_vid, other_bid, [0])
-                assert skipped["skipped"] and skipped["repaired"] == []
+                assert skipped.skipped and skipped.repaired == []
                 with pytest.raises(errors.ShardNotFound):
                     await bn.shard_stat(first.host, first.disk_id, first.vuid, other_bid)
 
@@ -71,7 +71,7 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                 with pytest.raises(errors.Unavailable, match="need 3"):
                     await w.repair_shards(worker.url, vid, bid, [0, 1, 2, 3])
                 stats = await w.stats(worker.url)
-                assert stats["repaired_shards"] == 4 and stats["skipped"] == 1 and stats["failed"] == 1
+                assert stats.repaired_shards == 4 and stats.skipped == 1 and stats.failed == 1
                 services = await cm.list_services("worker")
                 assert [s.host for s in services] == [worker.url]
 

@@ -5,41 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from blobstore.procs import free_port as free_port  # the one port helper, for the tests too
+from blobstore.procs import healthy
+from blobstore.procs import wait_until as wait_until  # the one polling helper, for the tests too
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
-    """Poll `condition` until true or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 @dataclass
@@ -70,7 +47,7 @@ class Service:
                                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         proc = self.proc
         try:
-            wait_until(lambda: proc.poll() is not None or http_ok(f"{self.url}/health"),
+            wait_until(lambda: proc.poll() is not None or healthy(self.url),
                        timeout, f"{self.module} at {self.url}")
         except TimeoutError:
             self.stop()

@@ -5,8 +5,10 @@ from itertools import combinations
 
 import pytest
 
-from libs.ec import Codec, CodeMode, tactic
-from services.access.quorum import decide_put, put_succeeded, shards_to_repair
+from libs.ec import Codec, CodeMode, Tactic, tactic
+from libs.proto.blobnode import ShardState
+from libs.rpc.errors import NotFound, Unavailable
+from services.access.quorum import Written, decide_put, unreadable
 
 MODES = [CodeMode.EC3P3, CodeMode.EC6P3, CodeMode.EC6P6, CodeMode.EC4P4L2, CodeMode.EC6P3L3]
 
@@ -29,6 +31,10 @@ def expected_ok(mode: CodeMode, written: frozenset[int]) -> bool:
     return any(set(range(t.total)) - az <= written for az in AZS.get(mode, []))
 
 
+def ok(t: Tactic, written: Written) -> bool:
+    return decide_put(t, written).ok
+
+
 @cache
 def stripe(mode: CodeMode) -> tuple[bytes, list[bytes]]:
     data = bytes(i * 7 % 251 for i in range(tactic(mode).n * 2048 - 5))
@@ -44,16 +50,15 @@ def test_every_subset_of_written_shards(mode: CodeMode) -> None:
         decision = decide_put(t, written)
         assert decision.ok == expected_ok(mode, written), (sorted(written), decision)
         assert decision.missing == tuple(sorted(set(range(t.total)) - written))
-        assert shards_to_repair(t, written) == list(decision.missing)
         as_bools = [i in written for i in range(t.total)]
-        assert put_succeeded(t, as_bools) == put_succeeded(t, set(written)) == decision.ok
+        assert ok(t, as_bools) == ok(t, set(written)) == decision.ok
         if not decision.ok:
             continue
         # Safety, independent of the rule: the written shards alone rebuild the blob.
         assert len(written & set(range(t.global_count))) >= t.n
         assert codec.decode([s if i in written else None for i, s in enumerate(shards)], len(data)) == data
         # Writing more never turns a success into a failure.
-        assert all(put_succeeded(t, written | {extra}) for extra in set(range(t.total)) - written)
+        assert all(ok(t, written | {extra}) for extra in set(range(t.total)) - written)
 
 
 def test_ec6p6_with_one_az_down_succeeds_only_when_the_other_two_azs_hold_all_8_shards() -> None:
@@ -66,20 +71,20 @@ def test_ec6p6_with_one_az_down_succeeds_only_when_the_other_two_azs_hold_all_8_
         assert decision.ok and "down" in decision.reason
         assert decision.missing == tuple(sorted(down))
         for lost in survivors:  # one more miss outside the down AZ: below quorum and spread over two AZs
-            assert not put_succeeded(t, survivors - {lost})
+            assert not ok(t, survivors - {lost})
     for written in subsets(t.total):
-        if put_succeeded(t, written) and len(written) < t.put_quorum:
+        if ok(t, written) and len(written) < t.put_quorum:
             assert any(everything - az <= written for az in AZS[CodeMode.EC6P6])
 
 
 def test_single_az_modes_follow_the_quorum_alone() -> None:
     t = tactic(CodeMode.EC3P3)
-    assert put_succeeded(t, {0, 1, 2, 3, 4})
-    assert not put_succeeded(t, {0, 1, 2, 3})
+    assert ok(t, {0, 1, 2, 3, 4})
+    assert not ok(t, {0, 1, 2, 3})
     for written in combinations(range(t.total), t.put_quorum - 1):
-        assert not put_succeeded(t, set(written))
+        assert not ok(t, set(written))
     t = tactic(CodeMode.EC4P4L2)  # two AZs: losing one would leave too little, so no AZ fallback
-    assert not put_succeeded(t, {0, 1, 4, 5, 8})
+    assert not ok(t, {0, 1, 4, 5, 8})
 
 
 def test_failure_reason_names_counts_and_azs() -> None:
@@ -92,4 +97,14 @@ def test_failure_reason_names_counts_and_azs() -> None:
 @pytest.mark.parametrize("written", [{6}, {-1}, {"0"}, [True] * 5, [True] * 7, [1, 1, 1, 1, 1, 1], (0, 1, 2, 3, 4, 5)])
 def test_malformed_written_is_refused(written: object) -> None:
     with pytest.raises(ValueError):
-        put_succeeded(tactic(CodeMode.EC3P3), written)  # type: ignore[arg-type]
+        ok(tactic(CodeMode.EC3P3), written)  # type: ignore[arg-type]
+
+
+def test_an_unreadable_blob_is_deleted_only_when_a_shard_says_so_or_too_many_are_gone() -> None:
+    t = tactic(CodeMode.EC6P3)
+    assert isinstance(unreadable(t, 1, 2, {0: ShardState.DELETED}, 8), NotFound)
+    assert isinstance(unreadable(t, 1, 2, dict.fromkeys(range(4), ShardState.MISSING), 5), NotFound)
+    three_missing = unreadable(t, 1, 2, dict.fromkeys(range(3), ShardState.MISSING), 5)
+    assert isinstance(three_missing, Unavailable) and not isinstance(three_missing, NotFound)
+    down = unreadable(t, 1, 2, dict.fromkeys(range(6), ShardState.UNREACHABLE), 3)
+    assert isinstance(down, Unavailable) and "3 shards readable, 6 needed" in down.message

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.allocator.pool import BidRanges, LeasedVolume, PoolEmpty, VolumePool
+from libs.proto.allocator import LeasedVolume
+from services.allocator.pool import BidRanges, PoolEmpty, VolumePool
 
 MODE = 11
 
@@ -16,7 +17,7 @@ def pool_with(*volumes: LeasedVolume, bids: tuple[int, int] = (1, 100)) -> Volum
 
 
 def test_allocations_never_overlap_and_respect_capacity() -> None:
-    pool = pool_with(LeasedVolume(1, MODE, capacity=100, used=0, lease_expiry=50))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_expiry=50))
     first = pool.allocate(MODE, 60, 10, now=0)
     second = pool.allocate(MODE, 40, 10, now=0)
     assert (first[0].min_bid, first[0].count) == (1, 6)
@@ -26,7 +27,7 @@ def test_allocations_never_overlap_and_respect_capacity() -> None:
 
 
 def test_a_volume_near_its_lease_end_is_not_used() -> None:
-    pool = pool_with(LeasedVolume(1, MODE, 100, 0, lease_expiry=10))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_expiry=10))
     assert pool.allocate(MODE, 1, 10, now=7.9)[0].vid == 1
     with pytest.raises(PoolEmpty):
         pool.allocate(MODE, 1, 10, now=8.0)
@@ -35,7 +36,8 @@ def test_a_volume_near_its_lease_end_is_not_used() -> None:
 
 
 def test_other_code_modes_and_dropped_volumes_are_not_used() -> None:
-    pool = pool_with(LeasedVolume(1, 13, 100, 0, 50), LeasedVolume(2, MODE, 100, 0, 50))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=13, capacity=100, used=0, lease_expiry=50),
+                     LeasedVolume(vid=2, code_mode=MODE, capacity=100, used=0, lease_expiry=50))
     assert pool.allocate(MODE, 5, 10, now=0)[0].vid == 2
     pool.drop(2)
     with pytest.raises(PoolEmpty):
@@ -43,7 +45,7 @@ def test_other_code_modes_and_dropped_volumes_are_not_used() -> None:
 
 
 def test_refusal_consumes_no_bids_and_zero_size_takes_one_bid() -> None:
-    pool = pool_with(LeasedVolume(1, MODE, 10, 0, 50), bids=(5, 6))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=10, used=0, lease_expiry=50), bids=(5, 6))
     with pytest.raises(PoolEmpty):
         pool.allocate(MODE, 11, 10, now=0)
     assert pool.bids.left == 2

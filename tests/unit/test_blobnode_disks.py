@@ -45,7 +45,7 @@ def test_a_stalled_disk_does_not_stall_the_others(tmp_path: Path) -> None:
 
 def test_format_file_is_checked(tmp_path: Path) -> None:
     format_disk(tmp_path, disk_id=3, cluster_id=9)
-    assert read_format(tmp_path)["disk_id"] == 3
+    assert read_format(tmp_path).disk_id == 3
     path = tmp_path / ".sys" / "format.json"
     path.write_text(path.read_text().replace('"disk_id": 3', '"disk_id": 4'))
     with pytest.raises(DiskFormatError, match="checksum"):

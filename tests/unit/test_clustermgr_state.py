@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from libs.ec import CodeMode
+from libs.proto.cluster import DiskStatus, Unit, VolumeInfo, VolumeStatus
+from libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
 from libs.proto.ids import Vuid
 from libs.rpc import errors
-from services.clustermgr.state import ClusterState, decode_result, encode_command
+from services.clustermgr import commands as c
+from services.clustermgr.commands import COMMANDS, Command, decode_result, encode
+from services.clustermgr.state import ClusterState
+
+R = Any
+
+
+class AnyResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
 
 
 class Driver:
@@ -22,9 +34,12 @@ class Driver:
         self.index = state.applied_index()
         self.now = 1000.0
 
-    def __call__(self, op: str, **args: Any) -> Any:
+    def __call__(self, cmd: Command[R]) -> R:
+        return self.raw(encode(cmd, self.now), cmd.result_type)
+
+    def raw(self, command: bytes, result_type: type[BaseModel] = AnyResult) -> Any:
         self.index += 1
-        return decode_result(self.state.apply(self.index, encode_command(op, self.now, **args)))
+        return decode_result(self.state.apply(self.index, command), result_type)
 
 
 @pytest.fixture
@@ -34,157 +49,171 @@ def cm(tmp_path: Path) -> Iterator[Driver]:
     state.close()
 
 
+def disk(disk_id: int, host: str, idc: str = "z0", rack: str = "r0") -> DiskAdd:
+    return DiskAdd(disk_id=disk_id, host=host, idc=idc, rack=rack, path="/d", size=100, free=100)
+
+
 def add_disks(cm: Driver, azs: int = 1, hosts: int = 6) -> None:
-    cm("scope_alloc", name="disk_id", count=azs * hosts)
+    cm(c.ScopeAlloc(name="disk_id", count=azs * hosts))
     disk_id = 0
     for a in range(azs):
         for h in range(hosts):
             disk_id += 1
-            cm("disk_add", disk={"disk_id": disk_id, "host": f"http://h{a}-{h}", "idc": f"z{a}", "rack": f"r{h % 2}",
-                                 "path": "/d", "size": 100, "free": 100})
+            cm(c.DiskAddCmd(disk=disk(disk_id, f"http://h{a}-{h}", f"z{a}", f"r{h % 2}")))
 
 
-def ec3p3_units(vid: int, first_disk: int = 1) -> list[dict[str, Any]]:
-    return [{"vuid": Vuid.make(vid, i, 1), "disk_id": first_disk + i, "host": f"http://h0-{i}"} for i in range(6)]
+def ec3p3_units(vid: int, first_disk: int = 1) -> list[Unit]:
+    return [Unit(vuid=Vuid.make(vid, i, 1), disk_id=first_disk + i, host=f"http://h0-{i}") for i in range(6)]
 
 
-def create_volume(cm: Driver, vid: int) -> dict[str, Any]:
-    return cm("volume_create", vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(vid),
-              capacity=1 << 30)
+def create_volume(cm: Driver, vid: int) -> VolumeInfo:
+    return cm(c.VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(vid),
+                             capacity=1 << 30))
+
+
+def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() -> None:
+    assert set(COMMANDS) == {
+        "scope_alloc", "disk_add", "disk_heartbeat", "disk_set", "volume_create", "volume_alloc", "volume_retain",
+        "volume_release", "volume_lock", "volume_unlock", "volume_unit_alloc", "volume_unit_update",
+        "service_register", "service_heartbeat", "service_unregister", "config_set", "config_delete", "kv_set",
+        "kv_delete", "kv_cas"}
+    for op, entry in COMMANDS.items():
+        assert entry.model.op == op and issubclass(entry.model.result_type, BaseModel)
 
 
 def test_scopes_are_monotonic_and_survive_restart(tmp_path: Path) -> None:
     state = ClusterState(tmp_path / "s")
     cm = Driver(state)
-    assert cm("scope_alloc", name="bid", count=10) == {"name": "bid", "start": 1, "end": 10}
-    assert cm("scope_alloc", name="bid", count=5)["start"] == 11
+    assert cm(c.ScopeAlloc(name="bid", count=10)).model_dump() == {"name": "bid", "start": 1, "end": 10}
+    assert cm(c.ScopeAlloc(name="bid", count=5)).start == 11
     with pytest.raises(errors.BadRequest):
-        cm("scope_alloc", name="bid", count=0)
+        cm(c.ScopeAlloc(name="bid", count=0))
     state.close()
     state = ClusterState(tmp_path / "s")
     assert state.applied_index() == 3
-    assert Driver(state)("scope_alloc", name="bid", count=1)["start"] == 16
+    assert Driver(state)(c.ScopeAlloc(name="bid", count=1)).start == 16
     state.close()
 
 
 def test_disk_ids_must_be_allocated_and_never_reused(cm: Driver) -> None:
-    disk = {"disk_id": 1, "host": "http://h", "idc": "z0", "rack": "r0", "path": "/d"}
     with pytest.raises(errors.BadRequest, match="never allocated"):
-        cm("disk_add", disk=disk)
-    cm("scope_alloc", name="disk_id", count=1)
-    cm("disk_add", disk=disk)
+        cm(c.DiskAddCmd(disk=disk(1, "http://h")))
+    cm(c.ScopeAlloc(name="disk_id", count=1))
+    cm(c.DiskAddCmd(disk=disk(1, "http://h")))
     before = cm.state.checksum()
     with pytest.raises(errors.Conflict, match="already registered"):
-        cm("disk_add", disk={**disk, "host": "http://other"})
+        cm(c.DiskAddCmd(disk=disk(1, "http://other")))
     assert cm.state.checksum() == before
     assert cm.state.disk(1).host == "http://h"
 
 
 def test_disk_status_follows_the_transition_table(cm: Driver) -> None:
     add_disks(cm)
-    cm("disk_set", disk_id=1, status="broken")
+    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
     with pytest.raises(errors.Conflict, match="from broken to normal"):
-        cm("disk_set", disk_id=1, status="normal")
-    cm("disk_set", disk_id=1, status="repairing")
-    cm("disk_set", disk_id=1, status="repaired")
-    cm("disk_set", disk_id=2, readonly=True)
+        cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.NORMAL))
+    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.REPAIRING))
+    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.REPAIRED))
+    cm(c.DiskSetCmd(disk_id=2, readonly=True))
     assert cm.state.disk(2).readonly and not cm.state.disk(2).writable
     cm.now = 2000.0
-    cm("disk_heartbeat", disks=[{"disk_id": 3, "size": 100, "free": 42}])
+    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=42)]))
     assert (cm.state.disk(3).free, cm.state.disk(3).last_heartbeat) == (42, 2000.0)
 
 
 def test_volume_create_refuses_bad_placements(cm: Driver) -> None:
     add_disks(cm)
-    cm("scope_alloc", name="vid", count=3)
+    cm(c.ScopeAlloc(name="vid", count=3))
     units = ec3p3_units(1)
-    units[1] = {**units[1], "disk_id": 1}
+    units[1] = units[1].model_copy(update={"disk_id": 1})
     with pytest.raises(errors.Conflict, match="two units on one disk"):
-        cm("volume_create", vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=units, capacity=1)
+        cm(c.VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=units, capacity=1))
     with pytest.raises(errors.BadRequest, match="never allocated"):
         create_volume(cm, 9)
     with pytest.raises(errors.BadRequest, match="unknown code mode number 99"):
-        cm("volume_create", vid=1, code_mode=99, backend="isal", units=ec3p3_units(1), capacity=1)
+        cm(c.VolumeCreate(vid=1, code_mode=99, backend="isal", units=ec3p3_units(1), capacity=1))
     with pytest.raises(errors.NotFound):
         cm.state.volume(1)
     created = create_volume(cm, 1)
-    assert created["status"] == "idle" and len(created["units"]) == 6
+    assert created.status == VolumeStatus.IDLE and len(created.units) == 6
     with pytest.raises(errors.Conflict, match="already exists"):
         create_volume(cm, 1)
 
 
 def test_six_p6_needs_three_azs(cm: Driver) -> None:
     add_disks(cm, azs=1, hosts=12)
-    cm("scope_alloc", name="vid", count=1)
-    units = [{"vuid": Vuid.make(1, i, 1), "disk_id": i + 1, "host": "h"} for i in range(12)]
+    cm(c.ScopeAlloc(name="vid", count=1))
+    units = [Unit(vuid=Vuid.make(1, i, 1), disk_id=i + 1, host="h") for i in range(12)]
     with pytest.raises(errors.Conflict, match="3 distinct AZs"):
-        cm("volume_create", vid=1, code_mode=int(CodeMode.EC6P6), backend="isal", units=units, capacity=1)
+        cm(c.VolumeCreate(vid=1, code_mode=int(CodeMode.EC6P6), backend="isal", units=units, capacity=1))
 
 
 def test_leases_are_exclusive_renewable_and_lapse(cm: Driver) -> None:
     add_disks(cm)
-    cm("scope_alloc", name="vid", count=2)
+    cm(c.ScopeAlloc(name="vid", count=2))
     create_volume(cm, 1)
     create_volume(cm, 2)
-    mode = int(CodeMode.EC3P3)
-    first = cm("volume_alloc", code_mode=mode, holder="a1", count=1, lease_ttl=10)["volumes"]
-    assert [v["vid"] for v in first] == [1]
-    second = cm("volume_alloc", code_mode=mode, holder="a2", count=5, lease_ttl=10)["volumes"]
-    assert [v["vid"] for v in second] == [2]  # never the volume a1 holds
-    assert cm("volume_alloc", code_mode=mode, holder="a3", count=5, lease_ttl=10)["volumes"] == []
-    answer = cm("volume_retain", holder="a1", lease_ttl=10, volumes=[{"vid": 1, "used": 50}, {"vid": 2}])
-    assert [r["vid"] for r in answer["retained"]] == [1]
-    assert answer["refused"][0]["vid"] == 2
+
+    def alloc(holder: str, count: int) -> list[int]:
+        got = cm(c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=count, lease_ttl=10))
+        return [v.vid for v in got.volumes]
+
+    assert alloc("a1", 1) == [1]
+    assert alloc("a2", 5) == [2]  # never the volume a1 holds
+    assert alloc("a3", 5) == []
+    answer = cm(c.VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1, used=50), RetainItem(vid=2)]))
+    assert [r.vid for r in answer.retained] == [1]
+    assert answer.refused[0].vid == 2
     assert cm.state.volume(1).used == 50
     cm.now += 100  # every lease lapses
-    lapsed = cm("volume_retain", holder="a1", lease_ttl=10, volumes=[{"vid": 1}])
-    assert "lapsed" in lapsed["refused"][0]["reason"]
-    assert [v["vid"] for v in cm("volume_alloc", code_mode=mode, holder="a3", count=1, lease_ttl=10)["volumes"]] == [1]
-    cm("volume_release", vid=1, holder="a3")
-    assert cm.state.volume(1).status == "idle"
+    lapsed = cm(c.VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1)]))
+    assert "lapsed" in lapsed.refused[0].reason
+    assert alloc("a3", 1) == [1]
+    cm(c.VolumeRelease(vid=1, holder="a3"))
+    assert cm.state.volume(1).status == VolumeStatus.IDLE
 
 
 def test_unit_moves_bump_the_epoch_and_refuse_stale_updates(cm: Driver) -> None:
     add_disks(cm, hosts=8)
-    cm("scope_alloc", name="vid", count=1)
+    cm(c.ScopeAlloc(name="vid", count=1))
     create_volume(cm, 1)
-    cm("volume_lock", vid=1)
+    cm(c.VolumeLock(vid=1))
     with pytest.raises(errors.Conflict, match="already holds a unit"):
-        cm("volume_unit_alloc", vid=1, index=0, disk_id=2)
-    unit = cm("volume_unit_alloc", vid=1, index=0, disk_id=7)
-    assert Vuid(unit["vuid"]).epoch() == 2
-    newer = cm("volume_unit_alloc", vid=1, index=0, disk_id=8)
-    assert Vuid(newer["vuid"]).epoch() == 3
+        cm(c.UnitAllocCmd(vid=1, index=0, disk_id=2))
+    unit = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=7))
+    assert Vuid(unit.vuid).epoch() == 2
+    newer = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=8))
+    assert Vuid(newer.vuid).epoch() == 3
     with pytest.raises(errors.Conflict, match="not the reserved move"):
-        cm("volume_unit_update", vid=1, index=0, vuid=unit["vuid"], disk_id=7)
+        cm(c.UnitUpdateCmd(vid=1, index=0, vuid=unit.vuid, disk_id=7))
     with pytest.raises(errors.Conflict, match="still moves"):
-        cm("volume_unlock", vid=1)
-    volume = cm("volume_unit_update", vid=1, index=0, vuid=newer["vuid"], disk_id=8)
-    assert volume["units"][0]["disk_id"] == 8 and volume["pending_units"] == {}
-    cm("volume_unlock", vid=1)
-    assert cm.state.volume(1).status == "idle"
+        cm(c.VolumeUnlock(vid=1))
+    volume = cm(c.UnitUpdateCmd(vid=1, index=0, vuid=newer.vuid, disk_id=8))
+    assert volume.units[0].disk_id == 8 and volume.pending_units == {}
+    cm(c.VolumeUnlock(vid=1))
+    assert cm.state.volume(1).status == VolumeStatus.IDLE
 
 
 def test_kv_compare_and_set(cm: Driver) -> None:
-    cm("kv_cas", key="leader", expected=None, value="s1")
+    cm(c.KvCas(key="leader", expected=None, value="s1"))
     with pytest.raises(errors.Conflict):
-        cm("kv_cas", key="leader", expected=None, value="s2")
-    cm("kv_cas", key="leader", expected="s1", value="s2")
-    cm("kv_set", key="task/1", value="x")
+        cm(c.KvCas(key="leader", expected=None, value="s2"))
+    cm(c.KvCas(key="leader", expected="s1", value="s2"))
+    cm(c.KvSet(key="task/1", value="x"))
     assert cm.state.kv_list("task/") == {"task/1": "x"}
-    cm("kv_cas", key="leader", expected="s2", value=None)
+    cm(c.KvCas(key="leader", expected="s2", value=None))
     assert cm.state.kv_get("leader") is None
 
 
 def test_services_and_config(cm: Driver) -> None:
-    cm("service_register", name="mqproxy", host="http://m1", idc="z0", ttl=5)
+    cm(c.ServiceRegisterCmd(name="mqproxy", host="http://m1", idc="z0", ttl=5))
     cm.now += 10
     assert not next(cm.state.services("mqproxy")).alive(cm.now)
-    cm("service_heartbeat", name="mqproxy", host="http://m1")
+    cm(c.ServiceHeartbeat(name="mqproxy", host="http://m1"))
     assert next(cm.state.services("mqproxy")).alive(cm.now)
     with pytest.raises(errors.NotFound):
-        cm("service_heartbeat", name="mqproxy", host="http://nope")
-    cm("config_set", key="balance", value="false")
+        cm(c.ServiceHeartbeat(name="mqproxy", host="http://nope"))
+    cm(c.ConfigSet(key="balance", value="false"))
     assert cm.state.configs() == {"balance": "false"}
 
 
@@ -192,16 +221,18 @@ def test_refused_and_malformed_commands_change_nothing_but_the_index(cm: Driver)
     add_disks(cm)
     before = cm.state.checksum()
     with pytest.raises(errors.BadRequest, match="unknown command"):
-        cm("drop_everything")
+        cm.raw(b'{"op":"drop_everything","now":1,"args":{}}')
     with pytest.raises(errors.BadRequest, match="malformed"):
-        cm("disk_set")
+        cm.raw(b'{"op":"disk_set","now":1,"args":{}}')
+    with pytest.raises(errors.BadRequest, match="malformed"):
+        cm.raw(b"not json")
     assert cm.state.checksum() == before
     assert cm.state.applied_index() == cm.index
 
 
 def test_snapshot_restore_gives_an_equal_checksum(tmp_path: Path, cm: Driver) -> None:
     add_disks(cm)
-    cm("scope_alloc", name="vid", count=1)
+    cm(c.ScopeAlloc(name="vid", count=1))
     create_volume(cm, 1)
     cm.state.snapshot(tmp_path / "snap")
     other = ClusterState(tmp_path / "other")
@@ -212,3 +243,70 @@ def test_snapshot_restore_gives_an_equal_checksum(tmp_path: Path, cm: Driver) ->
         assert other.volume(1) == cm.state.volume(1)
     finally:
         other.close()
+
+
+def _old_entry(op: str, now: float, **args: object) -> bytes:
+    """A log entry exactly as clustermgr wrote it before commands were typed (name + kwargs)."""
+    return json.dumps({"op": op, "now": now, "args": args}, separators=(",", ":")).encode()
+
+
+def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path: Path) -> None:
+    units = [{"vuid": int(Vuid.make(1, i, 1)), "disk_id": i + 1, "host": f"http://h{i}"} for i in range(6)]
+    old_log = [
+        _old_entry("scope_alloc", 1.0, name="disk_id", count=7),
+        *(_old_entry("disk_add", 2.0, disk={"disk_id": i + 1, "host": f"http://h{i}", "idc": "z0", "rack": "r0",
+                                            "path": "/d", "size": 100, "free": 90, "max_chunks": 1024})
+          for i in range(7)),
+        _old_entry("disk_heartbeat", 3.0, disks=[{"disk_id": 1, "size": 100, "free": 80, "chunks": 1}]),
+        _old_entry("scope_alloc", 4.0, name="vid", count=1),
+        _old_entry("kv_set", 4.5, key="volume_intent/1", value=json.dumps({"vid": 1, "units": units})),
+        _old_entry("volume_create", 5.0, vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=units,
+                   capacity=1 << 30),
+        _old_entry("kv_delete", 5.5, key="volume_intent/1"),
+        _old_entry("volume_alloc", 6.0, code_mode=int(CodeMode.EC3P3), holder="a", count=1, lease_ttl=30.0),
+        _old_entry("volume_retain", 7.0, holder="a", lease_ttl=30.0, volumes=[{"vid": 1, "used": 4096}]),
+        _old_entry("disk_set", 8.0, disk_id=2, status="broken", readonly=None),
+        _old_entry("service_register", 9.0, name="worker", host="http://w", idc="", ttl=10.0),
+        _old_entry("service_heartbeat", 9.5, name="worker", host="http://w"),
+        _old_entry("config_set", 10.0, key="code_mode_policy", value='[{"code_mode": "EC3P3"}]'),
+        _old_entry("kv_cas", 11.0, key="lease", expected=None, value="s1"),
+        _old_entry("volume_lock", 12.0, vid=1),
+        _old_entry("volume_unit_alloc", 13.0, vid=1, index=1, disk_id=7),
+        _old_entry("disk_set", 13.5, disk_id=1, status=None, readonly=True),
+    ]
+    old = Driver(ClusterState(tmp_path / "old"))
+    for entry in old_log:
+        old.raw(entry)
+    new = Driver(ClusterState(tmp_path / "new"))
+    typed_units = [Unit.model_validate(u) for u in units]
+    new.now = 1.0
+    for cmd, now in [
+        (c.ScopeAlloc(name="disk_id", count=7), 1.0),
+        *((c.DiskAddCmd(disk=DiskAdd(disk_id=i + 1, host=f"http://h{i}", idc="z0", rack="r0", path="/d", size=100,
+                                     free=90)), 2.0) for i in range(7)),
+        (c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=1, size=100, free=80, chunks=1)]), 3.0),
+        (c.ScopeAlloc(name="vid", count=1), 4.0),
+        (c.KvSet(key="volume_intent/1", value=json.dumps({"vid": 1, "units": units})), 4.5),
+        (c.VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=typed_units, capacity=1 << 30),
+         5.0),
+        (c.KvDelete(key="volume_intent/1"), 5.5),
+        (c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder="a", count=1, lease_ttl=30.0), 6.0),
+        (c.VolumeRetainCmd(holder="a", lease_ttl=30.0, volumes=[RetainItem(vid=1, used=4096)]), 7.0),
+        (c.DiskSetCmd(disk_id=2, status=DiskStatus.BROKEN), 8.0),
+        (c.ServiceRegisterCmd(name="worker", host="http://w", ttl=10.0), 9.0),
+        (c.ServiceHeartbeat(name="worker", host="http://w"), 9.5),
+        (c.ConfigSet(key="code_mode_policy", value='[{"code_mode": "EC3P3"}]'), 10.0),
+        (c.KvCas(key="lease", expected=None, value="s1"), 11.0),
+        (c.VolumeLock(vid=1), 12.0),
+        (c.UnitAllocCmd(vid=1, index=1, disk_id=7), 13.0),
+        (c.DiskSetCmd(disk_id=1, readonly=True), 13.5),
+    ]:
+        new.now = now
+        new(cmd)
+    try:
+        assert old.state.applied_index() == new.state.applied_index() == len(old_log)
+        assert old.state.checksum() == new.state.checksum()
+        assert old.state.volume(1).pending_units[1].disk_id == 7
+    finally:
+        old.state.close()
+        new.state.close()

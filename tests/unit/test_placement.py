@@ -8,12 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.ec import CodeMode, tactic
+from libs.proto.cluster import DiskInfo, DiskStatus
 from services.clustermgr.placement import (
     Candidate,
     PlacementError,
     check_placement,
     place_volume,
     replace_unit,
+    replacement_disk,
 )
 
 
@@ -101,3 +103,20 @@ def test_any_topology_placement_holds_the_rules(mode: CodeMode, racks: int, host
         host_counts = Counter(c.host for c in in_az)
         assert max(rack_counts.values()) - min(rack_counts.values()) <= 1
         assert max(host_counts.values()) <= -(-len(in_az) // (racks * hosts))
+
+
+def test_a_unit_moves_only_to_a_disk_that_is_writable_and_heard_from() -> None:
+    def disk(disk_id: int, **changes: object) -> DiskInfo:
+        return DiskInfo(disk_id=disk_id, host=f"h{disk_id}", idc="z0", rack="r0", path="/d", free=100,
+                        last_heartbeat=100.0).model_copy(update=changes)
+
+    volume_disks = [disk(i) for i in range(1, 7)]
+    others = [disk(7, last_heartbeat=10.0), disk(8, status=DiskStatus.BROKEN), disk(9, readonly=True), disk(10)]
+    t = tactic(CodeMode.EC3P3)
+    for seed in range(20):
+        assert replacement_disk(t, volume_disks, 2, volume_disks + others, now=105.0, heartbeat_timeout=30.0,
+                                rng=random.Random(seed)) == 10
+    with pytest.raises(PlacementError):
+        replacement_disk(t, volume_disks, 2, volume_disks + others[:3], now=105.0, heartbeat_timeout=30.0)
+    with pytest.raises(PlacementError, match="no unit 6"):
+        replacement_disk(t, volume_disks, 6, volume_disks + others, now=105.0, heartbeat_timeout=30.0)

@@ -1,0 +1,46 @@
+"""The allocator API: space and bids for one object, shared by its routes and its client (access)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
+
+
+class AllocRequest(BaseModel):
+    code_mode: int | str
+    size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
+    blob_size: int = Field(4 << 20, ge=1, le=MAX_BLOB_SIZE)
+
+
+class BlobSlice(BaseModel):
+    """`count` consecutive bids from `min_bid`, all in volume `vid`."""
+
+    vid: int
+    min_bid: int
+    count: int
+
+
+class AllocResult(BaseModel):
+    code_mode: int
+    blobs: list[BlobSlice]
+
+
+class LeasedVolume(BaseModel):
+    """A volume the allocator holds a lease on, with the space it has handed out."""
+
+    vid: int
+    code_mode: int
+    capacity: int
+    used: int
+    lease_expiry: float
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+
+class AllocatorStat(BaseModel):
+    holder: str
+    bids_left: int
+    volumes: list[LeasedVolume]

@@ -1,0 +1,148 @@
+"""The blobnode API: chunk and shard requests and answers, shared by its routes and its client.
+
+Also the one classification of what a blobnode's answer says about a shard (`shard_state`), used by
+access, the worker, tinker and the CLI alike.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from libs.rpc.errors import (
+    ChunkNotFound,
+    RpcError,
+    ShardCorrupted,
+    ShardDeleted,
+    ShardNotFound,
+    StaleEpoch,
+    Unavailable,
+)
+
+U32 = Field(ge=0, lt=2**32)
+U64 = Field(ge=0, lt=2**64)
+
+
+class ChunkStatus(StrEnum):
+    NORMAL = "normal"
+    READONLY = "readonly"
+    RELEASED = "released"
+
+
+class ChunkRef(BaseModel):
+    disk_id: int = U32
+    vuid: int = U64
+
+
+class ChunkCreate(ChunkRef):
+    chunk_size: int | None = Field(None, ge=1 << 20)
+
+
+class ShardRef(ChunkRef):
+    bid: int = U64
+
+
+class ChunkInfo(BaseModel):
+    """A chunk's record (also how the blobnode keeps it in its RocksDB)."""
+
+    chunk_id: str
+    vuid: int
+    status: ChunkStatus
+    chunk_size: int
+    created: float
+
+
+class ChunkList(BaseModel):
+    chunks: list[ChunkInfo]
+
+
+class ChunkStat(ChunkInfo):
+    disk_id: int
+    shard_count: int
+    live_bytes: int  # data sizes of indexed shards (mark-deleted included)
+    physical_bytes: int  # their 4 KiB-aligned extents
+    write_offset: int
+    punched_bytes: int  # below write_offset, owned by no indexed shard
+    disk_bytes: int  # what the file really occupies
+
+
+class ShardInfo(BaseModel):
+    bid: int
+    vuid: int
+    offset: int
+    size: int
+    crc: int
+    status: str  # "normal" or "mark_deleted"
+
+
+class ShardList(BaseModel):
+    shards: list[ShardInfo]
+
+
+class ShardPutResult(BaseModel):
+    bid: int
+    size: int
+    crc: int
+
+
+class ShardStatusResult(BaseModel):
+    """After mark-delete, unmark or delete: the shard's status ("deleted" once gone for good)."""
+
+    bid: int
+    status: str
+
+
+class DiskStat(BaseModel):
+    disk_id: int
+    path: str
+    size: int
+    free: int
+    used: int
+    chunks: int
+    max_chunks: int
+    readonly_chunks: int
+
+
+class NodeStat(BaseModel):
+    host: str
+    cluster_id: int
+    idc: str
+    rack: str
+    disks: list[DiskStat]
+
+
+class ShardState(StrEnum):
+    """What one blobnode answer says about a shard."""
+
+    PRESENT = "present"
+    MISSING = "missing"  # gone from its chunk: repair it
+    CORRUPT = "corrupt"  # failed its CRC: repair it
+    DELETED = "mark_deleted"  # the blob is being deleted: never repair it
+    MOVED = "moved"  # the caller's view of the volume is stale: refetch the volume, then ask again
+    UNREACHABLE = "unreachable"  # the blobnode is down or slow: says nothing about the shard
+    ERROR = "error"
+
+
+# A repair is owed for these; the others are not the shard's fault, or must not be repaired.
+NEEDS_REPAIR = frozenset({ShardState.MISSING, ShardState.CORRUPT})
+MOVED_ERRORS = (StaleEpoch, ChunkNotFound)
+
+
+def shard_state(outcome: object) -> ShardState:
+    """Classify a shard call's outcome: its result (present) or the error it raised."""
+    if not isinstance(outcome, BaseException):
+        return ShardState.PRESENT
+    if isinstance(outcome, MOVED_ERRORS):
+        return ShardState.MOVED
+    if isinstance(outcome, ShardDeleted):
+        return ShardState.DELETED
+    if isinstance(outcome, ShardNotFound):
+        return ShardState.MISSING
+    if isinstance(outcome, ShardCorrupted):
+        return ShardState.CORRUPT
+    if isinstance(outcome, Unavailable):
+        return ShardState.UNREACHABLE
+    if isinstance(outcome, RpcError):
+        return ShardState.ERROR
+    return ShardState.UNREACHABLE

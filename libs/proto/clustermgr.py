@@ -1,0 +1,281 @@
+"""clustermgr's API: the request and response of every route, shared by its routes and its client.
+
+The records these carry (disks, volumes, units, services) are in `libs.proto.cluster`; the code-mode
+size policy, which clustermgr publishes and access reads, is here too.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
+
+from libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
+from libs.proto.cluster import U32, DiskInfo, DiskStatus, ServiceInfo, VolumeInfo, VolumeStatus
+
+U64 = Field(ge=0, lt=2**64)
+DISK_ID = Field(ge=1, lt=2**32)
+POLICY_KEY = "code_mode_policy"  # the config key of the size policy
+
+
+# disks
+
+
+class DiskAdd(BaseModel):
+    disk_id: int = DISK_ID
+    host: str
+    idc: str
+    rack: str
+    path: str
+    size: int = Field(0, ge=0)
+    free: int = Field(0, ge=0)
+    max_chunks: int = Field(1024, ge=0)
+
+
+class DiskBeat(BaseModel):
+    disk_id: int = DISK_ID
+    size: int = Field(ge=0)
+    free: int = Field(ge=0)
+    chunks: int = Field(0, ge=0)
+
+
+class DiskHeartbeat(BaseModel):
+    disks: list[DiskBeat]
+
+
+class DiskSet(BaseModel):
+    disk_id: int = DISK_ID
+    status: DiskStatus | None = None
+    readonly: bool | None = None
+
+
+class DiskId(BaseModel):
+    disk_id: int
+
+
+class DiskIds(BaseModel):
+    disks: list[int]
+
+
+class DiskView(DiskInfo):
+    """A disk as clustermgr reports it: with whether its blobnode heartbeats within the timeout."""
+
+    alive: bool
+
+
+class DiskList(BaseModel):
+    disks: list[DiskView]
+
+
+# volumes
+
+
+class VolumeAlloc(BaseModel):
+    code_mode: int | str
+    holder: str = Field(min_length=1)
+    count: int = Field(1, ge=1, le=1000)
+
+
+class VolumeList(BaseModel):
+    volumes: list[VolumeInfo]
+
+
+class RetainItem(BaseModel):
+    vid: int = U32
+    used: int = Field(0, ge=0)
+
+
+class VolumeRetain(BaseModel):
+    holder: str = Field(min_length=1)
+    volumes: list[RetainItem]
+
+
+class Retained(BaseModel):
+    vid: int
+    lease_expiry: float
+
+
+class Refused(BaseModel):
+    vid: int
+    reason: str
+
+
+class RetainResult(BaseModel):
+    retained: list[Retained]
+    refused: list[Refused]
+
+
+class VolumeRef(BaseModel):
+    vid: int = U32
+
+
+class VolumeHolder(VolumeRef):
+    holder: str
+
+
+class UnitAlloc(VolumeRef):
+    index: int = Field(ge=0, lt=256)
+
+
+class UnitUpdate(UnitAlloc):
+    vuid: int = U64
+    disk_id: int = DISK_ID
+
+
+# scopes, services, config, kv
+
+
+class ScopeAlloc(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    count: int = Field(ge=1, le=1 << 32)
+
+
+class ScopeRange(BaseModel):
+    """Ids [start, end] of a scope, both ends included."""
+
+    name: str
+    start: int
+    end: int
+
+
+class ServiceRegister(BaseModel):
+    name: str = Field(min_length=1)
+    host: str = Field(min_length=1)
+    idc: str = ""
+    ttl: float = Field(30.0, gt=0)
+
+
+class ServiceRef(BaseModel):
+    name: str
+    host: str
+
+
+class ServiceList(BaseModel):
+    services: list[ServiceInfo]
+
+
+class KeyValue(BaseModel):
+    key: str = Field(min_length=1)
+    value: str
+
+
+class KeyRef(BaseModel):
+    key: str = Field(min_length=1)
+
+
+class KeyCas(BaseModel):
+    """Set `key` to `value` (None: delete it) only if it now holds `expected` (None: absent)."""
+
+    key: str = Field(min_length=1)
+    expected: str | None
+    value: str | None
+
+
+class MaybeValue(BaseModel):
+    """A config or kv value; None when the key is not set."""
+
+    key: str
+    value: str | None
+
+
+class ConfigList(BaseModel):
+    config: dict[str, str]
+
+
+class KvItems(BaseModel):
+    items: dict[str, str]
+
+
+# raft
+
+
+class MemberAdd(BaseModel):
+    node_id: int = Field(ge=1)
+    raft_addr: str
+    http_addr: str
+    learner: bool = True
+
+
+class MemberRemove(BaseModel):
+    node_id: int = Field(ge=1)
+
+
+class RaftMember(BaseModel):
+    addr: str
+    voter: bool
+
+
+class RaftStatus(BaseModel):
+    id: int
+    role: str
+    term: int
+    leader: int | None
+    commit: int
+    applied: int
+    last_index: int
+    snapshot_index: int
+    members: dict[str, RaftMember]
+
+
+class ReplicaStatus(RaftStatus):
+    """One replica's Raft status with its state machine's position and checksum."""
+
+    node_id: int
+    checksum: int
+    applied_index: int
+
+
+class ClusterStat(BaseModel):
+    disks: int
+    volumes: int
+    volumes_by_status: dict[VolumeStatus, int]
+    raft: RaftStatus
+
+
+# the code-mode size policy
+
+
+class CodeModeRule(BaseModel):
+    """Keep at least `min_volumes` allocatable volumes of `code_mode`; objects up to `max_size`
+    bytes use it (the smallest matching max_size wins)."""
+
+    code_mode: str
+    min_volumes: int = Field(2, ge=0)
+    max_size: int = Field(1 << 62, ge=0)
+    enable: bool = True
+
+    @property
+    def mode(self) -> CodeMode:
+        return parse_code_mode(self.code_mode)
+
+    @model_validator(mode="after")
+    def _known_mode(self) -> CodeModeRule:
+        parse_code_mode(self.code_mode)
+        return self
+
+
+_RULES = TypeAdapter(list[CodeModeRule])
+
+
+class CodeModePolicy:
+    """Object size -> code mode, from the rules clustermgr publishes under `POLICY_KEY`."""
+
+    def __init__(self, rules: list[CodeModeRule], default: CodeMode) -> None:
+        self.rules = rules
+        self.default = default
+        self._by_size = sorted(((r.max_size, r.mode) for r in rules if r.enable), key=lambda r: r[0])
+
+    @staticmethod
+    def parse(raw: str) -> list[CodeModeRule]:
+        """The rules of a published policy; ValueError naming what is wrong."""
+        try:
+            return _RULES.validate_json(raw)
+        except (ValidationError, UnknownCodeMode) as exc:
+            raise ValueError(f"invalid {POLICY_KEY}: {exc}") from None
+
+    @staticmethod
+    def dump(rules: list[CodeModeRule]) -> str:
+        return json.dumps([r.model_dump() for r in rules])
+
+    def mode_for(self, size: int) -> CodeMode:
+        return next((mode for max_size, mode in self._by_size if size <= max_size), self.default)

@@ -1,0 +1,38 @@
+"""The mqproxy API: repair and delete messages in, how many Kafka took out."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+MAX_BATCH = 10_000
+
+
+class RepairIn(BaseModel):
+    vid: int = Field(ge=1, lt=2**32)
+    bid: int = Field(ge=0, lt=2**64)
+    bad_indexes: list[int] = Field(min_length=1)
+    reason: str = ""
+    priority: bool = False
+
+
+class DeleteIn(BaseModel):
+    vid: int = Field(ge=1, lt=2**32)
+    bid: int = Field(ge=0, lt=2**64)
+
+
+class RepairBatch(BaseModel):
+    messages: list[RepairIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class DeleteBatch(BaseModel):
+    messages: list[DeleteIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class Queued(BaseModel):
+    queued: int
+
+
+class PublisherStats(BaseModel):
+    messages_in: int = 0
+    failed: int = 0
+    sent: dict[str, int] = Field(default_factory=dict)  # per topic

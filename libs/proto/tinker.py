@@ -1,0 +1,21 @@
+"""The tinker API: what each pipeline has done and how far its consumer group lags."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class PipelineStats(BaseModel):
+    messages_in: int = 0
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+    lag: dict[str, dict[int, int]] = Field(default_factory=dict)  # topic -> partition -> messages
+
+    @property
+    def total_lag(self) -> int:
+        return sum(n for parts in self.lag.values() for n in parts.values())
+
+
+class TinkerStats(BaseModel):
+    pipelines: dict[str, PipelineStats]

@@ -1,0 +1,25 @@
+"""The worker API: rebuild named shards of one blob."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ShardRepair(BaseModel):
+    vid: int = Field(ge=1, lt=2**32)
+    bid: int = Field(ge=0, lt=2**64)
+    bad_indexes: list[int] = Field(min_length=1)
+
+
+class RepairResult(BaseModel):
+    vid: int
+    bid: int
+    repaired: list[int] = Field(default_factory=list)
+    skipped: str = ""  # why nothing was written, when nothing needed to be or could be
+
+
+class WorkerStats(BaseModel):
+    repaired_shards: int = 0
+    repaired_bytes: int = 0
+    skipped: int = 0
+    failed: int = 0
