@@ -51,10 +51,19 @@ class Consumer:
                                     # A topic created after we subscribed (or re-created) is noticed at the
                                     # next metadata refresh: every 5 s, not kafka-python's default 5 min.
                                     "metadata_max_age_ms": 5000, **config}
+        names = [str(t) for t in topics]
+
+        def subscribed() -> KafkaConsumer:
+            # Know every topic's partitions before joining: a first join without them assigns nothing, and
+            # the rejoin that follows was seen to hang in kafka-python 3.0 when several groups joined at once.
+            consumer = KafkaConsumer(**settings)
+            for name in names:
+                consumer.partitions_for_topic(name)
+            consumer.subscribe(names)
+            return consumer
+
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kafka-consumer-{group}")
-        consumer = await asyncio.get_running_loop().run_in_executor(
-            executor, partial(KafkaConsumer, *[str(t) for t in topics], **settings))
-        return cls(consumer, executor)
+        return cls(await asyncio.get_running_loop().run_in_executor(executor, subscribed), executor)
 
     async def _run(self, call: partial[T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)

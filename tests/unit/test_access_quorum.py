@@ -90,7 +90,7 @@ def test_single_az_modes_follow_the_quorum_alone() -> None:
 def test_failure_reason_names_counts_and_azs() -> None:
     decision = decide_put(tactic(CodeMode.EC6P6), {0, 1, 2, 3, 4, 5, 6, 7, 8})
     assert not decision.ok
-    assert decision.reason == "9 of 12 shards written, put quorum 11; the missing shards span AZs [1, 2]"
+    assert decision.reason == "9 of 12 shards written, quorum is 11; the missing shards span AZs [1, 2]"
     assert decide_put(tactic(CodeMode.EC3P3), set()).reason == "0 of 6 shards written, put quorum 5"
 
 
