@@ -172,6 +172,7 @@ def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
     _emit([{"role": p.role, "name": p.name, "pid": p.pid, "port": p.port,
             "healthy": "yes" if p.healthy else ("no" if p.running else "stopped")} for p in state.processes], False)
     out.print(f"leader: {state.leader or 'none'}    access: {state.access_url}")
+    out.print(f"dashboard: {state.dashboard or 'none'}")
 
 
 # objects

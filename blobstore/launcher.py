@@ -76,6 +76,7 @@ class ClusterInfo:
     code_mode: str
     kafka_bootstrap: str = ""  # empty in a cluster.json written before the launcher started Kafka
     processes: list[ProcessRecord] = field(default_factory=list)
+    dashboard_url: str = ""  # empty in a cluster.json written before the launcher started a dashboard
 
     def save(self) -> None:
         path = Path(self.dir) / STATE_FILE
@@ -110,6 +111,7 @@ class ClusterStatus:
     access_url: str
     leader: str | None  # name of the clustermgr that leads, None while there is none
     processes: list[ProcessStatus]
+    dashboard: str | None  # the dashboard's URL, None in a cluster started without one
 
 
 def _child_env() -> dict[str, str]:
@@ -210,7 +212,8 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
     specs = plan.processes
     by_role = {spec.role: spec for spec in specs}
     info = ClusterInfo(str(root), by_role["access"].url, [s.url for s in specs if s.role == "clustermgr"],
-                       by_role["redis"].url, shape.code_mode, plan.kafka.bootstrap)
+                       by_role["redis"].url, shape.code_mode, plan.kafka.bootstrap,
+                       dashboard_url=by_role["dashboard"].url)
     env = _child_env()
     try:
         for stage in STAGES:
@@ -229,7 +232,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
         _stop_all(info, 10.0)
         broker.stop(plan.kafka.workdir)  # a broker interrupted before it was recorded; a no-op otherwise
         raise
-    say(f"a first PUT succeeded; access at {info.access_url}")
+    say(f"a first PUT succeeded; access at {info.access_url}, dashboard at {info.dashboard_url}")
     return info
 
 
@@ -258,4 +261,4 @@ def status(root: Path = DEFAULT_DIR) -> ClusterStatus:
     for p in info.processes:
         alive = p.running
         processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive, alive and healthy(p.url)))
-    return ClusterStatus(info.dir, info.access_url, _leader(info), processes)
+    return ClusterStatus(info.dir, info.access_url, _leader(info), processes, info.dashboard_url or None)

@@ -18,7 +18,7 @@ KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stat
 # Start order: each stage is healthy before the next one starts, because later stages register with (or, for
 # tinker, consume the topics created by) earlier ones.
 STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",), ("allocator",),
-                                       ("worker",), ("mqproxy",), ("tinker",), ("access",))
+                                       ("worker",), ("mqproxy",), ("tinker",), ("access",), ("dashboard",))
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _redis(port: int, root: Path) -> ProcessSpec:
 
 def port_count(shape: ClusterShape) -> int:
     """How many ports `plan_cluster` takes from its iterator."""
-    return 1 + 2 + 2 * CLUSTERMGR_COUNT + shape.blobnodes + 5  # redis, kafka, clustermgrs, blobnodes, 5 services
+    return 1 + 2 + 2 * CLUSTERMGR_COUNT + shape.blobnodes + 6  # redis, kafka, clustermgrs, blobnodes, 6 services
 
 
 def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> ClusterPlan:
@@ -122,5 +122,8 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
                      delete_log=str(root / "tinker" / "deletes.jsonl"))
     access = service("access", secret=secret, allocator_hosts=[allocator.url], mqproxy_hosts=[mqproxy.url],
                      redis_url=redis.url, default_code_mode=shape.code_mode,
-                     orphan_log=str(root / "access" / "orphans.jsonl"))
-    return ClusterPlan(kafka, [redis, *cms, *blobnodes, allocator, worker, mqproxy, tinker, access])
+                     orphan_log=str(root / "access" / "orphans.jsonl"), audit_log=str(root / "access" / "audit.jsonl"))
+    scraped = [*cms, *blobnodes, allocator, worker, mqproxy, tinker, access]
+    dashboard = service("dashboard", kafka_bootstrap=kafka.bootstrap,
+                        targets=[{"name": p.name, "role": p.role, "url": p.url} for p in scraped])
+    return ClusterPlan(kafka, [redis, *scraped, dashboard])

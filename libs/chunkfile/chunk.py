@@ -38,6 +38,7 @@ from .index import ShardIndex, ShardMeta, ShardStatus, check_bid
 from .punch import punch_hole
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+SyncObserver = Callable[[float], object]  # told the seconds each fdatasync of shard bytes took
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ class ChunkFile:
     """A chunk file plus its slice of the disk's shard index. Thread-safe."""
 
     def __init__(self, path: Path, kv: KVStore, chunk_id: ChunkId, fd: int, header: fmt.ChunkHeader,
-                 *, sync: bool, max_size: int | None) -> None:
+                 *, sync: bool, max_size: int | None, on_sync: SyncObserver | None = None) -> None:
         """Use `create` or `open`."""
         self.path = Path(path)
+        self.on_sync = on_sync
         self.kv = kv
         self.chunk_id = chunk_id
         self.parent: ChunkId | None = header.parent
@@ -111,7 +113,7 @@ class ChunkFile:
 
     @classmethod
     def create(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, parent: ChunkId | None = None,
-               sync: bool = True, max_size: int | None = None) -> ChunkFile:
+               sync: bool = True, max_size: int | None = None, on_sync: SyncObserver | None = None) -> ChunkFile:
         """Make a new, empty chunk file; fails if the file exists or the index has entries for it."""
         path = Path(path)
         if next(ShardIndex(kv, chunk_id).scan(), None) is not None:
@@ -128,17 +130,17 @@ class ChunkFile:
             with suppress(OSError):
                 path.unlink()
             raise
-        return cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size)
+        return cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync)
 
     @classmethod
     def open(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, sync: bool = True,
-             max_size: int | None = None) -> ChunkFile:
+             max_size: int | None = None, on_sync: SyncObserver | None = None) -> ChunkFile:
         """Open an existing chunk, verify its header and cut off any unacknowledged tail."""
         path = Path(path)
         fd = os.open(path, os.O_RDWR)
         try:
             header = fmt.ChunkHeader.unpack(os.pread(fd, fmt.CHUNK_HEADER_SIZE, 0))
-            chunk = cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size)
+            chunk = cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync)
             chunk._recover()
         except BaseException:
             os.close(fd)
@@ -284,6 +286,7 @@ class ChunkFile:
                     target = self._sync_req
                     break
                 self._sync_cv.wait()
+        started = time.perf_counter()
         try:
             os.fdatasync(self._fd)
         except BaseException as exc:
@@ -292,6 +295,8 @@ class ChunkFile:
                 self._syncing = False
                 self._sync_cv.notify_all()
             raise
+        if self.on_sync is not None:
+            self.on_sync(time.perf_counter() - started)
         with self._sync_cv:
             self._sync_done = max(self._sync_done, target)
             self._syncing = False
@@ -495,7 +500,7 @@ class ChunkFile:
             new: ChunkFile | None = None
             try:
                 new = ChunkFile.create(path, self.kv, new_id, parent=self.chunk_id,
-                                       sync=self.sync, max_size=self.max_size)
+                                       sync=self.sync, max_size=self.max_size, on_sync=self.on_sync)
                 moved: list[ShardMeta] = []
                 for meta in self._index.scan():
                     data = self._read_range(meta, 0, meta.size)

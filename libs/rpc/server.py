@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
@@ -20,20 +20,18 @@ from urllib.parse import parse_qsl
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
 from libs.rpc.config import load_config
 from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError
+from libs.rpc.metrics import SERVICE, Instrumented, Observer, instrument, measuring
 
 log = logging.getLogger(__name__)
 ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 FastRoute = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
@@ -48,9 +46,11 @@ def _validation_reason(exc: RequestValidationError) -> str:
 Hook = Callable[[], Awaitable[None]]
 
 
-def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None = None) -> FastAPI:
+def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None = None,
+               observers: Sequence[Observer] = ()) -> FastAPI:
     """A FastAPI app whose errors are `{"code", "error"}` JSON with the table's status; `on_start`
-    and `on_stop` run inside the server's event loop around its life."""
+    and `on_stop` run inside the server's event loop around its life. Every request is measured
+    (`libs.rpc.metrics`) and handed to each of `observers`; `/metrics` serves the figures."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -63,10 +63,18 @@ def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None
                 await on_stop()
 
     app = FastAPI(title=title, lifespan=lifespan)
+    SERVICE.labels(title).set(1)
+    if measuring(observers):
+        app.add_middleware(Instrumented, observers=observers)
+    app.state.observers = observers  # with_fast_routes hands its routes' requests to the same observers
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(RpcError)
     async def _rpc_error(_: Request, exc: RpcError) -> JSONResponse:
@@ -83,14 +91,26 @@ def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None
     return app
 
 
-def with_fast_routes(app: ASGIApp, routes: Mapping[str, FastRoute]) -> ASGIApp:
-    """Serve `routes` (exact paths) as bare ASGI handlers and everything else through `app`."""
+def with_fast_routes(app: FastAPI, routes: Mapping[str, FastRoute]) -> ASGIApp:
+    """Serve `routes` (exact paths) as bare ASGI handlers, measured like `app`'s own routes, and
+    everything else through `app`."""
+    served = {path: instrument(_rendering_errors(handler), path, app.state.observers)
+              for path, handler in routes.items()}
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-        handler = routes.get(scope.get("path", "")) if scope["type"] == "http" else None
+        handler = served.get(scope.get("path", "")) if scope["type"] == "http" else None
         if handler is None:
             await app(scope, receive, send)
             return
+        await handler(scope, receive, send)
+
+    return dispatch
+
+
+def _rendering_errors(handler: FastRoute) -> ASGIApp:
+    """`handler`, with its errors answered as `{"code", "error"}` JSON like FastAPI routes'."""
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def tracking_send(message: Message) -> None:
@@ -108,7 +128,7 @@ def with_fast_routes(app: ASGIApp, routes: Mapping[str, FastRoute]) -> ASGIApp:
                 exc = Internal(f"{type(exc).__name__}: {exc}")
             await send_json(send, exc.status, exc.to_json())
 
-    return dispatch
+    return serve
 
 
 def query_params(scope: Scope) -> dict[str, str]:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from libs.proto.clustermgr import POLICY_KEY
+from libs.rpc import metrics
 from libs.rpc.errors import RpcError
 from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.access.app import build_app
+from services.access.audit import AuditLog
 from services.access.blobs import ShardIO
 from services.access.config import AccessConfig
+from services.access.metrics import count_bytes
 from services.access.objects import ObjectStore
 from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
@@ -46,7 +50,12 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
 
     life.loop(refresh_policy)
     life.close(cluster.close, blobnodes.close, allocator.close, mq.close)
-    return build_app(store, life), config.bind_addr
+    observers: list[metrics.Observer] = [count_bytes] if metrics.ENABLED else []
+    if config.audit_log:
+        audit = AuditLog(Path(config.audit_log), config.audit_log_max_bytes, config.audit_log_backups)
+        observers.append(audit.write)
+        life.close(lambda: asyncio.to_thread(audit.close))
+    return build_app(store, life, observers), config.bind_addr
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
@@ -11,7 +11,9 @@ from libs.ec import UnknownCodeMode, parse_code_mode
 from libs.proto.access import DeleteResult, PutResult, Stat
 from libs.proto.location import Location
 from libs.rpc.errors import BadRequest, LengthRequired
+from libs.rpc.metrics import Observer
 from libs.rpc.server import Lifecycle, create_app
+from services.access.audit import note_location
 from services.access.objects import ObjectStore
 from services.access.stripes import parse_range
 
@@ -30,8 +32,8 @@ def _location_headers(location: Location) -> dict[str, str]:
             "x-code-mode": parse_code_mode(location.code_mode).name}
 
 
-def build_app(store: ObjectStore, life: Lifecycle) -> FastAPI:
-    app = create_app("access", on_start=life.start, on_stop=life.stop)
+def build_app(store: ObjectStore, life: Lifecycle, observers: Sequence[Observer] = ()) -> FastAPI:
+    app = create_app("access", on_start=life.start, on_stop=life.stop, observers=observers)
 
     @app.put("/blob")
     async def put_blob(request: Request) -> PutResult:
@@ -42,22 +44,22 @@ def build_app(store: ObjectStore, life: Lifecycle) -> FastAPI:
                 mode = parse_code_mode(request.headers["x-code-mode"])
             except UnknownCodeMode as exc:
                 raise BadRequest(str(exc)) from None
-        location = await store.put(request.stream(), size, mode)
+        location = note_location(request, await store.put(request.stream(), size, mode))
         return PutResult(location=location.to_token(store.secret), size=location.size, crc=location.crc,
                          code_mode=parse_code_mode(location.code_mode).name)
 
     @app.get("/blob/{token}/stat")
-    async def stat_blob(token: str) -> Stat:
-        return Stat.of(store.parse(token))
+    async def stat_blob(token: str, request: Request) -> Stat:
+        return Stat.of(note_location(request, store.parse(token)))
 
     @app.head("/blob/{token}")
-    async def head_blob(token: str) -> Response:
-        location = store.parse(token)
+    async def head_blob(token: str, request: Request) -> Response:
+        location = note_location(request, store.parse(token))
         return Response(headers={**_location_headers(location), "content-length": str(location.size)})
 
     @app.get("/blob/{token}")
     async def get_blob(token: str, request: Request) -> Response:
-        location = store.parse(token)
+        location = note_location(request, store.parse(token))
         wanted = parse_range(request.headers.get("range"), location.size)
         offset, length = (0, location.size) if wanted is None else wanted
         pieces = store.read(location, offset, length)
@@ -77,7 +79,7 @@ def build_app(store: ObjectStore, life: Lifecycle) -> FastAPI:
         return StreamingResponse(body(), status_code=status, headers=headers, media_type="application/octet-stream")
 
     @app.delete("/blob/{token}", status_code=202)
-    async def delete_blob(token: str) -> DeleteResult:
-        return DeleteResult(queued_blobs=await store.delete(store.parse(token)))
+    async def delete_blob(token: str, request: Request) -> DeleteResult:
+        return DeleteResult(queued_blobs=await store.delete(note_location(request, store.parse(token))))
 
     return app

@@ -13,6 +13,7 @@ from libs.ec import Codec, NotEnoughShards
 from libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
 from libs.proto.cluster import VolumeInfo
 from libs.rpc.errors import RpcError, Unavailable
+from services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
 from services.access.quorum import decide_put, unreadable
 from services.access.stripes import ShardRead, assemble, shard_reads
 from services.blobnode.client import BlobnodeClient
@@ -64,6 +65,7 @@ async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, da
     decision = decide_put(codec.tactic, set(outcome.written))
     outcome.missing = decision.missing
     if not decision.ok:
+        QUORUM_MISSES.inc()
         raise BlobWriteFailed(outcome, decision.reason)
     return outcome
 
@@ -99,6 +101,8 @@ async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int
         return BlobRead(assemble(plan, [t.result() for t in tasks.values()]), {})
     for task in pending:
         task.cancel()
+    if pending:
+        HEDGED_READS.inc()
     return await _degraded(io, codec, vid, bid, plan, bad)
 
 
@@ -138,6 +142,7 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
     if rebuilt is None:
         raise unreadable(t, vid, bid, bad, sum(p is not None for p in pieces))
     if bad:
+        DEGRADED_READS.inc()
         log.warning("degraded read of blob %d/%d; bad shards %s", vid, bid, bad)
     return BlobRead(assemble(plan, [rebuilt[r.shard_index][r.offset - lo: r.offset - lo + r.length] for r in plan]),
                     bad)

@@ -20,3 +20,6 @@ class AccessConfig(BaseModel):
     hedge_after: float = Field(0.5, gt=0)  # a data shard slower than this triggers a degraded read
     volume_cache_ttl: float = Field(60.0, gt=0)
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
+    audit_log: str = "access-audit.jsonl"  # one JSON line per request; empty: no audit log
+    audit_log_max_bytes: int = Field(64 << 20, ge=4096)  # then it rotates to audit_log.1, .2, ...
+    audit_log_backups: int = Field(5, ge=1)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+from libs.rpc.metrics import register_collector
 from libs.rpc.server import ASGIApp, run_service
 from services.blobnode.app import build_app
 from services.blobnode.cluster import ClusterLink, assign_disk_ids
 from services.blobnode.config import BlobnodeConfig
+from services.blobnode.metrics import disk_figures
 from services.blobnode.node import Blobnode
 from services.clustermgr.client import ClusterClient
 
@@ -17,6 +19,7 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
     if config.clustermgr_hosts:
         config = asyncio.run(_with_disk_ids(config))
     node = Blobnode(config)
+    register_collector(lambda: disk_figures(node))
     if config.clustermgr_hosts:
         link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval)
     return build_app(node, link), config.bind_addr

@@ -23,6 +23,7 @@ from libs.kv import KVStore
 from libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from libs.proto.ids import Vuid
 from libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
+from services.blobnode.metrics import FSYNC_SECONDS
 from services.blobnode.rwlock import RWLock
 
 CHUNK_CF = "chunk"
@@ -95,6 +96,7 @@ class Disk:
         self.disk_id = disk_id
         self.max_chunks = max_chunks
         self.sync = sync
+        self.on_sync = FSYNC_SECONDS.labels(str(disk_id)).observe
         self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
         self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
         self._lock = threading.Lock()  # guards the chunk tables
@@ -107,7 +109,7 @@ class Disk:
             self._unit_locks[key] = RWLock()
             if record.status is not ChunkStatus.RELEASED:
                 self._chunks[key] = ChunkFile.open(self._data_path(record.chunk_id), self.kv,
-                                                   ChunkId.parse(record.chunk_id), sync=sync)
+                                                   ChunkId.parse(record.chunk_id), sync=sync, on_sync=self.on_sync)
 
     @classmethod
     def load(cls, path: Path, *, cluster_id: int, disk_id: int | None, auto_format: bool,
@@ -173,7 +175,7 @@ class Disk:
                 raise NoSpace(f"disk {self.disk_id} has its maximum of {self.max_chunks} chunks")
             chunk_id = ChunkId(vuid, time.time_ns())
             chunk = ChunkFile.create(self._data_path(str(chunk_id)), self.kv, chunk_id, sync=self.sync,
-                                     max_size=chunk_size)
+                                     max_size=chunk_size, on_sync=self.on_sync)
             record = ChunkInfo(chunk_id=str(chunk_id), vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=chunk_size,
                                created=time.time())
             self.kv.put(CHUNK_CF, key, _record_bytes(record))

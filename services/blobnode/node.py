@@ -19,6 +19,7 @@ from libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat, Nod
 from libs.rpc import errors
 from services.blobnode.config import BlobnodeConfig
 from services.blobnode.disk import Disk
+from services.blobnode.metrics import CRC_FAILURES, shard_op
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -35,18 +36,24 @@ _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
 }
 
 
+_CHECKSUM_ERRORS = (chunkfile.ShardCorrupted, chunkfile.ChunkCorrupted)
+_STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
+
+
 @contextmanager
-def _translated() -> Iterator[None]:
+def _translated(disk_id: int) -> Iterator[None]:
     try:
         yield
     except chunkfile.ChunkError as exc:
+        if isinstance(exc, _CHECKSUM_ERRORS):
+            CRC_FAILURES.labels(str(disk_id)).inc()
         raise _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc)) from exc
     except OSError as exc:
         raise (errors.NoSpace if exc.errno == 28 else errors.Internal)(f"disk I/O failed: {exc}") from exc
 
 
-def _call_translated(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    with _translated():
+def _call_translated(disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    with _translated(disk_id):
         return fn(*args, **kwargs)
 
 
@@ -66,6 +73,7 @@ class Blobnode:
             if disk.disk_id in self.disks:
                 raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
             self.disks[disk.disk_id] = disk
+        self.io_pending = dict.fromkeys(self.disks, 0)  # per disk: calls queued or running on its threads
 
     def close(self) -> None:
         for disk in self.disks.values():
@@ -80,7 +88,22 @@ class Blobnode:
     async def _run(self, disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         disk = self.disk(disk_id)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(disk.executor, functools.partial(_call_translated, fn, *args, **kwargs))
+        self.io_pending[disk_id] += 1
+        try:
+            return await loop.run_in_executor(disk.executor,
+                                              functools.partial(_call_translated, disk_id, fn, *args, **kwargs))
+        finally:
+            self.io_pending[disk_id] -= 1
+
+    async def _shard_op(self, op: str, disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`_run`, counted as one shard operation `op` of the disk."""
+        try:
+            result = await self._run(disk_id, fn, *args, **kwargs)
+        except errors.RpcError:
+            shard_op(disk_id, op, False).inc()
+            raise
+        shard_op(disk_id, op, True).inc()
+        return result
 
     # chunks
 
@@ -103,7 +126,7 @@ class Blobnode:
     # shards
 
     async def put_shard(self, disk_id: int, vuid: int, bid: int, data: bytearray) -> ShardMeta:
-        return await self._run(disk_id, self.disk(disk_id).put_shard, vuid, bid, data)
+        return await self._shard_op("put", disk_id, self.disk(disk_id).put_shard, vuid, bid, data)
 
     async def open_shard_read(self, disk_id: int, vuid: int, bid: int, offset: int,
                               size: int | None) -> tuple[ShardMeta, int, AsyncIterator[bytes]]:
@@ -119,12 +142,12 @@ class Blobnode:
             pieces = chunk.iter_shard(bid, offset, size)
             return meta, pieces, next(pieces, None)
 
-        meta, pieces, first = await self._run(disk_id, open_read)
+        meta, pieces, first = await self._shard_op("get", disk_id, open_read)
         length = meta.size - offset if size is None else size
         loop = asyncio.get_running_loop()
 
         def next_piece() -> bytes | None:
-            with _translated():
+            with _translated(disk_id):
                 return next(pieces, None)
 
         async def read_pieces() -> AsyncIterator[bytes]:
@@ -149,7 +172,7 @@ class Blobnode:
 
     async def set_shard_status(self, disk_id: int, vuid: int, bid: int,
                                status: ShardStatus | None) -> ShardMeta | None:
-        return await self._run(disk_id, self.disk(disk_id).shard_status, vuid, bid, status)
+        return await self._shard_op(_STATUS_OPS[status], disk_id, self.disk(disk_id).shard_status, vuid, bid, status)
 
     async def disk_stat(self, disk_id: int) -> DiskStat:
         return await self._run(disk_id, self.disk(disk_id).stat)

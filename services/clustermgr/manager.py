@@ -28,6 +28,7 @@ from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
 from services.clustermgr.config import ClusterMgrConfig
+from services.clustermgr.metrics import PROPOSAL_SECONDS
 from services.clustermgr.placement import PlacementError, replacement_disk
 from services.clustermgr.state import ClusterState
 from services.clustermgr.volumes import VolumeCreator, allocatable_count
@@ -96,6 +97,7 @@ class ClusterManager:
 
     async def propose(self, cmd: Command[R]) -> R:
         """Commit one command and return its result (or raise the error every replica agreed on)."""
+        started = time.perf_counter()
         try:
             raw = await self.raft.propose(encode(cmd, time.time()))
         except RaftNotLeader as exc:
@@ -103,6 +105,7 @@ class ClusterManager:
         except (ProposalDropped, TimeoutError) as exc:
             raise Unavailable(f"{cmd.op}: not committed ({type(exc).__name__}: {exc}); the outcome is unknown"
                               ) from None
+        PROPOSAL_SECONDS.labels(cmd.op).observe(time.perf_counter() - started)
         return decode_result(raw, cmd.result_type)  # type: ignore[return-value]
 
     async def fresh(self) -> ClusterState:

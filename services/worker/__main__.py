@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from libs.rpc.metrics import register_collector
 from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient, keep_registered
 from services.worker.app import build_app
 from services.worker.config import WorkerConfig
+from services.worker.metrics import repair_figures
 from services.worker.repair import ShardRepairer
 
 
@@ -16,7 +18,9 @@ def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
     blobnodes = BlobnodeClient()
     life.loop(lambda: keep_registered(cluster, "worker", config.advertised_host, config.idc, config.register_ttl))
     life.close(cluster.close, blobnodes.close)
-    return build_app(ShardRepairer(cluster, blobnodes, config.shard_timeout), life), config.bind_addr
+    repairer = ShardRepairer(cluster, blobnodes, config.shard_timeout)
+    register_collector(lambda: repair_figures(repairer.stats))
+    return build_app(repairer, life), config.bind_addr
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""The dashboard API: one overview of the cluster, what its page draws (GET /api/overview)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class ProcessView(BaseModel):
+    name: str
+    role: str
+    url: str
+    up: bool  # its /metrics answered at the last scrape
+    error: str = ""  # why not, when it did not
+    requests_per_s: float = 0.0
+    in_flight: int = 0
+    cpu_percent: float | None = None  # of one core, over the last scrape interval
+
+
+class DiskRow(BaseModel):
+    disk_id: int
+    path: str
+    status: str  # normal, broken, repairing, ...
+    readonly: bool
+    alive: bool  # its blobnode heartbeats
+    size: int
+    free: int
+    chunks: int
+
+
+class BlobnodeView(BaseModel):
+    name: str
+    host: str
+    up: bool
+    disks: list[DiskRow]
+
+
+class ReplicaView(BaseModel):
+    name: str
+    up: bool
+    role: str
+    term: int
+    commit: int
+    applied: int
+
+
+class PipelineView(BaseModel):
+    """One of tinker's pipelines: its backlog in Kafka and what tinker did with its messages."""
+
+    name: str
+    backlog: int | None  # messages not yet committed by its consumer group; None: unknown
+    messages_in: int = 0
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+
+
+class RatePoint(BaseModel):
+    """PUT and GET through every access node over one scrape interval ending at `time`."""
+
+    time: float
+    put_per_s: float
+    get_per_s: float
+    put_p50_ms: float | None = None  # None: no request of that kind in the interval
+    put_p99_ms: float | None = None
+    get_p50_ms: float | None = None
+    get_p99_ms: float | None = None
+
+
+class Overview(BaseModel):
+    updated: float  # when the last scrape finished (unix time; 0: none yet)
+    scrape_interval: float
+    healthy: bool
+    problems: list[str]
+    leader: str | None
+    term: int
+    processes: list[ProcessView]
+    blobnodes: list[BlobnodeView]
+    volumes_by_status: dict[str, int]
+    disks_by_status: dict[str, int]
+    replicas: list[ReplicaView]
+    backlog: list[PipelineView]
+    series: list[RatePoint]

@@ -1,0 +1,46 @@
+"""The blobnode's own figures: shard operations, checksum failures and fdatasync latency as they
+happen, and each disk's space, chunks and queued I/O read at scrape time."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import Metric
+
+from libs.rpc.metrics import gauge
+
+if TYPE_CHECKING:
+    from services.blobnode.node import Blobnode
+
+SHARD_OPS = Counter("blobstore_blobnode_shard_ops", "Shard operations by disk, operation and result",
+                    ["disk_id", "op", "result"])
+CRC_FAILURES = Counter("blobstore_blobnode_crc_failures", "Shard or chunk reads that failed their CRC check",
+                       ["disk_id"])
+FSYNC_SECONDS = Histogram("blobstore_blobnode_fsync_seconds", "fdatasync of shard bytes (one covers a group "
+                          "of concurrent writes)", ["disk_id"],
+                          buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0))
+
+
+@functools.cache
+def shard_op(disk_id: int, op: str, ok: bool) -> Any:
+    """The counter of one (disk, operation, result); cached, since it is looked up per shard call."""
+    return SHARD_OPS.labels(str(disk_id), op, "ok" if ok else "error")
+
+
+def disk_figures(node: Blobnode) -> Iterator[Metric]:
+    stats = [disk.stat() for disk in node.disks.values()]
+    per_disk = {
+        "size_bytes": ("Capacity of the disk's filesystem", [s.size for s in stats]),
+        "used_bytes": ("Bytes used on the disk's filesystem", [s.used for s in stats]),
+        "free_bytes": ("Bytes free on the disk's filesystem", [s.free for s in stats]),
+        "chunks": ("Chunks on the disk", [s.chunks for s in stats]),
+        "readonly_chunks": ("Read-only chunks on the disk", [s.readonly_chunks for s in stats]),
+        "io_pending": ("Disk operations queued or running on the disk's I/O threads",
+                       [node.io_pending[s.disk_id] for s in stats]),
+    }
+    for name, (doc, values) in per_disk.items():
+        yield gauge(f"blobstore_blobnode_disk_{name}", doc,
+                    [((str(s.disk_id),), v) for s, v in zip(stats, values, strict=True)], ["disk_id"])

@@ -1,0 +1,135 @@
+"""The cluster overview the page draws, assembled from the last scrapes, clustermgr's disk table and
+the backlog, free of I/O; and the health verdict: what a person should look at first."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from libs.mq.topics import PIPELINE_TOPICS
+from libs.proto.cluster import DiskStatus
+from libs.proto.clustermgr import DiskView
+from libs.proto.dashboard import (
+    BlobnodeView,
+    DiskRow,
+    Overview,
+    PipelineView,
+    ProcessView,
+    RatePoint,
+    ReplicaView,
+)
+from services.dashboard.config import Target
+from services.dashboard.scrape import REQUESTS, Scrape, rate
+
+
+@dataclass
+class TargetState:
+    """What the dashboard knows of one process: its last two scrapes, or why the last one failed."""
+
+    target: Target
+    previous: Scrape | None = None
+    latest: Scrape | None = None
+    error: str = "not scraped yet"
+
+    def scraped(self, scrape: Scrape) -> None:
+        self.previous, self.latest, self.error = self.latest, scrape, ""
+
+    def failed(self, error: str) -> None:
+        self.previous, self.latest, self.error = None, None, error
+
+    @property
+    def up(self) -> bool:
+        return self.latest is not None
+
+
+def process_view(state: TargetState) -> ProcessView:
+    view = ProcessView(name=state.target.name, role=state.target.role, url=state.target.url, up=state.up,
+                       error=state.error)
+    if state.latest is not None:
+        # less the scrape itself, which is in flight while the process counts
+        view.in_flight = max(0, int(state.latest.total("blobstore_http_requests_in_flight")) - 1)
+    if state.previous is not None and state.latest is not None:
+        view.requests_per_s = round(rate(state.previous, state.latest, REQUESTS), 2)
+        view.cpu_percent = round(100 * rate(state.previous, state.latest, "process_cpu_seconds_total"), 1)
+    return view
+
+
+def replica_view(state: TargetState) -> ReplicaView:
+    scrape = state.latest
+    if scrape is None:
+        return ReplicaView(name=state.target.name, up=False, role="unknown", term=0, commit=0, applied=0)
+    return ReplicaView(name=state.target.name, up=True,
+                       role=scrape.label_where("blobstore_raft_role", "role", 1.0) or "unknown",
+                       term=int(scrape.value("blobstore_raft_term") or 0),
+                       commit=int(scrape.value("blobstore_raft_commit_index") or 0),
+                       applied=int(scrape.value("blobstore_raft_applied_index") or 0))
+
+
+def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView]) -> list[BlobnodeView]:
+    """Every blobnode target with its disks (the watcher makes each host of the disk table a target)."""
+    by_host: dict[str, list[DiskView]] = {}
+    for disk in disks:
+        by_host.setdefault(disk.host.rstrip("/"), []).append(disk)
+    views = []
+    for state in states:
+        host = state.target.url.rstrip("/")
+        rows = [DiskRow(disk_id=d.disk_id, path=d.path, status=d.status.value, readonly=d.readonly, alive=d.alive,
+                        size=d.size, free=d.free, chunks=d.chunks)
+                for d in sorted(by_host.get(host, []), key=lambda d: d.disk_id)]
+        views.append(BlobnodeView(name=state.target.name, host=host, up=state.up, disks=rows))
+    return views
+
+
+def pipeline_views(tinker: TargetState | None, backlog: Mapping[str, int] | None) -> list[PipelineView]:
+    views = []
+    for name in PIPELINE_TOPICS:
+        view = PipelineView(name=name, backlog=None if backlog is None else backlog.get(name))
+        scrape = tinker.latest if tinker is not None else None
+        if scrape is not None:
+            view.messages_in, view.done, view.failed, view.retried = (
+                int(scrape.total(f"blobstore_tinker_{field}_total", pipeline=name))
+                for field in ("messages_in", "done", "failed", "retried"))
+        views.append(view)
+    return views
+
+
+def problems(processes: Sequence[ProcessView], replicas: Sequence[ReplicaView], blobnodes: Sequence[BlobnodeView],
+             cluster_error: str) -> list[str]:
+    """What is wrong, most pressing first: processes down, no Raft leader, disks not normal or silent."""
+    found = [f"{p.name} does not answer ({p.error})" for p in processes if not p.up]
+    if replicas and not any(r.role == "leader" for r in replicas):
+        found.append("no clustermgr replica leads (no Raft leader)")
+    if cluster_error:
+        found.append(f"clustermgr: {cluster_error}")
+    for node in blobnodes:
+        for disk in node.disks:
+            if disk.status != DiskStatus.NORMAL:
+                found.append(f"disk {disk.disk_id} on {node.name} is {disk.status}")
+            elif not disk.alive:
+                found.append(f"disk {disk.disk_id} on {node.name} misses its heartbeats")
+    return found
+
+
+def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], cluster_error: str,
+                   backlog: Mapping[str, int] | None, series: Sequence[RatePoint], scrape_interval: float) -> Overview:
+    roles: dict[str, list[TargetState]] = {}
+    for state in states:
+        roles.setdefault(state.target.role, []).append(state)
+    processes = [process_view(s) for s in states]
+    replicas = [replica_view(s) for s in roles.get("clustermgr", [])]
+    blobnodes = blobnode_views(roles.get("blobnode", []), disks)
+    leader = next((r for r in replicas if r.role == "leader"), None)
+    leader_scrape = next((s.latest for s in roles.get("clustermgr", []) if leader and s.target.name == leader.name),
+                         None)
+    volumes = {} if leader_scrape is None else {
+        labels["status"]: int(v) for labels, v in leader_scrape.matching("blobstore_clustermgr_volumes")}
+    disk_counts: dict[str, int] = {}
+    for disk in disks:
+        disk_counts[disk.status.value] = disk_counts.get(disk.status.value, 0) + 1
+    found = problems(processes, replicas, blobnodes, cluster_error)
+    updated = max((s.latest.time for s in states if s.latest is not None), default=0.0)
+    return Overview(updated=updated, scrape_interval=scrape_interval, healthy=not found, problems=found,
+                    leader=leader.name if leader else None, term=max((r.term for r in replicas), default=0),
+                    processes=processes, blobnodes=blobnodes, volumes_by_status=volumes, disks_by_status=disk_counts,
+                    replicas=replicas, backlog=pipeline_views(next(iter(roles.get("tinker", [])), None), backlog),
+                    series=list(series))

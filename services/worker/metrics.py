@@ -1,0 +1,18 @@
+"""The worker's figures, read from its repair counters at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from libs.proto.worker import WorkerStats
+from libs.rpc.metrics import counter
+
+
+def repair_figures(stats: WorkerStats) -> Iterator[Metric]:
+    yield counter("blobstore_worker_repaired_shards", "Shards rebuilt and written back", stats.repaired_shards)
+    yield counter("blobstore_worker_repaired_bytes", "Bytes of rebuilt shards written back", stats.repaired_bytes)
+    yield counter("blobstore_worker_repairs_skipped", "Repairs with nothing to do (healthy, or being deleted)",
+                  stats.skipped)
+    yield counter("blobstore_worker_repairs_failed", "Repairs that failed (the caller retries)", stats.failed)

@@ -1,0 +1,264 @@
+"""What an operator watches, against a real cluster started by the launcher (6 blobnodes x 1 disk, Kafka,
+tinker, a dashboard): every process's /metrics in Prometheus text, a real Prometheus (Debian's) scraping
+them all, access's audit log, and the dashboard page loaded in headless Chromium.
+
+The browser test changes the cluster (a broken disk, tinker stopped), so it runs last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+from typer.testing import CliRunner
+
+from blobstore import Client, Forbidden
+from blobstore.cli import app
+from blobstore.launcher import ClusterInfo, ProcessRecord, down, up
+from blobstore.plan import ClusterShape
+from blobstore.procs import free_port, stop, wait_until
+from libs.proto.location import Location
+from libs.proto.mqproxy import RepairIn
+from services.mqproxy.client import MqProxyClient
+from tests.support.browser import headless_chromium
+
+SCRAPED = ("clustermgr", "blobnode", "allocator", "worker", "mqproxy", "tinker", "access", "dashboard")
+# Families each role must export beyond the shared request metrics.
+OWN_FAMILIES = {
+    "clustermgr": {"blobstore_raft_term", "blobstore_raft_role", "blobstore_raft_commit_index",
+                   "blobstore_raft_applied_index", "blobstore_clustermgr_proposal_seconds",
+                   "blobstore_clustermgr_volumes", "blobstore_clustermgr_disks"},
+    "blobnode": {"blobstore_blobnode_shard_ops", "blobstore_blobnode_fsync_seconds",
+                 "blobstore_blobnode_crc_failures", "blobstore_blobnode_disk_used_bytes",
+                 "blobstore_blobnode_disk_free_bytes", "blobstore_blobnode_disk_io_pending"},
+    "allocator": {"blobstore_allocator_leased_volumes", "blobstore_allocator_free_bids"},
+    "worker": {"blobstore_worker_repaired_shards", "blobstore_worker_repairs_failed"},
+    "mqproxy": {"blobstore_mqproxy_messages_in", "blobstore_mqproxy_messages_sent"},
+    "tinker": {"blobstore_tinker_messages_in", "blobstore_tinker_done", "blobstore_tinker_failed",
+               "blobstore_tinker_retried", "blobstore_tinker_kafka_lag"},
+    "access": {"blobstore_access_bytes_in", "blobstore_access_bytes_out", "blobstore_access_put_quorum_misses",
+               "blobstore_access_degraded_reads", "blobstore_access_hedged_reads"},
+    "dashboard": set(),
+}
+SHARED = {"blobstore_http_requests", "blobstore_http_request_duration_seconds", "blobstore_http_requests_in_flight",
+          "blobstore_service_info"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
+    root = tmp_path_factory.mktemp("observed")
+    try:
+        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), timeout=60)
+    finally:
+        if (root / "cluster.json").exists():
+            down(root)
+
+
+def _scraped(cluster: ClusterInfo) -> list[ProcessRecord]:
+    return [p for p in cluster.processes if p.role in SCRAPED]
+
+
+def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of a scrape by sample name, parsed by prometheus-client's own parser."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        out.setdefault(f"family:{family.name}", [])
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **match: str) -> float:
+    return sum(v for labels, v in samples.get(name, []) if all(labels.get(k) == m for k, m in match.items()))
+
+
+def test_status_names_the_dashboard(cluster: ClusterInfo) -> None:
+    result = CliRunner().invoke(app, ["cluster", "status", "--dir", cluster.dir, "--json"])
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.output)
+    assert status["dashboard"] == cluster.dashboard_url
+    assert {p["name"]: p["healthy"] for p in status["processes"]}["dashboard"]
+    page = httpx.get(cluster.dashboard_url, timeout=5)
+    assert page.status_code == 200 and "<title>blobstore dashboard</title>" in page.text
+    shown = CliRunner().invoke(app, ["cluster", "status", "--dir", cluster.dir])
+    assert f"dashboard: {cluster.dashboard_url}" in shown.output
+
+
+def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo) -> None:
+    with Client(cluster.access_url) as client:
+        data = os.urandom(300_000)
+        token = client.put(data)
+        assert client.get(token) == data
+    assert httpx.get(f"{cluster.access_url}/no/such/route", timeout=5).status_code == 404
+    texts = {p.name: httpx.get(f"{p.url}/metrics", timeout=5) for p in _scraped(cluster)}
+    roles = {p.name: p.role for p in _scraped(cluster)}
+    parsed = {}
+    for name, response in texts.items():
+        assert response.status_code == 200, name
+        assert response.headers["content-type"].startswith("text/plain"), name
+        assert token not in response.text, f"{name} put a location token in a label"
+        parsed[name] = _samples(response.text)
+        families = {k.removeprefix("family:") for k in parsed[name] if k.startswith("family:")}
+        missing = (SHARED | OWN_FAMILIES[roles[name]]) - families
+        assert not missing, f"{name} ({roles[name]}) lacks {sorted(missing)}"
+        assert _total(parsed[name], "blobstore_service_info", service=roles[name]) == 1
+
+    access = parsed["access"]
+    assert _total(access, "blobstore_http_requests_total", route="/blob", method="PUT", status="200") >= 1
+    assert _total(access, "blobstore_http_requests_total", route="/blob/{token}", method="GET", status="200") >= 1
+    assert _total(access, "blobstore_http_requests_total", route="unmatched", method="GET", status="404") == 1
+    assert _total(access, "blobstore_http_request_duration_seconds_count", route="/blob", method="PUT") >= 1
+    assert _total(access, "blobstore_access_bytes_in_total") >= len(data)
+    assert _total(access, "blobstore_access_bytes_out_total") >= len(data)
+    routes = {labels["route"] for labels, _ in access["blobstore_http_requests_total"]}
+    assert routes <= {"/blob", "/blob/{token}", "/blob/{token}/stat", "/health", "/metrics", "unmatched"}, routes
+
+    blobnodes = [parsed[n] for n, role in roles.items() if role == "blobnode"]
+    assert sum(_total(b, "blobstore_http_requests_total", route="/shard/put", method="PUT", status="200")
+               for b in blobnodes) >= 6  # the fast data-path route is measured too
+    assert sum(_total(b, "blobstore_blobnode_shard_ops_total", op="put", result="ok") for b in blobnodes) >= 6
+    assert sum(_total(b, "blobstore_blobnode_fsync_seconds_count") for b in blobnodes) >= 1
+    assert all(_total(b, "blobstore_blobnode_disk_free_bytes") > 0 for b in blobnodes)
+
+    managers = [parsed[n] for n, role in roles.items() if role == "clustermgr"]
+    assert sum(_total(m, "blobstore_raft_role", role="leader") for m in managers) == 1
+    assert all(_total(m, "blobstore_raft_term") >= 1 for m in managers)
+    assert all(_total(m, "blobstore_clustermgr_disks", status="normal") == 6 for m in managers)
+    leader = next(m for m in managers if _total(m, "blobstore_raft_role", role="leader") == 1)
+    assert _total(leader, "blobstore_clustermgr_proposal_seconds_count", op="disk_heartbeat") >= 1
+    assert _total(leader, "blobstore_clustermgr_volumes", status="active") >= 1
+    assert _total(parsed["allocator"], "blobstore_allocator_free_bids") > 0
+    assert _total(parsed["allocator"], "blobstore_allocator_leased_volumes", code_mode="EC3P3") >= 1
+
+
+def _audit_lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_audit_log_has_a_line_per_request(cluster: ClusterInfo) -> None:
+    path = Path(cluster.dir) / "access" / "audit.jsonl"
+    before = len(_audit_lines(path))
+    data = os.urandom(5 << 20)  # two blobs
+    with Client(cluster.access_url) as client:
+        token = client.put(data)
+        assert client.get(token, 10, 100) == data[10:110]
+        client.stat(token)
+        middle = len(token) // 2
+        forged = token[:middle] + ("A" if token[middle] != "A" else "B") + token[middle + 1:]
+        with pytest.raises(Forbidden):
+            client.get(forged)
+    location = Location.from_token(token, _secret(cluster))
+    wait_until(lambda: len(_audit_lines(path)) >= before + 4, 10, "the audit lines")
+    lines = _audit_lines(path)[before:]
+    assert token not in path.read_text()
+    assert all(line["path"] not in ("/metrics", "/health") for line in lines)
+    by_kind = {(line["method"], line["path"], line["status"]): line for line in lines}
+    put = by_kind["PUT", "/blob", 200]
+    assert put["bytes_in"] == len(data) and put["vids"] == sorted({s.vid for s in location.blobs})
+    assert put["cluster_id"] == location.cluster_id
+    ranged = by_kind["GET", "/blob/{token}", 206]
+    assert ranged["bytes_out"] == 100 and ranged["vids"] == put["vids"]
+    assert by_kind["GET", "/blob/{token}/stat", 200]["vids"] == put["vids"]
+    refused = by_kind["GET", "/blob/{token}", 403]
+    assert refused["vids"] is None and refused["cluster_id"] is None
+    for line in lines:
+        assert set(line) == {"time", "method", "path", "status", "bytes_in", "bytes_out", "latency_ms", "client",
+                             "cluster_id", "vids"}
+        assert str(line["client"]).startswith("127.0.0.1:") and float(str(line["latency_ms"])) >= 0
+        assert str(line["time"]).endswith("Z")
+
+
+def _secret(cluster: ClusterInfo) -> bytes:
+    access = next(p for p in cluster.processes if p.role == "access")
+    return str(json.loads(Path(access.config).read_text())["secret"]).encode()
+
+
+def test_prometheus_scrapes_every_process(cluster: ClusterInfo, tmp_path: Path) -> None:
+    """Debian's Prometheus server scrapes the whole cluster and answers a query over what it scraped."""
+    targets = [p.url.removeprefix("http://") for p in _scraped(cluster)]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(json.dumps({"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                                  "scrape_configs": [{"job_name": "blobstore",
+                                                      "static_configs": [{"targets": targets}]}]}))
+    port = free_port()
+    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115  (closed below, after the process)
+    server = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                               f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    api = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        def all_up() -> bool:
+            try:
+                active = httpx.get(f"{api}/targets", timeout=2).json()["data"]["activeTargets"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                return False
+            return len(active) == len(targets) and all(t["health"] == "up" for t in active)
+
+        wait_until(all_up, 40, "Prometheus to scrape every process successfully")
+        query = 'count(blobstore_service_info == 1)'
+        answer = httpx.get(f"{api}/query", params={"query": query}, timeout=5).json()
+        assert answer["status"] == "success"
+        assert int(answer["data"]["result"][0]["value"][1]) == len(targets)
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+
+
+def _queue_repairs(cluster: ClusterInfo, count: int) -> None:
+    async def send() -> None:
+        mqproxy = next(p.url for p in cluster.processes if p.role == "mqproxy")
+        async with MqProxyClient([mqproxy]) as client:
+            await client.send_repair([RepairIn(vid=1, bid=10_000_000 + i, bad_indexes=[0], reason="test")
+                                      for i in range(count)])
+
+    asyncio.run(send())
+
+
+def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) -> None:
+    """What a person sees: every blobnode, a disk marked broken shown as broken, the repair backlog
+    growing while tinker is down, PUT/GET drawn as plots. Saves a screenshot in the test's temp dir."""
+    blobnodes = [p.name for p in cluster.processes if p.role == "blobnode"]
+    with Client(cluster.access_url) as client:
+        deadline = time.monotonic() + 6  # a few scrape intervals of traffic, so the plots have lines
+        while time.monotonic() < deadline:
+            client.get(client.put(os.urandom(20_000)))
+    with headless_chromium(tmp_path / "chromium-profile") as browser:
+        browser.get(cluster.dashboard_url)
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#blobnodes [data-blobnode]")) == len(blobnodes))
+        shown = {e.get_attribute("data-blobnode"): e.text for e in
+                 browser.find_elements(By.CSS_SELECTOR, "#blobnodes [data-blobnode]")}
+        assert sorted(shown) == sorted(blobnodes)
+        assert all("up" in text and "normal" in text for text in shown.values()), shown
+        assert browser.find_element(By.ID, "health").text == "healthy"
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, '#rate-chart path[data-line="PUT"]').get_attribute("d"))
+        assert browser.find_element(By.CSS_SELECTOR, '#latency-chart path[data-line="PUT p99"]').get_attribute("d")
+
+        disk = json.loads(CliRunner().invoke(app, ["disk", "list", "--dir", cluster.dir, "--json"]).output)[0]
+        result = CliRunner().invoke(app, ["disk", "set", str(disk["disk_id"]), "--status", "broken",
+                                          "--dir", cluster.dir])
+        assert result.exit_code == 0, result.output
+        row = f'#blobnodes tr[data-disk-id="{disk["disk_id"]}"] .status'
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, row).text == "broken")
+        wait.until(lambda b: f"disk {disk['disk_id']}" in b.find_element(By.ID, "problem-list").text)
+        assert "problem" in browser.find_element(By.ID, "health").text
+
+        backlog = '#backlog [data-pipeline="repair"] .backlog-number'
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, backlog).text == "0")
+        tinker = next(p for p in cluster.processes if p.role == "tinker")
+        stop([(tinker.pid, tinker.started)])
+        _queue_repairs(cluster, 5)
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, backlog).text == "5")
+        wait.until(lambda b: "tinker does not answer" in b.find_element(By.ID, "problem-list").text)
+        browser.save_screenshot(str(tmp_path / "dashboard.png"))
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
