@@ -10,8 +10,15 @@ PYTEST_ARGS ?=
 	.venv/bin/pip install --quiet -e '.[dev]'
 	touch $@
 
+# Debian packages, as command:package[,package...]: redis-server (the volume cache), chromium with a font and
+# chromium-driver (the dashboard test's headless browser), prometheus (scrapes a cluster in one test).
+# Only what is missing is installed.
+DEBIAN_TOOLS := redis-server:redis-server chromium:chromium,fonts-liberation chromedriver:chromium-driver \
+	prometheus:prometheus
+
 setup: .venv/.installed
-	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	@missing="$$(for pair in $(DEBIAN_TOOLS); do command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done)"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$(echo $$missing | tr , ' '); fi
 
 run: setup
 	$(PY) -m services.blobnode -c deploy/blobnode.json
@@ -52,6 +59,7 @@ bench: setup
 	$(PY) bench/clustermgr.py
 	$(PY) bench/access.py
 	$(PY) bench/pipeline.py
+	$(PY) bench/metrics_cost.py
 
 clean:
 	rm -rf .venv run bench/results

@@ -29,6 +29,7 @@ class ClusterShape:
     min_volumes: int = 2
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
+    audit_log: bool = True  # access writes access/audit.jsonl
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
                      delete_log=str(root / "tinker" / "deletes.jsonl"))
     access = service("access", secret=secret, allocator_hosts=[allocator.url], mqproxy_hosts=[mqproxy.url],
                      redis_url=redis.url, default_code_mode=shape.code_mode,
-                     orphan_log=str(root / "access" / "orphans.jsonl"), audit_log=str(root / "access" / "audit.jsonl"))
+                     orphan_log=str(root / "access" / "orphans.jsonl"),
+                     audit_log=str(root / "access" / "audit.jsonl") if shape.audit_log else "")
     scraped = [*cms, *blobnodes, allocator, worker, mqproxy, tinker, access]
     dashboard = service("dashboard", kafka_bootstrap=kafka.bootstrap,
                         targets=[{"name": p.name, "role": p.role, "url": p.url} for p in scraped])

@@ -13,7 +13,7 @@ from libs.rpc.metrics import counter, gauge
 from services.tinker.tinker import Tinker
 
 log = logging.getLogger(__name__)
-LAG_REFRESH = 10.0  # seconds between lag reads
+LAG_REFRESH = 30.0  # seconds between lag reads: each opens Kafka admin connections
 
 
 class TinkerFigures:

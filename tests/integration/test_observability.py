@@ -100,6 +100,9 @@ def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo)
         token = client.put(data)
         assert client.get(token) == data
     assert httpx.get(f"{cluster.access_url}/no/such/route", timeout=5).status_code == 404
+    a_blobnode = next(p.url for p in cluster.processes if p.name == "blobnode1")
+    missing_disk = httpx.get(f"{a_blobnode}/shard/get", params={"disk_id": 999, "vuid": 1, "bid": 1}, timeout=5)
+    assert missing_disk.status_code == 404
     texts = {p.name: httpx.get(f"{p.url}/metrics", timeout=5) for p in _scraped(cluster)}
     roles = {p.name: p.role for p in _scraped(cluster)}
     parsed = {}
@@ -127,6 +130,8 @@ def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo)
     assert sum(_total(b, "blobstore_http_requests_total", route="/shard/put", method="PUT", status="200")
                for b in blobnodes) >= 6  # the fast data-path route is measured too
     assert sum(_total(b, "blobstore_blobnode_shard_ops_total", op="put", result="ok") for b in blobnodes) >= 6
+    refused = _total(parsed["blobnode1"], "blobstore_http_requests_total", route="/shard/get", status="404")
+    assert refused == 1  # a fast route's error is counted with the status its client got
     assert sum(_total(b, "blobstore_blobnode_fsync_seconds_count") for b in blobnodes) >= 1
     assert all(_total(b, "blobstore_blobnode_disk_free_bytes") > 0 for b in blobnodes)
 
