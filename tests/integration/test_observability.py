@@ -29,6 +29,8 @@ from blobstore.plan import ClusterShape
 from blobstore.procs import free_port, stop, wait_until
 from libs.proto.location import Location
 from libs.proto.mqproxy import RepairIn
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
 from services.mqproxy.client import MqProxyClient
 from tests.support.browser import headless_chromium
 
@@ -144,6 +146,26 @@ def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo)
     assert _total(leader, "blobstore_clustermgr_volumes", status="active") >= 1
     assert _total(parsed["allocator"], "blobstore_allocator_free_bids") > 0
     assert _total(parsed["allocator"], "blobstore_allocator_leased_volumes", code_mode="EC3P3") >= 1
+
+
+def test_a_degraded_read_is_counted(cluster: ClusterInfo) -> None:
+    """A GET that finds a data shard gone is rebuilt from parity, and access counts it."""
+    with Client(cluster.access_url) as client:
+        data = os.urandom(50_000)
+        token = client.put(data)
+        before = _samples(httpx.get(f"{cluster.access_url}/metrics", timeout=5).text)
+        blob = Location.from_token(token, _secret(cluster)).blobs[0]
+
+        async def drop_shard_zero() -> None:
+            async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as blobnodes:
+                unit = (await cm.get_volume(blob.vid)).units[0]
+                await blobnodes.delete_shard(unit.host, unit.disk_id, unit.vuid, blob.min_bid)
+
+        asyncio.run(drop_shard_zero())
+        assert client.get(token) == data
+    after = _samples(httpx.get(f"{cluster.access_url}/metrics", timeout=5).text)
+    name = "blobstore_access_degraded_reads_total"
+    assert _total(after, name) == _total(before, name) + 1
 
 
 def _audit_lines(path: Path) -> list[dict[str, object]]:
