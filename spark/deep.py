@@ -1,8 +1,9 @@
 """`--deep`: executors read every shard of each readable blob and check its bytes.
 
 The blobnode verifies each 64 KiB block's CRC as it reads, so a flipped byte comes back as `ShardCorrupted`
-(a corrupt_shards finding). When every shard of a stripe reads, the data shards are encoded again and the
-parity must equal what is stored (parity_mismatch: some shard holds valid-CRC bytes of something else).
+(a corrupt_shards finding). When more than n shards of a stripe read, the blob is rebuilt from n of them and
+encoded again: every shard read must equal its re-encoded self (parity_mismatch: some shard holds
+valid-CRC bytes of something else).
 Reads are background work: each executor task keeps under `rate` bytes per second.
 """
 
@@ -49,15 +50,20 @@ async def _check_blob(client: BlobnodeClient, blob: Row, pacer: Pacer) -> list[t
             found.append((Finding.CORRUPT_SHARDS.value, blob["vid"], blob["bid"], shard["unit_index"], shard["disk_id"],
                           shard["host"], blob["code_mode"], shard["size"], str(outcome)))
     codec = codec_for(parse_code_mode(blob["code_mode"]), blob["backend"])
-    if found or len(shards) != codec.tactic.total or not all(isinstance(r, bytes) for r in reads):
-        return found
-    data = [r for r in reads if isinstance(r, bytes)]
-    n = codec.tactic.n
-    expected = codec.encode(b"".join(data[:n]))
-    bad = [i for i in range(n, codec.tactic.total) if bytes(expected[i]) != data[i]]
+    by_index: list[bytes | None] = [None] * codec.tactic.total
+    for shard, outcome in zip(shards, reads, strict=True):
+        if isinstance(outcome, bytes):
+            by_index[shard["unit_index"]] = outcome
+    readable = [data for data in by_index if data is not None]
+    if found or len(readable) <= codec.tactic.n or len({len(d) for d in readable}) != 1:
+        return found  # nothing to cross-check beyond what the CRCs said
+    # Rebuild the data from n shards, encode it again: every shard read must equal its re-encoded self.
+    n, size = codec.tactic.n, len(readable[0])
+    expected = codec.encode(codec.decode(by_index, n * size))
+    bad = [i for i, data in enumerate(by_index) if data is not None and bytes(expected[i]) != data]
     if bad:
         found.append((Finding.PARITY_MISMATCH.value, blob["vid"], blob["bid"], None, None, None, blob["code_mode"],
-                      n * shards[0]["size"], f"parity shards {bad} do not match the data shards"))
+                      n * size, f"shards {bad} disagree with the stripe re-encoded from its shards"))
     return found
 
 

@@ -56,10 +56,11 @@ def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = N
     if existing is not None:
         yield existing
         return
+    # Executors run the same interpreter as the driver, so they import libs/ and spark/ as it does (pyspark
+    # takes the executors' Python from this variable, not from spark.pyspark.python).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.jars", ",".join(str(j) for j in kafka_source_jars()))
-               # executors run the same interpreter (and so find libs/ and spark/) as the driver
-               .config("spark.pyspark.python", sys.executable)
                .config("spark.ui.showConsoleProgress", "true")
                .config("spark.sql.session.timeZone", "UTC"))
     if master.startswith(LOOPBACK):  # everything on this machine: bind nothing but the loopback address
