@@ -44,6 +44,7 @@ from libs.proto.clustermgr import (
     VolumeRef,
     VolumeRetain,
 )
+from libs.proto.switches import SWITCH_PREFIX, parse_switch
 from libs.rpc.errors import BadRequest
 from libs.rpc.server import create_app
 from services.clustermgr import commands as cmd
@@ -174,11 +175,13 @@ def build_app(cm: ClusterManager) -> FastAPI:
 
     @app.post("/config/set")
     async def config_set(req: KeyValue) -> KeyValue:
-        if req.key == POLICY_KEY:
-            try:
+        try:
+            if req.key == POLICY_KEY:
                 CodeModePolicy.parse(req.value)
-            except ValueError as exc:
-                raise BadRequest(str(exc)) from None
+            elif req.key.startswith(SWITCH_PREFIX):
+                parse_switch(req.key, req.value)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
         return await cm.propose(cmd.ConfigSet(key=req.key, value=req.value))
 
     @app.get("/config/list")
