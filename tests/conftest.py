@@ -109,7 +109,8 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
             name = f"access{len(fronts)}"
             service = launch("services.access", name, secret=LocalCluster.secret, clustermgr_hosts=cm_urls,
                              allocator_hosts=[a.url for a in allocs],
-                             orphan_log=str(tmp_path / f"{name}-orphans.jsonl"), **{**access_overrides, **overrides})
+                             orphan_log=str(tmp_path / f"{name}-orphans.jsonl"),
+                             audit_log=str(tmp_path / f"{name}-audit.jsonl"), **{**access_overrides, **overrides})
             fronts.append(service)
             return service
 
