@@ -60,7 +60,7 @@ bench: setup
 	$(PY) bench/access.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/metrics_cost.py
-	$(PY) bench/inspect.py
+	$(PY) bench/inspection.py
 
 clean:
 	rm -rf .venv run bench/results

@@ -5,32 +5,26 @@ disk tables): EC6P3 volumes over 90 disks, 0.1% of blobs missing a shard, 0.05% 
 runs in a fresh process (its own JVM); the time is the job alone (session start excluded), best of `--runs`.
 local[1] is the baseline of the same run; the goal is >= 1.6x from 1 to 2 cores.
 
-    python bench/inspect.py [--shards 10000000] [--runs 1] [--out bench/results/inspect.json]
+    python bench/inspection.py [--shards 10000000] [--runs 1] [--out bench/results/inspect.json]
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow the standard
-# library's `inspect` for every module imported below: take the folder off the path first.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from libs.proto.blobnode import DiskExport  # noqa: E402
-from services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA  # noqa: E402
-from spark.inputs import DISK_SCHEMA, UNIT_SCHEMA  # noqa: E402
+from libs.proto.blobnode import DiskExport
+from services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA
+from spark.inputs import DISK_SCHEMA, UNIT_SCHEMA
 
 DISKS, UNITS, N = 90, 9, 6  # EC6P3
 
