@@ -15,8 +15,7 @@ retry for seconds, sessions live for minutes.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+import math
 
 from pydantic import Field
 
@@ -26,8 +25,8 @@ from libs.rpc.errors import Conflict
 
 CF = "session"
 MAX_KEPT = 1024  # answers kept per session beyond its acked seq (commands one client has in flight)
-MAX_DROPS = 16  # sessions dropped per command at most, so that an apply stays short
-_COUNT = b"#"
+MAX_DROPS = 64  # sessions dropped per sweep at most, so that an apply stays short
+_TABLE = b"#"
 
 
 class LoggedSession(Session):
@@ -37,11 +36,13 @@ class LoggedSession(Session):
     limit: int = Field(ge=1)
 
 
-@dataclass
-class _Meta:
-    active: int  # microseconds of the leader's clock at its last command
-    floor: int  # every seq up to it is acknowledged or forgotten
-    kept: int  # answers stored
+# Keys, written so that a busy session costs a few point reads and writes per command: no scan over
+# the tombstones its own deletes leave behind (a RocksDB iterator steps over every one of them).
+#   s<client>              -> "active floor kept": its last second, every seq <= floor is settled,
+#                             how many answers are stored (all of them above the floor)
+#   r<client>/<seq, hex>   -> the answer of that command
+#   t<second>/<client>     -> b"": the idle index, rewritten at most once a second per session
+#   #                      -> "count swept": sessions, and the second of the last sweep for idle ones
 
 
 def _meta_key(client: str) -> bytes:
@@ -56,65 +57,87 @@ def _answer_key(client: str, seq: int) -> bytes:
     return _answers(client) + b"%016x" % seq
 
 
-def _idle_key(active: int, client: str) -> bytes:
-    return b"t%020d/" % active + client.encode()
+def _idle_key(second: int, client: str) -> bytes:
+    return b"t%012d/" % second + client.encode()
 
 
-def _micros(now: float) -> int:
-    return max(0, round(now * 1_000_000))
+def _second(now: float) -> int:
+    return max(0, math.floor(now))
 
 
-def _load(kv: KVStore, client: str) -> _Meta | None:
-    raw = kv.get(CF, _meta_key(client))
-    return None if raw is None else _Meta(**json.loads(raw))
+def _ints(raw: bytes | None, n: int) -> list[int]:
+    return [int(x) for x in raw.split()] if raw else [0] * n
 
 
 def count(kv: KVStore) -> int:
-    raw = kv.get(CF, _COUNT)
-    return int(raw) if raw else 0
+    return _ints(kv.get(CF, _TABLE), 2)[0]
 
 
-def recall(kv: KVStore, session: Session) -> bytes | None:
-    """The first answer of a retried command, or None for a command not applied yet. Raises Conflict
-    for one at or below what its client acknowledged (a stale duplicate: applying it would repeat it)."""
-    meta = _load(kv, session.client)
-    if meta is None:
-        return None
-    answer = kv.get(CF, _answer_key(session.client, session.seq))
-    if answer is None and session.seq <= meta.floor:
-        raise Conflict(f"command {session.seq} of client {session.client} is older than the ones it acknowledged"
-                       f" ({meta.floor}): answered, given up or forgotten, so not applied again")
-    return answer
+class Visit:
+    """One command's look at its session: `recall` before applying, `record` after."""
 
+    def __init__(self, kv: KVStore, session: LoggedSession) -> None:
+        self.kv, self.session = kv, session
+        raw = kv.get(CF, _meta_key(session.client))
+        self.known = raw is not None
+        self.active, self.floor, self.kept = _ints(raw, 3)
 
-def record(kv: KVStore, batch: Batch, session: LoggedSession, now: float, answer: bytes | None) -> None:
-    """The session's bookkeeping, in the command's batch: keep `answer` (None: nothing new to keep),
-    forget what the client acknowledged, mark it active at `now`, and drop sessions idle for longer
-    than the ttl or, over the limit, the longest idle."""
-    client, active = session.client, _micros(now)
-    sessions = count(kv)
-    meta = _load(kv, client)
-    if meta is None:
-        meta = _Meta(active=active, floor=0, kept=0)
-        sessions += 1
-    else:
-        batch.delete(CF, _idle_key(meta.active, client))
-    if answer is not None:
-        batch.put(CF, _answer_key(client, session.seq), answer)
-        meta.kept += 1
-    meta.floor = max(meta.floor, session.acked)
-    for key, _ in kv.prefix_items(CF, _answers(client)):
-        seq = int(key[-16:], 16)
-        if seq > meta.floor and meta.kept <= MAX_KEPT:
-            break
-        batch.delete(CF, key)  # acknowledged, or the oldest of too many
-        meta.kept -= 1
-        meta.floor = max(meta.floor, seq)
-    meta.active = active
-    batch.put(CF, _meta_key(client), json.dumps(asdict(meta)).encode())
-    batch.put(CF, _idle_key(active, client), b"")
-    sessions -= _drop_idle(kv, batch, client, active - _micros(session.ttl), sessions - session.limit)
-    batch.put(CF, _COUNT, str(sessions).encode())
+    def recall(self) -> bytes | None:
+        """The first answer of a retried command, or None for a command not applied yet. Raises Conflict
+        for one at or below what its client acknowledged (a stale duplicate: applying it would repeat it)."""
+        if not self.known:
+            return None
+        client, seq = self.session.client, self.session.seq
+        answer = self.kv.get(CF, _answer_key(client, seq))
+        if answer is None and seq <= self.floor:
+            raise Conflict(f"command {seq} of client {client} is older than the ones it acknowledged ({self.floor}):"
+                           " answered, given up or forgotten, so not applied again")
+        return answer
+
+    def record(self, batch: Batch, now: float, answer: bytes | None) -> None:
+        """The session's bookkeeping, in the command's batch: keep `answer` (None: nothing new to keep),
+        forget what the client acknowledged, mark it active at `now`, and (once a second, or when over
+        the limit) drop sessions idle for longer than the ttl and, over the limit, the longest idle."""
+        session, client, second = self.session, self.session.client, _second(now)
+        sessions, swept = before = tuple(_ints(self.kv.get(CF, _TABLE), 2))
+        if not self.known:
+            sessions += 1
+            batch.put(CF, _idle_key(second, client), b"")
+        elif self.active != second:
+            batch.delete(CF, _idle_key(self.active, client))
+            batch.put(CF, _idle_key(second, client), b"")
+        if answer is not None:
+            batch.put(CF, _answer_key(client, session.seq), answer)
+            self.kept += 1
+        self._forget(batch, session.acked)
+        batch.put(CF, _meta_key(client), b"%d %d %d" % (second, self.floor, self.kept))
+        if sessions > session.limit or second > swept:
+            sessions -= _drop_idle(self.kv, batch, client, _second(now - session.ttl), sessions - session.limit)
+            swept = second
+        if (sessions, swept) != before:
+            batch.put(CF, _TABLE, b"%d %d" % (sessions, swept))
+
+    def _forget(self, batch: Batch, acked: int) -> None:
+        """Delete the answers up to `acked` (by key: a client acknowledges a few at a time), and the
+        oldest ones beyond MAX_KEPT (by a scan: a client that never acknowledges is rare)."""
+        client = self.session.client
+        if acked > self.floor and self.kept:
+            if acked - self.floor <= 2 * MAX_KEPT:
+                gone = [seq for seq in range(self.floor + 1, acked + 1)
+                        if self.kv.get(CF, _answer_key(client, seq)) is not None]
+            else:
+                gone = [int(k[-16:], 16) for k, _ in self.kv.prefix_items(CF, _answers(client))
+                        if int(k[-16:], 16) <= acked]
+            for seq in gone:
+                batch.delete(CF, _answer_key(client, seq))
+            self.kept -= len(gone)
+        self.floor = max(self.floor, acked)
+        if self.kept > MAX_KEPT:
+            stored = {int(k[-16:], 16) for k, _ in self.kv.prefix_items(CF, _answers(client))} | {self.session.seq}
+            for seq in sorted(seq for seq in stored if seq > self.floor)[: self.kept - MAX_KEPT]:
+                batch.delete(CF, _answer_key(client, seq))
+                self.floor = max(self.floor, seq)
+            self.kept = MAX_KEPT
 
 
 def _drop_idle(kv: KVStore, batch: Batch, current: str, horizon: int, excess: int) -> int:

@@ -50,18 +50,19 @@ class ClusterState:
         batch = self.kv.batch()
         try:
             logged = commands.decode(command)
-            answer = sessions.recall(self.kv, logged.session) if logged.session else None
+            visit = sessions.Visit(self.kv, logged.session) if logged.session else None
+            answer = visit.recall() if visit else None
         except RpcError as exc:
             answer = commands.refusal(exc)
         else:
-            kept = None
+            fresh = None
             if answer is None:
                 answer, accepted = commands.apply(self, batch, logged)
                 if not accepted:
                     batch = self.kv.batch()  # a refused command changes nothing (but is remembered)
-                kept = answer
-            if logged.session:
-                sessions.record(self.kv, batch, logged.session, logged.now, kept)
+                fresh = answer
+            if visit:
+                visit.record(batch, logged.now, fresh)
         batch.put(META, APPLIED_KEY, str(index).encode())
         self.kv.write(batch)
         return answer
