@@ -350,5 +350,12 @@ def config_set(key: str, value: str, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOp
     out.print(f"{key} set")
 
 
+# The Spark jobs and task switches live in their own module, which uses the options and helpers above.
+from blobstore.inspect_cli import inspect_app, task_app  # noqa: E402
+
+app.add_typer(inspect_app, name="inspect")
+app.add_typer(task_app, name="task")
+
+
 def main() -> None:
     app()

@@ -12,7 +12,6 @@ fresh clone fetches them once on first use. The broker runs detached and is stop
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import re
 import shutil
@@ -20,9 +19,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from blobstore.maven import cache_root, fetch_jars
 
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
@@ -72,45 +72,13 @@ def kafka_version() -> str:
     return match.group(1)
 
 
-def cache_root() -> Path:
-    """`$BLOBSTORE_CACHE`, else `$XDG_CACHE_HOME/blobstore`, else `~/.cache/blobstore`."""
-    if env := os.environ.get("BLOBSTORE_CACHE"):
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "blobstore"
-
-
 def jar_dir() -> Path:
     return cache_root() / f"kafka-{kafka_version()}" / "libs"
 
 
 def fetch() -> Path:
-    """Copy the broker jars into the cache once; later calls return at once.
-
-    A lock serialises concurrent first runs, and the jars appear under their final name only when
-    Maven finished, so a killed fetch never leaves a half-filled folder that looks complete.
-    """
-    libs = jar_dir()
-    if libs.is_dir():
-        return libs
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if libs.is_dir():
-            return libs
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RuntimeError("Maven (mvn) is needed once to fetch the Kafka jars: apt-get install maven")
-        staging = Path(tempfile.mkdtemp(prefix="libs.", dir=libs.parent))
-        try:
-            result = subprocess.run([mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-                                     "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-                                    capture_output=True, text=True)
-            if result.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
-                raise RuntimeError(f"fetching Kafka jars failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
-            staging.rename(libs)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return libs
+    """Copy the broker jars into the cache once; later calls return at once."""
+    return fetch_jars(POM, jar_dir(), "kafka_2.13-*.jar")
 
 
 def _java(libs: Path, log4j2: Path, main: str, *args: str) -> list[str]:

@@ -226,7 +226,7 @@ class ChunkFile:
                 assert existing is not None
                 return self._same_or_exists(existing, vuid, view, crc)
             meta = ShardMeta(bid=bid, vuid=vuid, offset=offset, size=len(view), crc=crc,
-                             status=ShardStatus.NORMAL)
+                             status=ShardStatus.NORMAL, written_at=int(time.time()))
             ok = False
             try:
                 self._write_durable(bufs, offset)
@@ -431,7 +431,8 @@ class ChunkFile:
         with self._use(), self._meta_lock:
             meta = self.stat_shard(bid)
             if meta.status != status:
-                meta = replace(meta, status=status)
+                marked = int(time.time()) if status is ShardStatus.MARK_DELETED else 0
+                meta = replace(meta, status=status, marked_at=marked)
                 self._index.put(meta)
             return meta
 

@@ -1,7 +1,10 @@
 """The shard index: one KV column family, key = chunk id (16 B) + bid (u64 big-endian).
 
 Big-endian bids make a chunk's keys sort by bid, so listing is a range scan. The value is
-the shard's physical offset, size, CRC, status and vuid.
+the shard's physical offset, size, CRC, status and vuid, and (since value version 2) when it was
+written and when it was marked deleted, in unix seconds: the offline inspection skips shards
+written too recently (a PUT may still be under way) and finds deletes that were never purged.
+Version-1 values still read, with both times 0 (unknown, i.e. old).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from libs.proto.ids import ChunkId
 SHARD_CF = "shard"
 
 _BID = struct.Struct(">Q")
-_VALUE = struct.Struct("<BQIIBQ")  # value version, offset, size, crc, status, vuid
-_VALUE_VERSION = 1
+_VALUE_V1 = struct.Struct("<BQIIBQ")  # value version, offset, size, crc, status, vuid
+_VALUE = struct.Struct("<BQIIBQII")  # ... written at, marked deleted at (unix seconds, 0: unknown / not marked)
+_VALUE_VERSION = 2
 _MAX_BID = (1 << 64) - 1
 
 
@@ -40,17 +44,26 @@ class ShardMeta:
     size: int
     crc: int
     status: ShardStatus
+    written_at: int = 0
+    marked_at: int = 0
 
 
 def encode_value(meta: ShardMeta) -> bytes:
-    return _VALUE.pack(_VALUE_VERSION, meta.offset, meta.size, meta.crc, int(meta.status), meta.vuid)
+    return _VALUE.pack(_VALUE_VERSION, meta.offset, meta.size, meta.crc, int(meta.status), meta.vuid,
+                       meta.written_at, meta.marked_at)
 
 
 def decode_value(bid: int, raw: bytes) -> ShardMeta:
-    version, offset, size, crc, status, vuid = _VALUE.unpack(raw)
-    if version != _VALUE_VERSION:
+    version = raw[0] if raw else None
+    if version == _VALUE_VERSION:
+        _, offset, size, crc, status, vuid, written_at, marked_at = _VALUE.unpack(raw)
+    elif version == 1:
+        _, offset, size, crc, status, vuid = _VALUE_V1.unpack(raw)
+        written_at = marked_at = 0
+    else:
         raise ValueError(f"unknown shard index value version {version}")
-    return ShardMeta(bid=bid, vuid=vuid, offset=offset, size=size, crc=crc, status=ShardStatus(status))
+    return ShardMeta(bid=bid, vuid=vuid, offset=offset, size=size, crc=crc, status=ShardStatus(status),
+                     written_at=written_at, marked_at=marked_at)
 
 
 def check_bid(bid: int) -> None:

@@ -10,6 +10,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+from libs.mq.offsets import TopicPartition as TP
 from libs.mq.topics import ALL_TOPICS
 
 
@@ -35,16 +36,20 @@ def ensure_topics(bootstrap: str, partitions: int, topics: Iterable[str] = ALL_T
     return missing
 
 
-def lag(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0) -> dict[str, dict[int, int]]:
-    """Messages not yet committed by `group`, per topic and partition.
+def positions(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0) -> dict[TP, tuple[int, int]]:
+    """Per existing partition of `topics`: (where `group` resumes, the end offset). A partition the group never
+    committed resumes at its earliest retained offset, so the messages between the two are not consumed yet.
 
-    A partition the group never committed counts from its earliest retained offset. The group
-    coordinator may not exist yet (no group ever joined): that is retried until `timeout`.
+    The group coordinator may not exist yet (no group ever joined): that is retried until `timeout`.
     """
     deadline = time.monotonic() + timeout
     with _admin(bootstrap) as admin:
+        known = set(admin.list_topics())
+        names = [str(t) for t in topics if str(t) in known]
+        if not names:
+            return {}
         parts = [TopicPartition(t["name"], p["partition_index"])
-                 for t in admin.describe_topics([str(t) for t in topics]) for p in t["partitions"]]
+                 for t in admin.describe_topics(names) for p in t["partitions"]]
         ends = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in parts})
         starts = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in parts})
         while True:
@@ -55,9 +60,17 @@ def lag(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0
                 if not exc.retriable or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-    result: dict[str, dict[int, int]] = {}
+    result: dict[TP, tuple[int, int]] = {}
     for tp in sorted(parts):
         done = committed.get(tp)
         position = done.offset if done is not None and done.offset >= 0 else starts[tp].offset
-        result.setdefault(tp.topic, {})[tp.partition] = max(0, ends[tp].offset - position)
+        result[(tp.topic, tp.partition)] = (position, ends[tp].offset)
+    return result
+
+
+def lag(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0) -> dict[str, dict[int, int]]:
+    """Messages not yet committed by `group`, per topic and partition."""
+    result: dict[str, dict[int, int]] = {}
+    for (topic, partition), (position, end) in positions(bootstrap, group, topics, timeout).items():
+        result.setdefault(topic, {})[partition] = max(0, end - position)
     return result

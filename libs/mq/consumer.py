@@ -68,10 +68,21 @@ class Consumer:
     async def _run(self, call: partial[T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    async def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[Record]:
-        """The next batch (possibly empty after `timeout`), in offset order within each partition."""
-        batches = await self._run(partial(self._consumer.poll, timeout_ms=int(timeout * 1000),
-                                          max_records=max_records))
+    async def poll(self, timeout: float = 0.5, max_records: int = 500, *, paused: bool = False) -> list[Record]:
+        """The next batch (possibly empty after `timeout`), in offset order within each partition.
+
+        `paused` fetches nothing new while the consumer stays in its group: the messages wait in Kafka. It
+        is applied on every call because a rebalance hands out partitions unpaused; a partition assigned
+        during this very call may still deliver a batch, which the caller must hold back itself.
+        """
+        def fetch() -> Any:
+            if paused:
+                self._consumer.pause(*self._consumer.assignment())
+            elif self._consumer.paused():
+                self._consumer.resume(*self._consumer.paused())
+            return self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
+
+        batches = await self._run(partial(fetch))
         return [Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
                 for records in batches.values() for m in records]
 

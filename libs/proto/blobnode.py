@@ -146,3 +146,33 @@ def shard_state(outcome: object) -> ShardState:
     if isinstance(outcome, RpcError):
         return ShardState.ERROR
     return ShardState.UNREACHABLE
+
+
+# the offline inspection's input: each disk's shard index and chunk list as Parquet, with a manifest
+
+
+class ExportRequest(BaseModel):
+    """Export every disk (or `disk_ids`) into `target`: an absolute path every Spark executor can read, or a
+    filesystem URI pyarrow knows (file://, s3://, hdfs://, gs://)."""
+
+    target: str = Field(min_length=1)
+    disk_ids: list[int] | None = None
+    piece_rows: int = Field(20_000, ge=100, le=1_000_000)  # index entries read per trip to the disk's pool
+
+
+class DiskExport(BaseModel):
+    """A disk's manifest, written last: a disk without one (or with a broken one) is unavailable, not empty.
+    Paths are relative to the export's target."""
+
+    disk_id: int
+    host: str
+    started: float  # unix time the scan began; shards written later may or may not be in it
+    finished: float
+    shard_file: str
+    shards: int
+    chunk_file: str
+    chunks: int
+
+
+class ExportResult(BaseModel):
+    exports: list[DiskExport]

@@ -15,6 +15,8 @@ from libs.proto.blobnode import (
     ChunkStat,
     ChunkStatus,
     DiskStat,
+    ExportRequest,
+    ExportResult,
     NodeStat,
     ShardInfo,
     ShardList,
@@ -104,6 +106,10 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
         wanted = ShardStatus[status.upper()] if status else None
         shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted)
         return ShardList(shards=[shard_info(m) for m in shards])
+
+    @app.post("/inspect/export")
+    async def inspect_export(req: ExportRequest) -> ExportResult:
+        return ExportResult(exports=await node.export(req))
 
     async def shard_put(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "PUT":

@@ -15,6 +15,8 @@ from libs.proto.blobnode import (
     ChunkRef,
     ChunkStat,
     DiskStat,
+    ExportRequest,
+    ExportResult,
     NodeStat,
     ShardInfo,
     ShardList,
@@ -111,6 +113,12 @@ class BlobnodeClient(ServiceClient):
 
     async def stat(self, host: str) -> NodeStat:
         return await self.http.call("GET", f"{host}/stat", NodeStat)
+
+    async def export(self, host: str, target: str, timeout: float | None = None) -> ExportResult:
+        """Have every disk of the node write its shard index into `target` (see ExportRequest); returns the
+        manifests once all are written."""
+        return await self.http.call("POST", f"{host}/inspect/export", ExportResult,
+                                    body=ExportRequest(target=target), timeout=timeout)
 
     async def health(self, host: str, timeout: float = 2.0) -> bool:
         try:

@@ -15,7 +15,16 @@ from typing import ParamSpec, TypeVar
 
 from libs import chunkfile
 from libs.chunkfile import ShardMeta, ShardStatus
-from libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat, NodeStat, ShardInfo
+from libs.proto.blobnode import (
+    ChunkInfo,
+    ChunkStat,
+    ChunkStatus,
+    DiskExport,
+    DiskStat,
+    ExportRequest,
+    NodeStat,
+    ShardInfo,
+)
 from libs.rpc import errors
 from services.blobnode.config import BlobnodeConfig
 from services.blobnode.disk import Disk
@@ -150,6 +159,29 @@ class Blobnode:
     async def set_shard_status(self, disk_id: int, vuid: int, bid: int,
                                status: ShardStatus | None) -> ShardMeta | None:
         return await self._run(disk_id, self.disk(disk_id).shard_status, vuid, bid, status)
+
+    async def export(self, req: ExportRequest) -> list[DiskExport]:
+        """Write the shard index and chunk list of each disk under `req.target` (all disks at once, each on its
+        own pool, one bounded piece per trip so user I/O keeps its turn); see services/blobnode/export.py."""
+        from services.blobnode.export import DiskExporter, open_target  # pyarrow: loaded only when exporting
+
+        disk_ids = sorted(self.disks) if req.disk_ids is None else req.disk_ids
+        for disk_id in disk_ids:
+            self.disk(disk_id)
+        filesystem, base = open_target(req.target)
+
+        async def one(disk_id: int) -> DiskExport:
+            exporter = DiskExporter(self.disk(disk_id), filesystem, base, self.config.advertised_host, req.piece_rows)
+            try:
+                await self._run(disk_id, exporter.begin)
+                while await self._run(disk_id, exporter.step):
+                    pass
+                return await self._run(disk_id, exporter.finish)
+            except BaseException:
+                await self._run(disk_id, exporter.abort)
+                raise
+
+        return list(await asyncio.gather(*(one(disk_id) for disk_id in disk_ids)))
 
     async def disk_stat(self, disk_id: int) -> DiskStat:
         return await self._run(disk_id, self.disk(disk_id).stat)

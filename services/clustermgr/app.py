@@ -53,6 +53,7 @@ from libs.proto.clustermgr import (
     VolumeRef,
     VolumeRetain,
 )
+from libs.proto.switches import SWITCH_PREFIX, parse_switch
 from libs.rpc.errors import BadRequest
 from libs.rpc.server import ASGIApp, create_app
 from services.clustermgr import commands as cmd
@@ -204,11 +205,13 @@ def build_app(cm: ClusterManager) -> ASGIApp:
 
     @app.post("/config/set")
     async def config_set(req: KeyValue, caller: Caller) -> KeyValue:
-        if req.key == POLICY_KEY:
-            try:
+        try:
+            if req.key == POLICY_KEY:
                 CodeModePolicy.parse(req.value)
-            except ValueError as exc:
-                raise BadRequest(str(exc)) from None
+            elif req.key.startswith(SWITCH_PREFIX):
+                parse_switch(req.key, req.value)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
         return await cm.submit(cmd.ConfigSet(key=req.key, value=req.value), caller)
 
     @app.get("/config/list")

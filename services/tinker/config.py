@@ -17,4 +17,5 @@ class TinkerConfig(BaseModel):
     retry_cap: float = Field(300.0, gt=0)
     concurrency: int = Field(16, ge=1)  # messages worked on at once per pipeline
     commit_interval: float = Field(0.5, gt=0)
+    switch_interval: float = Field(2.0, gt=0)  # how often the task switches are re-read from clustermgr
     shard_timeout: float = Field(30.0, gt=0)

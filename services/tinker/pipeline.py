@@ -18,6 +18,7 @@ from libs.mq.offsets import OffsetTracker
 from libs.mq.producer import Producer
 from libs.mq.topics import Topic
 from libs.proto.messages import BlobMsg
+from libs.proto.switches import Switches, TaskType
 from libs.proto.tinker import PipelineStats
 from services.tinker.rules import RetryPolicy
 
@@ -33,8 +34,10 @@ async def sleep_until(moment: float) -> None:
 
 class Pipeline:
     def __init__(self, name: str, consumer: Consumer, producer: Producer, handle: Handler, *,
-                 slots: asyncio.Semaphore, commit_interval: float) -> None:
+                 slots: asyncio.Semaphore, commit_interval: float, switches: Switches, task: TaskType) -> None:
         self.name = name
+        self.switches = switches
+        self.task = task  # while its switch is off nothing new is fetched (the handler waits for it too)
         self.consumer = consumer
         self.producer = producer
         self.handle = handle
@@ -50,7 +53,8 @@ class Pipeline:
         committer = asyncio.create_task(self._commit_loop())
         try:
             while True:
-                records = await self.consumer.poll(timeout=0.2)
+                self.stats.paused = not self.switches.is_on(self.task)
+                records = await self.consumer.poll(timeout=0.2, paused=self.stats.paused)
                 for record in records:
                     self.tracker.add(record.tp, record.offset)
                     self.stats.messages_in += 1

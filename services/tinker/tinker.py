@@ -18,6 +18,7 @@ from libs.mq.consumer import Consumer, Record
 from libs.mq.producer import Producer
 from libs.mq.topics import Topic, pipelines
 from libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
+from libs.proto.switches import Switches, TaskType
 from libs.proto.tinker import PipelineStats, TinkerStats
 from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
@@ -42,6 +43,7 @@ class Tinker:
         self.repair = RepairHandler(self.cluster, self.workers)
         self.delete = DeleteHandler(self.cluster, self.blobnodes, Path(config.delete_log))
         self.pipelines: dict[str, Pipeline] = {}
+        self.switches = Switches()
         self._producer: Producer | None = None
         self.life = Lifecycle()
         self.life.close(self._close)
@@ -50,14 +52,16 @@ class Tinker:
         """Connect to Kafka and start every pipeline (the app's start hook)."""
         bootstrap = self.config.kafka_bootstrap
         await self.life.start()
+        self.life.loop(lambda: self.switches.follow(self.cluster.list_config, self.config.switch_interval))
         self._producer = await Producer.connect(bootstrap, client_id="tinker")
         repair_slots = asyncio.Semaphore(self.config.concurrency)  # shared by both repair pipelines
         for spec in pipelines(self.config.group_prefix):
             consumer = await Consumer.connect(bootstrap, spec.group, spec.topics)
             handle = self._on_delete if spec.name == "delete" else functools.partial(self._on_repair, spec.name)
             slots = asyncio.Semaphore(self.config.concurrency) if spec.name == "delete" else repair_slots
+            task = TaskType.BLOB_DELETE if spec.name == "delete" else TaskType.SHARD_REPAIR
             pipeline = Pipeline(spec.name, consumer, self._producer, handle, slots=slots,
-                                commit_interval=self.config.commit_interval)
+                                commit_interval=self.config.commit_interval, switches=self.switches, task=task)
             self.pipelines[spec.name] = pipeline
             # Each consumer polls (joins its group) before the next one connects: kafka-python 3.0 was
             # seen to leave groups that joined at the same instant without partitions.
@@ -77,6 +81,7 @@ class Tinker:
         if msg is None:
             return
         await sleep_until(msg.not_before)
+        await self.switches.wait_on(TaskType.SHARD_REPAIR)
         async with self._repair_slot(pipeline):
             try:
                 await self.repair(msg)
@@ -110,6 +115,7 @@ class Tinker:
         for step, wait in ((self.delete.mark, False), (self.delete.purge, True)):
             if wait:
                 await asyncio.sleep(delete_due(msg.time, self.config.delete_safe_delay, now=time.time()))
+            await self.switches.wait_on(TaskType.BLOB_DELETE)
             async with pipeline.slots:
                 try:
                     await step(msg)

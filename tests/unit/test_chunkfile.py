@@ -460,3 +460,21 @@ def test_unsynced_chunk_still_round_trips(tmp_path: Path, kv: KVStore) -> None:
         c.put_shard(1, VUID, payload(1, 100_000))
     with ChunkFile.open(tmp_path / "c", kv, cid, sync=False) as c:
         assert c.read_shard(1) == payload(1, 100_000)
+
+
+def test_index_records_when_a_shard_was_written_and_marked_and_reads_old_entries(chunk: ChunkFile,
+                                                                                  kv: KVStore) -> None:
+    import struct
+    import time
+
+    before = int(time.time())
+    meta = chunk.put_shard(1, VUID, b"abc")
+    assert before <= meta.written_at <= time.time() and meta.marked_at == 0
+    marked = chunk.mark_delete(1)
+    assert marked.written_at == meta.written_at and marked.marked_at >= before
+    assert chunk.unmark_delete(1).marked_at == 0
+    # A value written before times were indexed (version 1) still reads, with both times unknown (0).
+    kv.put(SHARD_CF, chunk.chunk_id.to_bytes() + struct.pack(">Q", 2),
+           struct.pack("<BQIIBQ", 1, meta.offset, meta.size, meta.crc, 1, VUID))
+    old = chunk.stat_shard(2)
+    assert (old.size, old.written_at, old.marked_at) == (meta.size, 0, 0)

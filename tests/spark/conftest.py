@@ -1,0 +1,39 @@
+"""One local SparkSession for the whole test session: the jobs (and the CLI run in-process) reuse it, so the
+JVM starts once. The standalone-master test runs the CLI as real subprocesses instead."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner, Result
+
+from blobstore.cli import app
+from spark.session import spark_session
+from tests.support.processes import LocalCluster
+
+LOCAL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", "spark.driver.memory": "1g"}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    with spark_session("local[2]", "blobstore-tests", LOCAL_CONF) as session:
+        yield session
+
+
+def blobstore(*args: str) -> Result:
+    """The `blobstore` CLI in this process (a running SparkSession is reused by the jobs)."""
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def cluster_args(cluster: LocalCluster) -> list[str]:
+    return ["--clustermgr", ",".join(cm.url for cm in cluster.clustermgr)]
+
+
+def summary(out: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return loaded

@@ -1,0 +1,95 @@
+"""Inspection and backlog against a real cluster with Kafka: shards missed while a blobnode was frozen are
+found exactly, counted as queued repairs while repair is switched off, and gone after `--repair` + on.
+
+Every job runs in this process through the CLI, on the test session's one SparkSession."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from libs.proto.tinker import TinkerStats
+from tests.integration.test_access import wait_for_put
+from tests.integration.test_pipeline import blobs_of, states
+from tests.spark.conftest import blobstore, cluster_args, summary
+from tests.support.processes import LocalCluster, wait_until
+
+ClusterFactory = Callable[..., LocalCluster]
+
+
+def repair_paused(cluster: LocalCluster) -> bool:
+    stats = TinkerStats.model_validate_json(httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30).content)
+    return stats.pipelines["repair"].paused and stats.pipelines["repair_prior"].paused
+
+
+def missing_by_blob(cluster: LocalCluster, blobs: list[tuple[int, int]]) -> set[tuple[int, int, int]]:
+    """(vid, bid, unit index) of every shard its blobnode does not hold, asked one by one."""
+    return {(vid, bid, index) for vid, bid in blobs for index, state in enumerate(states(cluster, vid, bid))
+            if state == "missing"}
+
+
+def found(out: Path, finding: str) -> set[tuple[int, int, int]]:
+    folder = out / "findings" / f"finding={finding}"
+    if not folder.exists():
+        return set()
+    rows = pq.read_table(folder).to_pylist()
+    return {(r["vid"], r["bid"], r["unit_index"]) for r in rows}
+
+
+def test_frozen_node_shards_are_found_queued_and_repaired(cluster_factory: ClusterFactory, spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    cluster = cluster_factory(pipelines=True, tinker={"switch_interval": 0.3}, shard_timeout=1.0)
+    args = cluster_args(cluster)
+    tinker = cluster.background["tinker"].config
+    kafka = ["--kafka", tinker["kafka_bootstrap"], "--cluster-id", str(tinker["cluster_id"]),
+             "--group-prefix", tinker["group_prefix"]]
+    assert blobstore("task", "switch", "shard_repair", "off", *args).exit_code == 0
+    assert "shard_repair   │ off" in blobstore("task", "switches", *args).output
+    wait_until(lambda: repair_paused(cluster), 10, "tinker to pause its repair pipelines")
+    frozen = cluster.blobnodes[0]
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            tokens = [wait_for_put(client, random.Random(i).randbytes(50_000)) for i in range(4)]
+        finally:
+            # Resumed as it is, the node would still apply the writes the kernel buffered for it after access
+            # gave up on them; a hung node that is restarted loses them, so each object really lacks a shard.
+            frozen.kill9()
+            frozen.start()
+    blobs = [blob for token in tokens for blob in blobs_of(cluster, token)]
+    lost = missing_by_blob(cluster, blobs)
+    assert {(vid, bid) for vid, bid, _ in lost} == set(blobs)  # each object lacks its frozen node's shard
+
+    backlog_out = tmp_path / "backlog"
+    result = blobstore("inspect", "backlog", "--out", str(backlog_out), *kafka, *args)
+    assert result.exit_code == 0, result.output
+    repairs = summary(backlog_out)["shard_repair"]
+    assert repairs["backlog"] == len(blobs) and repairs["paused"] and repairs["disks"] == 1
+    assert repairs["rate_per_s"] == 0 and repairs["eta_s"] is None
+    assert summary(backlog_out)["blob_delete"]["backlog"] == 0
+
+    first = tmp_path / "inspect1"
+    result = blobstore("inspect", "run", "--out", str(first), "--settle", "0", "--repair", *args)
+    assert result.exit_code == 0, result.output
+    report = summary(first)
+    assert found(first, "missing_shards") == lost
+    assert report["missing_shards"] == len(lost) and report["unrecoverable"] == 0 and report["unverified"] == 0
+    assert report["queued"] == {"repairs": len(blobs), "deletes": 0}
+    assert report["disks_unavailable"] == [] and report["bytes_at_risk"] > 0
+
+    assert blobstore("task", "switch", "shard_repair", "on", *args).exit_code == 0
+    wait_until(lambda: not missing_by_blob(cluster, blobs), 60, "every lost shard repaired")
+    second = tmp_path / "inspect2"
+    result = blobstore("inspect", "run", "--out", str(second), "--settle", "0", *args)
+    assert result.exit_code == 0, result.output
+    assert summary(second)["missing_shards"] == 0 and found(second, "missing_shards") == set()
+    for token in tokens:
+        assert httpx.get(f"{cluster.access[0].url}/blob/{token}", timeout=30).status_code == 200

@@ -1,0 +1,128 @@
+"""What the inspection reports when data is really damaged: a wiped disk, a blob that lost more than M
+shards, a flipped byte (--deep), a shard with valid CRCs but wrong bytes (--deep), a blobnode that is down
+and an export file that cannot be read. Two jobs on the test session's SparkSession."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+from pyspark.sql import SparkSession
+
+from libs.proto.cluster import Unit
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+from spark.inputs import export_all
+from tests.integration.test_access import wait_for_put
+from tests.integration.test_pipeline import blobs_of
+from tests.spark.conftest import blobstore, cluster_args, summary
+from tests.spark.test_inspect_cluster import found
+from tests.support.processes import LocalCluster, Service
+
+ClusterFactory = Callable[..., LocalCluster]
+
+
+def units_of(cluster: LocalCluster, vid: int) -> list[Unit]:
+    async def get() -> list[Unit]:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm:
+            return (await cm.get_volume(vid)).units
+
+    return asyncio.run(get())
+
+
+def node_of(cluster: LocalCluster, unit: Unit) -> Service:
+    return next(node for node in cluster.blobnodes if node.url == unit.host)
+
+
+def flip_a_byte(unit: Unit, bid: int) -> None:
+    async def locate() -> tuple[Path, int]:
+        async with BlobnodeClient() as bn:
+            shard = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
+            chunk = next(c for c in await bn.list_chunks(unit.host, unit.disk_id) if c.vuid == unit.vuid)
+            disk = await bn.disk_stat(unit.host, unit.disk_id)
+            return Path(disk.path, "data", chunk.chunk_id), shard.offset
+
+    path, offset = asyncio.run(locate())
+    with open(path, "r+b") as f:
+        f.seek(offset + 32 + 4 + 100)  # past the shard header and the first block's CRC
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def blobnode_call(call: Callable[[BlobnodeClient], Awaitable[object]]) -> None:
+    async def run() -> None:
+        async with BlobnodeClient() as bn:
+            await call(bn)
+
+    asyncio.run(run())
+
+
+def test_damage_is_classified_and_missing_exports_are_unavailable(cluster_factory: ClusterFactory,
+                                                                   spark: SparkSession, tmp_path: Path) -> None:
+    cluster = cluster_factory()
+    args = cluster_args(cluster)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        blobs = [blobs_of(cluster, wait_for_put(client, random.Random(i).randbytes(30_000)))[0] for i in range(4)]
+    wiped = cluster.blobnodes[1]
+    (lost_vid, lost_bid), (bad_vid, bad_bid), (odd_vid, odd_bid) = blobs[:3]
+    others = [u for u in units_of(cluster, lost_vid) if u.host != wiped.url]
+    for unit in others[:4]:  # 4 of 6 gone (1 left + the wiped one): fewer than N=3 remain
+        blobnode_call(lambda bn, u=unit: bn.delete_shard(u.host, u.disk_id, u.vuid, lost_bid))
+    bad_index, bad_unit = next((i, u) for i, u in enumerate(units_of(cluster, bad_vid)) if u.host != wiped.url)
+    flip_a_byte(bad_unit, bad_bid)
+    odd_unit = next(u for u in units_of(cluster, odd_vid) if u.host != wiped.url)
+
+    async def replace_shard(bn: BlobnodeClient) -> None:
+        size = len(await bn.get_shard(odd_unit.host, odd_unit.disk_id, odd_unit.vuid, odd_bid))
+        await bn.delete_shard(odd_unit.host, odd_unit.disk_id, odd_unit.vuid, odd_bid)
+        await bn.put_shard(odd_unit.host, odd_unit.disk_id, odd_unit.vuid, odd_bid, random.randbytes(size))
+
+    blobnode_call(replace_shard)
+    wiped.stop()  # the disk is replaced in place: same disk id, nothing on it
+    for disk in wiped.workdir.glob("disk*"):
+        for folder in ("meta", "data"):
+            shutil.rmtree(disk / folder)
+            (disk / folder).mkdir()
+    wiped.start()
+
+    out = tmp_path / "deep"
+    result = blobstore("inspect", "run", "--out", str(out), "--settle", "0", "--deep", *args)
+    assert result.exit_code == 2, result.output  # something is unrecoverable
+    report = summary(out)
+    assert {(v, b) for v, b, _ in found(out, "unrecoverable")} == {(lost_vid, lost_bid)}
+    assert found(out, "corrupt_shards") == {(bad_vid, bad_bid, bad_index)}
+    assert {(v, b) for v, b, _ in found(out, "parity_mismatch")} == {(odd_vid, odd_bid)}
+    wiped_shards = {(vid, bid, next(i for i, u in enumerate(units_of(cluster, vid)) if u.host == wiped.url))
+                    for vid, bid in blobs[1:]}
+    assert wiped_shards <= found(out, "missing_shards")  # the wipe alone leaves every blob repairable
+    assert report["unrecoverable"] == 1 and report["disks_unavailable"] == []
+
+    # A node that is down and a damaged export file: those disks are unavailable, their units unknown.
+    down, damaged = cluster.blobnodes[2], cluster.blobnodes[3]
+    down.stop()
+    source = tmp_path / "input"
+
+    async def export() -> None:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+            assert down.url in (await export_all(cm, bn, str(source), timeout=30)).failed_hosts
+
+    asyncio.run(export())
+    damaged_disk = next(json.loads(m.read_text()) for m in (source / "manifests").glob("*.json")
+                        if json.loads(m.read_text())["host"] == damaged.url)
+    (source / damaged_disk["shard_file"]).write_bytes(b"not parquet")
+    out = tmp_path / "partial"
+    result = blobstore("inspect", "run", "--input", str(source), "--out", str(out), "--settle", "0", *args)
+    assert result.exit_code in (0, 2), result.output
+    report = summary(out)
+    reasons = {d["host"]: d["reason"] for d in report["disks_unavailable"]}
+    assert reasons.keys() == {down.url, damaged.url}
+    assert "no export" in reasons[down.url] and "unreadable" in reasons[damaged.url]
+    assert report["volumes_unavailable"] > 0
+    assert not {d for d in report["by_host"] if d in (down.url, damaged.url)}  # nothing claimed about them
+    assert "unavailable" in result.output
