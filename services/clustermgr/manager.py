@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,7 +22,7 @@ from libs.ec import parse_code_mode, tactic
 from libs.proto.cluster import DiskInfo, Unit
 from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, LeaderView, RaftStatus, Session
 from libs.raft.config import RaftConfig
-from libs.raft.errors import LeadershipLost, ProposalDropped
+from libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from libs.raft.errors import NotLeader as RaftNotLeader
 from libs.raft.server import RaftServer
 from libs.rpc.errors import Conflict, NotLeader, Unavailable
@@ -205,18 +206,19 @@ class ClusterManager:
     async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool,
                          session: Session | None = None) -> RaftStatus:
         await self.submit(KvSet(key=f"{MEMBER_PREFIX}{node_id}", value=f"http://{http_addr}"), session)
-        try:
-            if learner:
-                await self.raft.add_learner(node_id, raft_addr)
-            else:
-                await self.raft.promote(node_id)
-        except RaftNotLeader as exc:
-            raise self._not_leader(exc) from None
-        return self.raft_status()
+        if learner:
+            return await self._membership(self.raft.add_learner(node_id, raft_addr))
+        return await self._membership(self.raft.promote(node_id))
 
     async def remove_member(self, node_id: int) -> RaftStatus:
+        return await self._membership(self.raft.remove(node_id))
+
+    async def _membership(self, change: Awaitable[None]) -> RaftStatus:
+        """A membership change; a retry of one is a no-op change, so a failure is worth retrying."""
         try:
-            await self.raft.remove(node_id)
+            await change
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
+        except (ConfigChangeInProgress, LeadershipLost, TimeoutError) as exc:
+            raise Unavailable(f"membership change not done ({type(exc).__name__}: {exc}); retry it") from None
         return self.raft_status()
