@@ -225,21 +225,42 @@ async def _one_pause(cms: list[Service], writers: list[ClusterClient], k: int, s
     return max(t1 - t0 for t0, t1 in waits if t1 > paused and t0 < resumed)
 
 
+def _cpu_seconds(services: list[Service]) -> float:
+    """User + system CPU the processes have used (Linux /proc)."""
+    total = 0
+    for service in services:
+        fields = Path(f"/proc/{service.pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 async def _session_cost(cms: list[Service], clients: int, seconds: float, rounds: int) -> dict[str, Any]:
-    """kv writes/s from one client with `clients` concurrent calls, sessions off and on in turns."""
+    """kv writes/s from one client with `clients` concurrent calls, sessions off and on in turns (the
+    order alternating by round), over a fixed set of keys so that the state does not grow meanwhile;
+    with the CPU the three replicas spent per commit, which other jobs on the box disturb less."""
     urls = [cm.url for cm in cms]
     rates: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
     async with ClusterClient(urls, sessions=False) as off, ClusterClient(urls) as on:
         for r in range(rounds):
-            for mode, c in (("off", off), ("on", on)):
-                async def put(w: int, i: int, c: ClusterClient = c, tag: str = f"{mode}{r}") -> int:
-                    await c.kv_set(f"s/{tag}/{w}/{i}", "v" * 32)
+            for mode, c in ((("off", off), ("on", on)) if r % 2 == 0 else (("on", on), ("off", off))):
+                commits = 0
+
+                async def put(w: int, i: int, c: ClusterClient = c) -> int:
+                    nonlocal commits
+                    await c.kv_set(f"s/{w}/{i % 50}", "v" * 32)
+                    commits += 1
                     return 1
 
+                used = _cpu_seconds(cms)
                 rates[mode].append(await rate(clients, seconds, put))
-    off_rate, on_rate = statistics.median(rates["off"]), statistics.median(rates["on"])
-    return {"clients": clients, "seconds": seconds, "rounds": rounds, "off_per_s": off_rate,
-            "on_per_s": on_rate, "on_vs_off": round(on_rate / off_rate, 3), "all": rates}
+                cpu[mode].append(round((_cpu_seconds(cms) - used) / commits * 1e3, 3))
+    paired = [on_rate / off_rate for on_rate, off_rate in zip(rates["on"], rates["off"], strict=True)]
+    return {"clients": clients, "seconds": seconds, "rounds": rounds,
+            "off_per_s": statistics.median(rates["off"]), "on_per_s": statistics.median(rates["on"]),
+            "on_vs_off": round(statistics.median(paired), 3),
+            "cpu_ms_per_commit": {"off": statistics.median(cpu["off"]), "on": statistics.median(cpu["on"])},
+            "all": {"per_s": rates, "cpu_ms_per_commit": cpu}}
 
 
 def bench_clustermgr(args: argparse.Namespace) -> dict[str, Any]:
@@ -335,7 +356,7 @@ def bench_pysyncobj(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         out = Path(tmp) / "result.json"
         addrs = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
         logs = [open(Path(tmp) / f"pso{i}.log", "wb") for i in range(3)]  # noqa: SIM115
-        procs = [subprocess.Popen([sys.executable, __file__, "--pso-node", str(i), "--pso-addrs", addrs,
+        procs = [subprocess.Popen([sys.executable, "-m", "bench.raft", "--pso-node", str(i), "--pso-addrs", addrs,
                                    "--pso-out", str(out), "--pso-mode", mode, "--seconds", str(args.seconds),
                                    "--seq-ops", str(args.seq_ops)], cwd=ROOT, stdout=logs[i], stderr=logs[i])
                  for i in range(3)]
@@ -371,7 +392,7 @@ def main() -> None:
     p.add_argument("--pauses", type=int, default=5, help="SIGSTOPs of the clustermgr leader")
     p.add_argument("--pause-seconds", type=float, default=5.0)
     p.add_argument("--cm-clients", type=int, default=64, help="concurrent calls of the sessions on/off run")
-    p.add_argument("--rounds", type=int, default=3, help="alternating sessions off/on rounds")
+    p.add_argument("--rounds", type=int, default=8, help="sessions off/on rounds")
     p.add_argument("--heartbeat-ms", type=float, default=20.0)
     p.add_argument("--election-ms", type=float, nargs=2, default=(100.0, 200.0))
     p.add_argument("--max-batch", type=int, default=1024)
@@ -423,8 +444,9 @@ def summary(result: dict[str, Any], args: argparse.Namespace) -> str:
                      f" max {p['max_ms']} ms over {p['pauses']} pauses")
     if "sessions" in cm:
         s = cm["sessions"]
+        cpu = s["cpu_ms_per_commit"]
         parts.append(f"kv writes/s sessions on {s['on_per_s']:.0f} vs off {s['off_per_s']:.0f}"
-                     f" ({s['on_vs_off']}x)")
+                     f" ({s['on_vs_off']}x paired by round), replicas' CPU {cpu['on']} vs {cpu['off']} ms/commit")
     return " | ".join(parts)
 
 

@@ -61,7 +61,7 @@ from services.clustermgr.faults import ReplyCutter
 from services.clustermgr.manager import ClusterManager
 
 
-def _session(raw: Annotated[str | None, Header(alias=SESSION_HEADER)] = None) -> Session | None:
+async def _session(raw: Annotated[str | None, Header(alias=SESSION_HEADER)] = None) -> Session | None:
     if raw is None:
         return None
     try:

@@ -24,7 +24,7 @@ from libs.proto.clustermgr import Session
 from libs.rpc.errors import Conflict
 
 CF = "session"
-MAX_KEPT = 1024  # answers kept per session beyond its acked seq (commands one client has in flight)
+MAX_KEPT = 1024  # seqs above its acked whose answers a session keeps (commands one client has in flight)
 MAX_DROPS = 64  # sessions dropped per sweep at most, so that an apply stays short
 _TABLE = b"#"
 
@@ -36,10 +36,10 @@ class LoggedSession(Session):
     limit: int = Field(ge=1)
 
 
-# Keys, written so that a busy session costs a few point reads and writes per command: no scan over
-# the tombstones its own deletes leave behind (a RocksDB iterator steps over every one of them).
-#   s<client>              -> "active floor kept": its last second, every seq <= floor is settled,
-#                             how many answers are stored (all of them above the floor)
+# Keys, written so that a busy session costs two point reads and a few writes per command, and no
+# scan over the tombstones its own deletes leave behind (a RocksDB iterator steps over every one).
+#   s<client>              -> "active floor top": the second of its last command; every seq <= floor
+#                             is settled; answers are kept for seqs in (floor, top]
 #   r<client>/<seq, hex>   -> the answer of that command
 #   t<second>/<client>     -> b"": the idle index, rewritten at most once a second per session
 #   #                      -> "count swept": sessions, and the second of the last sweep for idle ones
@@ -80,15 +80,13 @@ class Visit:
         self.kv, self.session = kv, session
         raw = kv.get(CF, _meta_key(session.client))
         self.known = raw is not None
-        self.active, self.floor, self.kept = _ints(raw, 3)
+        self.active, self.floor, self.top = _ints(raw, 3)
 
     def recall(self) -> bytes | None:
         """The first answer of a retried command, or None for a command not applied yet. Raises Conflict
         for one at or below what its client acknowledged (a stale duplicate: applying it would repeat it)."""
-        if not self.known:
-            return None
         client, seq = self.session.client, self.session.seq
-        answer = self.kv.get(CF, _answer_key(client, seq))
+        answer = self.kv.get(CF, _answer_key(client, seq)) if self.known and seq <= self.top else None
         if answer is None and seq <= self.floor:
             raise Conflict(f"command {seq} of client {client} is older than the ones it acknowledged ({self.floor}):"
                            " answered, given up or forgotten, so not applied again")
@@ -96,48 +94,46 @@ class Visit:
 
     def record(self, batch: Batch, now: float, answer: bytes | None) -> None:
         """The session's bookkeeping, in the command's batch: keep `answer` (None: nothing new to keep),
-        forget what the client acknowledged, mark it active at `now`, and (once a second, or when over
-        the limit) drop sessions idle for longer than the ttl and, over the limit, the longest idle."""
-        session, client, second = self.session, self.session.client, _second(now)
-        sessions, swept = before = tuple(_ints(self.kv.get(CF, _TABLE), 2))
-        if not self.known:
-            sessions += 1
-            batch.put(CF, _idle_key(second, client), b"")
-        elif self.active != second:
-            batch.delete(CF, _idle_key(self.active, client))
-            batch.put(CF, _idle_key(second, client), b"")
+        forget what the client acknowledged and, past MAX_KEPT, its oldest answers; then, on its first
+        command in a second, move it in the idle index and sweep the table if nobody has this second."""
+        session, second = self.session, _second(now)
         if answer is not None:
-            batch.put(CF, _answer_key(client, session.seq), answer)
-            self.kept += 1
-        self._forget(batch, session.acked)
-        batch.put(CF, _meta_key(client), b"%d %d %d" % (second, self.floor, self.kept))
+            batch.put(CF, _answer_key(session.client, session.seq), answer)
+            self.top = max(self.top, session.seq)
+        if session.acked > self.floor:
+            self._forget(batch, session.acked)
+        if self.top - self.floor > MAX_KEPT:
+            self._forget(batch, self.top - MAX_KEPT)
+        if not self.known or self.active != second:
+            self._index(batch, second, now)
+        batch.put(CF, _meta_key(session.client), b"%d %d %d" % (second, self.floor, self.top))
+
+    def _forget(self, batch: Batch, floor: int) -> None:
+        """Delete the answers of seqs up to `floor`: by key when they are a few (the usual step), else by
+        a scan (a client that stopped acknowledging, or whose commands failed for a long while)."""
+        client, low, high = self.session.client, self.floor, min(floor, self.top)
+        if high - low <= 2 * MAX_KEPT:
+            for seq in range(low + 1, high + 1):
+                batch.delete(CF, _answer_key(client, seq))
+        else:
+            for key, _ in self.kv.prefix_items(CF, _answers(client)):
+                if int(key[-16:], 16) <= floor:
+                    batch.delete(CF, key)
+        self.floor = floor
+
+    def _index(self, batch: Batch, second: int, now: float) -> None:
+        client, session = self.session.client, self.session
+        sessions, swept = before = tuple(_ints(self.kv.get(CF, _TABLE), 2))
+        if self.known:
+            batch.delete(CF, _idle_key(self.active, client))
+        else:
+            sessions += 1
+        batch.put(CF, _idle_key(second, client), b"")
         if sessions > session.limit or second > swept:
             sessions -= _drop_idle(self.kv, batch, client, _second(now - session.ttl), sessions - session.limit)
             swept = second
         if (sessions, swept) != before:
             batch.put(CF, _TABLE, b"%d %d" % (sessions, swept))
-
-    def _forget(self, batch: Batch, acked: int) -> None:
-        """Delete the answers up to `acked` (by key: a client acknowledges a few at a time), and the
-        oldest ones beyond MAX_KEPT (by a scan: a client that never acknowledges is rare)."""
-        client = self.session.client
-        if acked > self.floor and self.kept:
-            if acked - self.floor <= 2 * MAX_KEPT:
-                gone = [seq for seq in range(self.floor + 1, acked + 1)
-                        if self.kv.get(CF, _answer_key(client, seq)) is not None]
-            else:
-                gone = [int(k[-16:], 16) for k, _ in self.kv.prefix_items(CF, _answers(client))
-                        if int(k[-16:], 16) <= acked]
-            for seq in gone:
-                batch.delete(CF, _answer_key(client, seq))
-            self.kept -= len(gone)
-        self.floor = max(self.floor, acked)
-        if self.kept > MAX_KEPT:
-            stored = {int(k[-16:], 16) for k, _ in self.kv.prefix_items(CF, _answers(client))} | {self.session.seq}
-            for seq in sorted(seq for seq in stored if seq > self.floor)[: self.kept - MAX_KEPT]:
-                batch.delete(CF, _answer_key(client, seq))
-                self.floor = max(self.floor, seq)
-            self.kept = MAX_KEPT
 
 
 def _drop_idle(kv: KVStore, batch: Batch, current: str, horizon: int, excess: int) -> int:
