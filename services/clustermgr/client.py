@@ -142,9 +142,11 @@ class ClusterClient(ServiceClient):
             except NotLeader as exc:
                 last, hint = exc, exc.details.get("leader")
                 hops += 1
-                if hint and str(hint) != host and hops <= len(self.hosts):
+                if hint and str(hint) not in (host, suspect) and hops <= len(self.hosts):
                     host = str(hint)  # a follower names the leader: go there at once
                     continue
+                await asyncio.sleep(min(delay, left))  # no (other) leader known here: an election
+                delay = min(delay * 2, 0.2)
             except Unavailable as exc:
                 last, suspect = exc, host
             hops = 0
