@@ -1,10 +1,15 @@
-"""libs/raft benchmark: 3 kvserver processes on 127.0.0.1, fsync on, next to PySyncObj 0.3.17.
+"""libs/raft benchmark: 3 kvserver processes on 127.0.0.1, fsync on, next to PySyncObj 0.3.17;
+and 3 clustermgr replicas behind `ClusterClient`.
 
 Measures committed puts/s with many concurrent clients (group commit and batching at work), one
 put at a time (p50/p99 latency), failover (kill -9 of the leader to the first acknowledged write)
 and the catch-up of a wiped node. PySyncObj runs the same put into a replicated dict, driven
 inside its leader process (it has no client protocol), so its figures exclude a client hop that
-ours include. Writes bench/results/raft.json and prints one summary line.
+ours include. On clustermgr: the write stall under a paused leader (SIGSTOP: the longest wait of a
+write in flight during the pause, median and max over several pauses), and commits/s of kv writes
+with client sessions on and off in the same run (alternating rounds). Writes bench/results/raft.json
+and prints one summary line. `--sections paused` runs against any checkout (e.g. main's code, for
+the stall before the client learned to look for a new leader).
 """
 
 from __future__ import annotations
@@ -25,10 +30,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.clustermgr import rate, start_clustermgr  # noqa: E402
 from libs.raft.kvclient import KVClient  # noqa: E402
 from libs.raft.kvcluster import LocalCluster, free_port, wait_for  # noqa: E402
+from services.clustermgr.client import ClusterClient  # noqa: E402
+from tests.support.processes import Service, stop_all  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "raft.json"
+SECTIONS = ("raft", "pysyncobj", "paused", "sessions")
 VALUE = b"v" * 32
 
 
@@ -170,6 +179,110 @@ def _loop_runner() -> Any:
     return uvloop.run
 
 
+# ------------------------------------------------------------------------ clustermgr
+async def _leader(c: ClusterClient, cms: list[Service]) -> Service:
+    while (leader := (await c.raft_status()).leader) is None:
+        await asyncio.sleep(0.05)
+    return cms[leader - 1]
+
+
+async def _paused_leader(cms: list[Service], pauses: int, seconds: float, clients: int) -> dict[str, Any]:
+    writers = [ClusterClient([cm.url for cm in cms]) for _ in range(clients)]
+    try:
+        stalls = [await _one_pause(cms, writers, k, seconds) for k in range(pauses)]
+    finally:
+        for c in writers:
+            await c.close()
+    return {"pauses": pauses, "pause_s": seconds, "writers": clients,
+            "median_ms": round(statistics.median(stalls) * 1e3, 1), "max_ms": round(max(stalls) * 1e3, 1),
+            "all_ms": [round(t * 1e3, 1) for t in stalls]}
+
+
+async def _one_pause(cms: list[Service], writers: list[ClusterClient], k: int, seconds: float) -> float:
+    """The longest wait of any write in flight while the leader was stopped (SIGSTOP) for `seconds`."""
+    leader = await _leader(writers[0], cms)
+    waits: list[tuple[float, float]] = []  # (issued, acknowledged)
+    stop = asyncio.Event()
+
+    async def writer(c: ClusterClient, w: int) -> None:
+        i = 0
+        while not stop.is_set():
+            issued = time.perf_counter()
+            await c.kv_set(f"pause{k}/{w}/{i}", "x")
+            waits.append((issued, time.perf_counter()))
+            i += 1
+
+    tasks = [asyncio.create_task(writer(c, w)) for w, c in enumerate(writers)]
+    await asyncio.sleep(0.5)
+    os.kill(leader.pid, signal.SIGSTOP)
+    paused = time.perf_counter()
+    await asyncio.sleep(seconds)
+    os.kill(leader.pid, signal.SIGCONT)
+    resumed = time.perf_counter()
+    await asyncio.sleep(1.0)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return max(t1 - t0 for t0, t1 in waits if t1 > paused and t0 < resumed)
+
+
+def _cpu_seconds(services: list[Service]) -> float:
+    """User + system CPU the processes have used (Linux /proc)."""
+    total = 0
+    for service in services:
+        fields = Path(f"/proc/{service.pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def _session_cost(cms: list[Service], clients: int, seconds: float, rounds: int) -> dict[str, Any]:
+    """kv writes/s from one client with `clients` concurrent calls, sessions off and on in turns (the
+    order alternating by round), over a fixed set of keys so that the state does not grow meanwhile;
+    with the CPU the three replicas spent per commit, which other jobs on the box disturb less."""
+    urls = [cm.url for cm in cms]
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
+    async with ClusterClient(urls, sessions=False) as off, ClusterClient(urls) as on:
+        for r in range(rounds):
+            for mode, c in ((("off", off), ("on", on)) if r % 2 == 0 else (("on", on), ("off", off))):
+                commits = 0
+
+                async def put(w: int, i: int, c: ClusterClient = c) -> int:
+                    nonlocal commits
+                    await c.kv_set(f"s/{w}/{i % 50}", "v" * 32)
+                    commits += 1
+                    return 1
+
+                used = _cpu_seconds(cms)
+                rates[mode].append(await rate(clients, seconds, put))
+                cpu[mode].append(round((_cpu_seconds(cms) - used) / commits * 1e3, 3))
+    paired = [on_rate / off_rate for on_rate, off_rate in zip(rates["on"], rates["off"], strict=True)]
+    return {"clients": clients, "seconds": seconds, "rounds": rounds,
+            "off_per_s": statistics.median(rates["off"]), "on_per_s": statistics.median(rates["on"]),
+            "on_vs_off": round(statistics.median(paired), 3),
+            "cpu_ms_per_commit": {"off": statistics.median(cpu["off"]), "on": statistics.median(cpu["on"])},
+            "all": {"per_s": rates, "cpu_ms_per_commit": cpu}}
+
+
+def bench_clustermgr(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-raft-cm-") as tmp:
+        cms = start_clustermgr(Path(tmp), volumes=0)
+        try:
+            for cm in cms:
+                cm.start()
+
+            async def run() -> None:
+                if "sessions" in args.sections:
+                    out["sessions"] = await _session_cost(cms, args.cm_clients, args.seconds, args.rounds)
+                if "paused" in args.sections:
+                    out["paused_leader"] = await _paused_leader(cms, args.pauses, args.pause_seconds, 4)
+
+            _loop_runner()(run())
+        finally:
+            stop_all(cms)
+    return out
+
+
 # ------------------------------------------------------------------------- PySyncObj
 def pysyncobj_node(args: argparse.Namespace) -> None:
     """One PySyncObj process; the one that becomes leader runs the workload and writes `out`."""
@@ -243,7 +356,7 @@ def bench_pysyncobj(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         out = Path(tmp) / "result.json"
         addrs = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
         logs = [open(Path(tmp) / f"pso{i}.log", "wb") for i in range(3)]  # noqa: SIM115
-        procs = [subprocess.Popen([sys.executable, __file__, "--pso-node", str(i), "--pso-addrs", addrs,
+        procs = [subprocess.Popen([sys.executable, "-m", "bench.raft", "--pso-node", str(i), "--pso-addrs", addrs,
                                    "--pso-out", str(out), "--pso-mode", mode, "--seconds", str(args.seconds),
                                    "--seq-ops", str(args.seq_ops)], cwd=ROOT, stdout=logs[i], stderr=logs[i])
                  for i in range(3)]
@@ -269,16 +382,21 @@ def bench_pysyncobj(args: argparse.Namespace, mode: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ main
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--clients", type=int, default=256, help="concurrent clients of the throughput run")
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--seq-ops", type=int, default=2000)
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--catchup", type=int, default=150_000, help="mutations the wiped node must learn")
+    p.add_argument("--pauses", type=int, default=5, help="SIGSTOPs of the clustermgr leader")
+    p.add_argument("--pause-seconds", type=float, default=5.0)
+    p.add_argument("--cm-clients", type=int, default=64, help="concurrent calls of the sessions on/off run")
+    p.add_argument("--rounds", type=int, default=8, help="sessions off/on rounds")
     p.add_argument("--heartbeat-ms", type=float, default=20.0)
     p.add_argument("--election-ms", type=float, nargs=2, default=(100.0, 200.0))
     p.add_argument("--max-batch", type=int, default=1024)
     p.add_argument("--no-fsync", action="store_true")
-    p.add_argument("--skip-pysyncobj", action="store_true")
     p.add_argument("--pso-node", type=int, help=argparse.SUPPRESS)
     p.add_argument("--pso-addrs", help=argparse.SUPPRESS)
     p.add_argument("--pso-out", help=argparse.SUPPRESS)
@@ -289,25 +407,47 @@ def main() -> None:
         return
     knobs = {"heartbeat_ms": args.heartbeat_ms, "election_ms": list(args.election_ms), "max_batch": args.max_batch,
              "fsync": not args.no_fsync, "tick_ms": 10.0, "snapshot_threshold": 20000, "snapshot_keep": 5000}
-    result: dict[str, Any] = {"knobs": knobs, "cpus": os.cpu_count(), "raft": bench_raft(args, knobs)}
-    if not args.skip_pysyncobj:
+    result: dict[str, Any] = {"knobs": knobs, "cpus": os.cpu_count()}
+    if "raft" in args.sections:
+        result["raft"] = bench_raft(args, knobs)
+    if "pysyncobj" in args.sections:
         result["pysyncobj"] = {
             "version": "0.3.17", "fsync": False, "driven_in_leader_process": True,
             "concurrent": bench_pysyncobj(args, "concurrent"),
             "sequential_batching_off": bench_pysyncobj(args, "sequential"),
         }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    r = result["raft"]
-    pso = result.get("pysyncobj", {})
-    print(f"raft fsync={knobs['fsync']}: {r['concurrent']['ops_per_s']} ops/s x{args.clients} clients, "
-          f"1 client {r['sequential']['ops_per_s']} ops/s p50 {r['sequential']['p50_ms']} ms "
-          f"p99 {r['sequential']['p99_ms']} ms, failover median {r['failover']['median_ms']} ms "
-          f"max {r['failover']['max_ms']} ms, catch-up of {r['catch_up']['mutations']} in "
-          f"{r['catch_up']['from_node_up_ms']} ms | pysyncobj (no fsync): "
-          f"{pso.get('concurrent', {}).get('ops_per_s')} ops/s, 1 client "
-          f"{pso.get('sequential_batching_off', {}).get('ops_per_s')} ops/s "
-          f"p50 {pso.get('sequential_batching_off', {}).get('p50_ms')} ms")
+    if {"paused", "sessions"} & set(args.sections):
+        result["clustermgr"] = bench_clustermgr(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(summary(result, args))
+
+
+def summary(result: dict[str, Any], args: argparse.Namespace) -> str:
+    parts = []
+    if "raft" in result:
+        r = result["raft"]
+        parts.append(f"raft fsync={result['knobs']['fsync']}: {r['concurrent']['ops_per_s']} ops/s x{args.clients}"
+                     f" clients, 1 client {r['sequential']['ops_per_s']} ops/s p50 {r['sequential']['p50_ms']} ms"
+                     f" p99 {r['sequential']['p99_ms']} ms, failover median {r['failover']['median_ms']} ms"
+                     f" max {r['failover']['max_ms']} ms, catch-up of {r['catch_up']['mutations']} in"
+                     f" {r['catch_up']['from_node_up_ms']} ms")
+    if "pysyncobj" in result:
+        pso = result["pysyncobj"]
+        parts.append(f"pysyncobj (no fsync): {pso['concurrent']['ops_per_s']} ops/s, 1 client"
+                     f" {pso['sequential_batching_off']['ops_per_s']} ops/s"
+                     f" p50 {pso['sequential_batching_off']['p50_ms']} ms")
+    cm = result.get("clustermgr", {})
+    if "paused_leader" in cm:
+        p = cm["paused_leader"]
+        parts.append(f"clustermgr write stall under a {p['pause_s']} s paused leader: median {p['median_ms']} ms"
+                     f" max {p['max_ms']} ms over {p['pauses']} pauses")
+    if "sessions" in cm:
+        s = cm["sessions"]
+        cpu = s["cpu_ms_per_commit"]
+        parts.append(f"kv writes/s sessions on {s['on_per_s']:.0f} vs off {s['off_per_s']:.0f}"
+                     f" ({s['on_vs_off']}x paired by round), replicas' CPU {cpu['on']} vs {cpu['off']} ms/commit")
+    return " | ".join(parts)
 
 
 if __name__ == "__main__":

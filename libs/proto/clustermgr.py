@@ -16,6 +16,53 @@ from libs.proto.cluster import U32, DiskInfo, DiskStatus, ServiceInfo, VolumeInf
 U64 = Field(ge=0, lt=2**64)
 DISK_ID = Field(ge=1, lt=2**32)
 POLICY_KEY = "code_mode_policy"  # the config key of the size policy
+SESSION_HEADER = "x-clustermgr-session"  # carries a `Session` on every mutating request
+
+
+# client sessions
+
+
+class Session(BaseModel):
+    """Which client sends a mutating command, and which of its commands it is (Raft thesis 6.3).
+
+    clustermgr applies each (client, seq) once and answers a retry with the first answer, so a retry
+    after a lost reply is safe. `acked`: every seq up to it has been answered or given up, so the
+    client never retries those and clustermgr may forget their answers. Sent in `SESSION_HEADER` as
+    "client seq acked"; a request without it is applied without this protection (e.g. from curl).
+    """
+
+    client: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    seq: int = Field(ge=1, lt=2**63)
+    acked: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _acked_before_seq(self) -> Session:
+        if self.acked >= self.seq:
+            raise ValueError(f"acked {self.acked} must be below seq {self.seq}")
+        return self
+
+    def header(self) -> str:
+        return f"{self.client} {self.seq} {self.acked}"
+
+    @classmethod
+    def parse(cls, raw: str) -> Session:
+        """ValueError naming what is wrong."""
+        parts = raw.split()
+        if len(parts) != 3:
+            raise ValueError(f"{SESSION_HEADER} must be 'client seq acked', got {raw!r}")
+        try:
+            return cls(client=parts[0], seq=int(parts[1]), acked=int(parts[2]))
+        except ValueError as exc:  # a bad number, or pydantic's ValidationError
+            raise ValueError(f"{SESSION_HEADER} {raw!r}: {exc}") from None
+
+
+class LeaderView(BaseModel):
+    """One replica's idea of who leads (cheap: no state read), for a client looking for the leader."""
+
+    node_id: int
+    role: str
+    term: int
+    leader: str | None  # the leader's HTTP base URL as this replica knows it; its own when it leads
 
 
 # disks
@@ -225,10 +272,19 @@ class ReplicaStatus(RaftStatus):
     applied_index: int
 
 
+class DropReplies(BaseModel):
+    """Fault hook (off unless clustermgr runs with `fault_hooks`): cut the next `count` successful
+    replies on `path` after their command committed, as a connection lost at that moment would."""
+
+    path: str = Field(pattern=r"^/")
+    count: int = Field(1, ge=0)
+
+
 class ClusterStat(BaseModel):
     disks: int
     volumes: int
     volumes_by_status: dict[VolumeStatus, int]
+    sessions: int  # client sessions whose answers are remembered
     raft: RaftStatus
 
 

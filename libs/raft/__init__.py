@@ -4,13 +4,21 @@ TCP connections. See `server.py` for the public API and `core.py` for the protoc
 
 from libs.raft.config import RaftConfig
 from libs.raft.core import RaftNode
-from libs.raft.errors import ConfigChangeInProgress, InvariantViolation, NotLeader, ProposalDropped, RaftError
+from libs.raft.errors import (
+    ConfigChangeInProgress,
+    InvariantViolation,
+    LeadershipLost,
+    NotLeader,
+    ProposalDropped,
+    RaftError,
+)
 from libs.raft.messages import Member, SnapshotMeta
 from libs.raft.server import RaftServer, StateMachine
 
 __all__ = [
     "ConfigChangeInProgress",
     "InvariantViolation",
+    "LeadershipLost",
     "Member",
     "NotLeader",
     "ProposalDropped",

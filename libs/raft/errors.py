@@ -19,6 +19,11 @@ class ProposalDropped(RaftError):
     """The proposal's log slot was taken by another leader's entry: it will never apply."""
 
 
+class LeadershipLost(RaftError):
+    """The node stopped leading before the proposal committed: it may still commit under the next
+    leader, or never. The outcome is unknown, as after a timeout."""
+
+
 class ConfigChangeInProgress(RaftError):
     """One membership change at a time: the previous one is not committed yet."""
 

@@ -3,7 +3,9 @@
 For tests only: the simulated shell follows the `Output` contract exactly (persist, then send the
 after-persist messages, then report `persisted`), but writes reach its fake disk only when the
 schedule flushes it, so a crash loses unflushed writes as a real power cut would. The network
-drops, delays, duplicates and reorders messages and can partition nodes.
+drops, delays, duplicates and reorders messages and can partition nodes. A paused node (SIGSTOP,
+a long GC or disk stall) keeps its state but neither ticks nor reads: messages to it wait until
+it resumes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 from libs.raft.core import RaftNode
 from libs.raft.errors import NotLeader, RaftError
-from libs.raft.messages import Entry, EntryKind, Member, Members, Message, SnapshotMeta
+from libs.raft.messages import AppendResp, Entry, EntryKind, Member, Members, Message, SnapshotMeta
 from libs.raft.output import Output, Role
 
 
@@ -55,7 +57,12 @@ class SimNode:
     state: list[Entry]  # the state machine: every applied entry, in order
     pending: list[Output] = field(default_factory=list)
     alive: bool = True
+    paused: bool = False
+    held: list[Message] = field(default_factory=list)  # sent to it while paused, read on resume
     reads: list[tuple[int, int]] = field(default_factory=list)  # confirmed (request id, read index)
+    ticks: int = 0  # its own clock: ticks it has run (none while paused or down)
+    heard: dict[int, int] = field(default_factory=dict)  # as leader: peer -> tick of its last answer this term
+    members_at: int = 0  # tick at which its member set last changed
 
     def checksum(self) -> int:
         ck = 0
@@ -91,6 +98,7 @@ class FakeNetwork:
             snap = self.initial if i <= n else SnapshotMeta(0, 0, {})
             self.nodes[i] = SimNode(i, self._core(i, FakeDisk(snapshot=snap)), FakeDisk(snapshot=snap), [])
         self.leaders: dict[int, int] = {}  # term -> leader
+        self.lead_since: dict[int, tuple[int, int]] = {}  # node -> (term, tick) it took the lead
         self.committed: dict[int, Entry] = {}  # index -> the entry every node applied there
         self.acked: list[bytes] = []  # proposals a leader saw committed and applied
 
@@ -112,7 +120,19 @@ class FakeNetwork:
 
     def crash(self, i: int) -> None:
         node = self.nodes[i]
-        node.alive, node.pending = False, []
+        node.alive, node.pending, node.paused, node.held = False, [], False, []
+
+    def pause(self, i: int) -> None:
+        self.nodes[i].paused = True
+
+    def resume(self, i: int) -> None:
+        """It reads what queued up while it was stopped, in order, before its next tick."""
+        node = self.nodes[i]
+        node.paused = False
+        held, node.held = node.held, []
+        for msg in held:
+            self._seq += 1
+            heapq.heappush(self.inflight, _InFlight(self.now + 1, self._seq, msg))
 
     def restart(self, i: int, wipe: bool = False) -> None:
         node = self.nodes[i]
@@ -160,7 +180,8 @@ class FakeNetwork:
             f = heapq.heappop(self.inflight)
             self._deliver(f.msg)
         for node in self.nodes.values():
-            if node.alive:
+            if node.alive and not node.paused:
+                node.ticks += 1
                 node.core.tick()
                 self._drain(node)
                 if node.pending and self.rng.random() < self.flush_prob:
@@ -168,8 +189,11 @@ class FakeNetwork:
         self._check_leaders()
 
     def settle(self, max_ticks: int = 2000) -> None:
-        """Heal, flush everything and run until all live nodes applied the same commit."""
+        """Heal, resume, flush everything and run until all live nodes applied the same commit."""
         self.heal()
+        for i, node in self.nodes.items():
+            if node.paused:
+                self.resume(i)
         self.drop = self.dup = 0.0
         self.flush_prob = 1.0
         for _ in range(max_ticks):
@@ -198,7 +222,7 @@ class FakeNetwork:
         node = self.nodes.get(msg.to)
         if isinstance(msg, _SnapshotTransfer):
             sender = self.nodes[msg.frm]
-            if node and node.alive and frozenset((msg.frm, msg.to)) not in self.cut:
+            if node and node.alive and not node.paused and frozenset((msg.frm, msg.to)) not in self.cut:
                 self._install(node, msg)
             elif sender.alive:  # the stream failed: the shell would report it
                 sender.core.snapshot_sent(msg.to, False)
@@ -206,6 +230,11 @@ class FakeNetwork:
             return
         if node is None or not node.alive:
             return
+        if node.paused:
+            node.held.append(msg)
+            return
+        if isinstance(msg, AppendResp) and node.core.role == Role.LEADER and msg.term == node.core.term:
+            node.heard[msg.frm] = node.ticks
         node.core.step(msg)
         self._drain(node)
 
@@ -221,6 +250,8 @@ class FakeNetwork:
 
     def _drain(self, node: SimNode) -> None:
         out = node.core.take_output()
+        if out.members is not None:
+            node.members_at = node.ticks
         for msg in out.send:
             self._send(msg)
         node.reads += out.reads
@@ -268,6 +299,28 @@ class FakeNetwork:
             if node.alive and node.core.role == Role.LEADER:
                 other = self.leaders.setdefault(node.core.term, node.id)
                 assert other == node.id, f"two leaders in term {node.core.term}: {other} and {node.id}"
+                self._check_quorum_contact(node)
+
+    def _check_quorum_contact(self, node: SimNode) -> None:
+        """Check-quorum, checked from outside: a leader that has not heard from a quorum for two
+        minimum election timeouts of its own ticks must have stepped down (it checks once per
+        timeout, over the timeout just past). Not judged within two timeouts of a membership change,
+        which the next check only then sees."""
+        core = node.core
+        term, since = self.lead_since.get(node.id, (-1, 0))
+        if term != core.term:
+            since = node.ticks
+            self.lead_since[node.id] = (core.term, since)
+            node.heard = {}
+        window = 2 * core.election_ticks[0]
+        peers = [p for p in core.voters() if p != node.id]
+        need = core.quorum() - (1 if node.id in core.voters() else 0)
+        if need <= 0 or node.ticks - node.members_at < window:
+            return
+        contacts = sorted((max(since, node.heard.get(p, since)) for p in peers), reverse=True)
+        last = contacts[need - 1]
+        assert node.ticks - last < window, (
+            f"node {node.id} still leads term {term} {node.ticks - last} ticks after it last heard from a quorum")
 
 
 @dataclass(slots=True)

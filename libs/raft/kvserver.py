@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from libs.kv import KVStore
 from libs.raft.config import RaftConfig
-from libs.raft.errors import NotLeader, ProposalDropped, RaftError
+from libs.raft.errors import LeadershipLost, NotLeader, ProposalDropped, RaftError
 from libs.raft.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, decode_put
 from libs.raft.server import RaftServer
 from libs.raft.transport import FrameWriter, read_frame, split_addr
@@ -131,7 +131,7 @@ class KVServer:
         except ProposalDropped:  # never applied: as safe to retry as NotLeader
             hint = self.raft.node.leader
             status, result = Status.NOT_LEADER, b"" if hint is None else str(hint).encode()
-        except TimeoutError:
+        except (TimeoutError, LeadershipLost):  # the outcome is unknown
             status, result = Status.TIMEOUT, b""
         except (RaftError, ValueError) as e:
             status, result = Status.ERROR, str(e).encode()

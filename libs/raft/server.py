@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from libs.raft.config import RaftConfig
 from libs.raft.core import RaftNode
-from libs.raft.errors import InvariantViolation, NotLeader, ProposalDropped, RaftError
+from libs.raft.errors import InvariantViolation, LeadershipLost, NotLeader, ProposalDropped, RaftError
 from libs.raft.log import RaftLog
 from libs.raft.messages import Entry, EntryKind, Member, Members, Message, SnapAck, SnapChunk, SnapshotMeta
 from libs.raft.output import Output, Role
@@ -124,7 +124,8 @@ class RaftServer:
 
     async def propose(self, command: bytes) -> bytes:
         """Replicate `command`; returns the state machine's result once it is committed and
-        applied here. Raises NotLeader, ProposalDropped or TimeoutError (outcome unknown)."""
+        applied here. Raises NotLeader, ProposalDropped (never applied), or LeadershipLost or
+        TimeoutError (outcome unknown)."""
         if not self.is_leader():
             raise NotLeader(self.node.leader)
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
@@ -263,6 +264,17 @@ class RaftServer:
             fut = self._reads.get(rid)
             if fut is not None and not fut.done():
                 fut.set_exception(NotLeader(self.node.leader))
+        if self._waiters and self.node.role != Role.LEADER:
+            self._fail_waiters()
+
+    def _fail_waiters(self) -> None:
+        """A deposed leader (a higher term, or check-quorum) answers its proposals at once instead
+        of letting them time out: whether they commit is up to the next leader."""
+        waiters, self._waiters = self._waiters, {}
+        for index, (_, fut) in waiters.items():
+            if not fut.done():
+                fut.set_exception(LeadershipLost(f"node {self.config.node_id} stopped leading before entry {index}"
+                                                 " committed; it may still commit"))
 
     async def _writer(self) -> None:
         assert self.storage is not None

@@ -128,9 +128,10 @@ class HttpClient:
         raise error_from_response(resp.status, body)
 
     async def request(self, method: str, url: str, *, params: Params | None = None, json: object = None,
-                      data: Body | None = None, timeout: float | None = None) -> bytes:
+                      data: Body | None = None, headers: Mapping[str, str] | None = None,
+                      timeout: float | None = None) -> bytes:
         """One request; the answer's raw body. `json` is a model or (for tests of bad input) any JSON value."""
-        request = Request(method, url, _str_params(params), data, timeout=timeout)
+        request = Request(method, url, _str_params(params), data, dict(headers or {}), timeout=timeout)
         if json is not None:
             request.body = json.model_dump_json().encode() if isinstance(json, BaseModel) else jsonlib.dumps(
                 json).encode()
@@ -140,9 +141,10 @@ class HttpClient:
             return await resp.read()
 
     async def call(self, method: str, url: str, response: type[M], *, params: Params | None = None,
-                   body: BaseModel | None = None, data: Body | None = None, timeout: float | None = None) -> M:
+                   body: BaseModel | None = None, data: Body | None = None, headers: Mapping[str, str] | None = None,
+                   timeout: float | None = None) -> M:
         """One request whose answer is the JSON of `response`."""
-        raw = await self.request(method, url, params=params, json=body, data=data, timeout=timeout)
+        raw = await self.request(method, url, params=params, json=body, data=data, headers=headers, timeout=timeout)
         try:
             return response.model_validate_json(raw)
         except ValidationError as exc:

@@ -1,16 +1,22 @@
-"""clustermgr HTTP routes: validate, then propose (writes) or read fresh state (reads)."""
+"""clustermgr HTTP routes: validate, then propose (writes) or read fresh state (reads).
+
+Every write route takes the caller's session from `SESSION_HEADER` (`Caller`): a retried command then
+gets its first answer back instead of applying twice. A request without one is applied as it comes.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Annotated
 
-from fastapi import FastAPI, Query
+from fastapi import Depends, Header, Query
 
 from libs.ec import UnknownCodeMode, parse_code_mode
 from libs.proto.cluster import DiskInfo, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from libs.proto.clustermgr import (
     POLICY_KEY,
+    SESSION_HEADER,
     ClusterStat,
     CodeModePolicy,
     ConfigList,
@@ -21,10 +27,12 @@ from libs.proto.clustermgr import (
     DiskList,
     DiskSet,
     DiskView,
+    DropReplies,
     KeyCas,
     KeyRef,
     KeyValue,
     KvItems,
+    LeaderView,
     MaybeValue,
     MemberAdd,
     MemberRemove,
@@ -36,6 +44,7 @@ from libs.proto.clustermgr import (
     ServiceList,
     ServiceRef,
     ServiceRegister,
+    Session,
     UnitAlloc,
     UnitUpdate,
     VolumeAlloc,
@@ -46,9 +55,22 @@ from libs.proto.clustermgr import (
 )
 from libs.proto.switches import SWITCH_PREFIX, parse_switch
 from libs.rpc.errors import BadRequest
-from libs.rpc.server import create_app
+from libs.rpc.server import ASGIApp, create_app
 from services.clustermgr import commands as cmd
+from services.clustermgr.faults import ReplyCutter
 from services.clustermgr.manager import ClusterManager
+
+
+async def _session(raw: Annotated[str | None, Header(alias=SESSION_HEADER)] = None) -> Session | None:
+    if raw is None:
+        return None
+    try:
+        return Session.parse(raw)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+Caller = Annotated[Session | None, Depends(_session)]
 
 
 def _code_mode(raw: int | str) -> int:
@@ -58,7 +80,7 @@ def _code_mode(raw: int | str) -> int:
         raise BadRequest(str(exc)) from None
 
 
-def build_app(cm: ClusterManager) -> FastAPI:
+def build_app(cm: ClusterManager) -> ASGIApp:
     app = create_app("clustermgr", on_start=cm.start, on_stop=cm.stop)
     lease_ttl = cm.config.volume_lease_ttl
 
@@ -67,9 +89,13 @@ def build_app(cm: ClusterManager) -> FastAPI:
         return ReplicaStatus(**cm.raft_status().model_dump(), node_id=cm.config.node_id,
                              checksum=cm.state.checksum(), applied_index=cm.state.applied_index())
 
+    @app.get("/raft/leader")
+    async def raft_leader() -> LeaderView:
+        return cm.leader_view()
+
     @app.post("/raft/member/add")
-    async def member_add(req: MemberAdd) -> RaftStatus:
-        return await cm.add_member(req.node_id, req.raft_addr, req.http_addr, req.learner)
+    async def member_add(req: MemberAdd, caller: Caller) -> RaftStatus:
+        return await cm.add_member(req.node_id, req.raft_addr, req.http_addr, req.learner, caller)
 
     @app.post("/raft/member/remove")
     async def member_remove(req: MemberRemove) -> RaftStatus:
@@ -78,22 +104,23 @@ def build_app(cm: ClusterManager) -> FastAPI:
     # disks
 
     @app.post("/disk/alloc_id")
-    async def disk_alloc_id() -> DiskId:
-        return DiskId(disk_id=(await cm.propose(cmd.ScopeAlloc(name="disk_id", count=1))).start)
+    async def disk_alloc_id(caller: Caller) -> DiskId:
+        return DiskId(disk_id=(await cm.submit(cmd.ScopeAlloc(name="disk_id", count=1), caller)).start)
 
     @app.post("/disk/add")
-    async def disk_add(req: DiskAdd) -> DiskInfo:
-        return await cm.propose(cmd.DiskAddCmd(disk=req))
+    async def disk_add(req: DiskAdd, caller: Caller) -> DiskInfo:
+        return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
 
     @app.post("/disk/heartbeat")
-    async def disk_heartbeat(req: DiskHeartbeat) -> DiskIds:
-        return await cm.propose(cmd.DiskHeartbeatCmd(disks=req.disks))
+    async def disk_heartbeat(req: DiskHeartbeat, caller: Caller) -> DiskIds:
+        return await cm.submit(cmd.DiskHeartbeatCmd(disks=req.disks), caller)
 
     @app.post("/disk/set")
-    async def disk_set(req: DiskSet) -> DiskInfo:
+    async def disk_set(req: DiskSet, caller: Caller) -> DiskInfo:
         if req.status is None and req.readonly is None:
             raise BadRequest("give a status, readonly, or both")
-        return await cm.propose(cmd.DiskSetCmd(disk_id=req.disk_id, status=req.status, readonly=req.readonly))
+        return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=req.status, readonly=req.readonly),
+                               caller)
 
     @app.get("/disk/get")
     async def disk_get(disk_id: int = Query(ge=1)) -> DiskView:
@@ -117,51 +144,54 @@ def build_app(cm: ClusterManager) -> FastAPI:
                                    and (code_mode is None or v.code_mode == code_mode)])
 
     @app.post("/volume/alloc")
-    async def volume_alloc(req: VolumeAlloc) -> VolumeList:
-        return await cm.propose(cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder,
-                                                   count=req.count, lease_ttl=lease_ttl))
+    async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
+        return await cm.submit(cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder,
+                                                  count=req.count, lease_ttl=lease_ttl), caller)
 
     @app.post("/volume/retain")
-    async def volume_retain(req: VolumeRetain) -> RetainResult:
-        return await cm.propose(cmd.VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes))
+    async def volume_retain(req: VolumeRetain, caller: Caller) -> RetainResult:
+        return await cm.submit(cmd.VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes),
+                               caller)
 
     @app.post("/volume/release")
-    async def volume_release(req: VolumeHolder) -> VolumeInfo:
-        return await cm.propose(cmd.VolumeRelease(vid=req.vid, holder=req.holder))
+    async def volume_release(req: VolumeHolder, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.VolumeRelease(vid=req.vid, holder=req.holder), caller)
 
     @app.post("/volume/lock")
-    async def volume_lock(req: VolumeRef) -> VolumeInfo:
-        return await cm.propose(cmd.VolumeLock(vid=req.vid))
+    async def volume_lock(req: VolumeRef, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.VolumeLock(vid=req.vid), caller)
 
     @app.post("/volume/unlock")
-    async def volume_unlock(req: VolumeRef) -> VolumeInfo:
-        return await cm.propose(cmd.VolumeUnlock(vid=req.vid))
+    async def volume_unlock(req: VolumeRef, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.VolumeUnlock(vid=req.vid), caller)
 
     @app.post("/volume/unit/alloc")
-    async def unit_alloc(req: UnitAlloc) -> Unit:
-        return await cm.alloc_unit(req.vid, req.index)
+    async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
+        return await cm.alloc_unit(req.vid, req.index, caller)
 
     @app.post("/volume/unit/update")
-    async def unit_update(req: UnitUpdate) -> VolumeInfo:
-        return await cm.propose(cmd.UnitUpdateCmd(vid=req.vid, index=req.index, vuid=req.vuid, disk_id=req.disk_id))
+    async def unit_update(req: UnitUpdate, caller: Caller) -> VolumeInfo:
+        update = cmd.UnitUpdateCmd(vid=req.vid, index=req.index, vuid=req.vuid, disk_id=req.disk_id)
+        return await cm.submit(update, caller)
 
     # scopes, services, config, kv
 
     @app.post("/scope/alloc")
-    async def scope_alloc(req: ScopeAlloc) -> ScopeRange:
-        return await cm.propose(cmd.ScopeAlloc(name=req.name, count=req.count))
+    async def scope_alloc(req: ScopeAlloc, caller: Caller) -> ScopeRange:
+        return await cm.submit(cmd.ScopeAlloc(name=req.name, count=req.count), caller)
 
     @app.post("/service/register")
-    async def service_register(req: ServiceRegister) -> ServiceInfo:
-        return await cm.propose(cmd.ServiceRegisterCmd(name=req.name, host=req.host, idc=req.idc, ttl=req.ttl))
+    async def service_register(req: ServiceRegister, caller: Caller) -> ServiceInfo:
+        register = cmd.ServiceRegisterCmd(name=req.name, host=req.host, idc=req.idc, ttl=req.ttl)
+        return await cm.submit(register, caller)
 
     @app.post("/service/heartbeat")
-    async def service_heartbeat(req: ServiceRef) -> ServiceInfo:
-        return await cm.propose(cmd.ServiceHeartbeat(name=req.name, host=req.host))
+    async def service_heartbeat(req: ServiceRef, caller: Caller) -> ServiceInfo:
+        return await cm.submit(cmd.ServiceHeartbeat(name=req.name, host=req.host), caller)
 
     @app.post("/service/unregister")
-    async def service_unregister(req: ServiceRef) -> ServiceRef:
-        return await cm.propose(cmd.ServiceUnregister(name=req.name, host=req.host))
+    async def service_unregister(req: ServiceRef, caller: Caller) -> ServiceRef:
+        return await cm.submit(cmd.ServiceUnregister(name=req.name, host=req.host), caller)
 
     @app.get("/service/list")
     async def service_list(name: str | None = None, alive_only: bool = True) -> ServiceList:
@@ -174,7 +204,7 @@ def build_app(cm: ClusterManager) -> FastAPI:
         return MaybeValue(key=key, value=(await cm.fresh()).config(key))
 
     @app.post("/config/set")
-    async def config_set(req: KeyValue) -> KeyValue:
+    async def config_set(req: KeyValue, caller: Caller) -> KeyValue:
         try:
             if req.key == POLICY_KEY:
                 CodeModePolicy.parse(req.value)
@@ -182,7 +212,7 @@ def build_app(cm: ClusterManager) -> FastAPI:
                 parse_switch(req.key, req.value)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        return await cm.propose(cmd.ConfigSet(key=req.key, value=req.value))
+        return await cm.submit(cmd.ConfigSet(key=req.key, value=req.value), caller)
 
     @app.get("/config/list")
     async def config_list() -> ConfigList:
@@ -193,16 +223,16 @@ def build_app(cm: ClusterManager) -> FastAPI:
         return MaybeValue(key=key, value=(await cm.fresh()).kv_get(key))
 
     @app.post("/kv/set")
-    async def kv_set(req: KeyValue) -> KeyValue:
-        return await cm.propose(cmd.KvSet(key=req.key, value=req.value))
+    async def kv_set(req: KeyValue, caller: Caller) -> KeyValue:
+        return await cm.submit(cmd.KvSet(key=req.key, value=req.value), caller)
 
     @app.post("/kv/cas")
-    async def kv_cas(req: KeyCas) -> MaybeValue:
-        return await cm.propose(cmd.KvCas(key=req.key, expected=req.expected, value=req.value))
+    async def kv_cas(req: KeyCas, caller: Caller) -> MaybeValue:
+        return await cm.submit(cmd.KvCas(key=req.key, expected=req.expected, value=req.value), caller)
 
     @app.post("/kv/delete")
-    async def kv_delete(req: KeyRef) -> KeyRef:
-        return await cm.propose(cmd.KvDelete(key=req.key))
+    async def kv_delete(req: KeyRef, caller: Caller) -> KeyRef:
+        return await cm.submit(cmd.KvDelete(key=req.key), caller)
 
     @app.get("/kv/list")
     async def kv_list(prefix: str = "") -> KvItems:
@@ -213,6 +243,16 @@ def build_app(cm: ClusterManager) -> FastAPI:
         state = await cm.fresh()
         volumes = list(state.volumes())
         return ClusterStat(disks=sum(1 for _ in state.disks()), volumes=len(volumes),
-                           volumes_by_status=Counter(v.status for v in volumes), raft=cm.raft_status())
+                           volumes_by_status=Counter(v.status for v in volumes), sessions=state.sessions(),
+                           raft=cm.raft_status())
 
-    return app
+    if not cm.config.fault_hooks:
+        return app
+    cutter = ReplyCutter(app)
+
+    @app.post("/fault/drop_reply")
+    async def drop_reply(req: DropReplies) -> DropReplies:
+        cutter.armed[req.path] = req.count
+        return req
+
+    return cutter

@@ -1,8 +1,16 @@
-"""Typed async client of clustermgr: finds the leader and retries across a leader change.
+"""Typed async client of clustermgr: finds the leader, rides out a leader change, and sends every
+mutating command in a client session so that a retry never applies it twice.
 
-Every call goes to the replica believed to lead; a follower answers `NotLeader` naming the
-leader, an unreachable replica is skipped, and the call is retried until `deadline` seconds
-have passed, which covers an election (well under 2 s).
+Every call goes to the replica believed to lead, and a calm call is that one request. A follower
+answers `NotLeader` naming the leader, which is followed at once. When the replica does not answer
+within `attempt_timeout` (paused, cut off, dead) or cannot serve, every replica is asked in parallel
+who leads (`GET /raft/leader`, no state read) and the call goes there, with a longer attempt timeout
+if that is the same replica again (it is alive, the request is just slow). All of this repeats
+until `deadline` seconds have passed, which covers an election (well under 2 s).
+
+A POST is a mutating command: it carries `SESSION_HEADER` (this client's id, the command's seq, and
+the seqs it has settled), the same on every retry, so clustermgr answers a retry of a command that
+already committed with its first answer (`services/clustermgr/sessions.py`).
 
 `VolumeCache` (volume info for the data path, refetched when a unit moved) lives here too: it is a
 client-side view of clustermgr's volume table, shared by access, tinker and the worker.
@@ -11,8 +19,10 @@ client-side view of clustermgr's volume table, shared by access, tinker and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -20,6 +30,7 @@ from pydantic import BaseModel
 from libs.proto.blobnode import MOVED_ERRORS
 from libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from libs.proto.clustermgr import (
+    SESSION_HEADER,
     ClusterStat,
     ConfigList,
     DiskAdd,
@@ -34,6 +45,7 @@ from libs.proto.clustermgr import (
     KeyRef,
     KeyValue,
     KvItems,
+    LeaderView,
     MaybeValue,
     MemberAdd,
     MemberRemove,
@@ -46,6 +58,7 @@ from libs.proto.clustermgr import (
     ServiceList,
     ServiceRef,
     ServiceRegister,
+    Session,
     UnitAlloc,
     UnitUpdate,
     VolumeAlloc,
@@ -55,47 +68,122 @@ from libs.proto.clustermgr import (
     VolumeRetain,
 )
 from libs.rpc.client import HttpClient, Params, ServiceClient
-from libs.rpc.errors import NotFound, NotLeader, Unavailable
+from libs.rpc.errors import NotFound, NotLeader, RpcError, Unavailable
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
+class SessionClock:
+    """Numbers one client's mutating commands: each gets the next seq (its retries reuse it), and
+    `acked` lets clustermgr forget every answer below the oldest command still in flight."""
+
+    def __init__(self, client: str | None = None) -> None:
+        self.client = client or secrets.token_hex(8)
+        self._next = 1
+        self._open: set[int] = set()
+
+    @contextlib.contextmanager
+    def command(self) -> Iterator[Callable[[], Session]]:
+        """A new command; the callable stamps each attempt (acked moves on as other commands settle)."""
+        seq = self._next
+        self._next += 1
+        self._open.add(seq)
+        try:
+            yield lambda: Session(client=self.client, seq=seq, acked=min(self._open) - 1)
+        finally:
+            self._open.discard(seq)
+
+
 class ClusterClient(ServiceClient):
-    def __init__(self, hosts: Sequence[str], *, http: HttpClient | None = None, deadline: float = 10.0) -> None:
+    def __init__(self, hosts: Sequence[str], *, http: HttpClient | None = None, deadline: float = 10.0,
+                 attempt_timeout: float = 1.0, sessions: bool = True) -> None:
+        """`sessions=False` sends mutating commands without a session (no retry protection; for the
+        benchmark's baseline)."""
         if not hosts:
             raise ValueError("clustermgr client needs at least one host")
-        super().__init__(http, timeout=10.0)
+        super().__init__(http, timeout=deadline)
         self.hosts = [h.rstrip("/") for h in hosts]
         self.deadline = deadline
+        self.attempt_timeout = attempt_timeout
+        self.session = SessionClock() if sessions else None
         self._leader = self.hosts[0]
 
     async def call(self, method: str, path: str, response: type[M], *, params: Params | None = None,
                    body: BaseModel | None = None) -> M:
-        give_up = time.monotonic() + self.deadline
-        host, tried, delay = self._leader, 0, 0.02
+        if method != "POST" or self.session is None:
+            return await self._call(method, path, response, params, body, None)
+        with self.session.command() as stamp:
+            return await self._call(method, path, response, params, body, stamp)
+
+    async def _call(self, method: str, path: str, response: type[M], params: Params | None,
+                    body: BaseModel | None, stamp: Callable[[], Session] | None) -> M:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.deadline
+        host: str | None = self._leader
+        suspect: str | None = None  # the replica that last failed to answer
+        timeout, delay, hops = self.attempt_timeout, 0.02, 0
+        last: Exception = Unavailable("no attempt")
         while True:
+            left = give_up - loop.time()
+            if left <= 0:
+                raise Unavailable(f"clustermgr {path}: no leader answered within {self.deadline}s: {last}")
+            if host is None:  # no leader known yet (an election): ask again shortly
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, 0.2)
+                host = await self._who_leads(suspect)
+                continue
+            headers = {SESSION_HEADER: stamp().header()} if stamp else None
             try:
-                answer = await self.http.call(method, f"{host}{path}", response, params=params, body=body)
+                answer = await self.http.call(method, f"{host}{path}", response, params=params, body=body,
+                                              headers=headers, timeout=min(timeout, left))
                 self._leader = host
                 return answer
             except NotLeader as exc:
-                hint = exc.details.get("leader")
-                host = str(hint) if hint else self._next(host)
-                last: Exception = exc
+                last, hint = exc, exc.details.get("leader")
+                hops += 1
+                if hint and str(hint) not in (host, suspect) and hops <= len(self.hosts):
+                    host = str(hint)  # a follower names the leader: go there at once
+                    continue
+                await asyncio.sleep(min(delay, left))  # no (other) leader known here: an election
+                delay = min(delay * 2, 0.2)
             except Unavailable as exc:
-                host = self._next(host)
-                last = exc
-            tried += 1
-            if time.monotonic() >= give_up:
-                raise Unavailable(f"clustermgr {path}: no leader answered within {self.deadline}s: {last}")
-            if tried % len(self.hosts) == 0:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                last, suspect = exc, host
+            hops = 0
+            found = await self._who_leads(suspect)
+            # The same replica again: it is alive and leads, the request is slow; give it longer.
+            timeout = timeout * 2 if found == host == suspect else self.attempt_timeout
+            host = found
 
-    def _next(self, host: str) -> str:
-        index = self.hosts.index(host) if host in self.hosts else -1
-        return self.hosts[(index + 1) % len(self.hosts)]
+    async def _who_leads(self, suspect: str | None) -> str | None:
+        """Ask every replica at once who leads (each within a quarter of the attempt timeout). The
+        first that says it leads wins, the suspect too (it is alive then). Otherwise the newest
+        term's hint, unless it names the suspect, which the others may not yet know is gone; then
+        None, as when nobody knows a leader."""
+        timeout = self.attempt_timeout / 4
+        asks = {asyncio.ensure_future(self.http.call("GET", f"{h}/raft/leader", LeaderView, timeout=timeout)): h
+                for h in self.hosts}
+        best: tuple[int, str] | None = None
+        pending = set(asks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    with contextlib.suppress(RpcError):
+                        view = task.result()
+                        if view.role == "leader":
+                            return asks[task]
+                        if view.leader and (best is None or view.term > best[0]):
+                            best = (view.term, view.leader.rstrip("/"))
+                if all(asks[t] == suspect for t in pending) and (best is None or best[1] != suspect):
+                    break  # only the suspect is left to hear from, and nobody points to it
+            return best[1] if best and best[1] != suspect else None
+        finally:
+            for task in asks:
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # seen: an answer that came too late is not an error to log
 
     # disks
 

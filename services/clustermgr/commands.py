@@ -2,9 +2,10 @@
 
 `COMMANDS` maps the name written in the log to (model, apply function); nothing is looked up by
 reflection. A command is logged as `{"op", "now", "args"}` with `args` the model's fields, the same
-bytes as before commands were typed, so logs written earlier replay unchanged. Applying is
-deterministic: the leader's clock travels in `now`, and every choice (which disk, which vid) was made
-before proposing; applying only validates and writes.
+bytes as before commands were typed, so logs written earlier replay unchanged; a command sent in a
+client session also carries `"session"` (see `sessions.py`). Applying is deterministic: the leader's
+clock travels in `now`, and every choice (which disk, which vid) was made before proposing; applying
+only validates and writes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from libs.proto.clustermgr import (
 from libs.proto.ids import Vuid
 from libs.rpc.errors import BadRequest, Conflict, NotFound, RpcError, error_from_response
 from services.clustermgr.placement import PlacementError, as_candidate, check_placement
+from services.clustermgr.sessions import LoggedSession
 
 if TYPE_CHECKING:
     from services.clustermgr.state import ClusterState
@@ -85,26 +87,55 @@ def command(model: type[C]) -> Callable[[Callable[[ClusterState, Batch, float, C
     return register
 
 
-def encode(cmd: Command[Any], now: float) -> bytes:
-    return json.dumps({"op": cmd.op, "now": now, "args": cmd.model_dump(mode="json")},
-                      separators=(",", ":")).encode()
+def encode(cmd: Command[Any], now: float, session: LoggedSession | None = None) -> bytes:
+    entry: dict[str, object] = {"op": cmd.op, "now": now, "args": cmd.model_dump(mode="json")}
+    if session is not None:
+        entry["session"] = session.model_dump()
+    return json.dumps(entry, separators=(",", ":")).encode()
 
 
-def apply(state: ClusterState, batch: Batch, raw: bytes) -> tuple[bytes, bool]:
+@dataclass(frozen=True)
+class Logged:
+    """One log entry, decoded: the command's name, the leader's clock, its raw args, its session."""
+
+    op: str
+    now: float
+    args: Any
+    session: LoggedSession | None
+
+
+_MALFORMED = (ValueError, TypeError, KeyError, AttributeError)  # pydantic's ValidationError is a ValueError
+
+
+def decode(raw: bytes) -> Logged:
+    """Raises BadRequest for bytes that are not a logged command."""
+    try:
+        entry = json.loads(raw)
+        session = entry.get("session")
+        return Logged(str(entry.get("op", "")), float(entry["now"]), entry.get("args"),
+                      None if session is None else LoggedSession.model_validate(session))
+    except _MALFORMED as exc:
+        raise BadRequest(f"malformed command: {exc}") from None
+
+
+def apply(state: ClusterState, batch: Batch, logged: Logged) -> tuple[bytes, bool]:
     """Apply one logged command to `batch`: the answer every replica agrees on, and whether the command
     was accepted. A refused one may have written part of `batch`: the caller must drop it."""
     try:
-        cmd = json.loads(raw)
-        entry = COMMANDS.get(cmd.get("op", ""))
+        entry = COMMANDS.get(logged.op)
         if entry is None:
-            raise BadRequest(f"unknown command {cmd.get('op')!r}")
-        result = entry.apply(state, batch, float(cmd["now"]), entry.model.model_validate(cmd["args"]))
-        answer: dict[str, object] = {"ok": result.model_dump(mode="json")}
+            raise BadRequest(f"unknown command {logged.op!r}")
+        result = entry.apply(state, batch, logged.now, entry.model.model_validate(logged.args))
     except RpcError as exc:
-        answer = {"error": exc.to_json()}
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
-        answer = {"error": BadRequest(f"malformed command: {exc}").to_json()}
-    return json.dumps(answer, separators=(",", ":")).encode(), "ok" in answer
+        return refusal(exc), False
+    except _MALFORMED as exc:
+        return refusal(BadRequest(f"malformed command: {exc}")), False
+    return json.dumps({"ok": result.model_dump(mode="json")}, separators=(",", ":")).encode(), True
+
+
+def refusal(exc: RpcError) -> bytes:
+    """The answer of a refused command: the typed error, as every replica gives it."""
+    return json.dumps({"error": exc.to_json()}, separators=(",", ":")).encode()
 
 
 def decode_result(raw: bytes, result_type: type[R]) -> R:

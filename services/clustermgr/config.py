@@ -29,6 +29,11 @@ class ClusterMgrConfig(BaseModel):
     fsync: bool = True
     heartbeat_ms: int = Field(50, ge=5)
     election_timeout_ms: tuple[int, int] = (300, 600)
+    snapshot_threshold: int = Field(20000, ge=1)  # applied commands between state snapshots
+    snapshot_keep: int = Field(5000, ge=0)  # log entries kept behind a snapshot for lagging replicas
+    session_ttl: float = Field(600.0, gt=0)  # a client session idle this long is forgotten (seconds)
+    session_limit: int = Field(10_000, ge=1)  # client sessions remembered at most; the longest idle go first
+    fault_hooks: bool = False  # tests only: enables POST /fault/drop_reply (cut replies after commit)
 
     @model_validator(mode="after")
     def _self_is_member(self) -> ClusterMgrConfig:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,18 +20,20 @@ from pydantic import BaseModel
 
 from libs.ec import parse_code_mode, tactic
 from libs.proto.cluster import DiskInfo, Unit
-from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, RaftStatus
+from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, LeaderView, RaftStatus, Session
 from libs.raft.config import RaftConfig
+from libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from libs.raft.errors import NotLeader as RaftNotLeader
-from libs.raft.errors import ProposalDropped
 from libs.raft.server import RaftServer
 from libs.rpc.errors import Conflict, NotLeader, Unavailable
 from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import SessionClock
 from services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
 from services.clustermgr.config import ClusterMgrConfig
 from services.clustermgr.metrics import PROPOSAL_SECONDS
 from services.clustermgr.placement import PlacementError, replacement_disk
+from services.clustermgr.sessions import LoggedSession
 from services.clustermgr.state import ClusterState
 from services.clustermgr.volumes import VolumeCreator, allocatable_count
 
@@ -55,8 +59,11 @@ class ClusterManager:
             fsync=config.fsync,
             heartbeat_ms=config.heartbeat_ms,
             election_ms=config.election_timeout_ms,
+            snapshot_threshold=config.snapshot_threshold,
+            snapshot_keep=config.snapshot_keep,
         )
         self.raft = RaftServer(raft_config, self.state)
+        self.session = SessionClock(f"cm{config.node_id}-{secrets.token_hex(4)}")  # this replica's own commands
         self.blobnodes = BlobnodeClient()
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
@@ -96,13 +103,22 @@ class ClusterManager:
         return NotLeader(f"clustermgr {self.config.node_id} does not lead; leader: {leader or 'unknown'}", **details)
 
     async def propose(self, cmd: Command[R]) -> R:
-        """Commit one command and return its result (or raise the error every replica agreed on)."""
+        """Commit a command of this replica's own (volume creation, policy publishing), in its session."""
+        with self.session.command() as stamp:
+            return await self.submit(cmd, stamp())
+
+    async def submit(self, cmd: Command[R], session: Session | None) -> R:
+        """Commit one command and return its result (or raise the error every replica agreed on). In a
+        session, a retry of a command that already committed gets the first answer instead of applying
+        again; without one (e.g. curl) it is applied as it comes."""
         started = time.perf_counter()
+        logged = None if session is None else LoggedSession(**session.model_dump(), ttl=self.config.session_ttl,
+                                                            limit=self.config.session_limit)
         try:
-            raw = await self.raft.propose(encode(cmd, time.time()))
+            raw = await self.raft.propose(encode(cmd, time.time(), logged))
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
-        except (ProposalDropped, TimeoutError) as exc:
+        except (ProposalDropped, LeadershipLost, TimeoutError) as exc:
             raise Unavailable(f"{cmd.op}: not committed ({type(exc).__name__}: {exc}); the outcome is unknown"
                               ) from None
         PROPOSAL_SECONDS.labels(cmd.op).observe(time.perf_counter() - started)
@@ -120,6 +136,10 @@ class ClusterManager:
 
     def is_leader(self) -> bool:
         return self.raft.is_leader()
+
+    def leader_view(self) -> LeaderView:
+        node = self.raft.node
+        return LeaderView(node_id=node.id, role=node.role.value, term=node.term, leader=self.leader_http(node.leader))
 
     # leader duties
 
@@ -170,7 +190,7 @@ class ClusterManager:
         alive = now - disk.last_heartbeat <= self.config.disk_heartbeat_timeout
         return DiskView.model_validate({**disk.model_dump(), "alive": alive})
 
-    async def alloc_unit(self, vid: int, index: int) -> Unit:
+    async def alloc_unit(self, vid: int, index: int, session: Session | None = None) -> Unit:
         """Reserve a new place for unit `index` of volume `vid`: a disk chosen by the placement policy,
         and the unit's next epoch."""
         state = await self.fresh()
@@ -181,25 +201,27 @@ class ClusterManager:
                                        time.time(), self.config.disk_heartbeat_timeout)
         except PlacementError as exc:
             raise Conflict(f"volume {vid} unit {index}: {exc}") from None
-        return await self.propose(UnitAllocCmd(vid=vid, index=index, disk_id=disk_id))
+        return await self.submit(UnitAllocCmd(vid=vid, index=index, disk_id=disk_id), session)
 
     def raft_status(self) -> RaftStatus:
         return RaftStatus.model_validate(self.raft.status())
 
-    async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool) -> RaftStatus:
-        await self.propose(KvSet(key=f"{MEMBER_PREFIX}{node_id}", value=f"http://{http_addr}"))
-        try:
-            if learner:
-                await self.raft.add_learner(node_id, raft_addr)
-            else:
-                await self.raft.promote(node_id)
-        except RaftNotLeader as exc:
-            raise self._not_leader(exc) from None
-        return self.raft_status()
+    async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool,
+                         session: Session | None = None) -> RaftStatus:
+        await self.submit(KvSet(key=f"{MEMBER_PREFIX}{node_id}", value=f"http://{http_addr}"), session)
+        if learner:
+            return await self._membership(self.raft.add_learner(node_id, raft_addr))
+        return await self._membership(self.raft.promote(node_id))
 
     async def remove_member(self, node_id: int) -> RaftStatus:
+        return await self._membership(self.raft.remove(node_id))
+
+    async def _membership(self, change: Awaitable[None]) -> RaftStatus:
+        """A membership change; a retry of one is a no-op change, so a failure is worth retrying."""
         try:
-            await self.raft.remove(node_id)
+            await change
         except RaftNotLeader as exc:
             raise self._not_leader(exc) from None
+        except (ConfigChangeInProgress, LeadershipLost, TimeoutError) as exc:
+            raise Unavailable(f"membership change not done ({type(exc).__name__}: {exc}); retry it") from None
         return self.raft_status()

@@ -2,7 +2,8 @@
 every node (what each command does is `commands.py`), and fresh reads are served from here.
 
 A refused command changes nothing and yields the same typed error on every replica. Each command's
-writes and the applied index go to RocksDB in one atomic batch.
+writes, its client session's bookkeeping (`sessions.py`) and the applied index go to RocksDB in one
+atomic batch.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from pathlib import Path
 
 from libs.kv import Batch, KVStore
 from libs.proto.cluster import DiskInfo, ServiceInfo, VolumeInfo
-from libs.rpc.errors import NotFound
-from services.clustermgr import commands
+from libs.rpc.errors import NotFound, RpcError
+from services.clustermgr import commands, sessions
 
 DISK, VOLUME, SCOPE, SERVICE, CONFIG, KV, META = "disk", "volume", "scope", "service", "config", "kv", "meta"
-DATA_CFS = (DISK, VOLUME, SCOPE, SERVICE, CONFIG, KV)
+DATA_CFS = (DISK, VOLUME, SCOPE, SERVICE, CONFIG, KV, sessions.CF)
 APPLIED_KEY = b"applied_index"
 
 
@@ -45,11 +46,23 @@ class ClusterState:
         return int(raw) if raw else 0
 
     def apply(self, index: int, command: bytes) -> bytes:
-        """Apply one committed command; its writes and the applied index land in one atomic batch."""
+        """Apply one committed command, once per client session: a retry gets the first answer back."""
         batch = self.kv.batch()
-        answer, accepted = commands.apply(self, batch, command)
-        if not accepted:
-            batch = self.kv.batch()  # a refused command changes nothing
+        try:
+            logged = commands.decode(command)
+            visit = sessions.Visit(self.kv, logged.session) if logged.session else None
+            answer = visit.recall() if visit else None
+        except RpcError as exc:
+            answer = commands.refusal(exc)
+        else:
+            fresh = None
+            if answer is None:
+                answer, accepted = commands.apply(self, batch, logged)
+                if not accepted:
+                    batch = self.kv.batch()  # a refused command changes nothing (but is remembered)
+                fresh = answer
+            if visit:
+                visit.record(batch, logged.now, fresh)
         batch.put(META, APPLIED_KEY, str(index).encode())
         self.kv.write(batch)
         return answer
@@ -125,6 +138,9 @@ class ClusterState:
 
     def kv_list(self, prefix: str) -> dict[str, str]:
         return {k.decode(): v.decode() for k, v in self.kv.prefix_items(KV, prefix.encode())}
+
+    def sessions(self) -> int:
+        return sessions.count(self.kv)
 
     def has_disk(self, disk_id: int) -> bool:
         return self.kv.get(DISK, _u32(disk_id)) is not None

@@ -17,6 +17,7 @@ from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.clustermgr import commands as c
 from services.clustermgr.commands import COMMANDS, Command, decode_result, encode
+from services.clustermgr.sessions import MAX_DROPS, LoggedSession
 from services.clustermgr.state import ClusterState
 
 R = Any
@@ -34,8 +35,8 @@ class Driver:
         self.index = state.applied_index()
         self.now = 1000.0
 
-    def __call__(self, cmd: Command[R]) -> R:
-        return self.raw(encode(cmd, self.now), cmd.result_type)
+    def __call__(self, cmd: Command[R], session: LoggedSession | None = None) -> R:
+        return self.raw(encode(cmd, self.now, session), cmd.result_type)
 
     def raw(self, command: bytes, result_type: type[BaseModel] = AnyResult) -> Any:
         self.index += 1
@@ -245,6 +246,69 @@ def test_snapshot_restore_gives_an_equal_checksum(tmp_path: Path, cm: Driver) ->
         other.close()
 
 
+def session(client: str, seq: int, acked: int | None = None, ttl: float = 600, limit: int = 100) -> LoggedSession:
+    return LoggedSession(client=client, seq=seq, acked=seq - 1 if acked is None else acked, ttl=ttl, limit=limit)
+
+
+def test_a_retried_command_gets_its_first_answer_and_is_applied_once(cm: Driver) -> None:
+    first = cm(c.ScopeAlloc(name="bid", count=10), session("a", 1, 0))
+    assert cm(c.ScopeAlloc(name="bid", count=10), session("a", 1, 0)) == first  # the reply was lost: a retry
+    assert cm(c.ScopeAlloc(name="bid", count=10), session("a", 2, 0)).start == first.end + 1  # not wasted
+    cas = c.KvCas(key="lease", expected=None, value="s1")
+    assert cm(cas, session("a", 3, 2)).value == "s1"
+    assert cm(cas, session("a", 3, 2)).value == "s1"  # its own win, not a Conflict
+    with pytest.raises(errors.Conflict, match="expected None"):
+        cm(cas, session("b", 1))  # another client did lose
+    cm(c.KvSet(key="lease", value="gone"))  # no session (curl): applied as is
+    with pytest.raises(errors.Conflict):
+        cm(c.KvCas(key="lease", expected="s1", value="s2"), session("b", 2))
+    cm(c.KvSet(key="lease", value="s1"))
+    with pytest.raises(errors.Conflict):  # a refusal is an answer too: the retry gets the same one
+        cm(c.KvCas(key="lease", expected="s1", value="s2"), session("b", 2))
+    assert cm.state.kv_get("lease") == "s1" and cm.state.sessions() == 2
+
+
+def test_acknowledged_answers_are_forgotten_and_a_stale_duplicate_is_refused(cm: Driver) -> None:
+    cm(c.ScopeAlloc(name="bid", count=1), session("a", 1, 0))
+    cm(c.ScopeAlloc(name="bid", count=1), session("a", 2, 0))  # both in flight at once
+    assert cm(c.ScopeAlloc(name="bid", count=1), session("a", 1, 0)).start == 1
+    cm(c.ScopeAlloc(name="bid", count=1), session("a", 3, 2))  # 1 and 2 were answered
+    before = cm.state.checksum()
+    with pytest.raises(errors.Conflict, match="older than the ones it acknowledged"):
+        cm(c.ScopeAlloc(name="bid", count=1), session("a", 2, 1))  # a duplicate that arrives late
+    assert cm.state.checksum() == before and cm.state.scope("bid") == 3
+    assert [k for k, _ in cm.state.kv.items("session") if k.startswith(b"ra/")] == [b"ra/%016x" % 3]
+
+
+def test_the_session_table_is_bounded_and_expires_by_the_leaders_clock(cm: Driver) -> None:
+    for i in range(20):  # short-lived clients: one command each
+        cm.now += 1
+        cm(c.KvSet(key=f"k{i}", value="x"), session(f"client-{i}", 1, limit=5))
+    assert cm.state.sessions() == 5
+    assert cm(c.KvSet(key="k19", value="y"), session("client-19", 1, limit=5)).value == "x"  # still known
+    cm.now += 601  # every session idles past the ttl; at most MAX_DROPS go per command
+    cm(c.KvSet(key="new", value="x"), session("new", 1))
+    assert cm.state.sessions() == 1 and MAX_DROPS >= 5
+    ids = {k.partition(b"/")[2] for k, _ in cm.state.kv.items("session") if k.startswith(b"t")}
+    assert ids == {b"new"}
+
+
+def test_sessions_are_in_snapshots_and_in_the_checksum(tmp_path: Path, cm: Driver) -> None:
+    plain = Driver(ClusterState(tmp_path / "plain"))
+    try:
+        got = cm(c.ScopeAlloc(name="bid", count=5), session("a", 1))
+        plain(c.ScopeAlloc(name="bid", count=5))
+        assert cm.state.checksum() != plain.state.checksum()  # replicas compare their session tables too
+        cm.state.snapshot(tmp_path / "snap")
+        plain.state.restore(tmp_path / "snap")
+        plain.index = cm.index
+        assert plain(c.ScopeAlloc(name="bid", count=5), session("a", 1)) == got  # the restored copy knows it
+        assert cm(c.ScopeAlloc(name="bid", count=5), session("a", 1)) == got
+        assert plain.state.checksum() == cm.state.checksum()
+    finally:
+        plain.state.close()
+
+
 def _old_entry(op: str, now: float, **args: object) -> bytes:
     """A log entry exactly as clustermgr wrote it before commands were typed (name + kwargs)."""
     return json.dumps({"op": op, "now": now, "args": args}, separators=(",", ":")).encode()
@@ -307,6 +371,13 @@ def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path:
         assert old.state.applied_index() == new.state.applied_index() == len(old_log)
         assert old.state.checksum() == new.state.checksum()
         assert old.state.volume(1).pending_units[1].disk_id == 7
+        assert encode(c.KvCas(key="lease", expected=None, value="s1"), 11.0) == old_log[-4]  # byte for byte
+        for replica in (old, new):  # entries in sessions follow in the same log, a retry among them
+            replica.now = 20.0
+            replica(c.ScopeAlloc(name="bid", count=3), session("svc", 1))
+            replica.raw(_old_entry("kv_set", 21.0, key="plain", value="1"))
+            replica(c.ScopeAlloc(name="bid", count=3), session("svc", 1))
+        assert old.state.checksum() == new.state.checksum() and old.state.scope("bid") == 3
     finally:
         old.state.close()
         new.state.close()

@@ -47,6 +47,40 @@ def test_leader_without_quorum_steps_down_and_a_new_one_is_elected() -> None:
     assert new is not None and new.id != old
 
 
+def test_cut_off_leader_steps_down_within_two_election_timeouts() -> None:
+    net = FakeNetwork(3, seed=12)
+    lead = net.nodes[_elect(net)]
+    net.partition({lead.id}, set(net.nodes) - {lead.id})
+    limit = 2 * lead.core.election_ticks[0]
+    net.run(limit)
+    assert lead.core.role != Role.LEADER  # check-quorum: it no longer takes writes
+    with pytest.raises(NotLeader):
+        lead.core.propose([b"late"])
+
+
+def test_a_paused_leader_is_replaced_and_steps_down_when_it_resumes() -> None:
+    net = FakeNetwork(3, seed=13)
+    old = net.nodes[_elect(net)]
+    net.partition({old.id}, set(net.nodes) - {old.id})
+    old.core.propose([b"stranded"])  # accepted just before it stopped: never reaches a follower
+    old.core.read_index(5)
+    net._drain(old)
+    net.pause(old.id)
+    net.heal()
+    net.run(60)
+    new = net.leader()
+    assert new is not None and new.id != old.id and old.core.role == Role.LEADER  # stopped: it cannot know
+    assert net.propose(b"meanwhile")
+    net.run(5)
+    net.resume(old.id)
+    net.run(3)  # the first message of the new term deposes it
+    assert old.core.role == Role.FOLLOWER and old.core.leader == new.id
+    assert old.core.pending_reads == []  # its read fails rather than answer stale data
+    net.settle()
+    assert [e.data for e in old.state if e.data] == [e.data for e in new.state if e.data]
+    assert b"stranded" not in {e.data for e in old.state} and b"meanwhile" in {e.data for e in old.state}
+
+
 def test_read_index_needs_a_quorum_round() -> None:
     net = FakeNetwork(3, seed=5, max_delay=3)
     lead = net.nodes[_elect(net)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from libs.raft.config import RaftConfig
-from libs.raft.errors import InvariantViolation, NotLeader
+from libs.raft.errors import InvariantViolation, LeadershipLost, NotLeader
 from libs.raft.kvcluster import free_port, wait_for
 from libs.raft.server import RaftServer
 from libs.raft.snapshot import Receiver, SnapshotStore
@@ -84,6 +85,23 @@ def test_propose_read_and_not_leader(tmp_path: Path) -> None:
         assert err.value.leader_hint == lead.node.id
         await wait_for(lambda: _any([follower.applied >= index]), 5, "follower apply")
         assert follower.sm.data == lead.sm.data  # type: ignore[attr-defined]
+
+    _run(tmp_path, body)
+
+
+def test_a_cut_off_leader_answers_its_pending_proposals_and_new_ones_at_once(tmp_path: Path) -> None:
+    async def body(servers: dict[int, RaftServer], peers: dict[int, str]) -> None:
+        lead = await _leader(servers)
+        await lead.propose(b"before=1")
+        for s in servers.values():
+            if s is not lead:
+                await s.stop()  # the leader is alone: nothing it proposes can commit
+        started = time.monotonic()
+        with pytest.raises(LeadershipLost, match="may still commit"):
+            await lead.propose(b"stranded=1")
+        assert time.monotonic() - started < 2 * 0.3 + 0.3  # check-quorum, not the 5 s propose timeout
+        with pytest.raises(NotLeader):
+            await lead.propose(b"later=1")
 
     _run(tmp_path, body)
 

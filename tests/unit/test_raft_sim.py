@@ -1,8 +1,9 @@
 """Randomized schedules of the Raft core over the fake network (libs/raft/fakenet.py).
 
 Safety is checked while the schedule runs (one leader per term; every node applies the same
-entry at each index; applied advances one by one) and after it heals (no acknowledged proposal
-lost, all nodes hold the same state).
+entry at each index; applied advances one by one; a leader cut off from a quorum steps down within
+two election timeouts) and after it heals (no acknowledged proposal lost, all nodes hold the same
+state).
 
 Derandomized so that CI is deterministic; set RAFT_SIM_EXPLORE=1 to draw fresh schedules
 (e.g. in a loop with `--hypothesis-seed=N`).
@@ -25,6 +26,13 @@ ACTIONS = st.one_of(
     st.tuples(st.just("restart"), st.integers(1, 5)),
     st.tuples(st.just("partition"), st.integers(1, 5)),
     st.tuples(st.just("heal"), st.just(0)),
+)
+PAUSES = st.one_of(  # a stopped process (SIGSTOP, a long GC or disk stall): alive, silent, then back
+    st.tuples(st.just("propose"), st.integers(1, 6)),
+    st.tuples(st.just("run"), st.integers(1, 40)),
+    st.tuples(st.just("pause"), st.integers(1, 5)),
+    st.tuples(st.just("resume"), st.integers(1, 5)),
+    st.tuples(st.just("stall_leader"), st.integers(1, 60)),  # for this many ticks
 )
 
 
@@ -58,6 +66,14 @@ def _run_schedule(net: FakeNetwork, n: int, actions: list[tuple[str, int]]) -> N
             net.partition({node}, set(net.nodes) - {node})
         elif kind == "heal":
             net.heal()
+        elif kind == "pause":
+            net.pause(node)
+        elif kind == "stall_leader" and (lead := net.leader()) is not None:
+            net.pause(lead.id)
+            net.run(arg)
+            net.resume(lead.id)
+        elif kind == "resume":
+            net.resume(node)
     for i, sim in net.nodes.items():
         if not sim.alive:
             net.restart(i)
@@ -74,6 +90,16 @@ def test_random_schedules_keep_raft_safe(seed: int, n: int, drop: float, dup: fl
                                          flush: float, snap: int, actions: list[tuple[str, int]]) -> None:
     net = FakeNetwork(n, seed, drop=drop, dup=dup, max_delay=delay, flush_prob=flush, snapshot_every=snap)
     _run_schedule(net, n, actions)
+
+
+@settings(max_examples=300, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), drop=st.sampled_from([0.0, 0.05]), delay=st.integers(1, 4),
+       actions=st.lists(PAUSES, min_size=10, max_size=40))
+def test_random_schedules_with_paused_nodes(seed: int, drop: float, delay: int,
+                                            actions: list[tuple[str, int]]) -> None:
+    """Paused leaders are deposed and, once resumed, step down without harm."""
+    net = FakeNetwork(3, seed, drop=drop, max_delay=delay, flush_prob=0.5, snapshot_every=7)
+    _run_schedule(net, 3, actions)
 
 
 @settings(max_examples=300, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])

@@ -4,12 +4,13 @@ what is retried, and what an answer becomes. Real processes test the same client
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from libs.proto.allocator import AllocResult, BlobSlice
-from libs.proto.clustermgr import MaybeValue, ScopeRange
+from libs.proto.clustermgr import SESSION_HEADER, LeaderView, MaybeValue, ScopeRange
 from libs.rpc import errors
 from libs.rpc.client import HttpClient, Request
 from libs.rpc.testing import FakeReply, FakeTransport
@@ -42,25 +43,128 @@ def test_the_cluster_client_follows_a_followers_leader_hint_and_remembers_it() -
     assert [host_of(r) for r in transport.requests] == ["http://cm1", "http://cm3", "http://cm3"]
 
 
-def test_the_cluster_client_skips_an_unreachable_replica() -> None:
-    async def handler(request: Request) -> FakeReply:
-        if host_of(request) == "http://cm1":
-            raise errors.Unavailable("connection refused")
+class Replicas:
+    """Three fake clustermgr replicas as `ClusterClient` sees them: one leads; a paused one answers
+    nothing until the request's own timeout; a down one refuses at once; `slow` requests take that
+    long. Records each command (not the leader look-ups) with its session header and timeout."""
+
+    def __init__(self, leader: str, term: int = 2) -> None:
+        self.leader, self.term = leader, term
+        self.paused: set[str] = set()
+        self.down: set[str] = set()
+        self.slow = 0.0
+        self.commands: list[tuple[str, str | None, float | None]] = []  # (host, session header, timeout)
+
+    async def handle(self, request: Request) -> FakeReply:
+        host = host_of(request)
+        lookup = request.url.endswith("/raft/leader")
+        if host in self.down:
+            raise errors.Unavailable(f"{host}: connection refused")
+        if not lookup:
+            self.commands.append((host, request.headers.get(SESSION_HEADER), request.timeout))
+        if host in self.paused:
+            await asyncio.sleep(request.timeout or 60)
+            raise errors.Unavailable(f"{host}: timed out")
+        if lookup:
+            role = "leader" if host == self.leader else "follower"
+            return FakeReply.of(LeaderView(node_id=HOSTS.index(host) + 1, role=role, term=self.term,
+                                           leader=self.leader))
+        if host != self.leader:
+            return FakeReply.of(errors.NotLeader("not me", leader=self.leader))
+        if self.slow > (request.timeout or 60):
+            await asyncio.sleep(request.timeout or 60)
+            raise errors.Unavailable(f"{host}: timed out")
+        await asyncio.sleep(self.slow)
+        if request.method == "POST":
+            return FakeReply.of(ScopeRange(name="bid", start=1, end=10))
         return FakeReply.of(MaybeValue(key="k", value="v"))
 
-    http, transport = fake(handler)
+
+def test_a_calm_call_is_one_request_and_only_writes_carry_a_session() -> None:
+    replicas = Replicas(leader="http://cm1")
+    client = ClusterClient(HOSTS, http=fake(replicas.handle)[0])
+
+    async def calls() -> None:
+        assert await client.kv_get("k") == "v"
+        await client.alloc_scope("bid", 10)
+        await client.alloc_scope("bid", 10)
+
+    asyncio.run(calls())
+    sessions = [header for _, header, _ in replicas.commands]
+    assert [host for host, _, _ in replicas.commands] == ["http://cm1"] * 3
+    assert sessions[0] is None and sessions[1:] == [f"{client.session.client} 1 0", f"{client.session.client} 2 1"]
+    plain = Replicas(leader="http://cm1")
+    asyncio.run(ClusterClient(HOSTS, http=fake(plain.handle)[0], sessions=False).alloc_scope("bid", 10))
+    assert plain.commands[0][1] is None  # like curl: applied without retry protection
+
+
+def test_the_cluster_client_skips_an_unreachable_replica() -> None:
+    replicas = Replicas(leader="http://cm2")
+    replicas.down.add("http://cm1")
+    http, transport = fake(replicas.handle)
     assert asyncio.run(ClusterClient(HOSTS, http=http).kv_get("k")) == "v"
-    assert [host_of(r) for r in transport.requests] == ["http://cm1", "http://cm2"]
+    assert [host for host, _, _ in replicas.commands] == ["http://cm2"]
+    assert {host_of(r) for r in transport.requests if r.url.endswith("/raft/leader")} == set(HOSTS)
 
 
-def test_the_cluster_client_gives_up_after_its_deadline_naming_the_last_failure() -> None:
-    async def handler(request: Request) -> FakeReply:
-        raise errors.Unavailable(f"{host_of(request)} is down")
+def test_a_paused_leader_costs_one_attempt_timeout_then_every_replica_is_asked_at_once() -> None:
+    replicas = Replicas(leader="http://cm1")
+    client = ClusterClient(HOSTS, http=fake(replicas.handle)[0], attempt_timeout=0.2)
 
-    http, transport = fake(handler)
-    with pytest.raises(errors.Unavailable, match=r"no leader answered within 0.3s: .* is down"):
-        asyncio.run(ClusterClient(HOSTS, http=http, deadline=0.3).kv_get("k"))
-    assert {host_of(r) for r in transport.requests} == set(HOSTS)
+    async def scenario() -> float:
+        await client.alloc_scope("bid", 10)
+        replicas.paused.add("http://cm1")  # alive but stopped; cm2 wins the election
+        replicas.leader, replicas.term = "http://cm2", 3
+        started = time.monotonic()
+        await client.alloc_scope("bid", 10)
+        return time.monotonic() - started
+
+    waited = asyncio.run(scenario())
+    assert 0.2 <= waited < 0.2 + 0.15  # one attempt timeout, then a parallel look-up (cm1 is not waited for)
+    hosts, sessions, _ = zip(*replicas.commands, strict=True)
+    assert hosts == ("http://cm1", "http://cm1", "http://cm2")
+    assert sessions[1] == sessions[2]  # the retry is the same command: clustermgr applies it once
+
+
+def test_followers_still_naming_a_paused_leader_are_not_followed_back_to_it() -> None:
+    replicas = Replicas(leader="http://cm1")
+    replicas.paused.add("http://cm1")  # the others have not noticed yet: they point to it
+    client = ClusterClient(HOSTS, http=fake(replicas.handle)[0], attempt_timeout=0.2)
+
+    async def scenario() -> float:
+        started = time.monotonic()
+        task = asyncio.ensure_future(client.kv_get("k"))
+        await asyncio.sleep(0.3)
+        replicas.leader, replicas.term = "http://cm3", 3  # elected meanwhile
+        assert await task == "v"
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario()) < 0.3 + 0.3
+    assert [host for host, _, _ in replicas.commands] == ["http://cm1", "http://cm3"]
+
+
+def test_a_slow_but_live_leader_is_retried_with_a_longer_attempt_timeout() -> None:
+    replicas = Replicas(leader="http://cm1")
+    replicas.slow = 0.3
+    client = ClusterClient(HOSTS, http=fake(replicas.handle)[0], attempt_timeout=0.2)
+    assert asyncio.run(client.kv_get("k")) == "v"
+    assert [(host, timeout) for host, _, timeout in replicas.commands] == [("http://cm1", 0.2), ("http://cm1", 0.4)]
+
+
+def test_concurrent_writes_of_one_client_acknowledge_only_what_settled() -> None:
+    replicas = Replicas(leader="http://cm1")
+    replicas.slow = 0.05
+    client = ClusterClient(HOSTS, http=fake(replicas.handle)[0])
+
+    async def writes() -> None:
+        first = asyncio.ensure_future(client.alloc_scope("bid", 1))
+        await asyncio.sleep(0.01)
+        await asyncio.gather(client.alloc_scope("bid", 1), first)
+        await client.alloc_scope("bid", 1)
+
+    asyncio.run(writes())
+    seq_acked = [tuple(map(int, header.split()[1:])) for _, header, _ in replicas.commands if header]
+    assert seq_acked == [(1, 0), (2, 0), (3, 2)]  # 2 was sent while 1 was in flight
 
 
 def test_a_refusal_is_the_peers_typed_error_and_is_not_retried() -> None:
