@@ -11,14 +11,15 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel
 
 from libs.ec import parse_code_mode, tactic
-from libs.proto.cluster import DiskInfo, Unit
-from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, RaftStatus
+from libs.proto.cluster import DiskInfo, Unit, VolumeInfo
+from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, RaftStatus, VolumeView
 from libs.raft.config import RaftConfig
 from libs.raft.errors import NotLeader as RaftNotLeader
 from libs.raft.errors import ProposalDropped
@@ -28,9 +29,10 @@ from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
 from services.clustermgr.config import ClusterMgrConfig
+from services.clustermgr.health import volume_health
 from services.clustermgr.placement import PlacementError, replacement_disk
 from services.clustermgr.state import ClusterState
-from services.clustermgr.volumes import VolumeCreator, allocatable_count
+from services.clustermgr.volumes import VolumeCreator, writable_count
 
 log = logging.getLogger(__name__)
 MEMBER_PREFIX = "raft_member_http/"
@@ -59,7 +61,8 @@ class ClusterManager:
         self.blobnodes = BlobnodeClient()
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
-                                     heartbeat_timeout=config.disk_heartbeat_timeout)
+                                     heartbeat_timeout=config.disk_heartbeat_timeout,
+                                     reserve=config.repair_reserve_chunks)
         self._life = Lifecycle()
         self._life.loop(self._leader_duties)
         self._life.loop(self._die_on_invariant_violation)
@@ -149,11 +152,20 @@ class ClusterManager:
         raw = self.state.config(POLICY_KEY)
         return self.config.code_modes if raw is None else CodeModePolicy.parse(raw)
 
+    def _waiting_for_disks(self) -> bool:
+        """Before the first volume: too few disks registered yet for the spread the launcher planned."""
+        wanted = self.config.first_volume_after_disks
+        return self.state.scope("vid") == 0 and sum(1 for _ in self.state.disks()) < wanted
+
     async def ensure_volumes(self) -> None:
+        """Keep `min_volumes` writable volumes of each enabled mode (see volumes.py)."""
+        if self._waiting_for_disks():
+            return
         for policy in self.policy():
             if not policy.enable:
                 continue
-            missing = policy.min_volumes - allocatable_count(self.state, policy.mode)
+            missing = policy.min_volumes - writable_count(self.state, policy.mode, time.time(),
+                                                          self.config.disk_heartbeat_timeout)
             for _ in range(max(0, missing)):
                 try:
                     await self.volumes.create(policy.mode, time.time())
@@ -164,8 +176,14 @@ class ClusterManager:
     # reads with derived fields
 
     def disk_view(self, disk: DiskInfo, now: float) -> DiskView:
-        alive = now - disk.last_heartbeat <= self.config.disk_heartbeat_timeout
+        alive = disk.heard_from(now, self.config.disk_heartbeat_timeout)
         return DiskView.model_validate({**disk.model_dump(), "alive": alive})
+
+    def volume_views(self, volumes: Iterable[VolumeInfo], now: float) -> list[VolumeView]:
+        """Volumes with whether new blobs may go to them now, and why not."""
+        disks = {d.disk_id: d for d in self.state.disks()}
+        return [VolumeView(**v.model_dump(), **volume_health(v, disks, now, self.config.disk_heartbeat_timeout)
+                           .model_dump()) for v in volumes]
 
     async def alloc_unit(self, vid: int, index: int) -> Unit:
         """Reserve a new place for unit `index` of volume `vid`: a disk chosen by the placement policy,

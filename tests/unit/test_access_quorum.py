@@ -91,7 +91,7 @@ def test_failure_reason_names_counts_and_azs() -> None:
     decision = decide_put(tactic(CodeMode.EC6P6), {0, 1, 2, 3, 4, 5, 6, 7, 8})
     assert not decision.ok
     assert decision.reason == "9 of 12 shards written, quorum is 11; the missing shards span AZs [1, 2]"
-    assert decide_put(tactic(CodeMode.EC3P3), set()).reason == "0 of 6 shards written, put quorum 5"
+    assert decide_put(tactic(CodeMode.EC3P3), set()).reason == "0 of 6 shards written, quorum is 5"
 
 
 @pytest.mark.parametrize("written", [{6}, {-1}, {"0"}, [True] * 5, [True] * 7, [1, 1, 1, 1, 1, 1], (0, 1, 2, 3, 4, 5)])
