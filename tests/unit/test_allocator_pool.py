@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from libs.proto.allocator import LeasedVolume
+from libs.proto.cluster import VolumeHealth
 from services.allocator.pool import BidRanges, PoolEmpty, VolumePool
 
 MODE = 11
@@ -31,7 +32,7 @@ def test_a_volume_near_its_lease_end_is_not_used() -> None:
     assert pool.allocate(MODE, 1, 10, now=7.9)[0].vid == 1
     with pytest.raises(PoolEmpty):
         pool.allocate(MODE, 1, 10, now=8.0)
-    pool.renewed(1, 30)
+    pool.renewed(1, 30, VolumeHealth())
     assert pool.allocate(MODE, 1, 10, now=8.0)[0].vid == 1
 
 
