@@ -11,6 +11,7 @@ from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.access.app import build_app
 from services.access.blobs import ShardIO
 from services.access.config import AccessConfig
+from services.access.health import HealthTable
 from services.access.objects import ObjectStore
 from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
@@ -34,7 +35,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     blobnodes = BlobnodeClient()
     allocator = AllocatorClient(config.allocator_hosts)
     mq = MqProxyClient(config.mqproxy_hosts, cluster)
-    store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout), volumes, allocator, mq)
+    health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
+    store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout, health), volumes, allocator, mq)
 
     async def refresh_policy() -> None:
         while True:
