@@ -52,6 +52,7 @@ bench: setup
 	$(PY) bench/clustermgr.py
 	$(PY) bench/access.py
 	$(PY) bench/pipeline.py
+	$(PY) bench/availability.py
 
 clean:
 	rm -rf .venv run bench/results
