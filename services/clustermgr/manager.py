@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from libs.ec import parse_code_mode, tactic
+from libs.ec import CodeMode, parse_code_mode, tactic
 from libs.proto.cluster import DiskInfo, Unit, VolumeInfo
 from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, RaftStatus, VolumeView
 from libs.raft.config import RaftConfig
@@ -63,6 +63,7 @@ class ClusterManager:
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
                                      heartbeat_timeout=config.disk_heartbeat_timeout,
                                      reserve=config.repair_reserve_chunks)
+        self._create_failure: dict[CodeMode, str] = {}  # the last reason volume creation failed, per mode
         self._life = Lifecycle()
         self._life.loop(self._leader_duties)
         self._life.loop(self._die_on_invariant_violation)
@@ -170,8 +171,12 @@ class ClusterManager:
                 try:
                     await self.volumes.create(policy.mode, time.time())
                 except Exception as exc:  # placement or a blobnode may fail; try again next round
-                    log.warning("cannot create a %s volume yet: %s", policy.mode.name, exc)
+                    # while too few disks live this repeats every round: say it once
+                    why = f"cannot create a {policy.mode.name} volume yet: {exc}"
+                    log.log(logging.DEBUG if self._create_failure.get(policy.mode) == why else logging.WARNING, why)
+                    self._create_failure[policy.mode] = why
                     break
+                self._create_failure.pop(policy.mode, None)
 
     # reads with derived fields
 
