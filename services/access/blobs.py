@@ -53,13 +53,13 @@ class ShardIO:
 
     async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
-            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout)))
+            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout), read=False))
 
     async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> bytes:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shard(
-            u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout)))
+            u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout), read=True))
 
-    async def _noted(self, unit: Unit, call: Awaitable[T]) -> T:
+    async def _noted(self, unit: Unit, call: Awaitable[T], *, read: bool) -> T:
         started = time.monotonic()
         try:
             result = await call
@@ -68,7 +68,7 @@ class ShardIO:
                 self.health.failed(unit.disk_id, time.monotonic())
             raise
         now = time.monotonic()
-        self.health.succeeded(unit.disk_id, now - started, now)
+        self.health.succeeded(unit.disk_id, now, now - started if read else None)
         return result
 
 
@@ -124,6 +124,8 @@ async def read_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, blo
         return BlobRead(b"", {})
     now = time.monotonic()
     late = {i for i, u in enumerate(volume.units) if io.health.read_last(u.disk_id, now)}
+    if len(late) > codec.tactic.total - codec.tactic.n:
+        late = set()  # too few others to read instead: they all get asked as usual
     if any(r.shard_index in late for r in plan):
         return await _degraded(io, codec, vid, bid, plan, {}, late)
     tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.offset, r.length))

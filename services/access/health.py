@@ -24,9 +24,12 @@ class HealthTable:
     _slow: dict[int, float] = field(default_factory=dict)  # disk id -> read last until
     _volumes: dict[int, float] = field(default_factory=dict)  # vid -> not allocated from until
 
-    def succeeded(self, disk_id: int, latency: float, now: float) -> None:
+    def succeeded(self, disk_id: int, now: float, read_latency: float | None = None) -> None:
+        """The disk answered; a read's latency also says whether it is slow (a write's includes its fsync)."""
         self._failed.pop(disk_id, None)
-        if latency < self.slow_after:
+        if read_latency is None:
+            return
+        if read_latency < self.slow_after:
             self._slow.pop(disk_id, None)
         else:
             self.slow(disk_id, now)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -241,3 +243,34 @@ def test_a_broken_disk_makes_its_volumes_unwritable_and_new_ones_avoid_it(cluste
         wait_until(lands_off_broken, 20, "a PUT off the broken disk", interval=0.1)
         for _ in range(20):
             assert lands_off_broken()
+
+
+def test_a_hung_blobnode_costs_one_hedge_not_one_per_read(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(hedge_after=2.0)
+    rng = random.Random(4)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        objects = {}
+        for _ in range(12):
+            data = rng.randbytes(100_000)  # every data shard of EC3P3 holds some of it
+            objects[client.put("/blob", content=data).json()["location"]] = data
+        units = {v.vid: v.units for v in volumes_of(cluster)}
+
+        def data_hosts(token: str) -> set[str]:
+            vid = next(Location.from_token(token, cluster.secret.encode()).blob_ids())[0]
+            return {u.host for u in units[vid][:3]}
+
+        hung = next(n for n in cluster.blobnodes if n.url in data_hosts(next(iter(objects))))
+        on_hung = [token for token in objects if hung.url in data_hosts(token)]
+        assert len(on_hung) >= 3
+        os.kill(hung.pid, signal.SIGSTOP)  # alive but answering nothing
+        try:
+            timings = []
+            for token in on_hung:
+                started = time.monotonic()
+                assert client.get(f"/blob/{token}").content == objects[token]
+                timings.append(time.monotonic() - started)
+        finally:
+            os.kill(hung.pid, signal.SIGCONT)
+    assert timings[0] >= 2.0  # the first read waits out the hedge delay once
+    assert max(timings[1:]) < 1.5, timings  # the next ones go around the slow node at once

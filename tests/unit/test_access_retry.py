@@ -135,15 +135,17 @@ def test_punishment_lasts_its_period_and_one_success_ends_it() -> None:
     assert not health.punished(3, 110.0) and health.avoided_disks(110.0) == []
     assert health.excluded_volumes(129.9) == [9] and health.excluded_volumes(130.0) == []
     health.failed(3, now=200.0)
-    health.succeeded(3, latency=0.01, now=201.0)  # the node is back: used again at once
+    health.succeeded(3, now=201.0)  # the node is back: used again at once
     assert not health.punished(3, 201.0) and health.avoided_disks(201.0) == []
 
 
 def test_a_slow_disk_is_read_last_but_still_written() -> None:
     health = HealthTable(disk_punish=10.0, volume_punish=30.0, slow_after=0.5)
-    health.succeeded(4, latency=0.8, now=100.0)
+    health.succeeded(4, now=100.0, read_latency=0.8)
     assert health.read_last(4, 101.0) and not health.punished(4, 101.0)
-    health.succeeded(4, latency=0.1, now=102.0)
+    health.succeeded(4, now=101.5)  # a write, however slow, says nothing of reads
+    assert health.read_last(4, 101.5)
+    health.succeeded(4, now=102.0, read_latency=0.1)
     assert not health.read_last(4, 102.0)
     health.slow(5, now=100.0)  # a read that was hedged past
     assert health.read_last(5, 109.0) and not health.read_last(5, 110.0)
