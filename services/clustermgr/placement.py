@@ -32,10 +32,11 @@ class Candidate:
     idc: str
     rack: str
     free: int
+    chunks: int = 0  # chunks it holds already: the load placement evens out
 
 
 def as_candidate(disk: DiskInfo) -> Candidate:
-    return Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free)
+    return Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free, disk.chunks)
 
 
 def candidates(disks: Iterable[DiskInfo], now: float, heartbeat_timeout: float, *,
@@ -54,11 +55,17 @@ def shares_a_host(hosts: Iterable[str]) -> bool:
 
 def _pick(pool: Sequence[Candidate], taken: Iterable[Candidate], count: int, rng: random.Random) -> list[Candidate]:
     """Choose `count` disks from `pool`, each time the one whose host, then rack, holds the fewest
-    units so far, then the one with the most free space; never a disk already taken. Taking the
-    emptiest host every time gives the smallest possible largest share of any host."""
+    units so far, then the one on the host with the fewest chunks, then the disk with the fewest
+    chunks, then the most free space; never a disk already taken. Taking the emptiest host every time
+    gives the smallest possible largest share of any host; the chunk counts spread a burst of new
+    volumes over every host (free space alone is equal on disks that share a filesystem, and would
+    send them all to the same hosts)."""
     taken = list(taken)
     racks = Counter(c.rack for c in taken)
     hosts = Counter(c.host for c in taken)
+    load: Counter[str] = Counter()
+    for c in pool:
+        load[c.host] += c.chunks
     used = {c.disk_id for c in taken}
     chosen: list[Candidate] = []
     for _ in range(count):
@@ -66,7 +73,7 @@ def _pick(pool: Sequence[Candidate], taken: Iterable[Candidate], count: int, rng
         if not options:
             raise PlacementError(f"needs {count} disks here but only {len(chosen)} are free to take")
         rng.shuffle(options)  # ties break randomly, so equal disks share the load
-        best = min(options, key=lambda c: (hosts[c.host], racks[c.rack], -c.free))
+        best = min(options, key=lambda c: (hosts[c.host], racks[c.rack], load[c.host], c.chunks, -c.free))
         chosen.append(best)
         used.add(best.disk_id)
         racks[best.rack] += 1

@@ -191,3 +191,16 @@ def test_volume_creation_leaves_the_repair_reserve_and_skips_silent_disks() -> N
     disks = [disk(1, 7), disk(2, 8), disk(3, 9), disk(4, 0, heard=50.0)]
     assert [c.disk_id for c in candidates(disks, 100.0, 30.0, reserve=2)] == [1]
     assert [c.disk_id for c in candidates(disks, 100.0, 30.0)] == [1, 2, 3]  # repair may take the last slots
+
+
+def test_a_burst_of_volumes_spreads_over_every_host_when_free_space_is_equal() -> None:
+    """Disks on one filesystem report the same free space: chunk counts must spread the volumes."""
+    disks = {d.disk_id: d for d in topology(1, 1, 8, 2)}
+    units: Counter[str] = Counter()
+    for seed in range(8):
+        placed = place_volume(tactic(CodeMode.EC3P3), list(disks.values()), rng=random.Random(seed))
+        for c in placed:
+            units[c.host] += 1
+            disks[c.disk_id] = Candidate(c.disk_id, c.host, c.idc, c.rack, c.free, c.chunks + 1)
+    assert set(units.values()) == {6}  # 48 units over 8 hosts
+    assert {c.chunks for c in disks.values()} == {3}
