@@ -1,9 +1,11 @@
 """PUT/GET availability when a blobnode dies, measured as a user sees it.
 
-Brings a cluster up with the launcher (`make demo`'s shape: 3 clustermgr, 6 blobnodes x 2 disks, EC3P3),
-runs a steady stream of `--clients` concurrent loops, each doing a PUT of `--size` random bytes and a GET of
-an earlier acknowledged object, for `--before` seconds; then kill -9 the blobnode holding the most volume
-units and keeps the stream going for `--after` seconds. The phase before the kill is the same-run baseline.
+Brings a cluster up with the launcher (`make demo`'s shape: 3 clustermgr, 6 blobnodes x 2 disks, EC3P3;
+`--blobnodes 8 --kill 2` for the issue's second case), runs a steady stream of `--clients` concurrent loops,
+each doing a PUT of `--size` random bytes and a GET of an earlier acknowledged object, for `--before`
+seconds; then kill -9 the `--kill` blobnodes whose loss hurts writes most (they hold two or more units of
+the most volumes) and keeps the stream going for `--after` seconds. The phase before the kill is the
+same-run baseline.
 Reports PUT and GET success rates and p50/p99 latency before the kill, in the first 10 s after it and from
 then on, checks that every acknowledged object reads back byte for byte, writes JSON and prints one line.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -20,7 +23,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -56,15 +58,26 @@ def phase(ops: list[Op], kind: str, lo: float, hi: float) -> dict[str, float]:
             "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3, 1)}
 
 
-def busiest_blobnode(info: launcher.ClusterInfo) -> launcher.ProcessRecord:
-    """The blobnode holding the most units of any volume: the worst one to lose."""
+def worst_victims(info: launcher.ClusterInfo, count: int) -> tuple[list[launcher.ProcessRecord], dict[str, int]]:
+    """The `count` blobnodes whose loss hurts writes most: they hold two or more units of the most volumes
+    (then the most units). Also how the volumes are spread, for the JSON."""
     async def volumes() -> list[VolumeInfo]:
         async with ClusterClient(info.clustermgr_urls) as cm:
             return list(await cm.list_volumes())
 
-    units = Counter(u.host for v in asyncio.run(volumes()) for u in v.units)
+    listed = asyncio.run(volumes())
     nodes = [p for p in info.processes if p.role == "blobnode"]
-    return max(nodes, key=lambda p: (units[p.url], p.name))
+
+    def harm(group: tuple[launcher.ProcessRecord, ...]) -> tuple[int, int, list[str]]:
+        urls = {p.url for p in group}
+        on_group = [sum(u.host in urls for u in v.units) for v in listed]
+        return sum(n >= 2 for n in on_group), sum(on_group), [p.name for p in group]
+
+    worst = max(itertools.combinations(nodes, count), key=harm)
+    spread = {"volumes": len(listed),
+              "volumes_with_two_units_on_one_host": sum(len({u.host for u in v.units}) < len(v.units) for v in listed),
+              "volumes_losing_two_or_more_units": harm(worst)[0]}
+    return list(worst), spread
 
 
 async def stream(access: str, clients: int, size: int, before: float, after: float,
@@ -137,21 +150,28 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64 << 10)
     parser.add_argument("--before", type=float, default=15.0)
     parser.add_argument("--after", type=float, default=40.0)
+    parser.add_argument("--blobnodes", type=int, default=6)
+    parser.add_argument("--kill", type=int, default=1, help="how many blobnodes to kill -9 at once")
     parser.add_argument("--out", default="bench/results/availability.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-avail-") as tmp:
         root = Path(tmp) / "cluster"
-        info = launcher.up(root, ClusterShape())
+        info = launcher.up(root, ClusterShape(blobnodes=args.blobnodes))
         try:
-            victim = busiest_blobnode(info)
+            victims, spread = worst_victims(info, args.kill)
+
+            def kill() -> None:
+                for victim in victims:
+                    os.kill(victim.pid, signal.SIGKILL)
+
             ops, acked = asyncio.run(stream(info.access_url, args.clients, args.size, args.before, args.after,
-                                            lambda: os.kill(victim.pid, signal.SIGKILL)))
+                                            kill))
             unreadable = asyncio.run(read_back(info.access_url, acked))
         finally:
             launcher.down(root)
     result = {
-        "shape": "3 clustermgr, 6 blobnodes x 2 disks, EC3P3", "clients": args.clients, "size": args.size,
-        "killed": victim.name,
+        "shape": f"3 clustermgr, {args.blobnodes} blobnodes x 2 disks, EC3P3", "clients": args.clients,
+        "size": args.size, "killed": [v.name for v in victims], **spread,
         "before_kill": {k: phase(ops, k, -args.before, 0.0) for k in ("put", "get")},
         "first_10s_after": {k: phase(ops, k, 0.0, SETTLE) for k in ("put", "get")},
         "after_10s": {k: phase(ops, k, SETTLE, args.after + 1) for k in ("put", "get")},
@@ -161,7 +181,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     b, f, a = (result[p]["put"] for p in ("before_kill", "first_10s_after", "after_10s"))
-    print(f"availability (kill -9 {victim.name} of 6, {args.clients} clients, {args.size >> 10} KiB PUT+GET): "
+    print(f"availability (kill -9 {'+'.join(v.name for v in victims)} of {args.blobnodes}, {args.clients} clients, "
+          f"{args.size >> 10} KiB PUT+GET; {spread['volumes_losing_two_or_more_units']} of {spread['volumes']}"
+          f" volumes lose 2+ units): "
           f"PUT ok {b['success_rate']:.2%} p99 {b['p99_ms']:.0f} ms before; "
           f"{f['success_rate']:.2%} p99 {f['p99_ms']:.0f} ms in the first 10 s; "
           f"{a['success_rate']:.2%} p99 {a['p99_ms']:.0f} ms after; "

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+from typing import Any
+
 import pytest
 
 from libs.ec import CodeMode, tactic
+from libs.proto.blobnode import ChunkInfo, ChunkStatus
 from libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo, VolumeStatus
 from libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
 from libs.proto.ids import Vuid
+from libs.rpc.client import HttpClient, Request
+from libs.rpc.errors import Unavailable
+from libs.rpc.testing import FakeReply, FakeTransport
+from services.blobnode.client import BlobnodeClient
 from services.clustermgr import commands as c
 from services.clustermgr.health import lease_rank, volume_health
-from services.clustermgr.volumes import writable_count
+from services.clustermgr.volumes import VolumeCreator, writable_count
 from tests.unit.test_clustermgr_state import Driver, cm  # noqa: F401  (cm is a fixture)
 
 EC3P3 = int(CodeMode.EC3P3)
@@ -142,3 +152,39 @@ def test_a_volume_on_an_out_of_service_disk_does_not_count_toward_the_floor(cm: 
     cm(c.DiskSetCmd(disk_id=7, status=status) if status is DiskStatus.DROPPED
        else c.DiskSetCmd(disk_id=1, status=status))
     assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 1
+
+
+def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:  # noqa: F811
+    """Volume creation by the leader over a fake blobnode transport (named so: the blobnode on h3 plays
+    a node killed moments ago, which clustermgr still counts as alive)."""
+    add_hosts(cm, 7)
+
+    async def blobnode(request: Request) -> FakeReply:
+        if request.url.startswith("http://h3/"):
+            raise Unavailable("connection refused")
+        vuid = json.loads(request.body or b"{}")["vuid"]
+        return FakeReply.of(ChunkInfo(chunk_id="c", vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=1 << 20,
+                                      created=0.0))
+
+    async def propose(cmd: c.Command[Any]) -> Any:
+        return cm(cmd)
+
+    transport = FakeTransport(blobnode)
+    creator = VolumeCreator(cm.state, propose, BlobnodeClient(HttpClient(transport)), idcs=["z0"], backend="isal",
+                            chunk_size=1 << 20, heartbeat_timeout=TIMEOUT, reserve=0)
+
+    async def create(times: int) -> None:
+        for _ in range(times):
+            with contextlib.suppress(Unavailable):
+                await creator.create(CodeMode.EC3P3, cm.now)
+
+    def tries_on_h3() -> int:
+        return sum(r.url == "http://h3/chunk/create" for r in transport.requests)
+
+    asyncio.run(create(4))
+    assert tries_on_h3() == 1  # the fewest chunks would pick it every time; its failure rules it out
+    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 3
+    cm.now += 1
+    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=100)]))  # it is back
+    asyncio.run(create(1))
+    assert tries_on_h3() == 2
