@@ -43,6 +43,7 @@ class LeasedVolume(VolumeHealth):
     lease_expiry: float
     disks: list[int] = Field(default_factory=list)  # of each unit, in unit order
     hosts: list[str] = Field(default_factory=list)
+    under_spread: bool = False  # two units share a host
 
     @property
     def free(self) -> int:

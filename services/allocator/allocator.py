@@ -30,8 +30,8 @@ LEASE_RETRY = 1.0  # seconds: after clustermgr had fewer volumes to lease than a
 def _leased(volume: VolumeView) -> LeasedVolume:
     return LeasedVolume(vid=volume.vid, code_mode=volume.code_mode, capacity=volume.capacity, used=volume.used,
                         lease_expiry=volume.lease_expiry, disks=[u.disk_id for u in volume.units],
-                        hosts=[u.host for u in volume.units], writable=volume.writable, why_not=volume.why_not,
-                        down_units=volume.down_units)
+                        hosts=[u.host for u in volume.units], under_spread=volume.under_spread,
+                        writable=volume.writable, why_not=volume.why_not, down_units=volume.down_units)
 
 
 class Allocator:

@@ -5,8 +5,10 @@ allocation handed out can never outlive the lease it was made under; space hande
 recorded at once, so two requests never get the same bytes of a volume.
 
 Which volume: never one access excluded (it just failed a write there); then the one whose units a
-writer should expect to miss the fewest of (down per clustermgr, or on a disk access avoids), then the
-one with the most room. A volume expected to miss more units than the code's put slack is not used.
+writer should expect to miss the fewest of (down per clustermgr, or on a disk access avoids), then one
+with a unit on every host before an under-spread one (created while hosts were down: once they are
+back, writes return to the well-spread volumes), then the one with the most room. A volume expected to
+miss more units than the code's put slack is not used.
 How many: `target` writable volumes per mode, and more while some single host holds more than the put
 slack of every leased volume's units (its loss would leave no volume that reaches its quorum).
 """
@@ -85,8 +87,8 @@ class VolumePool:
                 continue
             missing = set(volume.down_units) | {i for i, d in enumerate(volume.disks) if d in avoid_disks}
             if len(missing) <= slack:
-                ranked.append((len(missing), -volume.free, volume.vid, volume))
-        return [r[-1] for r in sorted(ranked, key=lambda r: r[:3])]
+                ranked.append((len(missing), volume.under_spread, -volume.free, volume.vid, volume))
+        return [r[-1] for r in sorted(ranked, key=lambda r: r[:4])]
 
     def wanted(self, code_mode: int, now: float, target: int) -> int:
         """How many more volumes of the mode to lease (see the module docstring)."""

@@ -242,8 +242,9 @@ class VolumeAllocCmd(Command[VolumeList]):
     count: int
     lease_ttl: float
     min_free: int = 1
-    # Set: lease volumes whose units are all up (and off `avoid_disks`) first, and never one that would
-    # miss its put quorum. None (logs written before health existed): in vid order, as then.
+    # Set: lease volumes whose units are all up (and off `avoid_disks`) first, well-spread before
+    # under-spread, and never one that would miss its put quorum. None (logs written before health
+    # existed): in vid order, as then.
     heartbeat_timeout: float | None = None
     avoid_disks: list[int] = Field(default_factory=list)
 
@@ -266,7 +267,7 @@ def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd)
         if rank is not None:
             ranked.append((rank, volume, health))
     leased = []
-    for _, volume, health in sorted(ranked, key=lambda r: (r[0], r[1].vid))[: cmd.count]:
+    for _, volume, health in sorted(ranked, key=lambda r: (r[0], r[1].under_spread, r[1].vid))[: cmd.count]:
         volume = volume.model_copy(update={"status": VolumeStatus.ACTIVE, "lease_holder": cmd.holder,
                                            "lease_expiry": now + cmd.lease_ttl})
         s.put_volume(batch, volume)

@@ -94,7 +94,8 @@ def success_rate(attempts: list[tuple[float, bool, str]]) -> float:
 
 def test_one_of_six_blobnodes_killed_puts_keep_succeeding_and_it_is_used_again(cluster_factory: ClusterFactory
                                                                              ) -> None:
-    cluster = cluster_factory(blobnodes=6, disks=2, min_volumes=8, disk_punish=3.0)
+    cluster = cluster_factory(blobnodes=6, disks=2, min_volumes=8, disk_punish=3.0,
+                              clustermgr={"disk_heartbeat_timeout": 3})
     access = cluster.access[0].url
     with httpx.Client(base_url=access, timeout=60) as client:
         wait_for_put(client, b"warm-up")
@@ -111,6 +112,12 @@ def test_one_of_six_blobnodes_killed_puts_keep_succeeding_and_it_is_used_again(c
     after = stream.since(killed)
     assert success_rate(after) >= 0.995, Counter(error for _, ok, error in after if not ok).most_common(3)
     assert read_back(access, stream.acked) == []  # with the node still down: degraded reads
+
+    def replaced() -> bool:  # its volumes are unwritable now; new ones double up on the five hosts left
+        now = volumes_of(cluster)
+        return all(not v.writable for v in now if v.vid in {old.vid for old in volumes}) and \
+            sum(v.writable and v.under_spread for v in now) >= 8
+    wait_until(replaced, 30, "volumes on the five live hosts", interval=0.2)
 
     victim.start()
     with httpx.Client(base_url=access, timeout=60) as client:

@@ -66,8 +66,9 @@ def test_bid_runs_are_consecutive_and_skip_short_ranges() -> None:
 
 def leased(vid: int, disks: list[int], hosts: list[str] | None = None, free: int = 100,
            down: list[int] | None = None) -> LeasedVolume:
-    return LeasedVolume(vid=vid, code_mode=MODE, capacity=free, used=0, lease_expiry=50, disks=disks,
-                        hosts=hosts or [f"h{d}" for d in disks], writable=not down, down_units=down or [])
+    hosts = hosts or [f"h{d}" for d in disks]
+    return LeasedVolume(vid=vid, code_mode=MODE, capacity=free, used=0, lease_expiry=50, disks=disks, hosts=hosts,
+                        under_spread=len(set(hosts)) < len(hosts), writable=not down, down_units=down or [])
 
 
 def test_access_exclusions_and_avoided_disks_steer_the_choice() -> None:
@@ -108,3 +109,13 @@ def test_more_volumes_are_wanted_until_any_one_host_can_be_lost() -> None:
     assert pool.wanted(MODE, now=0, target=2) == 1  # losing h1 would leave no volume its quorum
     pool.add(leased(3, [1, 3, 4, 5, 6, 7], ["h2", "h2", "h1", "h3", "h4", "h5"]))
     assert pool.wanted(MODE, now=0, target=2) == 0
+
+
+def test_a_returning_host_gets_writes_again_over_volumes_made_without_it() -> None:
+    """Volumes created while a host was down double up on the others; once it is back, the
+    well-spread volumes it is part of come first again, even with less room."""
+    pool = pool_with(leased(1, [1, 2, 3, 4, 5, 6], free=100, down=[5]),
+                     leased(2, [1, 2, 3, 4, 5, 7], ["h1", "h2", "h3", "h4", "h5", "h1"], free=300))
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 2  # host 6 is down: the under-spread volume
+    pool.renewed(1, 50, VolumeHealth())  # host 6 is back
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 1

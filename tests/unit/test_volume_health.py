@@ -133,6 +133,9 @@ def test_under_spread_is_recorded_at_creation_and_cleared_by_a_move(cm: Driver) 
     hosts = [f"http://h{i}" for i in (1, 2, 3, 4, 5, 1)]  # disk 6 on host h1 too, as a 5-host cluster would
     assert create(cm, 1, [1, 2, 3, 4, 5, 6], hosts).under_spread
     assert not create(cm, 2, [1, 2, 3, 4, 5, 7]).under_spread
+    got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    assert [v.vid for v in got.volumes] == [2]  # the well-spread one first
+    cm(c.VolumeRelease(vid=2, holder="a"))
     cm(c.VolumeLock(vid=1))
     unit = cm(c.UnitAllocCmd(vid=1, index=5, disk_id=7))
     assert not cm(c.UnitUpdateCmd(vid=1, index=5, vuid=unit.vuid, disk_id=7)).under_spread
