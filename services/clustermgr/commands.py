@@ -254,20 +254,20 @@ def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd)
     """Lease up to `count` idle (or lapsed) volumes of a mode to `holder`."""
     mode = CodeMode(cmd.code_mode)
     disks = {d.disk_id: d for d in s.disks()} if cmd.heartbeat_timeout is not None else {}
-    ranked: list[tuple[int, VolumeInfo, VolumeHealth]] = []
+    ranked: list[tuple[tuple[int, bool, int], VolumeInfo, VolumeHealth]] = []
     for volume in s.volumes():
         lapsed = volume.status is VolumeStatus.ACTIVE and volume.lease_expiry < now
         if volume.code_mode != mode or volume.free < cmd.min_free or not (volume.status is VolumeStatus.IDLE or lapsed):
             continue
         if cmd.heartbeat_timeout is None:
-            ranked.append((0, volume, VolumeHealth()))
+            ranked.append(((0, False, volume.vid), volume, VolumeHealth()))
             continue
         health = volume_health(volume, disks, now, cmd.heartbeat_timeout)
         rank = lease_rank(tactic(mode), volume, health, cmd.avoid_disks)
         if rank is not None:
-            ranked.append((rank, volume, health))
+            ranked.append(((rank, volume.under_spread, volume.vid), volume, health))
     leased = []
-    for _, volume, health in sorted(ranked, key=lambda r: (r[0], r[1].under_spread, r[1].vid))[: cmd.count]:
+    for _, volume, health in sorted(ranked, key=lambda r: r[0])[: cmd.count]:
         volume = volume.model_copy(update={"status": VolumeStatus.ACTIVE, "lease_holder": cmd.holder,
                                            "lease_expiry": now + cmd.lease_ttl})
         s.put_volume(batch, volume)

@@ -108,7 +108,7 @@ def test_leasing_takes_whole_volumes_first_and_never_one_past_the_slack(cm: Driv
 def test_old_log_leases_keep_their_vid_order(cm: Driver) -> None:  # noqa: F811
     add_hosts(cm, 7)
     cm(c.ScopeAlloc(name="vid", count=2))
-    create(cm, 1, [1, 2, 3, 4, 5, 6])
+    assert create(cm, 1, [1, 2, 3, 4, 5, 6], [f"http://h{i}" for i in (1, 2, 3, 4, 5, 1)]).under_spread
     create(cm, 2, [2, 3, 4, 5, 6, 7])
     cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
     got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10))  # as logged before health
