@@ -61,6 +61,7 @@ bench: setup
 	$(PY) bench/pipeline.py
 	$(PY) bench/metrics_cost.py
 	$(PY) bench/inspection.py
+	$(PY) bench/availability.py
 
 clean:
 	rm -rf .venv run bench/results

@@ -308,14 +308,14 @@ def disk_set(disk_id: int, status_: Annotated[DiskStatus | None, typer.Option("-
 @volume_app.command("list")
 def volume_list(status_: Annotated[VolumeStatus | None, typer.Option("--status", help="idle, active or lock")] = None,
                 as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
-    """Every volume: code mode, status, capacity, use and lease."""
+    """Every volume: code mode, status, capacity, use, lease, and whether new blobs may go to it (why not)."""
     volumes = _on_cluster(dir, clustermgr, lambda cm: cm.list_volumes(status_))
     if as_json:
         _emit([v.model_dump(mode="json") for v in volumes], True)
         return
     _emit([{"vid": v.vid, "code_mode": parse_code_mode(v.code_mode).name, "status": v.status.value,
-            "units": len(v.units), "capacity": v.capacity, "used": v.used, "lease_holder": v.lease_holder}
-           for v in volumes], False)
+            "units": len(v.units), "capacity": v.capacity, "used": v.used, "lease_holder": v.lease_holder,
+            "writable": "yes" if v.writable else f"no: {v.why_not}"} for v in volumes], False)
 
 
 @volume_app.command("get")

@@ -3,7 +3,9 @@
 Kafka is one of them: deploy/kafka/broker.py starts its JVM and stops it (by the PID in DIR/kafka/kafka.pid).
 
 `up` starts it stage by stage and returns once a first PUT succeeds (clustermgr creates volumes and the
-allocator leases them in the background); `down` stops what `up` started; `status` says what runs.
+allocator leases them in the background; the plan tells clustermgr to create none before every disk it
+starts has registered, so no volume doubles up on the hosts that came first); `down` stops what `up`
+started; `status` says what runs.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class ClusterShape:
     blobnodes: int = 6
     disks_per_node: int = 2
     code_mode: str = "EC3P3"
-    min_volumes: int = 2
+    min_volumes: int = 8  # writable volumes clustermgr keeps: the allocator leases 4, the rest are spares
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
     audit_log: bool = True  # access writes access/audit.jsonl
@@ -100,7 +100,10 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     policy = [{"code_mode": shape.code_mode, "min_volumes": shape.min_volumes}]
     cms = [_service("clustermgr", f"clustermgr{n}", int(m["http_addr"].rsplit(":", 1)[1]), root, python,
                     {"node_id": int(n), "members": members, "data_dir": str(root / f"clustermgr{n}" / "data"),
-                     "code_modes": policy, "chunk_size": shape.chunk_size, "volume_check_interval": 0.5})
+                     "code_modes": policy, "chunk_size": shape.chunk_size, "volume_check_interval": 0.5,
+                     # no volume before every disk started here registered: each one spreads over all hosts
+                     "first_volume_after_disks": shape.blobnodes * shape.disks_per_node,
+                     "disk_heartbeat_timeout": 10.0})
            for n, m in members.items()]
     cm_urls = [cm.url for cm in cms]
     blobnodes = []

@@ -16,6 +16,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -50,7 +51,7 @@ def spark_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in schema)
 
 
-def unit_rows(volumes: list[VolumeInfo]) -> pa.Table:
+def unit_rows(volumes: Sequence[VolumeInfo]) -> pa.Table:
     """Every unit of every volume; a locked volume or one with a unit being moved in counts as migrating."""
     rows: dict[str, list[object]] = {name: [] for name in UNIT_SCHEMA.names}
     for volume in volumes:

@@ -83,10 +83,12 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
 
     def start(blobnodes: int = 6, disks: int = 1, code_mode: str = "EC3P3", min_volumes: int = 2,
               allocators: int = 1, access: int = 1, pipelines: bool = False, safe_delay: float = 2.0,
-              tinker: dict[str, object] | None = None, **access_overrides: object) -> LocalCluster:
-        cms = clustermgr_factory(volume_check_interval=0.2, disk_heartbeat_timeout=10, volume_lease_ttl=10,
-                                 chunk_size=256 << 20,
-                                 code_modes=[{"code_mode": code_mode, "min_volumes": min_volumes}])
+              tinker: dict[str, object] | None = None, clustermgr: dict[str, object] | None = None,
+              **access_overrides: object) -> LocalCluster:
+        cms = clustermgr_factory(**{"volume_check_interval": 0.2, "disk_heartbeat_timeout": 10, "volume_lease_ttl": 10,
+                                    "chunk_size": 256 << 20, "first_volume_after_disks": blobnodes * disks,
+                                    "code_modes": [{"code_mode": code_mode, "min_volumes": min_volumes}],
+                                    **(clustermgr or {})})
         cm_urls = [cm.url for cm in cms]
         nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms) for i in range(blobnodes)]
         allocs = [launch("services.allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],

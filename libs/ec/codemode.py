@@ -64,6 +64,11 @@ class Tactic:
         return self.n + self.m
 
     @property
+    def put_slack(self) -> int:
+        """Shards of a stripe that may go unwritten while a PUT still reaches its quorum."""
+        return self.total - self.put_quorum
+
+    @property
     def is_lrc(self) -> bool:
         return self.l > 0
 

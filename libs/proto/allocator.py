@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from libs.proto.cluster import VolumeHealth
 from libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
+
+MAX_EXCLUDED = 4096
 
 
 class AllocRequest(BaseModel):
     code_mode: int | str
     size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
     blob_size: int = Field(4 << 20, ge=1, le=MAX_BLOB_SIZE)
+    # What access punished: never these volumes, and these disks' volumes only when nothing else has room.
+    exclude_vids: list[int] = Field(default_factory=list, max_length=MAX_EXCLUDED)
+    avoid_disks: list[int] = Field(default_factory=list, max_length=MAX_EXCLUDED)
 
 
 class BlobSlice(BaseModel):
@@ -26,14 +32,18 @@ class AllocResult(BaseModel):
     blobs: list[BlobSlice]
 
 
-class LeasedVolume(BaseModel):
-    """A volume the allocator holds a lease on, with the space it has handed out."""
+class LeasedVolume(VolumeHealth):
+    """A volume the allocator holds a lease on, with the space it has handed out, where its units are,
+    and its health as clustermgr last reported it."""
 
     vid: int
     code_mode: int
     capacity: int
     used: int
     lease_expiry: float
+    disks: list[int] = Field(default_factory=list)  # of each unit, in unit order
+    hosts: list[str] = Field(default_factory=list)
+    under_spread: bool = False  # two units share a host
 
     @property
     def free(self) -> int:

@@ -47,6 +47,10 @@ class DiskInfo(BaseModel):
     def writable(self) -> bool:
         return self.status is DiskStatus.NORMAL and not self.readonly and self.chunks < self.max_chunks
 
+    def heard_from(self, now: float, heartbeat_timeout: float) -> bool:
+        """Whether its blobnode heartbeated within the timeout."""
+        return now - self.last_heartbeat <= heartbeat_timeout
+
 
 class VolumeStatus(StrEnum):
     IDLE = "idle"
@@ -71,10 +75,20 @@ class VolumeInfo(BaseModel):
     lease_holder: str = ""
     lease_expiry: float = 0.0
     pending_units: dict[int, Unit] = Field(default_factory=dict)  # unit index -> unit being moved in
+    # Two units share a host: placed while too few live hosts existed for one unit each.
+    under_spread: bool = False
 
     @property
     def free(self) -> int:
         return max(0, self.capacity - self.used)
+
+
+class VolumeHealth(BaseModel):
+    """Whether new blobs may go to a volume now, as clustermgr judges it from its units' disks."""
+
+    writable: bool = True
+    why_not: str = ""  # empty when writable
+    down_units: list[int] = Field(default_factory=list)  # unit indexes on a dead or out-of-service disk
 
 
 class ServiceInfo(BaseModel):

@@ -11,7 +11,7 @@ import json
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
 from libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
-from libs.proto.cluster import U32, DiskInfo, DiskStatus, ServiceInfo, VolumeInfo, VolumeStatus
+from libs.proto.cluster import U32, DiskInfo, DiskStatus, ServiceInfo, VolumeHealth, VolumeInfo, VolumeStatus
 
 U64 = Field(ge=0, lt=2**64)
 DISK_ID = Field(ge=1, lt=2**32)
@@ -121,10 +121,15 @@ class VolumeAlloc(BaseModel):
     code_mode: int | str
     holder: str = Field(min_length=1)
     count: int = Field(1, ge=1, le=1000)
+    avoid_disks: list[int] = Field(default_factory=list, max_length=4096)  # lease volumes on these last
+
+
+class VolumeView(VolumeInfo, VolumeHealth):
+    """A volume as clustermgr reports it: with whether new blobs may go to it now, and why not."""
 
 
 class VolumeList(BaseModel):
-    volumes: list[VolumeInfo]
+    volumes: list[VolumeView]
 
 
 class RetainItem(BaseModel):
@@ -137,7 +142,9 @@ class VolumeRetain(BaseModel):
     volumes: list[RetainItem]
 
 
-class Retained(BaseModel):
+class Retained(VolumeHealth):
+    """A renewed lease, with the volume's health as of the renewal."""
+
     vid: int
     lease_expiry: float
 

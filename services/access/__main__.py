@@ -14,6 +14,7 @@ from services.access.app import build_app
 from services.access.audit import AuditLog
 from services.access.blobs import ShardIO
 from services.access.config import AccessConfig
+from services.access.health import HealthTable
 from services.access.metrics import count_bytes
 from services.access.objects import ObjectStore
 from services.allocator.client import AllocatorClient
@@ -38,7 +39,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     blobnodes = BlobnodeClient()
     allocator = AllocatorClient(config.allocator_hosts)
     mq = MqProxyClient(config.mqproxy_hosts, cluster)
-    store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout), volumes, allocator, mq)
+    health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
+    store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout, health), volumes, allocator, mq)
 
     async def refresh_policy() -> None:
         while True:

@@ -1,23 +1,32 @@
 """One blob's shards on the wire: write a stripe with a put quorum, read a byte range with a
 degraded-read fallback. Codec work runs in threads (ISA-L releases the GIL); the loop only waits.
-The verdicts (quorum, what a failed read means) are `quorum.py`'s; the byte math is `stripes.py`'s.
+The verdicts (quorum, what a failed read means) are `quorum.py`'s; the byte math is `stripes.py`'s;
+what every shard call taught about its disk goes to the health table (`health.py`), which decides
+which units a PUT skips and which shards a GET asks last.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from libs.ec import Codec, NotEnoughShards
 from libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
-from libs.proto.cluster import VolumeInfo
+from libs.proto.cluster import Unit, VolumeInfo
 from libs.rpc.errors import RpcError, Unavailable
+from services.access.health import HealthTable
 from services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
-from services.access.quorum import decide_put, unreadable
+from services.access.quorum import decide_put, units_to_skip, unreadable
 from services.access.stripes import ShardRead, assemble, shard_reads
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import VolumeCache
+
+T = TypeVar("T")
+DISK_TROUBLE = frozenset({ShardState.UNREACHABLE, ShardState.ERROR})  # the disk's fault, not the shard's
 
 log = logging.getLogger(__name__)
 
@@ -34,30 +43,49 @@ class BlobWrite:
 
 
 class ShardIO:
-    """Shard calls to a volume's units, refreshing the volume once when a unit has moved."""
+    """Shard calls to a volume's units, refreshing the volume once when a unit has moved, and noting in
+    `health` how each disk answered."""
 
-    def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float) -> None:
+    def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float, health: HealthTable) -> None:
         self.blobnodes = blobnodes
         self.volumes = volumes
         self.timeout = timeout
+        self.health = health
 
     async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
-        return await self.volumes.on_unit(vid, index, lambda u: self.blobnodes.put_shard(
-            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout))
+        return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
+            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout), read=False))
 
     async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> bytes:
-        return await self.volumes.on_unit(vid, index, lambda u: self.blobnodes.get_shard(
-            u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout))
+        return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shard(
+            u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout), read=True))
+
+    async def _noted(self, unit: Unit, call: Awaitable[T], *, read: bool) -> T:
+        started = time.monotonic()
+        try:
+            result = await call
+        except RpcError as exc:
+            if shard_state(exc) in DISK_TROUBLE:
+                self.health.failed(unit.disk_id, time.monotonic())
+            raise
+        now = time.monotonic()
+        self.health.succeeded(unit.disk_id, now, now - started if read else None)
+        return result
 
 
 async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, data: bytes) -> BlobWrite:
-    """Encode and write every shard in parallel; succeed once the put quorum (or the AZ-down rule)
-    holds. Raises `BlobWriteFailed` naming the blob when it does not."""
+    """Encode and write every shard in parallel, but for units on punished disks while the quorum
+    allows; succeed once the put quorum (or the AZ-down rule) holds. Raises `BlobWriteFailed` naming
+    the blob when it does not."""
+    now = time.monotonic()
+    skip = units_to_skip(codec.tactic, {i for i, u in enumerate(volume.units) if io.health.punished(u.disk_id, now)})
     shards = await asyncio.to_thread(codec.encode, data)
-    results = await asyncio.gather(*(io.put(volume.vid, i, bid, shard) for i, shard in enumerate(shards)),
-                                   return_exceptions=True)
+    tried = [i for i in range(len(shards)) if i not in skip]
+    results = await asyncio.gather(*(io.put(volume.vid, i, bid, shards[i]) for i in tried), return_exceptions=True)
     outcome = BlobWrite(volume.vid, bid)
-    for index, result in enumerate(results):
+    for index in sorted(skip):
+        outcome.failed[index] = f"skipped: disk {volume.units[index].disk_id} is punished after failing"
+    for index, result in zip(tried, results, strict=True):
         if isinstance(result, BaseException):
             outcome.failed[index] = f"{type(result).__name__}: {result}"
         else:
@@ -74,6 +102,7 @@ class BlobWriteFailed(Unavailable):
     def __init__(self, outcome: BlobWrite, reason: str) -> None:
         super().__init__(f"blob {outcome.vid}/{outcome.bid}: {reason}; failures: {outcome.failed}")
         self.outcome = outcome
+        self.reason = reason
 
 
 @dataclass
@@ -86,30 +115,41 @@ class BlobRead:
         return sorted(i for i, state in self.bad.items() if state in NEEDS_REPAIR)
 
 
-async def read_blob(io: ShardIO, codec: Codec, vid: int, bid: int, blob_len: int, start: int, end: int,
+async def read_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, blob_len: int, start: int, end: int,
                     hedge_after: float) -> BlobRead:
     """Bytes [start, end) of a blob: from the data shards that hold them when they answer in time,
-    otherwise rebuilt from any N shards of the same shard-byte range (degraded read)."""
+    otherwise rebuilt from any N shards of the same shard-byte range (degraded read). A data shard on
+    a disk that failed or was slow lately is not waited for: the read is degraded from the start."""
+    vid = volume.vid
     plan = shard_reads(codec.tactic, blob_len, start, end)
     if not plan:
         return BlobRead(b"", {})
+    now = time.monotonic()
+    late = {i for i, u in enumerate(volume.units) if io.health.read_last(u.disk_id, now)}
+    if len(late) > codec.tactic.total - codec.tactic.n:
+        late = set()  # too few others to read instead: they all get asked as usual
+    if any(r.shard_index in late for r in plan):
+        return await _degraded(io, codec, vid, bid, plan, {}, late)
     tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.offset, r.length))
              for r in plan}
     done, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
     bad = {i: shard_state(exc) for i, t in tasks.items() if t in done and (exc := t.exception()) is not None}
     if not bad and not pending:
         return BlobRead(assemble(plan, [t.result() for t in tasks.values()]), {})
-    for task in pending:
-        task.cancel()
+    for index, task in tasks.items():
+        if task in pending:
+            task.cancel()
+            io.health.slow(volume.units[index].disk_id, time.monotonic())
     if pending:
         HEDGED_READS.inc()
-    return await _degraded(io, codec, vid, bid, plan, bad)
+    return await _degraded(io, codec, vid, bid, plan, bad, late)
 
 
 async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[ShardRead],
-                    bad: dict[int, ShardState]) -> BlobRead:
-    """Read one common shard range [lo, hi) from every shard not known bad, and as soon as the
-    answers suffice, rebuild the data shards the plan needs and cut its pieces out of them."""
+                    bad: dict[int, ShardState], late: Collection[int]) -> BlobRead:
+    """Read one common shard range [lo, hi) from every shard not known bad, those on disks to read
+    `late` only if the others do not suffice, and as soon as the answers suffice, rebuild the data
+    shards the plan needs and cut its pieces out of them."""
     t = codec.tactic
     lo = min(r.offset for r in plan)
     hi = max(r.offset + r.length for r in plan)
@@ -120,25 +160,28 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
         except RpcError as exc:
             return index, exc
 
-    tasks = [asyncio.create_task(fetch(i)) for i in range(t.total) if i not in bad]
     pieces: list[bytes | None] = [None] * t.total
     needed = [r.shard_index for r in plan]
     rebuilt: dict[int, bytes] | None = None
-    try:
-        for next_done in asyncio.as_completed(tasks):
-            index, result = await next_done
-            if isinstance(result, RpcError):
-                bad[index] = shard_state(result)
-                continue
-            pieces[index] = result
-            enough = sum(p is not None for p in pieces[: t.global_count]) >= t.n
-            if enough or all(pieces[i] is not None for i in needed):
-                rebuilt = await _rebuild(codec, pieces, needed)
-                if rebuilt is not None:
-                    break
-    finally:
-        for task in tasks:
-            task.cancel()
+    for wave in ([i for i in range(t.total) if i not in bad and i not in late], sorted(set(late) - set(bad))):
+        tasks = [asyncio.create_task(fetch(i)) for i in wave]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                index, result = await next_done
+                if isinstance(result, RpcError):
+                    bad[index] = shard_state(result)
+                    continue
+                pieces[index] = result
+                enough = sum(p is not None for p in pieces[: t.global_count]) >= t.n
+                if enough or all(pieces[i] is not None for i in needed):
+                    rebuilt = await _rebuild(codec, pieces, needed)
+                    if rebuilt is not None:
+                        break
+        finally:
+            for task in tasks:
+                task.cancel()
+        if rebuilt is not None:
+            break
     if rebuilt is None:
         raise unreadable(t, vid, bid, bad, sum(p is not None for p in pieces))
     if bad:

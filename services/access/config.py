@@ -18,6 +18,10 @@ class AccessConfig(BaseModel):
     default_code_mode: str = "EC3P3"  # when clustermgr publishes no size policy
     shard_timeout: float = Field(10.0, gt=0)
     hedge_after: float = Field(0.5, gt=0)  # a data shard slower than this triggers a degraded read
+    put_tries: int = Field(3, ge=1)  # a blob that misses its quorum is tried on this many volumes in all
+    put_retry_window: float = Field(20.0, gt=0)  # no new try of a blob once its first began this long ago
+    disk_punish: float = Field(10.0, gt=0)  # seconds a failed disk is skipped by PUTs and read last
+    volume_punish: float = Field(30.0, gt=0)  # seconds a volume where a blob missed its quorum is not used
     volume_cache_ttl: float = Field(60.0, gt=0)
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
     audit_log: str = "access-audit.jsonl"  # one JSON line per request; empty: no audit log

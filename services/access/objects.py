@@ -13,12 +13,15 @@ from pathlib import Path
 from isal import isal_zlib
 
 from libs.ec import CodeMode, codec_for, parse_code_mode
+from libs.proto.allocator import BlobSlice
 from libs.proto.clustermgr import CodeModePolicy
-from libs.proto.location import Location, SliceInfo
+from libs.proto.location import Location
 from libs.proto.mqproxy import DeleteIn, RepairIn
 from libs.rpc.errors import LengthMismatch, RpcError, TooLarge, Unavailable
 from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob, write_blob
 from services.access.config import AccessConfig
+from services.access.metrics import VOLUME_RETRIES
+from services.access.putplan import PutPlan, RetryRefused
 from services.access.stripes import plan_range, split_object
 from services.allocator.client import AllocatorClient
 from services.clustermgr.client import VolumeCache
@@ -73,37 +76,72 @@ class ObjectStore:
             self.policy = CodeModePolicy(CodeModePolicy.parse(raw), self.policy.default)
 
     async def put(self, body: AsyncIterator[bytes], size: int, mode: CodeMode | None) -> Location:
+        """Write the object blob by blob; a blob that misses its quorum is retried on a fresh allocation
+        for the rest of the object (`putplan.py`), its leftovers queued for deletion at once."""
         if size > self.config.max_object_size:
             raise TooLarge(f"object of {size} bytes exceeds the maximum of {self.config.max_object_size}")
         mode = mode or self.policy.mode_for(size)
         reader = BodyReader(body, size)
         blob_size = self.config.blob_size
-        slices = await self.allocator.alloc(int(mode), size, blob_size) if size else []
-        bids = [(s.vid, bid) for s in slices for bid in range(s.min_bid, s.min_bid + s.count)]
+        lengths = split_object(size, blob_size)
+        plan = PutPlan(len(lengths), tries=self.config.put_tries, retry_window=self.config.put_retry_window)
         crc = 0
-        written = []
+        written: list[BlobWrite] = []
         try:
-            for (vid, bid), blob_len in zip(bids, split_object(size, blob_size), strict=True):
+            if lengths:
+                plan.allocated(await self._allocate(mode, size))
+            for index, blob_len in enumerate(lengths):
                 data = await reader.read(blob_len)
                 crc = isal_zlib.crc32(data, crc)
-                volume = await self.volumes.get(vid)
-                outcome = await write_blob(self.io, codec_for(volume.code_mode, volume.backend), volume, bid, data)
-                written.append(outcome)
-                if outcome.missing:
-                    log.warning("blob %d/%d written without shards %s", vid, bid, outcome.failed)
-                    self._queue_repair(RepairIn(vid=vid, bid=bid, bad_indexes=list(outcome.missing),
-                                                reason="put could not write these shards"))
+                written.append(await self._write_blob(plan, mode, data, size - index * blob_size))
             await reader.finish()
         except (RpcError, ValueError) as exc:
-            if isinstance(exc, BlobWriteFailed):
-                written.append(exc.outcome)
-            self._record_orphans(written, str(exc))
-            leftovers = [DeleteIn(vid=w.vid, bid=w.bid) for w in written if w.written]
-            if leftovers:
-                self._queue(lambda mq: mq.send_delete(leftovers), f"delete of {len(leftovers)} leftover blob(s)")
+            self._discard(written, str(exc))
             raise
         return Location(cluster_id=self.config.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
-                        crc=crc, blobs=tuple(SliceInfo(s.min_bid, s.vid, s.count) for s in slices))
+                        crc=crc, blobs=plan.slices())
+
+    async def _write_blob(self, plan: PutPlan, mode: CodeMode, data: bytes, rest: int) -> BlobWrite:
+        """Write one blob where `plan` says, trying again elsewhere while it allows; `rest` is the
+        object's bytes from this blob on, what a retry allocates."""
+        while True:
+            vid, bid = plan.begin(time.monotonic())
+            volume = await self.volumes.get(vid)
+            try:
+                outcome = await write_blob(self.io, codec_for(volume.code_mode, volume.backend), volume, bid, data)
+            except BlobWriteFailed as exc:
+                self.io.health.punish_volume(vid, time.monotonic())
+                self._discard([exc.outcome], str(exc))
+                try:
+                    plan.failed(time.monotonic())
+                except RetryRefused as refused:
+                    raise BlobWriteFailed(exc.outcome, f"{exc.reason}; not retried: {refused}") from None
+                log.warning("retrying on another volume: %s", exc)
+                VOLUME_RETRIES.inc()
+                try:
+                    plan.allocated(await self._allocate(mode, rest))
+                except Unavailable as no_space:
+                    raise BlobWriteFailed(exc.outcome, f"{exc.reason}; no other volume to retry on: {no_space}"
+                                          ) from None
+                continue
+            plan.written()
+            if outcome.missing:
+                log.warning("blob %d/%d written without shards %s", vid, bid, outcome.failed)
+                self._queue_repair(RepairIn(vid=vid, bid=bid, bad_indexes=list(outcome.missing),
+                                            reason="put could not write these shards"))
+            return outcome
+
+    async def _allocate(self, mode: CodeMode, size: int) -> list[BlobSlice]:
+        now = time.monotonic()
+        return await self.allocator.alloc(int(mode), size, self.config.blob_size,
+                                          self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now))
+
+    def _discard(self, written: list[BlobWrite], reason: str) -> None:
+        """Blobs no Location will name: note their shards in the orphan log and queue their deletion."""
+        self._record_orphans(written, reason)
+        leftovers = [DeleteIn(vid=w.vid, bid=w.bid) for w in written if w.written]
+        if leftovers:
+            self._queue(lambda mq: mq.send_delete(leftovers), f"delete of {len(leftovers)} leftover blob(s)")
 
     def _record_orphans(self, written: list[BlobWrite], reason: str) -> None:
         """A failed PUT returns no Location, so nothing can read what it wrote; note the shards for
@@ -125,7 +163,7 @@ class ObjectStore:
         for part in plan_range(location.size, location.blob_size, offset, length):
             vid, bid = ids[part.blob_index]
             volume = await self.volumes.get(vid)
-            result = await read_blob(self.io, codec_for(mode, volume.backend), vid, bid,
+            result = await read_blob(self.io, codec_for(mode, volume.backend), volume, bid,
                                      location.blob_len(part.blob_index), part.start, part.end,
                                      self.config.hedge_after)
             if result.to_repair():

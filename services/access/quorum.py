@@ -3,7 +3,8 @@
 PUT (seeds/004 writeToBlobnodes): success when at least the mode's put quorum of shards is durable;
 otherwise, for modes spread over three or more AZs, also when every shard outside one AZ was written:
 an AZ being down must not stop writes, and the data stays recoverable from the surviving AZs. Every
-shard not written gets a repair message either way.
+shard not written gets a repair message either way. Units on punished disks are skipped while the
+quorum can be met without them.
 
 GET: a blob that cannot be rebuilt is deleted (404) when any shard says it is being deleted or more
 shards are gone than the code can lose; otherwise it is unavailable for now (503).
@@ -43,6 +44,13 @@ def decide_put(tactic: Tactic, written: Written) -> PutDecision:
     if len(down) == 1:
         return PutDecision(True, missing, f"{count}; AZ {down[0]} down, every other AZ fully written")
     return PutDecision(False, missing, f"{count}; the missing shards span AZs {down}")
+
+
+def units_to_skip(tactic: Tactic, punished: Set[int]) -> frozenset[int]:
+    """The punished units a PUT does not even try: all of them while the others can still reach the
+    quorum, none otherwise (they may be back, and trying costs less than failing the blob)."""
+    others = frozenset(range(tactic.total)) - punished
+    return frozenset(punished) if decide_put(tactic, others).ok else frozenset()
 
 
 def _written_set(tactic: Tactic, written: Written) -> frozenset[int]:

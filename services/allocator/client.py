@@ -19,8 +19,11 @@ class AllocatorClient(ServiceClient):
         super().__init__(http, timeout=10.0)
         self.hosts = [h.rstrip("/") for h in hosts]
 
-    async def alloc(self, code_mode: int, size: int, blob_size: int) -> list[BlobSlice]:
-        body = AllocRequest(code_mode=code_mode, size=size, blob_size=blob_size)
+    async def alloc(self, code_mode: int, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
+                    avoid_disks: Sequence[int] = ()) -> list[BlobSlice]:
+        """Space for an object: never in `exclude_vids`, and on `avoid_disks` only when nothing else has room."""
+        body = AllocRequest(code_mode=code_mode, size=size, blob_size=blob_size, exclude_vids=list(exclude_vids),
+                            avoid_disks=list(avoid_disks))
         last: Exception | None = None
         for host in random.sample(self.hosts, len(self.hosts)):
             try:

@@ -3,14 +3,25 @@
 A volume is allocated from only while its lease has at least `lease_margin` seconds left, so an
 allocation handed out can never outlive the lease it was made under; space handed out is
 recorded at once, so two requests never get the same bytes of a volume.
+
+Which volume: never one access excluded (it just failed a write there); then the one whose units a
+writer should expect to miss the fewest of (down per clustermgr, or on a disk access avoids), then one
+with a unit on every host before an under-spread one (created while hosts were down: once they are
+back, writes return to the well-spread volumes), then the one with the most room. A volume expected to
+miss more units than the code's put slack is not used.
+How many: `target` writable volumes per mode, and more while some single host holds more than the put
+slack of every leased volume's units (its loss would leave no volume that reaches its quorum).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from libs.ec import tactic
 from libs.proto.allocator import BlobSlice, LeasedVolume
+from libs.proto.cluster import VolumeHealth
 
 
 class PoolEmpty(Exception):
@@ -60,18 +71,44 @@ class VolumePool:
     def drop(self, vid: int) -> None:
         self.volumes.pop(vid, None)
 
-    def renewed(self, vid: int, lease_expiry: float) -> None:
-        if vid in self.volumes:
-            self.volumes[vid].lease_expiry = lease_expiry
+    def renewed(self, vid: int, lease_expiry: float, health: VolumeHealth) -> None:
+        volume = self.volumes.get(vid)
+        if volume is not None:
+            volume.lease_expiry = lease_expiry
+            volume.writable, volume.why_not, volume.down_units = health.writable, health.why_not, health.down_units
 
-    def allocate(self, code_mode: int, size: int, blob_size: int, now: float) -> list[BlobSlice]:
+    def choices(self, code_mode: int, size: int, now: float, exclude_vids: Collection[int] = (),
+                avoid_disks: Collection[int] = ()) -> list[LeasedVolume]:
+        """The volumes that may take `size` bytes, best first (see the module docstring)."""
+        slack = tactic(code_mode).put_slack
+        ranked = []
+        for volume in self.usable(code_mode, now):
+            if volume.free < size or volume.vid in exclude_vids:
+                continue
+            missing = set(volume.down_units) | {i for i, d in enumerate(volume.disks) if d in avoid_disks}
+            if len(missing) <= slack:
+                ranked.append((len(missing), volume.under_spread, -volume.free, volume.vid, volume))
+        return [r[-1] for r in sorted(ranked, key=lambda r: r[:4])]
+
+    def wanted(self, code_mode: int, now: float, target: int) -> int:
+        """How many more volumes of the mode to lease (see the module docstring)."""
+        good = [v for v in self.usable(code_mode, now) if v.writable]
+        if len(good) < target:
+            return target - len(good)
+        slack = tactic(code_mode).put_slack
+        hosts = {h for v in good for h in v.hosts}
+        survives = all(any(v.hosts.count(h) <= slack for v in good) for h in hosts)
+        return 0 if survives else 1
+
+    def allocate(self, code_mode: int, size: int, blob_size: int, now: float, exclude_vids: Collection[int] = (),
+                 avoid_disks: Collection[int] = ()) -> list[BlobSlice]:
         """Space for an object of `size` bytes cut into blobs of `blob_size`: one volume, one bid
         run. Bids are taken only once a volume has room, so a refusal consumes nothing."""
         count = max(1, -(-size // blob_size))
-        candidates = [v for v in self.usable(code_mode, now) if v.free >= size]
-        if not candidates:
-            raise PoolEmpty(f"no leased volume of code mode {code_mode} has {size} bytes free")
-        volume = max(candidates, key=lambda v: v.free)
+        options = self.choices(code_mode, size, now, exclude_vids, avoid_disks)
+        if not options:
+            raise PoolEmpty(f"no leased volume of code mode {code_mode} that access may use has {size} bytes free")
+        volume = options[0]
         first = self.bids.take(count)
         volume.used += size
         return [BlobSlice(vid=volume.vid, min_bid=first, count=count)]

@@ -52,6 +52,7 @@ from libs.proto.clustermgr import (
     VolumeList,
     VolumeRef,
     VolumeRetain,
+    VolumeView,
 )
 from libs.proto.switches import SWITCH_PREFIX, parse_switch
 from libs.rpc.errors import BadRequest
@@ -83,6 +84,7 @@ def _code_mode(raw: int | str) -> int:
 def build_app(cm: ClusterManager) -> ASGIApp:
     app = create_app("clustermgr", on_start=cm.start, on_stop=cm.stop)
     lease_ttl = cm.config.volume_lease_ttl
+    heartbeat_timeout = cm.config.disk_heartbeat_timeout
 
     @app.get("/raft/status")
     async def raft_status() -> ReplicaStatus:
@@ -134,24 +136,27 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     # volumes
 
     @app.get("/volume/get")
-    async def volume_get(vid: int = Query(ge=1)) -> VolumeInfo:
-        return (await cm.fresh()).volume(vid)
+    async def volume_get(vid: int = Query(ge=1)) -> VolumeView:
+        return cm.volume_views([(await cm.fresh()).volume(vid)], time.time())[0]
 
     @app.get("/volume/list")
     async def volume_list(status: VolumeStatus | None = None, code_mode: int | None = None) -> VolumeList:
         volumes = (await cm.fresh()).volumes()
-        return VolumeList(volumes=[v for v in volumes if (status is None or v.status == status)
-                                   and (code_mode is None or v.code_mode == code_mode)])
+        return VolumeList(volumes=cm.volume_views([v for v in volumes if (status is None or v.status == status)
+                                                   and (code_mode is None or v.code_mode == code_mode)], time.time()))
 
     @app.post("/volume/alloc")
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
-        return await cm.submit(cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder,
-                                                  count=req.count, lease_ttl=lease_ttl), caller)
+        alloc = cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder, count=req.count,
+                                   lease_ttl=lease_ttl, heartbeat_timeout=heartbeat_timeout,
+                                   avoid_disks=req.avoid_disks)
+        return await cm.submit(alloc, caller)
 
     @app.post("/volume/retain")
     async def volume_retain(req: VolumeRetain, caller: Caller) -> RetainResult:
-        return await cm.submit(cmd.VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes),
-                               caller)
+        retain = cmd.VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes,
+                                     heartbeat_timeout=heartbeat_timeout)
+        return await cm.submit(retain, caller)
 
     @app.post("/volume/release")
     async def volume_release(req: VolumeHolder, caller: Caller) -> VolumeInfo:

@@ -66,6 +66,7 @@ from libs.proto.clustermgr import (
     VolumeList,
     VolumeRef,
     VolumeRetain,
+    VolumeView,
 )
 from libs.rpc.client import HttpClient, Params, ServiceClient
 from libs.rpc.errors import NotFound, NotLeader, RpcError, Unavailable
@@ -210,10 +211,11 @@ class ClusterClient(ServiceClient):
 
     # volumes
 
-    async def get_volume(self, vid: int) -> VolumeInfo:
-        return await self.call("GET", "/volume/get", VolumeInfo, params={"vid": vid})
+    async def get_volume(self, vid: int) -> VolumeView:
+        return await self.call("GET", "/volume/get", VolumeView, params={"vid": vid})
 
-    async def list_volumes(self, status: VolumeStatus | None = None, code_mode: int | None = None) -> list[VolumeInfo]:
+    async def list_volumes(self, status: VolumeStatus | None = None, code_mode: int | None = None) -> list[VolumeView]:
+        """Each volume with whether new blobs may go to it now, and why not."""
         params: dict[str, str | int] = {}
         if status:
             params["status"] = status
@@ -221,8 +223,10 @@ class ClusterClient(ServiceClient):
             params["code_mode"] = code_mode
         return (await self.call("GET", "/volume/list", VolumeList, params=params)).volumes
 
-    async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1) -> list[VolumeInfo]:
-        body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count)
+    async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1,
+                            avoid_disks: Sequence[int] = ()) -> list[VolumeView]:
+        """Lease up to `count` volumes, those with every unit up and none on `avoid_disks` first."""
+        body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count, avoid_disks=list(avoid_disks))
         return (await self.call("POST", "/volume/alloc", VolumeList, body=body)).volumes
 
     async def retain_volumes(self, holder: str, volumes: list[RetainItem]) -> RetainResult:

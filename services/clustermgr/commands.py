@@ -19,7 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from libs.ec import CodeMode, UnknownCodeMode, parse_code_mode, tactic
 from libs.kv import Batch
-from libs.proto.cluster import DISK_TRANSITIONS, DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
+from libs.proto.cluster import (
+    DISK_TRANSITIONS,
+    DiskInfo,
+    DiskStatus,
+    ServiceInfo,
+    Unit,
+    VolumeHealth,
+    VolumeInfo,
+    VolumeStatus,
+)
 from libs.proto.clustermgr import (
     DiskAdd,
     DiskBeat,
@@ -34,10 +43,12 @@ from libs.proto.clustermgr import (
     ScopeRange,
     ServiceRef,
     VolumeList,
+    VolumeView,
 )
 from libs.proto.ids import Vuid
 from libs.rpc.errors import BadRequest, Conflict, NotFound, RpcError, error_from_response
-from services.clustermgr.placement import PlacementError, as_candidate, check_placement
+from services.clustermgr.health import lease_rank, volume_health
+from services.clustermgr.placement import PlacementError, as_candidate, check_placement, shares_a_host
 from services.clustermgr.sessions import LoggedSession
 
 if TYPE_CHECKING:
@@ -250,7 +261,7 @@ def volume_create(s: ClusterState, batch: Batch, now: float, cmd: VolumeCreate) 
     for disk in disks:
         s.put_disk(batch, disk.model_copy(update={"chunks": disk.chunks + 1}))
     volume = VolumeInfo(vid=cmd.vid, code_mode=int(mode), backend=cmd.backend, units=cmd.units,
-                        capacity=cmd.capacity)
+                        capacity=cmd.capacity, under_spread=shares_a_host(u.host for u in cmd.units))
     s.put_volume(batch, volume)
     return volume
 
@@ -262,24 +273,36 @@ class VolumeAllocCmd(Command[VolumeList]):
     count: int
     lease_ttl: float
     min_free: int = 1
+    # Set: lease volumes whose units are all up (and off `avoid_disks`) first, well-spread before
+    # under-spread, and never one that would miss its put quorum. None (logs written before health
+    # existed): in vid order, as then.
+    heartbeat_timeout: float | None = None
+    avoid_disks: list[int] = Field(default_factory=list)
 
 
 @command(VolumeAllocCmd)
 def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd) -> VolumeList:
     """Lease up to `count` idle (or lapsed) volumes of a mode to `holder`."""
     mode = CodeMode(cmd.code_mode)
-    leased: list[VolumeInfo] = []
+    disks = {d.disk_id: d for d in s.disks()} if cmd.heartbeat_timeout is not None else {}
+    ranked: list[tuple[tuple[int, bool, int], VolumeInfo, VolumeHealth]] = []
     for volume in s.volumes():
-        if len(leased) >= cmd.count:
-            break
         lapsed = volume.status is VolumeStatus.ACTIVE and volume.lease_expiry < now
-        if volume.code_mode != mode or volume.free < cmd.min_free:
+        if volume.code_mode != mode or volume.free < cmd.min_free or not (volume.status is VolumeStatus.IDLE or lapsed):
             continue
-        if volume.status is VolumeStatus.IDLE or lapsed:
-            volume = volume.model_copy(update={"status": VolumeStatus.ACTIVE, "lease_holder": cmd.holder,
-                                               "lease_expiry": now + cmd.lease_ttl})
-            s.put_volume(batch, volume)
-            leased.append(volume)
+        if cmd.heartbeat_timeout is None:
+            ranked.append(((0, False, volume.vid), volume, VolumeHealth()))
+            continue
+        health = volume_health(volume, disks, now, cmd.heartbeat_timeout)
+        rank = lease_rank(tactic(mode), volume, health, cmd.avoid_disks)
+        if rank is not None:
+            ranked.append(((rank, volume.under_spread, volume.vid), volume, health))
+    leased = []
+    for _, volume, health in sorted(ranked, key=lambda r: r[0])[: cmd.count]:
+        volume = volume.model_copy(update={"status": VolumeStatus.ACTIVE, "lease_holder": cmd.holder,
+                                           "lease_expiry": now + cmd.lease_ttl})
+        s.put_volume(batch, volume)
+        leased.append(VolumeView(**volume.model_dump(), **health.model_dump()))
     return VolumeList(volumes=leased)
 
 
@@ -298,20 +321,25 @@ class VolumeRetainCmd(Command[RetainResult]):
     holder: str
     lease_ttl: float
     volumes: list[RetainItem]
+    heartbeat_timeout: float | None = None  # set: each renewal carries the volume's health
 
 
 @command(VolumeRetainCmd)
 def volume_retain(s: ClusterState, batch: Batch, now: float, cmd: VolumeRetainCmd) -> RetainResult:
+    """Renew leases and tell the holder which volumes can take writes: it stops allocating from the others."""
     result = RetainResult(retained=[], refused=[])
+    disks = {d.disk_id: d for d in s.disks()} if cmd.heartbeat_timeout is not None else {}
     for item in cmd.volumes:
         try:
             volume = _leased(s, item.vid, cmd.holder, now)
         except (Conflict, NotFound) as exc:
             result.refused.append(Refused(vid=item.vid, reason=exc.message))
             continue
-        expiry = now + cmd.lease_ttl
-        s.put_volume(batch, volume.model_copy(update={"lease_expiry": expiry, "used": max(volume.used, item.used)}))
-        result.retained.append(Retained(vid=volume.vid, lease_expiry=expiry))
+        volume = volume.model_copy(update={"lease_expiry": now + cmd.lease_ttl, "used": max(volume.used, item.used)})
+        s.put_volume(batch, volume)
+        health = (VolumeHealth() if cmd.heartbeat_timeout is None
+                  else volume_health(volume, disks, now, cmd.heartbeat_timeout))
+        result.retained.append(Retained(vid=volume.vid, lease_expiry=volume.lease_expiry, **health.model_dump()))
     return result
 
 
@@ -407,6 +435,7 @@ def volume_unit_update(s: ClusterState, batch: Batch, now: float, cmd: UnitUpdat
                        f" reserved move (current epoch {Vuid(volume.units[cmd.index].vuid).epoch()})")
     volume.units[cmd.index] = pending
     del volume.pending_units[cmd.index]
+    volume.under_spread = shares_a_host(u.host for u in volume.units)
     s.put_volume(batch, volume)
     new_disk = s.disk(cmd.disk_id)
     s.put_disk(batch, new_disk.model_copy(update={"chunks": new_disk.chunks + 1}))

@@ -24,7 +24,11 @@ class ClusterMgrConfig(BaseModel):
     codec_backend: str = DEFAULT_BACKEND
     chunk_size: int = Field(16 << 30, ge=1 << 20)  # capacity of one unit's chunk
     volume_lease_ttl: float = Field(30.0, gt=0)
-    disk_heartbeat_timeout: float = Field(30.0, gt=0)
+    disk_heartbeat_timeout: float = Field(30.0, gt=0)  # a disk not heard from for longer is dead
+    repair_reserve_chunks: int = Field(2, ge=0)  # chunk slots per disk that volume creation leaves to repair
+    # No volume is created before this many disks are registered: a launcher that starts N disks sets N,
+    # so the first volumes spread over every host. Once any volume exists it no longer applies.
+    first_volume_after_disks: int = Field(0, ge=0)
     volume_check_interval: float = Field(1.0, gt=0)
     fsync: bool = True
     heartbeat_ms: int = Field(50, ge=5)

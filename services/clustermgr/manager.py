@@ -12,15 +12,24 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel
 
-from libs.ec import parse_code_mode, tactic
-from libs.proto.cluster import DiskInfo, Unit
-from libs.proto.clustermgr import POLICY_KEY, CodeModePolicy, CodeModeRule, DiskView, LeaderView, RaftStatus, Session
+from libs.ec import CodeMode, parse_code_mode, tactic
+from libs.proto.cluster import DiskInfo, Unit, VolumeInfo
+from libs.proto.clustermgr import (
+    POLICY_KEY,
+    CodeModePolicy,
+    CodeModeRule,
+    DiskView,
+    LeaderView,
+    RaftStatus,
+    Session,
+    VolumeView,
+)
 from libs.raft.config import RaftConfig
 from libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from libs.raft.errors import NotLeader as RaftNotLeader
@@ -31,11 +40,12 @@ from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import SessionClock
 from services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
 from services.clustermgr.config import ClusterMgrConfig
+from services.clustermgr.health import volume_health
 from services.clustermgr.metrics import PROPOSAL_SECONDS
 from services.clustermgr.placement import PlacementError, replacement_disk
 from services.clustermgr.sessions import LoggedSession
 from services.clustermgr.state import ClusterState
-from services.clustermgr.volumes import VolumeCreator, allocatable_count
+from services.clustermgr.volumes import VolumeCreator, writable_count
 
 log = logging.getLogger(__name__)
 MEMBER_PREFIX = "raft_member_http/"
@@ -67,7 +77,9 @@ class ClusterManager:
         self.blobnodes = BlobnodeClient()
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
-                                     heartbeat_timeout=config.disk_heartbeat_timeout)
+                                     heartbeat_timeout=config.disk_heartbeat_timeout,
+                                     reserve=config.repair_reserve_chunks)
+        self._create_failure: dict[CodeMode, str] = {}  # the last reason volume creation failed, per mode
         self._life = Lifecycle()
         self._life.loop(self._leader_duties)
         self._life.loop(self._die_on_invariant_violation)
@@ -172,23 +184,42 @@ class ClusterManager:
         raw = self.state.config(POLICY_KEY)
         return self.config.code_modes if raw is None else CodeModePolicy.parse(raw)
 
+    def _waiting_for_disks(self) -> bool:
+        """Before the first volume: too few disks registered yet for the spread the launcher planned."""
+        wanted = self.config.first_volume_after_disks
+        return self.state.scope("vid") == 0 and sum(1 for _ in self.state.disks()) < wanted
+
     async def ensure_volumes(self) -> None:
+        """Keep `min_volumes` writable volumes of each enabled mode (see volumes.py)."""
+        if self._waiting_for_disks():
+            return
         for policy in self.policy():
             if not policy.enable:
                 continue
-            missing = policy.min_volumes - allocatable_count(self.state, policy.mode)
+            missing = policy.min_volumes - writable_count(self.state, policy.mode, time.time(),
+                                                          self.config.disk_heartbeat_timeout)
             for _ in range(max(0, missing)):
                 try:
                     await self.volumes.create(policy.mode, time.time())
                 except Exception as exc:  # placement or a blobnode may fail; try again next round
-                    log.warning("cannot create a %s volume yet: %s", policy.mode.name, exc)
+                    # while too few disks live this repeats every round: say it once
+                    why = f"cannot create a {policy.mode.name} volume yet: {exc}"
+                    log.log(logging.DEBUG if self._create_failure.get(policy.mode) == why else logging.WARNING, why)
+                    self._create_failure[policy.mode] = why
                     break
+                self._create_failure.pop(policy.mode, None)
 
     # reads with derived fields
 
     def disk_view(self, disk: DiskInfo, now: float) -> DiskView:
-        alive = now - disk.last_heartbeat <= self.config.disk_heartbeat_timeout
+        alive = disk.heard_from(now, self.config.disk_heartbeat_timeout)
         return DiskView.model_validate({**disk.model_dump(), "alive": alive})
+
+    def volume_views(self, volumes: Iterable[VolumeInfo], now: float) -> list[VolumeView]:
+        """Volumes with whether new blobs may go to them now, and why not."""
+        disks = {d.disk_id: d for d in self.state.disks()}
+        return [VolumeView(**v.model_dump(), **volume_health(v, disks, now, self.config.disk_heartbeat_timeout)
+                           .model_dump()) for v in volumes]
 
     async def alloc_unit(self, vid: int, index: int, session: Session | None = None) -> Unit:
         """Reserve a new place for unit `index` of volume `vid`: a disk chosen by the placement policy,

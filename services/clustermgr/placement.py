@@ -1,9 +1,11 @@
-"""Where a volume's units go: spread over AZs per the code mode, then racks, then hosts.
+"""Where a volume's units go: spread over AZs per the code mode, then hosts, then racks.
 
 Pure and deterministic given its inputs (seeds/003: BookKeeper's rack/region-aware ensemble
 placement, and replacing one member while keeping the spread). Unit i of a mode with A AZs lives in
 AZ `tactic.unit_az(i)`: each AZ holds N/A data, M/A parity and L/A local-parity units, so losing a
-whole AZ loses at most what the code can rebuild.
+whole AZ loses at most what the code can rebuild. Inside an AZ no host gets a second unit while
+another host has none, so losing one host costs a volume one unit whenever the AZ has enough hosts;
+with too few, the units spread as evenly as the hosts' disks allow and the volume is under-spread.
 """
 
 from __future__ import annotations
@@ -30,23 +32,40 @@ class Candidate:
     idc: str
     rack: str
     free: int
+    chunks: int = 0  # chunks it holds already: the load placement evens out
 
 
 def as_candidate(disk: DiskInfo) -> Candidate:
-    return Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free)
+    return Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free, disk.chunks)
 
 
-def candidates(disks: Iterable[DiskInfo], now: float, heartbeat_timeout: float) -> list[Candidate]:
-    """Disks that may take a new chunk: writable and heard from recently."""
-    return [as_candidate(d) for d in disks if d.writable and now - d.last_heartbeat <= heartbeat_timeout]
+def candidates(disks: Iterable[DiskInfo], now: float, heartbeat_timeout: float, *,
+               reserve: int = 0) -> list[Candidate]:
+    """Disks that may take a new chunk: writable, heard from recently, and with more than `reserve`
+    chunk slots left (volume creation keeps the last ones for repair, CubeFS #3937)."""
+    return [as_candidate(d) for d in disks
+            if d.writable and d.heard_from(now, heartbeat_timeout) and d.chunks + reserve < d.max_chunks]
+
+
+def shares_a_host(hosts: Iterable[str]) -> bool:
+    """Whether two units sit on one host: the mark of an under-spread volume."""
+    seen = list(hosts)
+    return len(set(seen)) < len(seen)
 
 
 def _pick(pool: Sequence[Candidate], taken: Iterable[Candidate], count: int, rng: random.Random) -> list[Candidate]:
-    """Choose `count` disks from `pool`, each time the one whose rack, then host, holds the fewest
-    units so far, then the one with the most free space; never a disk already taken."""
+    """Choose `count` disks from `pool`, each time the one whose host, then rack, holds the fewest
+    units so far, then the one on the host with the fewest chunks, then the disk with the fewest
+    chunks, then the most free space; never a disk already taken. Taking the emptiest host every time
+    gives the smallest possible largest share of any host; the chunk counts spread a burst of new
+    volumes over every host (free space alone is equal on disks that share a filesystem, and would
+    send them all to the same hosts)."""
     taken = list(taken)
     racks = Counter(c.rack for c in taken)
     hosts = Counter(c.host for c in taken)
+    load: Counter[str] = Counter()
+    for c in pool:
+        load[c.host] += c.chunks
     used = {c.disk_id for c in taken}
     chosen: list[Candidate] = []
     for _ in range(count):
@@ -54,7 +73,7 @@ def _pick(pool: Sequence[Candidate], taken: Iterable[Candidate], count: int, rng
         if not options:
             raise PlacementError(f"needs {count} disks here but only {len(chosen)} are free to take")
         rng.shuffle(options)  # ties break randomly, so equal disks share the load
-        best = min(options, key=lambda c: (racks[c.rack], hosts[c.host], -c.free))
+        best = min(options, key=lambda c: (hosts[c.host], racks[c.rack], load[c.host], c.chunks, -c.free))
         chosen.append(best)
         used.add(best.disk_id)
         racks[best.rack] += 1

@@ -1,4 +1,10 @@
-"""Volume creation on the leader: keep enough allocatable volumes of every enabled code mode.
+"""Volume creation on the leader: keep a floor of writable volumes of every enabled code mode.
+
+Only volumes whose units are all on live, in-service disks count toward the floor, so when a disk dies
+new volumes are created on the disks still heard from. Creation never takes a disk's last
+`reserve` chunk slots: repair needs them to move units off a failed disk (CubeFS #3937). A disk whose
+chunk creation failed is left out until it heartbeats again, so a dead node that has not yet missed
+its heartbeat timeout does not fail every attempt.
 
 A volume is created in three steps, each durable before the next: (1) an intent naming the vid
 and its chosen units is committed to the kv, (2) the chunks are created on the blobnodes,
@@ -18,11 +24,12 @@ import random
 from pydantic import BaseModel
 
 from libs.ec import CodeMode, tactic
-from libs.proto.cluster import Unit, VolumeStatus
+from libs.proto.cluster import Unit
 from libs.proto.ids import Vuid
 from libs.rpc.errors import NotFound, RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.commands import KvDelete, KvSet, Proposer, ScopeAlloc, VolumeCreate
+from services.clustermgr.health import volume_health
 from services.clustermgr.placement import PlacementError, candidates, place_volume
 from services.clustermgr.state import ClusterState
 
@@ -36,14 +43,15 @@ class VolumeIntent(BaseModel):
     units: list[Unit]
 
 
-def allocatable_count(state: ClusterState, mode: CodeMode) -> int:
+def writable_count(state: ClusterState, mode: CodeMode, now: float, heartbeat_timeout: float) -> int:
+    disks = {d.disk_id: d for d in state.disks()}
     return sum(1 for v in state.volumes()
-               if v.code_mode == mode and v.status is not VolumeStatus.LOCK and v.free > 0)
+               if v.code_mode == mode and volume_health(v, disks, now, heartbeat_timeout).writable)
 
 
 class VolumeCreator:
     def __init__(self, state: ClusterState, propose: Proposer, blobnodes: BlobnodeClient, *,
-                 idcs: list[str], backend: str, chunk_size: int, heartbeat_timeout: float) -> None:
+                 idcs: list[str], backend: str, chunk_size: int, heartbeat_timeout: float, reserve: int) -> None:
         self.state = state
         self.propose = propose
         self.blobnodes = blobnodes
@@ -51,12 +59,22 @@ class VolumeCreator:
         self.backend = backend
         self.chunk_size = chunk_size
         self.heartbeat_timeout = heartbeat_timeout
+        self.reserve = reserve
         self.rng = random.Random()
+        self._failed: dict[int, float] = {}  # disk id -> its last heartbeat when a chunk creation on it failed
+
+    def _usable(self, disk_id: int, last_heartbeat: float) -> bool:
+        failed_at = self._failed.get(disk_id)
+        if failed_at is not None and last_heartbeat <= failed_at:
+            return False
+        self._failed.pop(disk_id, None)
+        return True
 
     async def create(self, mode: CodeMode, now: float) -> int:
         """Create one volume of `mode`; returns its vid. Raises on failure after rolling back."""
         t = tactic(mode)
-        pool = candidates(self.state.disks(), now, self.heartbeat_timeout)
+        disks = [d for d in self.state.disks() if self._usable(d.disk_id, d.last_heartbeat)]
+        pool = candidates(disks, now, self.heartbeat_timeout, reserve=self.reserve)
         idcs = [idc for idc in self.idcs if any(c.idc == idc for c in pool)] if t.az_count > 1 else None
         placed = place_volume(t, pool, idcs=idcs, rng=self.rng)
         vid = (await self.propose(ScopeAlloc(name="vid", count=1))).start
@@ -69,6 +87,9 @@ class VolumeCreator:
             created = await asyncio.gather(
                 *(self.blobnodes.create_chunk(u.host, u.disk_id, u.vuid, self.chunk_size) for u in intent.units),
                 return_exceptions=True)
+            for unit, result in zip(intent.units, created, strict=True):
+                if isinstance(result, BaseException):
+                    self._failed[unit.disk_id] = self.state.disk(unit.disk_id).last_heartbeat
             failed = next((r for r in created if isinstance(r, BaseException)), None)
             if failed is not None:
                 raise failed

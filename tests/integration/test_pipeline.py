@@ -88,8 +88,9 @@ def test_delete_hides_at_once_and_reclaims_space_after_the_safe_delay(cluster_fa
         assert chunk_blocks(cluster) < blocks_before - (3 << 20) // 512
         assert client.delete(f"/blob/{token}").status_code == 202  # harmless the second time
         assert client.get(f"/blob/{token}").status_code == 404
-    log = Path(cluster.background["tinker"].config["delete_log"]).read_text().splitlines()
-    assert {(e["vid"], e["bid"]) for e in map(json.loads, log)} == {(vid, bid)}
+    log = Path(cluster.background["tinker"].config["delete_log"])
+    wait_until(log.exists, 10, "the delete log")  # written just after the last shard is purged
+    assert {(e["vid"], e["bid"]) for e in map(json.loads, log.read_text().splitlines())} == {(vid, bid)}
 
 
 def test_a_put_short_of_one_node_is_repaired_when_it_returns(cluster_factory: ClusterFactory) -> None:

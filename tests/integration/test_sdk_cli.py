@@ -201,7 +201,8 @@ def test_cli_cluster_metadata(cluster: ClusterInfo) -> None:
     disks = json.loads(_cli(cluster, "disk", "list", "--json").stdout)
     assert len(disks) == 6 and all(d["alive"] for d in disks)
     volumes = json.loads(_cli(cluster, "volume", "list", "--json").stdout)
-    assert volumes and all(len(v["units"]) == 6 for v in volumes)
+    # every unit on its own host (`cluster up` creates no volume before every blobnode registered), writable
+    assert volumes and all(len({u["host"] for u in v["units"]}) == 6 and v["writable"] for v in volumes)
     vid = volumes[0]["vid"]
     assert json.loads(_cli(cluster, "volume", "get", str(vid), "--json").stdout)["vid"] == vid
     assert json.loads(_cli(cluster, "config", "get", "code_mode_policy").stdout)[0]["code_mode"] == "EC3P3"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from libs.proto.allocator import LeasedVolume
+from libs.proto.cluster import VolumeHealth
 from services.allocator.pool import BidRanges, PoolEmpty, VolumePool
 
 MODE = 11
@@ -31,7 +32,7 @@ def test_a_volume_near_its_lease_end_is_not_used() -> None:
     assert pool.allocate(MODE, 1, 10, now=7.9)[0].vid == 1
     with pytest.raises(PoolEmpty):
         pool.allocate(MODE, 1, 10, now=8.0)
-    pool.renewed(1, 30)
+    pool.renewed(1, 30, VolumeHealth())
     assert pool.allocate(MODE, 1, 10, now=8.0)[0].vid == 1
 
 
@@ -61,3 +62,60 @@ def test_bid_runs_are_consecutive_and_skip_short_ranges() -> None:
     assert bids.take(9) == 12
     with pytest.raises(PoolEmpty):
         bids.take(1)
+
+
+def leased(vid: int, disks: list[int], hosts: list[str] | None = None, free: int = 100,
+           down: list[int] | None = None) -> LeasedVolume:
+    hosts = hosts or [f"h{d}" for d in disks]
+    return LeasedVolume(vid=vid, code_mode=MODE, capacity=free, used=0, lease_expiry=50, disks=disks, hosts=hosts,
+                        under_spread=len(set(hosts)) < len(hosts), writable=not down, down_units=down or [])
+
+
+def test_access_exclusions_and_avoided_disks_steer_the_choice() -> None:
+    pool = pool_with(leased(1, [1, 2, 3, 4, 5, 6], free=300), leased(2, [3, 4, 5, 6, 7, 8], free=200),
+                     leased(3, [1, 2, 5, 6, 7, 8], free=100))
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 1  # the most room
+    assert pool.allocate(MODE, 1, 10, now=0, exclude_vids={1})[0].vid == 2
+    assert pool.allocate(MODE, 1, 10, now=0, avoid_disks={1})[0].vid == 2  # 1 and 3 would miss a unit
+    assert pool.allocate(MODE, 1, 10, now=0, avoid_disks={1, 3})[0].vid == 2  # 2 and 3 miss one: room decides
+    assert pool.allocate(MODE, 1, 10, now=0, avoid_disks={3, 4})[0].vid == 3  # 1 and 2 would miss two
+    with pytest.raises(PoolEmpty, match="that access may use"):
+        pool.allocate(MODE, 1, 10, now=0, exclude_vids={3}, avoid_disks={3, 4})
+    left = pool.bids.left
+    with pytest.raises(PoolEmpty):
+        pool.allocate(MODE, 1, 10, now=0, exclude_vids={1, 2, 3})
+    assert pool.bids.left == left
+
+
+def test_unwritable_volumes_are_the_fallback_within_the_slack() -> None:
+    pool = pool_with(leased(1, [1, 2, 3, 4, 5, 6], free=300, down=[0]), leased(2, [2, 3, 4, 5, 6, 7], free=100))
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 2
+    pool.renewed(2, 50, VolumeHealth(writable=False, why_not="unit 5: disk 7 is broken", down_units=[4, 5]))
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 1  # one unit down is within EC3P3's slack of one
+    pool.renewed(1, 50, VolumeHealth(writable=False, down_units=[0, 1]))
+    with pytest.raises(PoolEmpty):
+        pool.allocate(MODE, 1, 10, now=0)
+    pool.renewed(2, 50, VolumeHealth())  # its disks came back
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 2
+
+
+def test_more_volumes_are_wanted_until_any_one_host_can_be_lost() -> None:
+    pool = pool_with(leased(1, [1, 2, 3, 4, 5, 6]), leased(2, [1, 2, 3, 4, 5, 7], down=[5]))
+    assert pool.wanted(MODE, now=0, target=2) == 1  # volume 2 has a unit down
+    pool.add(leased(3, [2, 3, 4, 5, 6, 7]))
+    assert pool.wanted(MODE, now=0, target=2) == 0
+    doubled = ["h1", "h1", "h2", "h3", "h4", "h5"]  # five hosts: each volume has two units on one of them
+    pool = pool_with(leased(1, [1, 2, 3, 4, 5, 6], doubled), leased(2, [7, 8, 9, 10, 11, 12], doubled))
+    assert pool.wanted(MODE, now=0, target=2) == 1  # losing h1 would leave no volume its quorum
+    pool.add(leased(3, [1, 3, 4, 5, 6, 7], ["h2", "h2", "h1", "h3", "h4", "h5"]))
+    assert pool.wanted(MODE, now=0, target=2) == 0
+
+
+def test_a_returning_host_gets_writes_again_over_volumes_made_without_it() -> None:
+    """Volumes created while a host was down double up on the others; once it is back, the
+    well-spread volumes it is part of come first again, even with less room."""
+    pool = pool_with(leased(1, [1, 2, 3, 4, 5, 6], free=100, down=[5]),
+                     leased(2, [1, 2, 3, 4, 5, 7], ["h1", "h2", "h3", "h4", "h5", "h1"], free=300))
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 2  # host 6 is down: the under-spread volume
+    pool.renewed(1, 50, VolumeHealth())  # host 6 is back
+    assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 1

@@ -12,10 +12,12 @@ from libs.proto.cluster import DiskInfo, DiskStatus
 from services.clustermgr.placement import (
     Candidate,
     PlacementError,
+    candidates,
     check_placement,
     place_volume,
     replace_unit,
     replacement_disk,
+    shares_a_host,
 )
 
 
@@ -120,3 +122,85 @@ def test_a_unit_moves_only_to_a_disk_that_is_writable_and_heard_from() -> None:
         replacement_disk(t, volume_disks, 2, volume_disks + others[:3], now=105.0, heartbeat_timeout=30.0)
     with pytest.raises(PlacementError, match="no unit 6"):
         replacement_disk(t, volume_disks, 6, volume_disks + others, now=105.0, heartbeat_timeout=30.0)
+
+
+@st.composite
+def uneven_az(draw: st.DrawFn, idc: str, first_id: int) -> list[Candidate]:
+    """One AZ of 1-9 hosts over 1-3 racks, each host with 1-4 disks of random free space."""
+    out: list[Candidate] = []
+    for h in range(draw(st.integers(1, 9))):
+        rack = f"{idc}-r{draw(st.integers(0, 2))}"
+        for _ in range(draw(st.integers(1, 4))):
+            out.append(Candidate(first_id + len(out), f"{idc}-h{h}", idc, rack, draw(st.integers(0, 1000))))
+    return out
+
+
+def best_possible_share(pool: list[Candidate], units: int) -> int:
+    """The smallest k such that at most k units per host can hold `units` units on these disks."""
+    disks_per_host = Counter(c.host for c in pool)
+    return next(k for k in range(1, units + 1) if sum(min(d, k) for d in disks_per_host.values()) >= units)
+
+
+@settings(max_examples=200, deadline=None)
+@given(mode=st.sampled_from(list(CodeMode)), data=st.data(), seed=st.integers(0, 10**6))
+def test_no_host_holds_two_units_while_enough_hosts_exist(mode: CodeMode, data: st.DataObject, seed: int) -> None:
+    """Over random uneven topologies: one unit per host whenever the AZ has the hosts; otherwise the
+    fewest units per host the disks allow, and the volume is under-spread exactly then."""
+    t = tactic(mode)
+    pools = [data.draw(uneven_az(f"z{a}", 1000 * a + 1)) for a in range(t.az_count)]
+    per_az = t.total // t.az_count
+    try:
+        placed = place_volume(t, [c for pool in pools for c in pool], rng=random.Random(seed))
+    except PlacementError:
+        assert any(len(pool) < per_az for pool in pools)
+        return
+    check_placement(t, placed)
+    for pool in pools:
+        in_az = [c for c in placed if c.idc == pool[0].idc]
+        assert len(in_az) == per_az
+        hosts = Counter(c.host for c in in_az)
+        if len({c.host for c in pool}) >= per_az:
+            assert max(hosts.values()) == 1
+        else:
+            assert max(hosts.values()) == best_possible_share(pool, per_az)
+    under = [len({c.host for c in pool}) < per_az for pool in pools]
+    assert shares_a_host(c.host for c in placed) == any(under)
+
+
+@settings(max_examples=100, deadline=None)
+@given(pool=uneven_az("z0", 1), seed=st.integers(0, 10**6), index=st.integers(0, 5))
+def test_a_replacement_takes_a_host_the_volume_does_not_use_when_there_is_one(pool: list[Candidate], seed: int,
+                                                                             index: int) -> None:
+    t = tactic(CodeMode.EC3P3)
+    try:
+        placed = place_volume(t, pool, rng=random.Random(seed))
+        new = replace_unit(t, placed, index, pool, rng=random.Random(seed))
+    except PlacementError:
+        assert len(pool) <= 6
+        return
+    others = {c.host for i, c in enumerate(placed) if i != index}
+    if any(c.host not in others for c in pool if c not in placed):
+        assert new.host not in others
+
+
+def test_volume_creation_leaves_the_repair_reserve_and_skips_silent_disks() -> None:
+    def disk(disk_id: int, chunks: int, heard: float = 100.0) -> DiskInfo:
+        return DiskInfo(disk_id=disk_id, host=f"h{disk_id}", idc="z0", rack="r0", path="/d", max_chunks=10,
+                        chunks=chunks, last_heartbeat=heard)
+
+    disks = [disk(1, 7), disk(2, 8), disk(3, 9), disk(4, 0, heard=50.0)]
+    assert [c.disk_id for c in candidates(disks, 100.0, 30.0, reserve=2)] == [1]
+    assert [c.disk_id for c in candidates(disks, 100.0, 30.0)] == [1, 2, 3]  # repair may take the last slots
+
+
+def test_a_burst_of_volumes_spreads_over_every_host_when_free_space_is_equal() -> None:
+    """Disks on one filesystem report the same free space: chunk counts must spread the volumes."""
+    disks = {d.disk_id: d for d in topology(1, 1, 8, 2)}
+    units: Counter[str] = Counter()
+    for seed in range(8):
+        placed = place_volume(tactic(CodeMode.EC3P3), list(disks.values()), rng=random.Random(seed))
+        for c in placed:
+            units[c.host] += 1
+            disks[c.disk_id] = Candidate(c.disk_id, c.host, c.idc, c.rack, c.free, c.chunks + 1)
+    assert set(units.values()) == {6}  # 48 units over 8 hosts
+    assert {c.chunks for c in disks.values()} == {3}

@@ -1,0 +1,287 @@
+"""Writes keep flowing when blobnodes die (DESIGN guarantee 7), with real processes: kill -9 under a PUT
+stream, nodes coming back, disks marked broken, and the spread of every volume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from blobstore.cli import app
+from libs.proto.cluster import Unit
+from libs.proto.clustermgr import VolumeView
+from libs.proto.location import Location
+from libs.rpc.errors import RpcError
+from services.allocator.client import AllocatorClient
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+from tests.integration.test_access import wait_for_put
+from tests.support.processes import LocalCluster, Service, wait_until
+
+ClusterFactory = Callable[..., LocalCluster]
+
+
+@dataclass
+class PutStream:
+    """Writer threads PUTting random objects; every attempt is recorded with its start time."""
+
+    url: str
+    attempts: list[tuple[float, bool, str]] = field(default_factory=list)  # (started, ok, error)
+    acked: dict[str, bytes] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def writer(self, seed: int) -> None:
+        rng = random.Random(seed)
+        with httpx.Client(base_url=self.url, timeout=60) as client:
+            while not self.stop.is_set():
+                data = rng.randbytes(rng.randrange(1, 64 << 10))
+                started = time.monotonic()
+                resp = client.put("/blob", content=data)
+                self.attempts.append((started, resp.status_code == 200, "" if resp.is_success else resp.text))
+                if resp.status_code == 200:
+                    self.acked[resp.json()["location"]] = data
+
+    def since(self, moment: float) -> list[tuple[float, bool, str]]:
+        return [a for a in list(self.attempts) if a[0] >= moment]
+
+    def wait_for(self, count: int, moment: float = 0.0, timeout: float = 60.0) -> None:
+        wait_until(lambda: len(self.since(moment)) >= count, timeout, f"{count} PUTs", interval=0.1)
+
+
+@contextmanager
+def put_stream(url: str, writers: int = 4) -> Iterator[PutStream]:
+    stream = PutStream(url)
+    threads = [threading.Thread(target=stream.writer, args=(seed,)) for seed in range(writers)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield stream
+    finally:
+        stream.stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def volumes_of(cluster: LocalCluster) -> list[VolumeView]:
+    async def fetch() -> list[VolumeView]:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm:
+            return await cm.list_volumes()
+
+    return asyncio.run(fetch())
+
+
+def read_back(url: str, acked: dict[str, bytes]) -> list[str]:
+    """Tokens of acknowledged objects that do not read back byte for byte."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        return [token for token, data in acked.items() if client.get(f"/blob/{token}").content != data]
+
+
+def success_rate(attempts: list[tuple[float, bool, str]]) -> float:
+    return sum(ok for _, ok, _ in attempts) / len(attempts)
+
+
+def test_one_of_six_blobnodes_killed_puts_keep_succeeding_and_it_is_used_again(cluster_factory: ClusterFactory
+                                                                             ) -> None:
+    cluster = cluster_factory(blobnodes=6, disks=2, min_volumes=8, disk_punish=3.0,
+                              clustermgr={"disk_heartbeat_timeout": 3})
+    access = cluster.access[0].url
+    with httpx.Client(base_url=access, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+    volumes = volumes_of(cluster)
+    assert len(volumes) >= 8
+    for volume in volumes:  # created once all 12 disks registered: one unit per host, never two
+        assert len({u.host for u in volume.units}) == 6 and not volume.under_spread, volume
+    victim = random.Random(1).choice(cluster.blobnodes)
+    with put_stream(access) as stream:
+        stream.wait_for(40)
+        victim.kill9()
+        killed = time.monotonic()
+        stream.wait_for(200, killed)
+    after = stream.since(killed)
+    assert success_rate(after) >= 0.995, Counter(error for _, ok, error in after if not ok).most_common(3)
+    assert read_back(access, stream.acked) == []  # with the node still down: degraded reads
+
+    def replaced() -> bool:  # its volumes are unwritable now; new ones double up on the five hosts left
+        now = volumes_of(cluster)
+        return all(not v.writable for v in now if v.vid in {old.vid for old in volumes}) and \
+            sum(v.writable and v.under_spread for v in now) >= 8
+    wait_until(replaced, 30, "volumes on the five live hosts", interval=0.2)
+
+    victim.start()
+    with httpx.Client(base_url=access, timeout=60) as client:
+        # back in use once access's punishment of its disks ends (3 s here) and clustermgr hears it again
+        wait_until(lambda: _lands_on(cluster, victim, client), 30, "a shard on the restarted node", interval=0.1)
+
+
+def _lands_on(cluster: LocalCluster, node: Service, client: httpx.Client) -> bool:
+    """PUT one object; whether a shard of it was written on `node`."""
+    resp = client.put("/blob", content=random.randbytes(5000))
+    assert resp.status_code == 200, resp.text
+    vid, bid = next(Location.from_token(resp.json()["location"], cluster.secret.encode()).blob_ids())
+
+    async def on_node() -> bool:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+            for unit in (await cm.get_volume(vid)).units:
+                if unit.host == node.url:
+                    try:
+                        await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
+                        return True
+                    except RpcError:  # skipped: the node is still punished
+                        return False
+        return False
+
+    return asyncio.run(on_node())
+
+
+def test_two_of_eight_blobnodes_killed_mid_object_the_put_moves_on_and_puts_keep_succeeding(
+        cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(blobnodes=8, min_volumes=12, clustermgr={"disk_heartbeat_timeout": 3})
+    access = cluster.access[0]
+    with httpx.Client(base_url=access.url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        data = random.Random(3).randbytes(10 << 20)  # blobs of 4, 4 and 2 MiB
+        used_before = _volume_use(cluster)
+        killed: list[Service] = []
+
+        def body() -> Iterator[bytes]:
+            """The first blob, then kill two hosts of its volume once it is written, then the rest."""
+            yield data[: 4 << 20]
+            vid = _wait_for_allocation(cluster, used_before)
+            volume = next(v for v in volumes_of(cluster) if v.vid == vid)
+            wait_until(lambda: _shards_in(volume.units[0]) == 1, 20, "the first blob written", interval=0.05)
+            for node in [n for n in cluster.blobnodes if n.url in {u.host for u in volume.units[1:]}][:2]:
+                node.kill9()
+                killed.append(node)
+            yield data[4 << 20:]
+
+        resp = client.put("/blob", content=body(), headers={"content-length": str(len(data))})
+        assert resp.status_code == 200, resp.text
+        token = resp.json()["location"]
+        first, second = Location.from_token(token, cluster.secret.encode()).blobs  # where each blob really went
+        assert first.count == 1 and second.count == 2 and first.vid != second.vid
+        assert client.get(f"/blob/{token}").content == data
+    orphans = [json.loads(line) for line in Path(access.config["orphan_log"]).read_text().splitlines()]
+    assert [(o["vid"], len(o["shards"])) for o in orphans] == [(first.vid, 4)]  # the failed try, for deletion
+    assert "retrying on another volume" in access.log_path.read_text()
+
+    with put_stream(access.url) as stream:  # and the cluster as a whole keeps taking writes
+        started = time.monotonic()
+        stream.wait_for(200, started)
+    after = stream.since(started)
+    assert success_rate(after) >= 0.99, Counter(error for _, ok, error in after if not ok).most_common(3)
+    assert read_back(access.url, {token: data, **stream.acked}) == []
+
+
+def _volume_use(cluster: LocalCluster) -> dict[int, int]:
+    async def stat() -> dict[int, int]:
+        async with AllocatorClient([cluster.allocators[0].url]) as allocator:
+            return {v.vid: v.used for v in (await allocator.stat(cluster.allocators[0].url)).volumes}
+
+    return asyncio.run(stat())
+
+
+def _wait_for_allocation(cluster: LocalCluster, before: dict[int, int]) -> int:
+    """The volume the allocator has handed the object's space in since `before`."""
+    grown: list[int] = []
+
+    def allocated() -> bool:
+        grown[:] = [vid for vid, used in _volume_use(cluster).items() if used - before.get(vid, 0) >= 10 << 20]
+        return bool(grown)
+
+    wait_until(allocated, 20, "the object's allocation", interval=0.05)
+    return grown[0]
+
+
+def _shards_in(unit: Unit) -> int:
+    async def stat() -> int:
+        async with BlobnodeClient() as bn:
+            return (await bn.chunk_stat(unit.host, unit.disk_id, unit.vuid)).shard_count
+
+    return asyncio.run(stat())
+
+
+def _cli(cluster: LocalCluster, *args: str) -> str:
+    result = CliRunner().invoke(app, [*args, "--clustermgr", ",".join(cm.url for cm in cluster.clustermgr)])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_a_broken_disk_makes_its_volumes_unwritable_and_new_ones_avoid_it(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(blobnodes=7)
+    access = cluster.access[0].url
+    with httpx.Client(base_url=access, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        listed = json.loads(_cli(cluster, "volume", "list", "--json"))
+        assert listed and all(v["writable"] and v["why_not"] == "" for v in listed)
+        broken = listed[0]["units"][2]["disk_id"]
+        _cli(cluster, "disk", "set", str(broken), "--status", "broken")
+        listed = json.loads(_cli(cluster, "volume", "list", "--json"))
+        on_broken = [v for v in listed if any(u["disk_id"] == broken for u in v["units"])]
+        assert on_broken
+        for volume in on_broken:
+            index = next(i for i, u in enumerate(volume["units"]) if u["disk_id"] == broken)
+            assert not volume["writable"] and volume["down_units"] == [index]
+            assert f"unit {index}: disk {broken} is broken" in volume["why_not"]
+
+        def writable_without_it() -> bool:  # clustermgr keeps its floor of 2 writable volumes
+            return sum(v.writable for v in volumes_of(cluster)) >= 2
+
+        wait_until(writable_without_it, 20, "new writable volumes", interval=0.2)
+        assert "no: unit" in _cli(cluster, "volume", "list")
+
+        def allocator_knows() -> bool:  # it hears of the broken disk with its next lease renewal
+            async def stat() -> bool:
+                async with AllocatorClient([cluster.allocators[0].url]) as allocator:
+                    pool = (await allocator.stat(cluster.allocators[0].url)).volumes
+                return any(v.writable for v in pool) and all(v.writable == (broken not in v.disks) for v in pool)
+
+            return asyncio.run(stat())
+
+        wait_until(allocator_knows, 20, "the allocator to hear of the broken disk", interval=0.2)
+        for _ in range(20):
+            token = client.put("/blob", content=b"x" * 100).json()["location"]
+            vid = next(Location.from_token(token, cluster.secret.encode()).blob_ids())[0]
+            assert all(u.disk_id != broken for v in volumes_of(cluster) if v.vid == vid for u in v.units)
+
+
+def test_a_hung_blobnode_costs_one_hedge_not_one_per_read(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(hedge_after=2.0)
+    rng = random.Random(4)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        objects = {}
+        for _ in range(12):
+            data = rng.randbytes(100_000)  # every data shard of EC3P3 holds some of it
+            objects[client.put("/blob", content=data).json()["location"]] = data
+        units = {v.vid: v.units for v in volumes_of(cluster)}
+
+        def data_hosts(token: str) -> set[str]:
+            vid = next(Location.from_token(token, cluster.secret.encode()).blob_ids())[0]
+            return {u.host for u in units[vid][:3]}
+
+        hung = next(n for n in cluster.blobnodes if n.url in data_hosts(next(iter(objects))))
+        on_hung = [token for token in objects if hung.url in data_hosts(token)]
+        assert len(on_hung) >= 3
+        os.kill(hung.pid, signal.SIGSTOP)  # alive but answering nothing
+        try:
+            timings = []
+            for token in on_hung:
+                started = time.monotonic()
+                assert client.get(f"/blob/{token}").content == objects[token]
+                timings.append(time.monotonic() - started)
+        finally:
+            os.kill(hung.pid, signal.SIGCONT)
+    assert timings[0] >= 2.0  # the first read waits out the hedge delay once
+    assert max(timings[1:]) < 1.5, timings  # the next ones go around the slow node at once

@@ -1,0 +1,193 @@
+"""Volume health as clustermgr judges it, and what leasing, renewals, the volume floor and placement make of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import pytest
+
+from libs.ec import CodeMode, tactic
+from libs.proto.blobnode import ChunkInfo, ChunkStatus
+from libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo, VolumeStatus
+from libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
+from libs.proto.ids import Vuid
+from libs.rpc.client import HttpClient, Request
+from libs.rpc.errors import Unavailable
+from libs.rpc.testing import FakeReply, FakeTransport
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr import commands as c
+from services.clustermgr.health import lease_rank, volume_health
+from services.clustermgr.volumes import VolumeCreator, writable_count
+from tests.unit.test_clustermgr_state import Driver, cm  # noqa: F401  (cm is a fixture)
+
+EC3P3 = int(CodeMode.EC3P3)
+TIMEOUT = 30.0
+
+
+def disk_info(disk_id: int, **changes: object) -> DiskInfo:
+    return DiskInfo(disk_id=disk_id, host=f"http://h{disk_id}", idc="z0", rack="r0", path="/d",
+                    last_heartbeat=1000.0).model_copy(update=changes)
+
+
+def volume_on(vid: int, disk_ids: list[int], hosts: list[str] | None = None, **changes: object) -> VolumeInfo:
+    hosts = hosts or [f"http://h{d}" for d in disk_ids]
+    units = [Unit(vuid=Vuid.make(vid, i, 1), disk_id=d, host=h)
+             for i, (d, h) in enumerate(zip(disk_ids, hosts, strict=True))]
+    return VolumeInfo(vid=vid, code_mode=EC3P3, backend="isal", units=units, capacity=100).model_copy(update=changes)
+
+
+def test_health_names_every_reason() -> None:
+    disks = {i: disk_info(i) for i in range(1, 7)}
+    volume = volume_on(1, [1, 2, 3, 4, 5, 6])
+    assert volume_health(volume, disks, 1010.0, TIMEOUT).model_dump() == {"writable": True, "why_not": "",
+                                                                          "down_units": []}
+    disks[3] = disk_info(3, last_heartbeat=960.0)
+    disks[5] = disk_info(5, status=DiskStatus.BROKEN)
+    disks[6] = disk_info(6, status=DiskStatus.DROPPING)  # still serving while its units move away
+    health = volume_health(volume.model_copy(update={"status": VolumeStatus.LOCK, "used": 100}), disks, 1010.0,
+                           TIMEOUT)
+    assert not health.writable and health.down_units == [2, 4]
+    assert health.why_not == ("locked while a unit moves; full; unit 2: disk 3 sent no heartbeat for 50 s;"
+                              " unit 4: disk 5 is broken")
+    del disks[1]
+    assert "unit 0: its disk is not registered" in volume_health(volume, disks, 1010.0, TIMEOUT).why_not
+
+
+def test_lease_rank_counts_down_and_avoided_units_up_to_the_put_slack() -> None:
+    t = tactic(CodeMode.EC3P3)  # slack 1
+    volume = volume_on(1, [1, 2, 3, 4, 5, 6])
+    disks = {i: disk_info(i) for i in range(1, 7)}
+    healthy = volume_health(volume, disks, 1000.0, TIMEOUT)
+    assert lease_rank(t, volume, healthy, []) == 0
+    assert lease_rank(t, volume, healthy, [4, 99]) == 1
+    assert lease_rank(t, volume, healthy, [4, 5]) is None
+    disks[2] = disk_info(2, status=DiskStatus.BROKEN)
+    one_down = volume_health(volume, disks, 1000.0, TIMEOUT)
+    assert lease_rank(t, volume, one_down, [2]) == 1  # the same unit counts once
+    assert lease_rank(t, volume, one_down, [3]) is None
+
+
+def add_hosts(driver: Driver, count: int) -> None:
+    driver(c.ScopeAlloc(name="disk_id", count=count))
+    for i in range(1, count + 1):
+        driver(c.DiskAddCmd(disk=DiskAdd(disk_id=i, host=f"http://h{i}", idc="z0", rack="r0", path="/d", size=100,
+                                     free=100)))
+
+
+def create(driver: Driver, vid: int, disk_ids: list[int], hosts: list[str] | None = None) -> VolumeInfo:
+    volume = volume_on(vid, disk_ids, hosts)
+    return driver(c.VolumeCreate(vid=vid, code_mode=EC3P3, backend="isal", units=volume.units, capacity=1 << 20))
+
+
+def test_leasing_takes_whole_volumes_first_and_never_one_past_the_slack(cm: Driver) -> None:  # noqa: F811
+    add_hosts(cm, 8)
+    cm(c.ScopeAlloc(name="vid", count=3))
+    create(cm, 1, [1, 2, 3, 4, 5, 6])
+    create(cm, 2, [3, 4, 5, 6, 7, 8])
+    create(cm, 3, [1, 3, 4, 5, 6, 7])
+    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
+
+    def lease(holder: str, count: int, avoid: list[int] | None = None) -> list[tuple[int, bool]]:
+        got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder=holder, count=count, lease_ttl=10,
+                                  heartbeat_timeout=TIMEOUT, avoid_disks=avoid or []))
+        return [(v.vid, v.writable) for v in got.volumes]
+
+    assert lease("a", 1) == [(2, True)]  # the only volume with every unit up
+    cm.now += TIMEOUT + 1  # every disk fell silent, and a's lease lapsed
+    assert lease("b", 5) == []  # no volume reaches its quorum
+    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=i, size=100, free=100) for i in range(1, 9) if i != 2]))
+    # Disk 2 stays silent: volume 1 misses two units (never leased), volume 3 only disk 1's (leased last).
+    assert lease("b", 5) == [(2, True), (3, False)]
+    cm(c.VolumeRelease(vid=3, holder="b"))
+    assert lease("c", 5, avoid=[7]) == []  # volume 3 would miss disk 1's unit and disk 7's
+
+
+def test_old_log_leases_keep_their_vid_order(cm: Driver) -> None:  # noqa: F811
+    add_hosts(cm, 7)
+    cm(c.ScopeAlloc(name="vid", count=2))
+    assert create(cm, 1, [1, 2, 3, 4, 5, 6], [f"http://h{i}" for i in (1, 2, 3, 4, 5, 1)]).under_spread
+    create(cm, 2, [2, 3, 4, 5, 6, 7])
+    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
+    got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10))  # as logged before health
+    assert [v.vid for v in got.volumes] == [1]
+
+
+def test_renewals_carry_health(cm: Driver) -> None:  # noqa: F811
+    add_hosts(cm, 6)
+    cm(c.ScopeAlloc(name="vid", count=1))
+    create(cm, 1, [1, 2, 3, 4, 5, 6])
+    cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    cm(c.DiskSetCmd(disk_id=4, status=DiskStatus.BROKEN))
+    kept = cm(c.VolumeRetainCmd(holder="a", lease_ttl=10, volumes=[RetainItem(vid=1)], heartbeat_timeout=TIMEOUT))
+    assert [(r.vid, r.writable, r.down_units) for r in kept.retained] == [(1, False, [3])]
+    assert "unit 3: disk 4 is broken" in kept.retained[0].why_not
+    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 0
+
+
+def test_under_spread_is_recorded_at_creation_and_cleared_by_a_move(cm: Driver) -> None:  # noqa: F811
+    add_hosts(cm, 7)
+    cm(c.ScopeAlloc(name="vid", count=2))
+    hosts = [f"http://h{i}" for i in (1, 2, 3, 4, 5, 1)]  # disk 6 on host h1 too, as a 5-host cluster would
+    assert create(cm, 1, [1, 2, 3, 4, 5, 6], hosts).under_spread
+    assert not create(cm, 2, [1, 2, 3, 4, 5, 7]).under_spread
+    got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    assert [v.vid for v in got.volumes] == [2]  # the well-spread one first
+    cm(c.VolumeRelease(vid=2, holder="a"))
+    cm(c.VolumeLock(vid=1))
+    unit = cm(c.UnitAllocCmd(vid=1, index=5, disk_id=7))
+    assert not cm(c.UnitUpdateCmd(vid=1, index=5, vuid=unit.vuid, disk_id=7)).under_spread
+
+
+@pytest.mark.parametrize("status", [DiskStatus.BROKEN, DiskStatus.DROPPED])
+def test_a_volume_on_an_out_of_service_disk_does_not_count_toward_the_floor(cm: Driver,  # noqa: F811
+                                                                           status: DiskStatus) -> None:
+    add_hosts(cm, 7)
+    cm(c.ScopeAlloc(name="vid", count=2))
+    create(cm, 1, [1, 2, 3, 4, 5, 6])
+    create(cm, 2, [2, 3, 4, 5, 6, 7])
+    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 2
+    if status is DiskStatus.DROPPED:
+        cm(c.DiskSetCmd(disk_id=7, status=DiskStatus.DROPPING))
+        assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 2
+    cm(c.DiskSetCmd(disk_id=7, status=status) if status is DiskStatus.DROPPED
+       else c.DiskSetCmd(disk_id=1, status=status))
+    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 1
+
+
+def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:  # noqa: F811
+    """Volume creation by the leader over a fake blobnode transport (named so: the blobnode on h3 plays
+    a node killed moments ago, which clustermgr still counts as alive)."""
+    add_hosts(cm, 7)
+
+    async def blobnode(request: Request) -> FakeReply:
+        if request.url.startswith("http://h3/"):
+            raise Unavailable("connection refused")
+        vuid = json.loads(request.body or b"{}")["vuid"]
+        return FakeReply.of(ChunkInfo(chunk_id="c", vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=1 << 20,
+                                      created=0.0))
+
+    async def propose(cmd: c.Command[Any]) -> Any:
+        return cm(cmd)
+
+    transport = FakeTransport(blobnode)
+    creator = VolumeCreator(cm.state, propose, BlobnodeClient(HttpClient(transport)), idcs=["z0"], backend="isal",
+                            chunk_size=1 << 20, heartbeat_timeout=TIMEOUT, reserve=0)
+
+    async def create(times: int) -> None:
+        for _ in range(times):
+            with contextlib.suppress(Unavailable):
+                await creator.create(CodeMode.EC3P3, cm.now)
+
+    def tries_on_h3() -> int:
+        return sum(r.url == "http://h3/chunk/create" for r in transport.requests)
+
+    asyncio.run(create(4))
+    assert tries_on_h3() == 1  # the fewest chunks would pick it every time; its failure rules it out
+    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 3
+    cm.now += 1
+    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=100)]))  # it is back
+    asyncio.run(create(1))
+    assert tries_on_h3() == 2
