@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from libs.proto.cluster import Unit
 from libs.proto.switches import TaskType
 
 TASK_PREFIX = "task/"
@@ -53,3 +54,64 @@ class TaskRecord(BaseModel):
 
 def task_key(task_type: TaskType, task_id: str) -> str:
     return f"{TASK_PREFIX}{task_type}/{task_id}"
+
+
+# The worker task protocol (scheduler API). Every call after acquire names the task's source and
+# destination units; the scheduler refuses (409 Conflict) a call whose units or lease no longer match,
+# so a worker that lost its task can never report progress for it or complete it.
+
+
+class TaskRef(BaseModel):
+    """What a worker holds: the task, and the units it was handed (the fencing token)."""
+
+    task_type: TaskType
+    task_id: str = Field(min_length=1)
+    worker: str = Field(min_length=1)  # the worker's id (host:port), the lease holder
+    source_vuid: int = Field(ge=0, lt=2**64)
+    destination_vuid: int = Field(ge=0, lt=2**64)
+
+
+class AcquireRequest(BaseModel):
+    worker: str = Field(min_length=1)
+    task_types: list[TaskType] = Field(default_factory=list)  # empty: any; disk repair is handed out first
+
+
+class WorkTask(BaseModel):
+    """A task handed to a worker: move unit `unit_index` of volume `vid` from `source` to `destination`
+    (a chunk the scheduler already created), rebuilding from the other units what `source` cannot
+    give. `lease_ttl` seconds without a renew and the task goes back to the queue."""
+
+    ref: TaskRef
+    vid: int = Field(ge=1, lt=2**32)
+    unit_index: int = Field(ge=0, lt=256)
+    source: Unit
+    destination: Unit
+    source_readable: bool  # False when the source disk is broken: every shard is rebuilt
+    lease_ttl: float = Field(gt=0)
+    done_bytes: int = Field(0, ge=0)  # already persisted progress (a reclaimed task resumes)
+    done_shards: int = Field(0, ge=0)
+
+
+class AcquireResult(BaseModel):
+    task: WorkTask | None = None  # None: nothing to do now
+
+
+class TaskProgress(BaseModel):
+    ref: TaskRef
+    done_bytes: int = Field(ge=0)
+    done_shards: int = Field(ge=0)
+    total_bytes: int = Field(ge=0)
+    total_shards: int = Field(ge=0)
+
+
+class TaskCancel(BaseModel):
+    """The worker gives the task back; `destination_failed` makes the reclaim pick another destination."""
+
+    ref: TaskRef
+    reason: str
+    destination_failed: bool = False
+
+
+class TaskAck(BaseModel):
+    task_id: str
+    state: TaskState
