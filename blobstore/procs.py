@@ -9,26 +9,15 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
+from libs.ports import free_port as free_port  # re-exported: the one port helper
+from libs.ports import free_ports as free_ports
+
 # Children started by this interpreter, kept so they are reaped (no zombies) and never warned about.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports free right now (all held open together, so none repeats)."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
-            s.bind((host, 0))
-        return [int(s.getsockname()[1]) for s in socks]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    return free_ports(1, host)[0]
 
 
 def start_time(pid: int) -> int | None:

@@ -10,22 +10,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from libs.ports import free_port
 from libs.raft.kvclient import KVClient
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_for(pred: Callable[[], Awaitable[bool]], timeout: float, what: str, every: float = 0.02) -> float:
