@@ -181,10 +181,11 @@ def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
 @app.command()
 def put(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
         code_mode: Annotated[str, typer.Option(help="e.g. EC6P3 [default: the cluster's size policy]")] = "",
+        parallel: Annotated[int, typer.Option(min=1, max=64, help="upload up to K parts (blobs) at once")] = 1,
         dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """Store FILE and print its location."""
     with Client(_access(dir, access)) as client, open(file, "rb") as f, _progress_bar(f"put {file.name}") as report:
-        location = client.put(f, code_mode=code_mode or None, progress=report)
+        location = client.put(f, code_mode=code_mode or None, progress=report, parallel=parallel)
     typer.echo(location)
 
 

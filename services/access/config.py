@@ -23,6 +23,7 @@ class AccessConfig(BaseModel):
     disk_punish: float = Field(10.0, gt=0)  # seconds a failed disk is skipped by PUTs and read last
     volume_punish: float = Field(30.0, gt=0)  # seconds a volume where a blob missed its quorum is not used
     volume_cache_ttl: float = Field(60.0, gt=0)
+    upload_ttl: float = Field(86400.0, gt=0, le=30 * 86400)  # seconds a multipart upload's tokens are valid
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
     audit_log: str = "access-audit.jsonl"  # one JSON line per request; empty: no audit log
     audit_log_max_bytes: int = Field(64 << 20, ge=4096)  # then it rotates to audit_log.1, .2, ...

@@ -112,6 +112,17 @@ class Tinker:
         if msg is None:
             return
         await sleep_until(msg.not_before)
+        if msg.upload:
+            await self.switches.wait_on(TaskType.BLOB_DELETE)
+            try:
+                finished = await self.delete.upload_finished(msg)
+            except Exception as exc:
+                await pipeline.hand_on(Topic.BLOB_DELETE_FAILED, msg, self.policy, f"{type(exc).__name__}: {exc}")
+                return
+            if finished:
+                pipeline.stats.done += 1
+                return
+            log.info("reclaiming the unfinished upload from blob %d/%d", msg.vid, msg.bid)
         for step, wait in ((self.delete.mark, False), (self.delete.purge, True)):
             if wait:
                 await asyncio.sleep(delete_due(msg.time, self.config.delete_safe_delay, now=time.time()))
