@@ -15,7 +15,7 @@ from libs.rpc.errors import BadRequest, LengthRequired
 from libs.rpc.metrics import Observer
 from libs.rpc.server import Lifecycle, create_app
 from services.access.audit import note_location
-from services.access.objects import ObjectStore
+from services.access.region import Region
 from services.access.stripes import parse_range
 
 
@@ -40,7 +40,7 @@ def _location_headers(location: Location) -> dict[str, str]:
             "x-code-mode": parse_code_mode(location.code_mode).name}
 
 
-def build_app(store: ObjectStore, life: Lifecycle, observers: Sequence[Observer] = ()) -> FastAPI:
+def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()) -> FastAPI:
     app = create_app("access", on_start=life.start, on_stop=life.stop, observers=observers)
 
     @app.put("/blob")

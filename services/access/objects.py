@@ -19,7 +19,7 @@ from libs.proto.location import Location, SliceInfo
 from libs.proto.messages import UploadSlice
 from libs.proto.mqproxy import DeleteIn, RepairIn
 from libs.proto.uploads import BlobToken
-from libs.rpc.errors import Conflict, Forbidden, LengthMismatch, RpcError, TooLarge, Unavailable
+from libs.rpc.errors import Conflict, LengthMismatch, RpcError, TooLarge, Unavailable
 from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob, write_blob
 from services.access.config import AccessConfig
 from services.access.metrics import VOLUME_RETRIES
@@ -62,11 +62,11 @@ class BodyReader:
 
 class ObjectStore:
     def __init__(self, config: AccessConfig, io: ShardIO, volumes: VolumeCache, allocator: AllocatorClient,
-                 mq: MqProxyClient | None = None) -> None:
+                 mq: MqProxyClient | None = None, cluster_id: int | None = None) -> None:
         self.config = config
+        self.cluster_id = config.cluster_id if cluster_id is None else cluster_id
         self.mq = mq
         self._background: set[asyncio.Task[None]] = set()
-        self.secret = config.secret.encode()
         self.io = io
         self.volumes = volumes
         self.allocator = allocator
@@ -100,7 +100,7 @@ class ObjectStore:
         except (RpcError, ValueError) as exc:
             self._discard(written, str(exc))
             raise
-        return Location(cluster_id=self.config.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
+        return Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
                         crc=crc, blobs=plan.slices())
 
     async def _write_blob(self, plan: PutPlan, mode: CodeMode, data: bytes, rest: int) -> BlobWrite:
@@ -146,11 +146,11 @@ class ObjectStore:
             raise Unavailable("this access node has no mqproxy to queue an unfinished upload's reclaim with")
         mode = mode or self.policy.mode_for(size)
         slices = await self._allocate(mode, size) if size else []
-        location = Location(cluster_id=self.config.cluster_id, code_mode=int(mode), size=size,
+        location = Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size,
                             blob_size=self.config.blob_size, crc=0,
                             blobs=tuple(SliceInfo(min_bid=s.min_bid, vid=s.vid, count=s.count) for s in slices))
         expiry = int(time.time() + self.config.upload_ttl) + 1
-        tokens = [BlobToken(self.config.cluster_id, vid, bid, location.blob_len(i), expiry)
+        tokens = [BlobToken(self.cluster_id, vid, bid, location.blob_len(i), expiry)
                   for i, (vid, bid) in enumerate(location.blob_ids())]
         if slices:
             # Due once no token can start a write and one begun just before expiry has ended.
@@ -160,13 +160,10 @@ class ObjectStore:
                                                         for s in slices])])
         return location, tokens
 
-    async def put_at(self, token: str, body: AsyncIterator[bytes], size: int) -> BlobToken:
-        """Write the one blob an upload token names. Writing it again with the same bytes is a no-op;
-        with other bytes it is a Conflict. The blob cannot move to another volume (its Location is
+    async def put_at(self, blob: BlobToken, body: AsyncIterator[bytes], size: int) -> None:
+        """Write the one blob a (verified) upload token names. Writing it again with the same bytes is a
+        no-op; with other bytes it is a Conflict. The blob cannot move to another volume (its Location is
         fixed), so a blob that misses its quorum fails with 503 and the client tries again later."""
-        blob = BlobToken.from_token(token, self.secret, time.time())
-        if blob.cluster_id != self.config.cluster_id:
-            raise Forbidden(f"upload token of cluster {blob.cluster_id}; this is cluster {self.config.cluster_id}")
         if size != blob.size:
             raise LengthMismatch(f"this blob holds {blob.size} bytes; the body has {size}")
         reader = BodyReader(body, size)
@@ -181,7 +178,6 @@ class ObjectStore:
             self.io.health.punish_volume(blob.vid, time.monotonic())
             raise
         self._repair_unwritten(outcome)
-        return blob
 
     async def _allocate(self, mode: CodeMode, size: int) -> list[BlobSlice]:
         now = time.monotonic()
@@ -204,9 +200,6 @@ class ObjectStore:
             for outcome in written:
                 log_file.write(json.dumps({"time": time.time(), "vid": outcome.vid, "bid": outcome.bid,
                                            "shards": outcome.written, "reason": reason}) + "\n")
-
-    def parse(self, token: str) -> Location:
-        return Location.from_token(token, self.secret)
 
     async def read(self, location: Location, offset: int, length: int) -> AsyncIterator[bytes]:
         """Stream bytes [offset, offset + length) of the object, one blob range at a time."""
