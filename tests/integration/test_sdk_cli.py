@@ -203,7 +203,8 @@ def test_cli_objects(cluster: ClusterInfo, tmp_path: Path) -> None:
     in_parts = _cli(cluster, "put", str(source), "--parallel", "2").stdout.strip()
     assert _cli(cluster, "get", in_parts).stdout_bytes == source.read_bytes()
     assert _cli(cluster, "get", location, "--range", "10-19").stdout_bytes == source.read_bytes()[10:20]
-    assert json.loads(_cli(cluster, "stat", location).stdout)["size"] == MiB + 3
+    assert json.loads(_cli(cluster, "stat", location, "--json").stdout)["size"] == MiB + 3
+    assert "cluster 1" in _cli(cluster, "stat", location).stdout
     shards = json.loads(_cli(cluster, "blob", "shards", location, "--json").stdout)
     assert [s["index"] for s in shards] == list(range(6))
     assert {s["state"] for s in shards} == {"present"}
