@@ -24,8 +24,8 @@ BLOB = 1 * MiB  # small blobs: a 10 MiB object is ten parts
 
 
 def _cluster(cluster_factory: ClusterFactory) -> LocalCluster:
-    # Tokens live 3 s; a reclaim is due 2 shard timeouts (2 s) later.
-    cluster = cluster_factory(pipelines=True, safe_delay=1.0, blob_size=BLOB, upload_ttl=3.0, shard_timeout=1.0)
+    # Tokens live 15 s; a reclaim is due 2 shard timeouts (2 s) later.
+    cluster = cluster_factory(pipelines=True, safe_delay=1.0, blob_size=BLOB, upload_ttl=15.0, shard_timeout=1.0)
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
     return cluster
@@ -93,12 +93,12 @@ def test_an_interrupted_upload_resumes_elsewhere_and_an_unfinished_one_is_reclai
         assert sdk.get(upload.location) == data
         abandoned = sdk.alloc(3 * MiB)
         sdk.put_part(abandoned, 1, b"x" * MiB)
-    sent = [json.loads(line) for line in (second.workdir.parent / "access1-audit.jsonl").read_text().splitlines()]
-    assert sum(e["path"] == "/blob/putat" for e in sent) == 4  # parts 3, 4, 5 of the first upload, 1 of the other
     # Past the tokens' expiry both reclaims come due: the unfinished upload goes, the finished one stays.
     (vid, bid) = blobs_of(cluster, abandoned.location)[1]
-    wait_until(lambda: all(s in ("mark_deleted", "missing") for s in states(cluster, vid, bid)), 30,
+    wait_until(lambda: all(s in ("mark_deleted", "missing") for s in states(cluster, vid, bid)), 60,
                "the abandoned upload's part deleted", interval=0.5)
     time.sleep(2.0)
     with Client(second.url) as sdk:
         assert sdk.get(upload.location) == data
+    sent = [json.loads(line) for line in (second.workdir.parent / "access1-audit.jsonl").read_text().splitlines()]
+    assert sum(e["path"] == "/blob/putat" for e in sent) == 4  # parts 3, 4, 5 of the first upload, 1 of the other
