@@ -1,7 +1,16 @@
 """Python SDK of the blob store: `Client` (blocking) and `AsyncClient`, their records and exceptions."""
 
-from blobstore.client import AsyncClient, Client, Progress
-from blobstore.errors import BadRequest, BlobstoreError, Forbidden, NotFound, RangeNotSatisfiable, Unavailable
+from blobstore.client import AsyncClient, Client, Progress, Upload
+from blobstore.errors import (
+    BadRequest,
+    BlobstoreError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    RangeNotSatisfiable,
+    Unavailable,
+    UploadIncomplete,
+)
 from libs.proto.access import Slice, Stat
 
 __all__ = [
@@ -9,6 +18,7 @@ __all__ = [
     "BadRequest",
     "BlobstoreError",
     "Client",
+    "Conflict",
     "Forbidden",
     "NotFound",
     "Progress",
@@ -16,4 +26,6 @@ __all__ = [
     "Slice",
     "Stat",
     "Unavailable",
+    "Upload",
+    "UploadIncomplete",
 ]

@@ -144,10 +144,12 @@ def _parse_range(text: str) -> tuple[int, int | None]:
 def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: int = 2, code_mode: str = "EC3P3",
                delete_delay: Annotated[float, typer.Option(
                    help="Seconds from a delete to its space coming back (tinker's safe delay).")] = 60.0,
+               clusters: Annotated[int, typer.Option(
+                   min=1, max=8, help="A region: K clusters behind one access node, sharing Kafka and Redis.")] = 1,
                timeout: float = 60.0) -> None:
     """Start redis, Kafka, 3 clustermgr, blobnodes, an allocator, a worker, mqproxy, tinker and access on
     127.0.0.1, detached."""
-    shape = ClusterShape(blobnodes, disks_per_node, code_mode, delete_delay=delete_delay)
+    shape = ClusterShape(blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters)
     info = up(dir, shape, timeout=timeout, say=err.print)
     err.print(f"{len(info.processes)} processes in {info.dir}/ (cluster.json, one folder each with its log)")
     err.print(f"stop it with: blobstore cluster down --dir {dir}")
@@ -164,7 +166,7 @@ def cluster_down(dir: DirOpt = DEFAULT_DIR, timeout: float = 10.0) -> None:
 
 @cluster_app.command("status")
 def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
-    """Each process (role, pid, port, healthy) and which clustermgr leads."""
+    """Each process (role, pid, port, healthy) and which clustermgr leads (each cluster's, in a region)."""
     state = status(dir)
     if as_json:
         typer.echo(json.dumps(asdict(state), indent=2))
@@ -172,6 +174,8 @@ def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
     _emit([{"role": p.role, "name": p.name, "pid": p.pid, "port": p.port,
             "healthy": "yes" if p.healthy else ("no" if p.running else "stopped")} for p in state.processes], False)
     out.print(f"leader: {state.leader or 'none'}    access: {state.access_url}")
+    for cluster_id, leader in state.leaders.items():
+        out.print(f"cluster {cluster_id}: leader {leader or 'none'}")
     out.print(f"dashboard: {state.dashboard or 'none'}")
 
 
@@ -181,10 +185,11 @@ def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
 @app.command()
 def put(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
         code_mode: Annotated[str, typer.Option(help="e.g. EC6P3 [default: the cluster's size policy]")] = "",
+        parallel: Annotated[int, typer.Option(min=1, max=64, help="upload up to K parts (blobs) at once")] = 1,
         dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """Store FILE and print its location."""
     with Client(_access(dir, access)) as client, open(file, "rb") as f, _progress_bar(f"put {file.name}") as report:
-        location = client.put(f, code_mode=code_mode or None, progress=report)
+        location = client.put(f, code_mode=code_mode or None, progress=report, parallel=parallel)
     typer.echo(location)
 
 
@@ -206,10 +211,16 @@ def get(location: str, output: Annotated[Path | None, typer.Option("-o", "--outp
 
 
 @app.command()
-def stat(location: str, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
-    """What the location says: size, CRC, code mode and its blobs."""
+def stat(location: str, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "", as_json: JsonOpt = False) -> None:
+    """What the location says: size, CRC, code mode, its cluster and its blobs."""
     with Client(_access(dir, access)) as client:
-        typer.echo(client.stat(location).model_dump_json(indent=2))
+        found = client.stat(location)
+    if as_json:
+        typer.echo(found.model_dump_json(indent=2))
+        return
+    out.print(f"size {found.size}  crc {found.crc}  code mode {found.code_mode}  cluster {found.cluster_id}  "
+              f"blob size {found.blob_size}")
+    _emit([{"vid": s.vid, "first bid": s.min_bid, "blobs": s.count} for s in found.blobs], False)
 
 
 @app.command("del")

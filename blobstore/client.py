@@ -15,13 +15,21 @@ import random
 import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import httpx
 
-from blobstore.errors import RETRYABLE_STATUS, BadRequest, Unavailable, error_from_answer
-from libs.proto.access import PutResult, Stat
+from blobstore.errors import (
+    RETRYABLE_STATUS,
+    BadRequest,
+    BlobstoreError,
+    Unavailable,
+    UploadIncomplete,
+    error_from_answer,
+)
+from libs.proto.access import AllocRequest, AllocResult, PutResult, Stat
 
 CHUNK = 1 << 20
 MAX_TRIES = 3  # hosts tried per request
@@ -132,6 +140,40 @@ class _Upload:
                 yield bytes(piece)
 
 
+@dataclass
+class Upload:
+    """A multipart upload: the object's Location and one token per part (blob). Parts may be sent in any
+    order and in parallel; the object reads back once every part is written. Until `expiry` passing it
+    back to `put(..., upload=)` sends only the parts not yet `done`; after, the upload is reclaimed."""
+
+    location: str
+    tokens: list[str]
+    blob_size: int
+    size: int
+    expiry: int
+    done: set[int] = field(default_factory=set)
+
+    @property
+    def missing(self) -> list[int]:
+        return [i for i in range(len(self.tokens)) if i not in self.done]
+
+    def part_size(self, index: int) -> int:
+        return min(self.blob_size, self.size - index * self.blob_size)
+
+
+async def _parts(body: AsyncIterator[bytes], blob_size: int) -> AsyncIterator[tuple[int, bytes]]:
+    """The body cut into blob-sized parts, numbered."""
+    buffer, index = bytearray(), 0
+    async for piece in body:
+        buffer += piece
+        while len(buffer) >= blob_size:
+            yield index, bytes(buffer[:blob_size])
+            del buffer[:blob_size]
+            index += 1
+    if buffer:
+        yield index, bytes(buffer)
+
+
 class AsyncClient:
     """Asynchronous access client; safe to share between tasks of one event loop."""
 
@@ -180,15 +222,67 @@ class AsyncClient:
         raise Unavailable(f"{what}: no access host served it ({'; '.join(failures) or 'nothing tried'})")
 
     async def put(self, data: Data, *, size: int | None = None, code_mode: str | None = None,
-                  progress: Progress | None = None) -> str:
-        """Store an object and return its location token. Files and iterators are streamed."""
-        upload = _Upload(data, size, progress)
-        headers = {"content-length": str(upload.size), "content-type": "application/octet-stream"}
+                  progress: Progress | None = None, parallel: int = 1, upload: Upload | None = None) -> str:
+        """Store an object and return its location token. Files and iterators are streamed.
+
+        With `parallel` > 1 (or an `upload` to resume) the object goes up as a multipart upload, up to
+        `parallel` parts at once (memory: that many blobs); a part that fails on every access host
+        raises `UploadIncomplete`, whose `upload` resumes with only the missing parts."""
+        if parallel > 1 or upload is not None:
+            return await self._put_parts(_Upload(data, size, progress), code_mode, parallel, upload)
+        upload_body = _Upload(data, size, progress)
+        headers = {"content-length": str(upload_body.size), "content-type": "application/octet-stream"}
         if code_mode:
             headers["x-code-mode"] = code_mode
-        async with self._exchange("PUT", "/blob", headers, upload) as response:
+        async with self._exchange("PUT", "/blob", headers, upload_body) as response:
             await response.aread()
         return PutResult.model_validate_json(response.content).location
+
+    async def alloc(self, size: int, code_mode: str | None = None) -> Upload:
+        """Begin a multipart upload of an object of `size` bytes."""
+        request = AllocRequest(size=size, code_mode=code_mode).model_dump_json().encode()
+        headers = {"content-length": str(len(request)), "content-type": "application/json"}
+        async with self._exchange("POST", "/blob/alloc", headers, _Upload(request, None, None)) as response:
+            await response.aread()
+        answer = AllocResult.model_validate_json(response.content)
+        return Upload(answer.location, answer.tokens, answer.blob_size, size, answer.expiry)
+
+    async def put_part(self, upload: Upload, index: int, data: bytes) -> None:
+        """Write part `index` of `upload` (exactly `upload.part_size(index)` bytes); again is harmless."""
+        headers = {"content-length": str(len(data)), "content-type": "application/octet-stream"}
+        async with self._exchange("PUT", f"/blob/putat?token={upload.tokens[index]}", headers,
+                                  _Upload(data, None, None)):
+            pass
+        upload.done.add(index)
+
+    async def _put_parts(self, body: _Upload, code_mode: str | None, parallel: int, upload: Upload | None) -> str:
+        if upload is None:
+            upload = await self.alloc(body.size, code_mode)
+        elif upload.size != body.size:
+            raise ValueError(f"the upload is of {upload.size} bytes; this body has {body.size}")
+        slots = asyncio.Semaphore(max(1, parallel))
+        failures: dict[int, str] = {}
+
+        async def send(index: int, part: bytes) -> None:
+            try:
+                await self.put_part(upload, index, part)
+            except BlobstoreError as exc:
+                failures[index] = str(exc)
+            finally:
+                slots.release()
+
+        sending: list[asyncio.Task[None]] = []
+        try:
+            async for index, part in _parts(body.content(), upload.blob_size):
+                if index not in upload.done:
+                    await slots.acquire()
+                    sending.append(asyncio.create_task(send(index, part)))
+        except (OSError, ValueError) as exc:
+            failures[-1] = f"reading the body: {type(exc).__name__}: {exc}"
+        await asyncio.gather(*sending)
+        if failures:
+            raise UploadIncomplete(upload, failures)
+        return upload.location
 
     async def _download(self, location: str, offset: int, size: int | None, chunk_size: int,
                         progress: Progress | None) -> AsyncGenerator[bytes, None]:
@@ -293,8 +387,15 @@ class Client:
         self.close()
 
     def put(self, data: Data, *, size: int | None = None, code_mode: str | None = None,
-            progress: Progress | None = None) -> str:
-        return self._loop.run(self._core.put(data, size=size, code_mode=code_mode, progress=progress))
+            progress: Progress | None = None, parallel: int = 1, upload: Upload | None = None) -> str:
+        return self._loop.run(self._core.put(data, size=size, code_mode=code_mode, progress=progress,
+                                             parallel=parallel, upload=upload))
+
+    def alloc(self, size: int, code_mode: str | None = None) -> Upload:
+        return self._loop.run(self._core.alloc(size, code_mode))
+
+    def put_part(self, upload: Upload, index: int, data: bytes) -> None:
+        self._loop.run(self._core.put_part(upload, index, data))
 
     def get(self, location: str, offset: int = 0, size: int | None = None) -> bytes:
         return self._loop.run(self._core.get(location, offset, size))

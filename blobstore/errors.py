@@ -7,6 +7,10 @@ the SDK keeps that code and message but raises a small, stable set of classes th
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from blobstore.client import Upload
 
 
 class BlobstoreError(Exception):
@@ -27,6 +31,10 @@ class Forbidden(BlobstoreError):
     """The location was altered or forged: its signature does not match the cluster's secret."""
 
 
+class Conflict(BlobstoreError):
+    """The request conflicts with what is stored (e.g. a part uploaded before with other bytes)."""
+
+
 class NotFound(BlobstoreError):
     """The object or one of its parts does not exist."""
 
@@ -39,10 +47,23 @@ class Unavailable(BlobstoreError):
     """No access host could serve the request now (connection failures, timeouts, 502/503/504)."""
 
 
+class UploadIncomplete(Unavailable):
+    """Some parts of a multipart upload were not written; `upload` holds what was, so passing it back
+    to `put(..., upload=)` sends only the missing parts."""
+
+    def __init__(self, upload: Upload, failures: dict[int, str]) -> None:
+        shown = "; ".join(f"part {i}: {why}" for i, why in sorted(failures.items())[:3])
+        super().__init__(f"{len(upload.missing)} of {len(upload.tokens)} parts not written ({shown})",
+                         code="upload_incomplete")
+        self.upload = upload
+        self.failures = failures
+
+
 _BY_STATUS: dict[int, type[BlobstoreError]] = {
     400: BadRequest,
     403: Forbidden,
     404: NotFound,
+    409: Conflict,
     411: BadRequest,
     413: BadRequest,
     416: RangeNotSatisfiable,

@@ -26,7 +26,7 @@ import httpx
 
 from blobstore.client import Client
 from blobstore.errors import BlobstoreError
-from blobstore.plan import STAGES, ClusterShape, KafkaSpec, ProcessSpec, plan_cluster, port_count
+from blobstore.plan import STAGES, ClusterShape, KafkaSpec, ProcessSpec, cluster_prefix, plan_cluster, port_count
 from blobstore.procs import free_ports, healthy, poll, running, spawn, start_time, stop
 
 DEFAULT_DIR = Path("run")
@@ -79,6 +79,7 @@ class ClusterInfo:
     kafka_bootstrap: str = ""  # empty in a cluster.json written before the launcher started Kafka
     processes: list[ProcessRecord] = field(default_factory=list)
     dashboard_url: str = ""  # empty in a cluster.json written before the launcher started a dashboard
+    region: dict[str, list[str]] = field(default_factory=dict)  # cluster id -> its clustermgr URLs, when several
 
     def save(self) -> None:
         path = Path(self.dir) / STATE_FILE
@@ -114,6 +115,7 @@ class ClusterStatus:
     leader: str | None  # name of the clustermgr that leads, None while there is none
     processes: list[ProcessStatus]
     dashboard: str | None  # the dashboard's URL, None in a cluster started without one
+    leaders: dict[str, str | None] = field(default_factory=dict)  # per cluster id, in a region
 
 
 def _child_env() -> dict[str, str]:
@@ -213,9 +215,10 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
     plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16))
     specs = plan.processes
     by_role = {spec.role: spec for spec in specs}
-    info = ClusterInfo(str(root), by_role["access"].url, [s.url for s in specs if s.role == "clustermgr"],
-                       by_role["redis"].url, shape.code_mode, plan.kafka.bootstrap,
-                       dashboard_url=by_role["dashboard"].url)
+    clustermgrs = plan.clustermgr_urls()
+    info = ClusterInfo(str(root), by_role["access"].url, clustermgrs[1], by_role["redis"].url, shape.code_mode,
+                       plan.kafka.bootstrap, dashboard_url=by_role["dashboard"].url,
+                       region={str(k): urls for k, urls in clustermgrs.items()} if len(clustermgrs) > 1 else {})
     env = _child_env()
     try:
         for stage in STAGES:
@@ -245,15 +248,15 @@ def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessR
     return [(p, outcome[p.name]) for p in info.processes]
 
 
-def _leader(info: ClusterInfo) -> str | None:
+def _leader(urls: list[str], cluster_id: int) -> str | None:
     """The clustermgr named by a replica's Raft status (node ids are 1..3 in member order)."""
-    for url in info.clustermgr_urls:
+    for url in urls:
         try:
             leader = httpx.get(f"{url}/raft/status", timeout=1.0).json().get("leader")
         except (httpx.HTTPError, ValueError):
             continue
         if leader:
-            return f"clustermgr{leader}"
+            return f"{cluster_prefix(cluster_id)}clustermgr{leader}"
     return None
 
 
@@ -263,4 +266,6 @@ def status(root: Path = DEFAULT_DIR) -> ClusterStatus:
     for p in info.processes:
         alive = p.running
         processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive, alive and healthy(p.url)))
-    return ClusterStatus(info.dir, info.access_url, _leader(info), processes, info.dashboard_url or None)
+    leaders = {k: _leader(urls, int(k)) for k, urls in info.region.items()}
+    return ClusterStatus(info.dir, info.access_url, _leader(info.clustermgr_urls, 1), processes,
+                         info.dashboard_url or None, leaders)

@@ -30,6 +30,7 @@ class ClusterShape:
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
     audit_log: bool = True  # access writes access/audit.jsonl
+    clusters: int = 1  # a region: this many clusters (ids 1..K) behind one access node, sharing Kafka and Redis
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class ProcessSpec:
     config_path: Path
     config_text: str
     command: tuple[str, ...]
+    cluster_id: int = 1  # of a region's cluster; shared processes (access, Kafka, Redis) say 1
 
     @property
     def log_path(self) -> Path:
@@ -68,12 +70,21 @@ class ClusterPlan:
     kafka: KafkaSpec
     processes: list[ProcessSpec]  # in start order
 
+    def clustermgr_urls(self) -> dict[int, list[str]]:
+        """Each cluster's clustermgr URLs, by cluster id."""
+        by_cluster: dict[int, list[str]] = {}
+        for p in self.processes:
+            if p.role == "clustermgr":
+                by_cluster.setdefault(p.cluster_id, []).append(p.url)
+        return by_cluster
 
-def _service(role: str, name: str, port: int, root: Path, python: str, config: dict[str, Any]) -> ProcessSpec:
+
+def _service(role: str, name: str, port: int, root: Path, python: str, config: dict[str, Any],
+             cluster_id: int = 1) -> ProcessSpec:
     workdir = root / name
     conf = workdir / "conf.json"
     return ProcessSpec(role, name, port, f"http://{HOST}:{port}", workdir, conf, json.dumps(config, indent=2),
-                       (python, "-m", f"services.{role}", "-c", str(conf)))
+                       (python, "-m", f"services.{role}", "-c", str(conf)), cluster_id)
 
 
 def _redis(port: int, root: Path) -> ProcessSpec:
@@ -87,48 +98,77 @@ def _redis(port: int, root: Path) -> ProcessSpec:
 
 def port_count(shape: ClusterShape) -> int:
     """How many ports `plan_cluster` takes from its iterator."""
-    return 1 + 2 + 2 * CLUSTERMGR_COUNT + shape.blobnodes + 6  # redis, kafka, clustermgrs, blobnodes, 6 services
+    per_cluster = 2 * CLUSTERMGR_COUNT + shape.blobnodes + 4  # clustermgrs, blobnodes, allocator, worker, mq, tinker
+    return 1 + 2 + shape.clusters * per_cluster + 2  # redis, kafka, the clusters, access, dashboard
 
 
-def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> ClusterPlan:
-    """Every process of a local cluster under `root`; `ports` hands out `port_count(shape)` free ports."""
-    root = root.resolve()
-    redis = _redis(next(ports), root)
-    kafka = KafkaSpec(root / "kafka", next(ports), next(ports))
+def cluster_prefix(cluster_id: int) -> str:
+    """Process names of cluster 1 are plain (clustermgr1, blobnode3, ...); of cluster k, `c<k>-...`."""
+    return "" if cluster_id == 1 else f"c{cluster_id}-"
+
+
+def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, kafka: KafkaSpec,
+              cluster_id: int) -> list[ProcessSpec]:
+    """The processes of one cluster: clustermgrs, blobnodes, allocator, worker, mqproxy, tinker."""
+    name = cluster_prefix(cluster_id)
     members = {str(n): {"raft_addr": f"{HOST}:{next(ports)}", "http_addr": f"{HOST}:{next(ports)}"}
                for n in range(1, CLUSTERMGR_COUNT + 1)}
     policy = [{"code_mode": shape.code_mode, "min_volumes": shape.min_volumes}]
-    cms = [_service("clustermgr", f"clustermgr{n}", int(m["http_addr"].rsplit(":", 1)[1]), root, python,
-                    {"node_id": int(n), "members": members, "data_dir": str(root / f"clustermgr{n}" / "data"),
+    cms = [_service("clustermgr", f"{name}clustermgr{n}", int(m["http_addr"].rsplit(":", 1)[1]), root, python,
+                    {"node_id": int(n), "members": members, "data_dir": str(root / f"{name}clustermgr{n}" / "data"),
                      "code_modes": policy, "chunk_size": shape.chunk_size, "volume_check_interval": 0.5,
                      # no volume before every disk started here registered: each one spreads over all hosts
                      "first_volume_after_disks": shape.blobnodes * shape.disks_per_node,
-                     "disk_heartbeat_timeout": 10.0})
+                     "disk_heartbeat_timeout": 10.0}, cluster_id)
            for n, m in members.items()]
     cm_urls = [cm.url for cm in cms]
     blobnodes = []
     for i in range(1, shape.blobnodes + 1):
         port = next(ports)
-        disks = [{"path": str(root / f"blobnode{i}" / "disks" / str(d))} for d in range(1, shape.disks_per_node + 1)]
-        blobnodes.append(_service("blobnode", f"blobnode{i}", port, root, python,
+        disks = [{"path": str(root / f"{name}blobnode{i}" / "disks" / str(d))}
+                 for d in range(1, shape.disks_per_node + 1)]
+        blobnodes.append(_service("blobnode", f"{name}blobnode{i}", port, root, python,
                                   {"bind_addr": f"{HOST}:{port}", "disks": disks, "clustermgr_hosts": cm_urls,
-                                   "heartbeat_interval": 1.0}))
+                                   "heartbeat_interval": 1.0}, cluster_id))
 
     def service(role: str, **config: Any) -> ProcessSpec:
         port = next(ports)
-        return _service(role, role, port, root, python, {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls,
-                                                         **config})
+        return _service(role, f"{name}{role}", port, root, python,
+                        {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls, **config}, cluster_id)
 
     allocator = service("allocator", code_modes=[shape.code_mode])
     worker = service("worker")
-    mqproxy = service("mqproxy", kafka_bootstrap=kafka.bootstrap, partitions=KAFKA_PARTITIONS)
+    mqproxy = service("mqproxy", kafka_bootstrap=kafka.bootstrap, partitions=KAFKA_PARTITIONS, cluster_id=cluster_id)
     tinker = service("tinker", kafka_bootstrap=kafka.bootstrap, delete_safe_delay=shape.delete_delay,
-                     delete_log=str(root / "tinker" / "deletes.jsonl"))
-    access = service("access", secret=secret, allocator_hosts=[allocator.url], mqproxy_hosts=[mqproxy.url],
-                     redis_url=redis.url, default_code_mode=shape.code_mode,
-                     orphan_log=str(root / "access" / "orphans.jsonl"),
-                     audit_log=str(root / "access" / "audit.jsonl") if shape.audit_log else "")
-    scraped = [*cms, *blobnodes, allocator, worker, mqproxy, tinker, access]
-    dashboard = service("dashboard", kafka_bootstrap=kafka.bootstrap,
-                        targets=[{"name": p.name, "role": p.role, "url": p.url} for p in scraped])
+                     delete_log=str(root / f"{name}tinker" / "deletes.jsonl"), cluster_id=cluster_id,
+                     group_prefix=f"{name}tinker")
+    return [*cms, *blobnodes, allocator, worker, mqproxy, tinker]
+
+
+def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> ClusterPlan:
+    """Every process of a local cluster (or region) under `root`; `ports` hands out `port_count(shape)` ports."""
+    root = root.resolve()
+    redis = _redis(next(ports), root)
+    kafka = KafkaSpec(root / "kafka", next(ports), next(ports))
+    clusters = {k: _plan_one(root, shape, ports, python, kafka, k) for k in range(1, shape.clusters + 1)}
+
+    def urls(k: int, role: str) -> list[str]:
+        return [p.url for p in clusters[k] if p.role == role]
+
+    port = next(ports)
+    region = [{"cluster_id": k, "clustermgr_hosts": urls(k, "clustermgr"), "allocator_hosts": urls(k, "allocator"),
+               "mqproxy_hosts": urls(k, "mqproxy")} for k in clusters if k != 1]
+    access = _service("access", "access", port, root, python,
+                      {"bind_addr": f"{HOST}:{port}", "cluster_id": 1, "clustermgr_hosts": urls(1, "clustermgr"),
+                       "allocator_hosts": urls(1, "allocator"), "mqproxy_hosts": urls(1, "mqproxy"), "region": region,
+                       "region_refresh": 2.0,
+                       "secret": secret, "redis_url": redis.url, "default_code_mode": shape.code_mode,
+                       "orphan_log": str(root / "access" / "orphans.jsonl"),
+                       "audit_log": str(root / "access" / "audit.jsonl") if shape.audit_log else ""})
+    scraped = [*(p for k in clusters for p in clusters[k]), access]
+    port = next(ports)
+    dashboard = _service("dashboard", "dashboard", port, root, python,
+                         {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": urls(1, "clustermgr"),
+                          "kafka_bootstrap": kafka.bootstrap,
+                          "targets": [{"name": p.name, "role": p.role, "url": p.url} for p in scraped]})
     return ClusterPlan(kafka, [redis, *scraped, dashboard])

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 TOPIC_TASK = {Topic.SHARD_REPAIR: TaskType.SHARD_REPAIR, Topic.SHARD_REPAIR_PRIOR: TaskType.SHARD_REPAIR,
               Topic.SHARD_REPAIR_FAILED: TaskType.SHARD_REPAIR, Topic.BLOB_DELETE: TaskType.BLOB_DELETE,
-              Topic.BLOB_DELETE_FAILED: TaskType.BLOB_DELETE}
+              Topic.BLOB_DELETE_FAILED: TaskType.BLOB_DELETE, Topic.UPLOAD_RECLAIM: TaskType.BLOB_DELETE}
 MESSAGE_DDL = ("cluster_id long, vid long, bid long, retry int, not_before double, bad_indexes array<int>, "
                "reason string, time double")
 # One row per queued message or open task; `indexes` are the shards it is about (a delete: none).

@@ -12,6 +12,7 @@ class Topic(StrEnum):
     SHARD_REPAIR_FAILED = "shard_repair_failed"
     BLOB_DELETE = "blob_delete"
     BLOB_DELETE_FAILED = "blob_delete_failed"
+    UPLOAD_RECLAIM = "upload_reclaim"  # multipart uploads to delete unless finished, due after a day: own lag
 
 
 ALL_TOPICS: tuple[Topic, ...] = tuple(Topic)
@@ -31,6 +32,7 @@ PIPELINE_TOPICS: dict[str, tuple[Topic, ...]] = {
     "repair_prior": (Topic.SHARD_REPAIR_PRIOR,),
     "repair": (Topic.SHARD_REPAIR, Topic.SHARD_REPAIR_FAILED),
     "delete": (Topic.BLOB_DELETE, Topic.BLOB_DELETE_FAILED),
+    "reclaim": (Topic.UPLOAD_RECLAIM,),  # a retry goes back to the same topic with its back-off
 }
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from libs.ec import parse_code_mode
-from libs.proto.location import Location
+from libs.proto.location import MAX_OBJECT_SIZE, Location
 
 
 class PutResult(BaseModel):
@@ -46,3 +46,25 @@ class Stat(BaseModel):
 
 class DeleteResult(BaseModel):
     queued_blobs: int
+
+
+class AllocRequest(BaseModel):
+    """A multipart upload: allocate the whole object's blobs at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
+    code_mode: str | None = None  # default: the cluster's size policy
+
+
+class AllocResult(BaseModel):
+    location: str  # reads back once every blob is written; its CRC is 0 (the bytes are not seen in order)
+    tokens: list[str]  # one per blob, in object order: PUT /blob/putat?token=T with that blob's bytes
+    blob_size: int  # every blob holds this many bytes but the last, which holds the rest
+    expiry: int  # unix seconds; the upload is reclaimed later unless every blob was written
+
+
+class PutAtResult(BaseModel):
+    vid: int
+    bid: int
+    size: int

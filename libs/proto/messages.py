@@ -33,5 +33,22 @@ class RepairMsg(BlobMsg):
     reason: str = ""
 
 
+class UploadSlice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vid: int = Field(ge=0, lt=2**32)
+    min_bid: int = Field(ge=0, lt=2**64)
+    count: int = Field(ge=1, lt=2**32)
+
+
 class DeleteMsg(BlobMsg):
     time: float = Field(ge=0, description="unix time of the DELETE; the safe delay counts from here")
+    upload: tuple[UploadSlice, ...] = Field(default=(), max_length=4, description=(
+        "a reclaim of a multipart upload (vid/bid is its first blob): every blob of these slices is "
+        "deleted unless each one was written"))
+
+    def blob_ids(self) -> list[tuple[int, int]]:
+        """(vid, bid) of every blob the message deletes."""
+        if not self.upload:
+            return [(self.vid, self.bid)]
+        return [(s.vid, bid) for s in self.upload for bid in range(s.min_bid, s.min_bid + s.count)]

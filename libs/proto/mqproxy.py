@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from libs.proto.messages import UploadSlice
+
 MAX_BATCH = 10_000
 
 
@@ -18,6 +20,8 @@ class RepairIn(BaseModel):
 class DeleteIn(BaseModel):
     vid: int = Field(ge=1, lt=2**32)
     bid: int = Field(ge=0, lt=2**64)
+    after: float = Field(0.0, ge=0, le=31 * 86400)  # seconds from now before the delete begins
+    upload: list[UploadSlice] = Field(default_factory=list, max_length=4)  # see DeleteMsg.upload
 
 
 class RepairBatch(BaseModel):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from libs.proto.clustermgr import POLICY_KEY
 from libs.rpc import metrics
@@ -17,6 +19,7 @@ from services.access.config import AccessConfig
 from services.access.health import HealthTable
 from services.access.metrics import count_bytes
 from services.access.objects import ObjectStore
+from services.access.region import Region
 from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient, VolumeCache
@@ -26,38 +29,57 @@ log = logging.getLogger("access")
 POLICY_REFRESH = 30.0
 
 
+def _policy_loop(store: ObjectStore, cluster: ClusterClient) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Follow the code-mode policy the cluster's clustermgr publishes."""
+    async def refresh_policy() -> None:
+        while True:
+            try:
+                store.load_policy(await cluster.get_config(POLICY_KEY))
+            except (RpcError, ValueError) as exc:
+                log.warning("cluster %d: cannot load the code-mode policy: %s", store.cluster_id, exc)
+            await asyncio.sleep(POLICY_REFRESH)
+
+    return refresh_policy
+
+
 def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
-    cluster = ClusterClient(config.clustermgr_hosts)
     redis = None
     if config.redis_url:
         import redis.asyncio as aioredis
 
         redis = aioredis.from_url(config.redis_url)
         life.close(redis.aclose)
-    volumes = VolumeCache(cluster, config.volume_cache_ttl, redis)
     blobnodes = BlobnodeClient()
-    allocator = AllocatorClient(config.allocator_hosts)
-    mq = MqProxyClient(config.mqproxy_hosts, cluster)
-    health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
-    store = ObjectStore(config, ShardIO(blobnodes, volumes, config.shard_timeout, health), volumes, allocator, mq)
+    life.close(blobnodes.close)
+    stores, managers = {}, {}
+    for hosts in config.clusters():
+        cluster = ClusterClient(hosts.clustermgr_hosts)
+        volumes = VolumeCache(cluster, config.volume_cache_ttl, redis, hosts.cluster_id)
+        allocator = AllocatorClient(hosts.allocator_hosts)
+        mq = MqProxyClient(hosts.mqproxy_hosts, cluster)
+        # Volume and disk ids are per cluster: so is what failed lately.
+        health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
+        io = ShardIO(blobnodes, volumes, config.shard_timeout, health)
+        stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, mq, hosts.cluster_id)
+        managers[hosts.cluster_id] = cluster
+        life.loop(_policy_loop(stores[hosts.cluster_id], cluster))
+        life.close(cluster.close, allocator.close, mq.close)
+    region = Region(stores, managers, config.secret.encode())
 
-    async def refresh_policy() -> None:
+    async def refresh_region() -> None:
         while True:
-            try:
-                store.load_policy(await cluster.get_config(POLICY_KEY))
-            except (RpcError, ValueError) as exc:
-                log.warning("cannot load the code-mode policy: %s", exc)
-            await asyncio.sleep(POLICY_REFRESH)
+            await region.refresh()
+            await asyncio.sleep(config.region_refresh)
 
-    life.loop(refresh_policy)
-    life.close(cluster.close, blobnodes.close, allocator.close, mq.close)
+    if len(stores) > 1:
+        life.loop(refresh_region)
     observers: list[metrics.Observer] = [count_bytes] if metrics.ENABLED else []
     if config.audit_log:
         audit = AuditLog(Path(config.audit_log), config.audit_log_max_bytes, config.audit_log_backups)
         observers.append(audit.write)
         life.close(lambda: asyncio.to_thread(audit.close))
-    return build_app(store, life, observers), config.bind_addr
+    return build_app(region, life, observers), config.bind_addr
 
 
 if __name__ == "__main__":

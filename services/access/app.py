@@ -1,4 +1,5 @@
-"""Access HTTP routes: PUT /blob, GET|HEAD /blob/<location>, GET /blob/<location>/stat, DELETE."""
+"""Access HTTP routes: PUT /blob, POST /blob/alloc + PUT /blob/putat (multipart), GET|HEAD /blob/<location>,
+GET /blob/<location>/stat, DELETE."""
 
 from __future__ import annotations
 
@@ -7,24 +8,31 @@ from collections.abc import AsyncIterator, Sequence
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
-from libs.ec import UnknownCodeMode, parse_code_mode
-from libs.proto.access import DeleteResult, PutResult, Stat
+from libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
+from libs.proto.access import AllocRequest, AllocResult, DeleteResult, PutAtResult, PutResult, Stat
 from libs.proto.location import Location
 from libs.rpc.errors import BadRequest, LengthRequired
 from libs.rpc.metrics import Observer
 from libs.rpc.server import Lifecycle, create_app
 from services.access.audit import note_location
-from services.access.objects import ObjectStore
+from services.access.region import Region
 from services.access.stripes import parse_range
 
 
 def _declared_length(request: Request) -> int:
     raw = request.headers.get("content-length")
     if raw is None:
-        raise LengthRequired("PUT /blob needs a Content-Length header (chunked uploads are not accepted)")
+        raise LengthRequired(f"{request.url.path} needs a Content-Length header (chunked uploads are not accepted)")
     if not raw.isdigit():
         raise BadRequest(f"Content-Length {raw!r} is not a byte count")
     return int(raw)
+
+
+def _code_mode(name: str | None) -> CodeMode | None:
+    try:
+        return None if name is None else parse_code_mode(name)
+    except UnknownCodeMode as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _location_headers(location: Location) -> dict[str, str]:
@@ -32,21 +40,27 @@ def _location_headers(location: Location) -> dict[str, str]:
             "x-code-mode": parse_code_mode(location.code_mode).name}
 
 
-def build_app(store: ObjectStore, life: Lifecycle, observers: Sequence[Observer] = ()) -> FastAPI:
+def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()) -> FastAPI:
     app = create_app("access", on_start=life.start, on_stop=life.stop, observers=observers)
 
     @app.put("/blob")
     async def put_blob(request: Request) -> PutResult:
         size = _declared_length(request)
-        mode = None
-        if "x-code-mode" in request.headers:
-            try:
-                mode = parse_code_mode(request.headers["x-code-mode"])
-            except UnknownCodeMode as exc:
-                raise BadRequest(str(exc)) from None
+        mode = _code_mode(request.headers.get("x-code-mode"))
         location = note_location(request, await store.put(request.stream(), size, mode))
         return PutResult(location=location.to_token(store.secret), size=location.size, crc=location.crc,
                          code_mode=parse_code_mode(location.code_mode).name)
+
+    @app.post("/blob/alloc")
+    async def alloc_blobs(req: AllocRequest) -> AllocResult:
+        location, tokens = await store.alloc(req.size, _code_mode(req.code_mode))
+        return AllocResult(location=location.to_token(store.secret), tokens=[t.to_token(store.secret) for t in tokens],
+                           blob_size=location.blob_size, expiry=tokens[0].expiry if tokens else 0)
+
+    @app.put("/blob/putat")
+    async def put_at(token: str, request: Request) -> PutAtResult:
+        blob = await store.put_at(token, request.stream(), _declared_length(request))
+        return PutAtResult(vid=blob.vid, bid=blob.bid, size=blob.size)
 
     @app.get("/blob/{token}/stat")
     async def stat_blob(token: str, request: Request) -> Stat:

@@ -17,7 +17,7 @@ from typing import TypeVar
 from libs.ec import Codec, NotEnoughShards
 from libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
 from libs.proto.cluster import Unit, VolumeInfo
-from libs.rpc.errors import RpcError, Unavailable
+from libs.rpc.errors import RpcError, ShardExists, Unavailable
 from services.access.health import HealthTable
 from services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
 from services.access.quorum import decide_put, units_to_skip, unreadable
@@ -40,6 +40,7 @@ class BlobWrite:
     written: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     missing: tuple[int, ...] = ()  # shards owed a repair: every one not written
+    conflicts: list[int] = field(default_factory=list)  # shards the blobnode holds with other bytes
 
 
 class ShardIO:
@@ -88,6 +89,8 @@ async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, da
     for index, result in zip(tried, results, strict=True):
         if isinstance(result, BaseException):
             outcome.failed[index] = f"{type(result).__name__}: {result}"
+            if isinstance(result, ShardExists):
+                outcome.conflicts.append(index)
         else:
             outcome.written.append(index)
     decision = decide_put(codec.tactic, set(outcome.written))

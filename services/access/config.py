@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+
+class ClusterHosts(BaseModel):
+    """Another cluster of the region (seeds/004): its id and where its services answer."""
+
+    cluster_id: int = Field(ge=0, lt=2**32)
+    clustermgr_hosts: list[str] = Field(min_length=1)
+    allocator_hosts: list[str] = Field(min_length=1)
+    mqproxy_hosts: list[str] = Field(default_factory=list)  # empty: the mqproxies registered in its clustermgr
 
 
 class AccessConfig(BaseModel):
@@ -12,6 +21,8 @@ class AccessConfig(BaseModel):
     clustermgr_hosts: list[str] = Field(min_length=1)
     allocator_hosts: list[str] = Field(min_length=1)
     mqproxy_hosts: list[str] = Field(default_factory=list)  # empty: the mqproxies registered in clustermgr
+    region: list[ClusterHosts] = Field(default_factory=list)  # more clusters behind this access layer
+    region_refresh: float = Field(10.0, gt=0)  # seconds between looks at each cluster's free space
     redis_url: str = ""  # optional second-level volume cache, e.g. redis://127.0.0.1:6379/0
     blob_size: int = Field(4 << 20, ge=64 << 10, le=32 << 20)
     max_object_size: int = Field(5 << 30, ge=1)
@@ -23,7 +34,21 @@ class AccessConfig(BaseModel):
     disk_punish: float = Field(10.0, gt=0)  # seconds a failed disk is skipped by PUTs and read last
     volume_punish: float = Field(30.0, gt=0)  # seconds a volume where a blob missed its quorum is not used
     volume_cache_ttl: float = Field(60.0, gt=0)
+    upload_ttl: float = Field(86400.0, gt=0, le=30 * 86400)  # seconds a multipart upload's tokens are valid
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
     audit_log: str = "access-audit.jsonl"  # one JSON line per request; empty: no audit log
     audit_log_max_bytes: int = Field(64 << 20, ge=4096)  # then it rotates to audit_log.1, .2, ...
     audit_log_backups: int = Field(5, ge=1)
+
+    @model_validator(mode="after")
+    def _distinct_clusters(self) -> AccessConfig:
+        ids = [self.cluster_id, *(c.cluster_id for c in self.region)]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"cluster ids of the region must differ: {ids}")
+        return self
+
+    def clusters(self) -> list[ClusterHosts]:
+        """Every cluster this access layer serves, its own first."""
+        own = ClusterHosts(cluster_id=self.cluster_id, clustermgr_hosts=self.clustermgr_hosts,
+                           allocator_hosts=self.allocator_hosts, mqproxy_hosts=self.mqproxy_hosts)
+        return [own, *self.region]

@@ -15,9 +15,11 @@ from isal import isal_zlib
 from libs.ec import CodeMode, codec_for, parse_code_mode
 from libs.proto.allocator import BlobSlice
 from libs.proto.clustermgr import CodeModePolicy
-from libs.proto.location import Location
+from libs.proto.location import Location, SliceInfo
+from libs.proto.messages import UploadSlice
 from libs.proto.mqproxy import DeleteIn, RepairIn
-from libs.rpc.errors import LengthMismatch, RpcError, TooLarge, Unavailable
+from libs.proto.uploads import BlobToken
+from libs.rpc.errors import Conflict, LengthMismatch, RpcError, TooLarge, Unavailable
 from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob, write_blob
 from services.access.config import AccessConfig
 from services.access.metrics import VOLUME_RETRIES
@@ -60,11 +62,11 @@ class BodyReader:
 
 class ObjectStore:
     def __init__(self, config: AccessConfig, io: ShardIO, volumes: VolumeCache, allocator: AllocatorClient,
-                 mq: MqProxyClient | None = None) -> None:
+                 mq: MqProxyClient | None = None, cluster_id: int | None = None) -> None:
         self.config = config
+        self.cluster_id = config.cluster_id if cluster_id is None else cluster_id
         self.mq = mq
         self._background: set[asyncio.Task[None]] = set()
-        self.secret = config.secret.encode()
         self.io = io
         self.volumes = volumes
         self.allocator = allocator
@@ -98,7 +100,7 @@ class ObjectStore:
         except (RpcError, ValueError) as exc:
             self._discard(written, str(exc))
             raise
-        return Location(cluster_id=self.config.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
+        return Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
                         crc=crc, blobs=plan.slices())
 
     async def _write_blob(self, plan: PutPlan, mode: CodeMode, data: bytes, rest: int) -> BlobWrite:
@@ -125,11 +127,57 @@ class ObjectStore:
                                           ) from None
                 continue
             plan.written()
-            if outcome.missing:
-                log.warning("blob %d/%d written without shards %s", vid, bid, outcome.failed)
-                self._queue_repair(RepairIn(vid=vid, bid=bid, bad_indexes=list(outcome.missing),
-                                            reason="put could not write these shards"))
+            self._repair_unwritten(outcome)
             return outcome
+
+    def _repair_unwritten(self, outcome: BlobWrite) -> None:
+        if outcome.missing:
+            log.warning("blob %d/%d written without shards %s", outcome.vid, outcome.bid, outcome.failed)
+            self._queue_repair(RepairIn(vid=outcome.vid, bid=outcome.bid, bad_indexes=list(outcome.missing),
+                                        reason="put could not write these shards"))
+
+    async def alloc(self, size: int, mode: CodeMode | None) -> tuple[Location, list[BlobToken]]:
+        """Allocate a whole object for a multipart upload: its Location (CRC 0: the bytes are not seen
+        in order) and one upload token per blob. Its reclaim is queued at once, due after the tokens
+        expire: the delete pipeline then removes the upload unless every blob was written."""
+        if size > self.config.max_object_size:
+            raise TooLarge(f"object of {size} bytes exceeds the maximum of {self.config.max_object_size}")
+        if self.mq is None:
+            raise Unavailable("this access node has no mqproxy to queue an unfinished upload's reclaim with")
+        mode = mode or self.policy.mode_for(size)
+        slices = await self._allocate(mode, size) if size else []
+        location = Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size,
+                            blob_size=self.config.blob_size, crc=0,
+                            blobs=tuple(SliceInfo(min_bid=s.min_bid, vid=s.vid, count=s.count) for s in slices))
+        expiry = int(time.time() + self.config.upload_ttl) + 1
+        tokens = [BlobToken(self.cluster_id, vid, bid, location.blob_len(i), expiry)
+                  for i, (vid, bid) in enumerate(location.blob_ids())]
+        if slices:
+            # Due once no token can start a write and one begun just before expiry has ended.
+            reclaim_after = expiry - time.time() + 2 * self.config.shard_timeout
+            await self.mq.send_delete([DeleteIn(vid=slices[0].vid, bid=slices[0].min_bid, after=reclaim_after,
+                                                upload=[UploadSlice(vid=s.vid, min_bid=s.min_bid, count=s.count)
+                                                        for s in slices])])
+        return location, tokens
+
+    async def put_at(self, blob: BlobToken, body: AsyncIterator[bytes], size: int) -> None:
+        """Write the one blob a (verified) upload token names. Writing it again with the same bytes is a
+        no-op; with other bytes it is a Conflict. The blob cannot move to another volume (its Location is
+        fixed), so a blob that misses its quorum fails with 503 and the client tries again later."""
+        if size != blob.size:
+            raise LengthMismatch(f"this blob holds {blob.size} bytes; the body has {size}")
+        reader = BodyReader(body, size)
+        data = await reader.read(size)
+        await reader.finish()
+        volume = await self.volumes.get(blob.vid)
+        try:
+            outcome = await write_blob(self.io, codec_for(volume.code_mode, volume.backend), volume, blob.bid, data)
+        except BlobWriteFailed as exc:
+            if exc.outcome.conflicts:
+                raise Conflict(f"blob {blob.vid}/{blob.bid} was already uploaded with other bytes") from None
+            self.io.health.punish_volume(blob.vid, time.monotonic())
+            raise
+        self._repair_unwritten(outcome)
 
     async def _allocate(self, mode: CodeMode, size: int) -> list[BlobSlice]:
         now = time.monotonic()
@@ -152,9 +200,6 @@ class ObjectStore:
             for outcome in written:
                 log_file.write(json.dumps({"time": time.time(), "vid": outcome.vid, "bid": outcome.bid,
                                            "shards": outcome.written, "reason": reason}) + "\n")
-
-    def parse(self, token: str) -> Location:
-        return Location.from_token(token, self.secret)
 
     async def read(self, location: Location, offset: int, length: int) -> AsyncIterator[bytes]:
         """Stream bytes [offset, offset + length) of the object, one blob range at a time."""

@@ -67,7 +67,10 @@ def _written_set(tactic: Tactic, written: Written) -> frozenset[int]:
 def unreadable(tactic: Tactic, vid: int, bid: int, bad: Mapping[int, ShardState], readable: int) -> RpcError:
     """The error for a blob whose data shards could not be rebuilt, given what each bad shard said."""
     gone = sum(state in (ShardState.MISSING, ShardState.DELETED) for state in bad.values())
-    if ShardState.DELETED in bad.values() or gone > tactic.total - tactic.n:
+    if ShardState.DELETED in bad.values():
         return NotFound(f"blob {vid}/{bid} is deleted")
+    if gone > tactic.total - tactic.n:
+        return NotFound(f"blob {vid}/{bid} is not stored: deleted and purged, or a part of a multipart upload"
+                        " not uploaded yet")
     return Unavailable(f"blob {vid}/{bid} cannot be read: {readable} shards readable, {tactic.n} needed;"
                        f" bad shards: {dict(sorted(bad.items()))}")

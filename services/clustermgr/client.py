@@ -337,15 +337,15 @@ class VolumeCache:
     never served. `on_unit` and `on_units` do that refetch for their callers.
     """
 
-    def __init__(self, cluster: ClusterClient, ttl: float, redis: Any = None) -> None:
+    def __init__(self, cluster: ClusterClient, ttl: float, redis: Any = None, cluster_id: int = 0) -> None:
         self.cluster = cluster
         self.ttl = ttl
-        self.redis = redis  # a redis.asyncio.Redis, or None
+        self.redis = redis  # a redis.asyncio.Redis, or None; one may serve several clusters
+        self._redis_prefix = f"blobstore:{cluster_id}:volume:"
         self._local: dict[int, tuple[float, VolumeInfo]] = {}
 
-    @staticmethod
-    def _key(vid: int) -> str:
-        return f"blobstore:volume:{vid}"
+    def _key(self, vid: int) -> str:
+        return f"{self._redis_prefix}{vid}"
 
     async def get(self, vid: int) -> VolumeInfo:
         hit = self._local.get(vid)

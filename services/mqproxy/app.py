@@ -69,7 +69,9 @@ def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
     async def delete(batch: DeleteBatch) -> Queued:
         now = time.time()
         items: list[tuple[Topic, BlobMsg]] = [
-            (Topic.BLOB_DELETE, DeleteMsg(cluster_id=publisher.cluster_id, vid=m.vid, bid=m.bid, time=now))
+            (Topic.UPLOAD_RECLAIM if m.upload else Topic.BLOB_DELETE,
+             DeleteMsg(cluster_id=publisher.cluster_id, vid=m.vid, bid=m.bid, time=now + m.after,
+                       not_before=now + m.after, upload=tuple(m.upload)))
             for m in batch.messages]
         return Queued(queued=await publisher.publish(items))
 

@@ -1,9 +1,14 @@
-"""Tinker's decisions, free of I/O: when a failed message is retried, and when a deleted blob may
-be removed for good. (Which offsets may be committed is `libs.mq.offsets.OffsetTracker`.)"""
+"""Tinker's decisions, free of I/O: when a failed message is retried, when a deleted blob may be
+removed for good, and whether a multipart upload was finished. (Which offsets may be committed is
+`libs.mq.offsets.OffsetTracker`.)"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+
+from libs.proto.blobnode import ShardState
 
 
 @dataclass(frozen=True)
@@ -19,3 +24,24 @@ class RetryPolicy:
 def delete_due(message_time: float, safe_delay: float, now: float) -> float:
     """Seconds until a blob deleted at `message_time` may be removed for good (0: now)."""
     return max(0.0, message_time + safe_delay - now)
+
+
+class UploadVerdict(StrEnum):
+    FINISHED = "finished"  # every blob was written: keep the object
+    UNFINISHED = "unfinished"  # some blob cannot have been written: reclaim the upload
+    UNKNOWN = "unknown"  # too many blobnodes silent to tell: ask again later
+
+
+def upload_verdict(blobs: Sequence[Sequence[ShardState]], data_shards: int) -> UploadVerdict:
+    """Whether a multipart upload was finished, from each blob's shard states: a blob counts as written
+    when at least `data_shards` of its shards are present (it reads back)."""
+    verdict = UploadVerdict.FINISHED
+    for states in blobs:
+        present = sum(s is ShardState.PRESENT for s in states)
+        if present >= data_shards:
+            continue
+        silent = sum(s in (ShardState.UNREACHABLE, ShardState.ERROR, ShardState.MOVED) for s in states)
+        if present + silent < data_shards:
+            return UploadVerdict.UNFINISHED
+        verdict = UploadVerdict.UNKNOWN
+    return verdict

@@ -57,9 +57,10 @@ class Tinker:
         repair_slots = asyncio.Semaphore(self.config.concurrency)  # shared by both repair pipelines
         for spec in pipelines(self.config.group_prefix):
             consumer = await Consumer.connect(bootstrap, spec.group, spec.topics)
-            handle = self._on_delete if spec.name == "delete" else functools.partial(self._on_repair, spec.name)
-            slots = asyncio.Semaphore(self.config.concurrency) if spec.name == "delete" else repair_slots
-            task = TaskType.BLOB_DELETE if spec.name == "delete" else TaskType.SHARD_REPAIR
+            deletes = spec.name in ("delete", "reclaim")
+            handle = functools.partial(self._on_delete if deletes else self._on_repair, spec.name)
+            slots = asyncio.Semaphore(self.config.concurrency) if deletes else repair_slots
+            task = TaskType.BLOB_DELETE if deletes else TaskType.SHARD_REPAIR
             pipeline = Pipeline(spec.name, consumer, self._producer, handle, slots=slots,
                                 commit_interval=self.config.commit_interval, switches=self.switches, task=task)
             self.pipelines[spec.name] = pipeline
@@ -106,12 +107,25 @@ class Tinker:
         finally:
             pipeline.slots.release()
 
-    async def _on_delete(self, record: Record) -> None:
-        pipeline = self.pipelines["delete"]
+    async def _on_delete(self, name: str, record: Record) -> None:
+        """A delete, or (pipeline "reclaim") a multipart upload's reclaim: deleted unless it was finished."""
+        pipeline = self.pipelines[name]
         msg = self._parse(DeleteMsg, record)
         if msg is None:
             return
+        retry_topic = Topic.UPLOAD_RECLAIM if msg.upload else Topic.BLOB_DELETE_FAILED
         await sleep_until(msg.not_before)
+        if msg.upload:
+            await self.switches.wait_on(TaskType.BLOB_DELETE)
+            try:
+                finished = await self.delete.upload_finished(msg)
+            except Exception as exc:
+                await pipeline.hand_on(retry_topic, msg, self.policy, f"{type(exc).__name__}: {exc}")
+                return
+            if finished:
+                pipeline.stats.done += 1
+                return
+            log.info("reclaiming the unfinished upload from blob %d/%d", msg.vid, msg.bid)
         for step, wait in ((self.delete.mark, False), (self.delete.purge, True)):
             if wait:
                 await asyncio.sleep(delete_due(msg.time, self.config.delete_safe_delay, now=time.time()))
@@ -120,7 +134,7 @@ class Tinker:
                 try:
                     await step(msg)
                 except Exception as exc:
-                    await pipeline.hand_on(Topic.BLOB_DELETE_FAILED, msg, self.policy, f"{type(exc).__name__}: {exc}")
+                    await pipeline.hand_on(retry_topic, msg, self.policy, f"{type(exc).__name__}: {exc}")
                     return
         pipeline.stats.done += 1
 

@@ -105,8 +105,9 @@ def test_volume_info_is_shared_through_redis(cluster_factory: ClusterFactory, re
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         token = wait_for_put(client, data)
         assert client.get(f"/blob/{token}").content == data
-    vid = next(Location.from_token(token, cluster.secret.encode()).blob_ids())[0]
-    assert redis.Redis.from_url(redis_url).exists(f"blobstore:volume:{vid}")
+    location = Location.from_token(token, cluster.secret.encode())
+    vid = next(location.blob_ids())[0]
+    assert redis.Redis.from_url(redis_url).exists(f"blobstore:{location.cluster_id}:volume:{vid}")
     stop_all(cluster.clustermgr)
     fresh = cluster.add_access()
     with httpx.Client(base_url=fresh.url, timeout=60) as client:

@@ -65,8 +65,9 @@ def test_public_api_is_exactly_all() -> None:
     public = {name for name, value in vars(blobstore).items()
               if not name.startswith("_") and not inspect.ismodule(value)}
     assert public == set(blobstore.__all__)
-    assert sorted(blobstore.__all__) == ["AsyncClient", "BadRequest", "BlobstoreError", "Client", "Forbidden",
-                                         "NotFound", "Progress", "RangeNotSatisfiable", "Slice", "Stat", "Unavailable"]
+    assert sorted(blobstore.__all__) == ["AsyncClient", "BadRequest", "BlobstoreError", "Client", "Conflict",
+                                         "Forbidden", "NotFound", "Progress", "RangeNotSatisfiable", "Slice", "Stat",
+                                         "Unavailable", "Upload", "UploadIncomplete"]
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -181,14 +182,29 @@ def _cli(cluster: ClusterInfo, *args: str) -> Any:
     return result
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_parallel_put_goes_up_in_parts_and_reads_back(client: Client, kind: str, tmp_path: Path) -> None:
+    data = os.urandom(9 * MiB + 7)  # three 4 MiB parts
+    with _source(kind, data, tmp_path) as (source, size):
+        location = client.put(source, size=size, parallel=3)
+    assert client.get(location) == data
+    assert client.get(location, 4 * MiB - 5, 10) == data[4 * MiB - 5:4 * MiB + 5]  # across two parts
+    assert client.stat(location).crc == 0  # parts are not seen in order: no whole-object CRC
+    with pytest.raises(ValueError, match="the upload is of"):
+        client.put(data[:-1], upload=client.alloc(len(data)))
+
+
 def test_cli_objects(cluster: ClusterInfo, tmp_path: Path) -> None:
     source = tmp_path / "cli.bin"
     source.write_bytes(os.urandom(MiB + 3))
     location = _cli(cluster, "put", str(source)).stdout.strip()
     _cli(cluster, "get", location, "-o", str(tmp_path / "back.bin"))
     assert (tmp_path / "back.bin").read_bytes() == source.read_bytes()
+    in_parts = _cli(cluster, "put", str(source), "--parallel", "2").stdout.strip()
+    assert _cli(cluster, "get", in_parts).stdout_bytes == source.read_bytes()
     assert _cli(cluster, "get", location, "--range", "10-19").stdout_bytes == source.read_bytes()[10:20]
-    assert json.loads(_cli(cluster, "stat", location).stdout)["size"] == MiB + 3
+    assert json.loads(_cli(cluster, "stat", location, "--json").stdout)["size"] == MiB + 3
+    assert "cluster 1" in _cli(cluster, "stat", location).stdout
     shards = json.loads(_cli(cluster, "blob", "shards", location, "--json").stdout)
     assert [s["index"] for s in shards] == list(range(6))
     assert {s["state"] for s in shards} == {"present"}

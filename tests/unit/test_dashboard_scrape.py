@@ -113,7 +113,8 @@ def test_overview_of_a_healthy_cluster() -> None:
     assert (overview.leader, overview.term) == ("cm1", 3)
     assert [(n.name, [d.disk_id for d in n.disks]) for n in overview.blobnodes] == [("bn1", [1, 3]), ("bn2", [2])]
     assert overview.volumes_by_status == {"active": 2} and overview.disks_by_status == {"normal": 3}
-    assert {p.name: p.backlog for p in overview.backlog} == {"repair_prior": None, "repair": 4, "delete": None}
+    assert {p.name: p.backlog for p in overview.backlog} == {"repair_prior": None, "repair": 4, "delete": None,
+                                                                "reclaim": None}
 
 
 def test_overview_names_what_is_wrong() -> None:

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from libs.ec import CodeMode
 from libs.proto.location import (
-    MAC_SIZE,
     MAX_BLOB_SIZE,
     MAX_OBJECT_SIZE,
     MAX_SLICES,
@@ -21,6 +20,7 @@ from libs.proto.location import (
     Location,
     SliceInfo,
 )
+from libs.proto.tokens import MAC_SIZE
 from libs.rpc.errors import BadRequest, Forbidden
 
 SECRET = b"cluster-secret-0123456789abcdef"

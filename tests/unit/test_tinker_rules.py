@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from services.tinker.rules import RetryPolicy, delete_due
+import itertools
+
+from libs.proto.blobnode import ShardState
+from services.tinker.rules import RetryPolicy, UploadVerdict, delete_due, upload_verdict
 
 
 def test_backoff_doubles_and_caps() -> None:
@@ -11,3 +14,29 @@ def test_backoff_doubles_and_caps() -> None:
 def test_delete_waits_out_the_safe_delay() -> None:
     assert delete_due(100.0, 30.0, now=110.0) == 20.0
     assert delete_due(100.0, 30.0, now=130.0) == 0.0
+
+
+def _brute_verdict(blobs: list[tuple[ShardState, ...]], n: int) -> UploadVerdict:
+    """Every way the silent shards could really be: finished if each blob reads back in all of them,
+    unfinished if some blob cannot in any of them, else unknown."""
+    silent = (ShardState.UNREACHABLE, ShardState.ERROR, ShardState.MOVED)
+    low = all(sum(s is ShardState.PRESENT for s in b) >= n for b in blobs)
+    high = all(sum(s is ShardState.PRESENT or s in silent for s in b) >= n for b in blobs)
+    return UploadVerdict.FINISHED if low else UploadVerdict.UNKNOWN if high else UploadVerdict.UNFINISHED
+
+
+def test_an_upload_is_finished_only_when_every_blob_reads_back() -> None:
+    states = list(ShardState)
+    for one in itertools.product(states, repeat=3):
+        for two in itertools.product([ShardState.PRESENT, ShardState.MISSING, ShardState.UNREACHABLE], repeat=3):
+            blobs = [one, two]
+            assert upload_verdict(blobs, 2) is _brute_verdict(blobs, 2), blobs
+
+
+def test_upload_verdicts_by_example() -> None:
+    P, M, U, D = ShardState.PRESENT, ShardState.MISSING, ShardState.UNREACHABLE, ShardState.DELETED
+    assert upload_verdict([[P, P, M], [P, P, P]], 2) is UploadVerdict.FINISHED
+    assert upload_verdict([[P, P, P], [M, M, M]], 2) is UploadVerdict.UNFINISHED  # a part never uploaded
+    assert upload_verdict([[P, U, U], [P, P, P]], 2) is UploadVerdict.UNKNOWN  # ask again later
+    assert upload_verdict([[D, D, D]], 2) is UploadVerdict.UNFINISHED  # deleted meanwhile: reclaim is harmless
+    assert upload_verdict([], 2) is UploadVerdict.FINISHED
