@@ -66,6 +66,22 @@ class RatePoint(BaseModel):
     get_p99_ms: float | None = None
 
 
+class TaskView(BaseModel):
+    """A background task not finished yet (disk repair, drop, balance, migrate), from its record."""
+
+    task_type: str
+    task_id: str
+    state: str
+    disk_id: int
+    vid: int
+    done_bytes: int
+    total_bytes: int
+    done_shards: int
+    total_shards: int
+    age_s: float  # since it was created
+    idle_s: float  # since its state or progress last changed
+
+
 class Overview(BaseModel):
     updated: float  # when the last scrape finished (unix time; 0: none yet)
     scrape_interval: float
@@ -80,3 +96,5 @@ class Overview(BaseModel):
     replicas: list[ReplicaView]
     backlog: list[PipelineView]
     series: list[RatePoint]
+    tasks: list[TaskView] = []  # open tasks, oldest first (at most MAX_TASKS)
+    open_tasks: int = 0  # all of them

@@ -17,9 +17,13 @@ from libs.proto.dashboard import (
     ProcessView,
     RatePoint,
     ReplicaView,
+    TaskView,
 )
+from libs.proto.scheduler import TaskRecord
 from services.dashboard.config import Target
 from services.dashboard.scrape import REQUESTS, Scrape, rate
+
+MAX_TASKS = 50  # rows of the running-tasks table
 
 
 @dataclass
@@ -93,6 +97,15 @@ def pipeline_views(tinker: TargetState | None, backlog: Mapping[str, int] | None
     return views
 
 
+def task_views(records: Sequence[TaskRecord], now: float, limit: int = MAX_TASKS) -> list[TaskView]:
+    """The open tasks, oldest first."""
+    running = sorted((r for r in records if r.open), key=lambda r: (r.ctime, r.task_id))[:limit]
+    return [TaskView(task_type=r.task_type.value, task_id=r.task_id, state=r.state.value, disk_id=r.disk_id,
+                     vid=r.vid, done_bytes=r.done_bytes, total_bytes=r.total_bytes, done_shards=r.done_shards,
+                     total_shards=r.total_shards, age_s=round(max(0.0, now - r.ctime), 1),
+                     idle_s=round(max(0.0, now - r.mtime), 1)) for r in running]
+
+
 def problems(processes: Sequence[ProcessView], replicas: Sequence[ReplicaView], blobnodes: Sequence[BlobnodeView],
              cluster_error: str) -> list[str]:
     """What is wrong, most pressing first: processes down, no Raft leader, disks not normal or silent."""
@@ -111,7 +124,8 @@ def problems(processes: Sequence[ProcessView], replicas: Sequence[ReplicaView], 
 
 
 def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], cluster_error: str,
-                   backlog: Mapping[str, int] | None, series: Sequence[RatePoint], scrape_interval: float) -> Overview:
+                   backlog: Mapping[str, int] | None, series: Sequence[RatePoint], scrape_interval: float,
+                   tasks: Sequence[TaskRecord] = (), now: float = 0.0) -> Overview:
     roles: dict[str, list[TargetState]] = {}
     for state in states:
         roles.setdefault(state.target.role, []).append(state)
@@ -132,4 +146,5 @@ def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], clu
                     leader=leader.name if leader else None, term=max((r.term for r in replicas), default=0),
                     processes=processes, blobnodes=blobnodes, volumes_by_status=volumes, disks_by_status=disk_counts,
                     replicas=replicas, backlog=pipeline_views(next(iter(roles.get("tinker", [])), None), backlog),
-                    series=list(series))
+                    series=list(series), tasks=task_views(tasks, now),
+                    open_tasks=sum(r.open for r in tasks))

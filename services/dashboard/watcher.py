@@ -18,6 +18,7 @@ from libs.mq.admin import lag
 from libs.mq.topics import pipelines
 from libs.proto.clustermgr import DiskView
 from libs.proto.dashboard import Overview, RatePoint
+from libs.proto.scheduler import TASK_PREFIX, TaskRecord
 from libs.rpc.client import HttpClient
 from libs.rpc.errors import RpcError
 from services.clustermgr.client import ClusterClient
@@ -37,13 +38,14 @@ class Watcher:
         self.http = http
         self.targets: dict[str, TargetState] = {t.url.rstrip("/"): TargetState(t) for t in config.targets}
         self.disks: list[DiskView] = []
+        self.tasks: list[TaskRecord] = []
         self.cluster_error = "not asked yet"
         self.backlog: dict[str, int] | None = None
         self.series: deque[RatePoint] = deque(maxlen=max(2, int(config.history / config.scrape_interval)))
 
     def overview(self) -> Overview:
         return build_overview(list(self.targets.values()), self.disks, self.cluster_error, self.backlog,
-                              self.series, self.config.scrape_interval)
+                              self.series, self.config.scrape_interval, self.tasks, time.time())
 
     async def scrape_loop(self) -> None:
         while True:
@@ -70,6 +72,7 @@ class Watcher:
         while True:
             try:
                 self.disks = await self.cluster.list_disks()
+                self.tasks = _task_records(await self.cluster.kv_list(TASK_PREFIX))
                 self.cluster_error = ""
             except RpcError as exc:
                 self.cluster_error = str(exc)
@@ -97,3 +100,13 @@ class Watcher:
             per_topic = lag(self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics], timeout=3.0)
             backlog[spec.name] = sum(n for parts in per_topic.values() for n in parts.values())
         return backlog
+
+
+def _task_records(raw: dict[str, str]) -> list[TaskRecord]:
+    records = []
+    for key, value in raw.items():
+        try:
+            records.append(TaskRecord.model_validate_json(value))
+        except ValueError as exc:
+            log.warning("skipping task record %s: %s", key, str(exc).splitlines()[0])
+    return records

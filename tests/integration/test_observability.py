@@ -29,6 +29,8 @@ from blobstore.plan import ClusterShape
 from blobstore.procs import free_port, stop, wait_until
 from libs.proto.location import Location
 from libs.proto.mqproxy import RepairIn
+from libs.proto.scheduler import TaskRecord, TaskState
+from libs.proto.switches import TaskType
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.mqproxy.client import MqProxyClient
@@ -251,6 +253,18 @@ def _queue_repairs(cluster: ClusterInfo, count: int) -> None:
     asyncio.run(send())
 
 
+def _record_task(cluster: ClusterInfo, record: TaskRecord | None, key: str) -> None:
+    """Write (or with None, remove) a task record in clustermgr's kv, as the scheduler keeps them."""
+    async def write() -> None:
+        async with ClusterClient(cluster.clustermgr_urls) as cm:
+            if record is None:
+                await cm.kv_delete(key)
+            else:
+                await cm.kv_set(key, record.model_dump_json())
+
+    asyncio.run(write())
+
+
 def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) -> None:
     """What a person sees: every blobnode, a disk marked broken shown as broken, the repair backlog
     growing while tinker is down, PUT/GET drawn as plots. Saves a screenshot in the test's temp dir."""
@@ -287,5 +301,18 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
         _queue_repairs(cluster, 5)
         wait.until(lambda b: b.find_element(By.CSS_SELECTOR, backlog).text == "5")
         wait.until(lambda b: "tinker does not answer" in b.find_element(By.ID, "problem-list").text)
-        browser.save_screenshot(str(tmp_path / "dashboard.png"))
+
+        now = time.time()
+        task = TaskRecord(task_id="dashboard-test", task_type=TaskType.DISK_REPAIR, state=TaskState.PREPARED,
+                          disk_id=disk["disk_id"], vid=1, unit_index=0, source_vuid=1, ctime=now - 30, mtime=now,
+                          done_bytes=3 << 20, total_bytes=12 << 20, done_shards=3, total_shards=12)
+        _record_task(cluster, task, task.key)
+        try:
+            row = '#tasks tr[data-task="dashboard-test"]'
+            wait.until(lambda b: "25 %" in b.find_element(By.CSS_SELECTOR, row).text)
+            assert "disk_repair" in browser.find_element(By.CSS_SELECTOR, row).text
+            assert browser.find_element(By.ID, "open-tasks").text == "(1 open)"
+            browser.save_screenshot(str(tmp_path / "dashboard.png"))
+        finally:
+            _record_task(cluster, None, task.key)
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000

@@ -8,8 +8,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from libs.proto.cluster import DiskStatus
 from libs.proto.clustermgr import DiskView
+from libs.proto.scheduler import TaskRecord, TaskState
+from libs.proto.switches import TaskType
 from services.dashboard.config import Target
-from services.dashboard.overview import TargetState, build_overview
+from services.dashboard.overview import TargetState, build_overview, task_views
 from services.dashboard.scrape import Scrape, quantile, rate, rate_point
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
@@ -126,3 +128,16 @@ def test_overview_names_what_is_wrong() -> None:
                                  "no clustermgr replica leads (no Raft leader)",
                                  "disk 1 on bn1 is broken", "disk 2 on bn1 misses its heartbeats"]
     assert overview.leader is None and not overview.blobnodes[0].up
+
+
+def test_only_open_tasks_are_listed_oldest_first_and_bounded() -> None:
+    def task(task_id: str, state: TaskState, ctime: float) -> TaskRecord:
+        return TaskRecord(task_id=task_id, task_type=TaskType.DISK_REPAIR, state=state, disk_id=1, vid=1,
+                          unit_index=0, source_vuid=1, ctime=ctime, mtime=ctime + 5, done_bytes=1, total_bytes=4)
+
+    records = [task("c", TaskState.PREPARED, 30), task("a", TaskState.INITED, 10), task("done", TaskState.FINISHED, 0),
+               task("b", TaskState.WORK_COMPLETED, 20), task("x", TaskState.FINISHED_IN_ADVANCE, 5)]
+    views = task_views(records, now=100)
+    assert [v.task_id for v in views] == ["a", "b", "c"]
+    assert (views[0].age_s, views[0].idle_s, views[0].state) == (90.0, 85.0, "inited")
+    assert [v.task_id for v in task_views(records, now=100, limit=2)] == ["a", "b"]

@@ -44,6 +44,22 @@ function renderHeader(o) {
   document.getElementById("problem-list").replaceChildren(...o.problems.map((p) => el("li", { text: p })));
 }
 
+function progressBar(done, total) {
+  const share = total > 0 ? Math.min(1, done / total) : 0;
+  return el("div", { class: "progress", title: `${bytes(done)} of ${bytes(total)}` },
+    el("div", { class: "progress-fill", style: `width: ${(100 * share).toFixed(1)}%` }),
+    el("span", { text: total > 0 ? `${(100 * share).toFixed(0)} %  ${bytes(done)} / ${bytes(total)}` : "-" }));
+}
+
+function renderTasks(o) {
+  document.getElementById("open-tasks").textContent = o.open_tasks ? `(${o.open_tasks} open)` : "(none)";
+  fill(document.querySelector("#tasks tbody"), o.tasks.map((t) => el("tr", { "data-task": t.task_id },
+    el("td", { text: t.task_id }), el("td", { text: t.task_type }), el("td", {}, badge(t.state, "warn")),
+    el("td", { text: String(t.disk_id) }), el("td", { text: String(t.vid) }),
+    el("td", {}, progressBar(t.done_bytes, t.total_bytes)),
+    el("td", { text: `${t.age_s.toFixed(0)} s` }), el("td", { text: `${t.idle_s.toFixed(0)} s ago` }))));
+}
+
 function renderProcesses(o) {
   fill(document.querySelector("#processes tbody"), o.processes.map((p) => el("tr", { "data-process": p.name },
     el("td", { text: p.name }), el("td", { text: p.role }),
@@ -181,6 +197,7 @@ async function refresh() {
     renderCounts(o);
     renderBlobnodes(o);
     renderProcesses(o);
+    renderTasks(o);
     document.body.dataset.rendered = String(o.updated);
   } catch (error) {
     const health = document.getElementById("health");
