@@ -1,0 +1,211 @@
+"""The migrate engine: move one unit of a volume to a new chunk the scheduler already created.
+
+Every live bid of the unit is copied from the old chunk, or rebuilt from the other units when the old
+one cannot give it (`migrate_plan` decides which, and which bids are left alone). Shards move in pieces
+of bounded size, a few at a time, all as background I/O, and each written shard's CRC is checked; at
+the end the destination's whole shard list is checked against what should be there (size AND CRC).
+Progress goes to `report` every few seconds and at the end; `report` raising (the task was fenced)
+stops the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from isal import isal_zlib
+
+from libs.ec import Codec, codec_for
+from libs.proto.blobnode import IOClass, ShardInfo
+from libs.proto.cluster import Unit
+from libs.proto.scheduler import TaskProgress, WorkTask
+from libs.proto.worker import MigrateStats
+from libs.rpc.errors import Conflict, NotFound, RpcError, ShardDeleted, ShardExists, Unavailable
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+from services.worker.config import WorkerConfig
+from services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_unit
+from services.worker.rebuild import rebuild_shards
+
+log = logging.getLogger(__name__)
+
+BACKGROUND = IOClass.BACKGROUND
+LIST_PAGE = 10_000
+Report = Callable[[TaskProgress], Awaitable[None]]
+
+
+class DestinationFailed(Unavailable):
+    """The destination cannot take writes (or lost them); a reclaim picks another destination."""
+
+
+class _Progress:
+    """The run's counters, handed to `report` at most every `interval` seconds and at the end."""
+
+    def __init__(self, task: WorkTask, moves: Sequence[BidMove], report: Report, interval: float) -> None:
+        live = [m for m in moves if m.action is not Action.LEFT]
+        done = [m for m in live if m.action is Action.DONE]
+        self.task, self.report, self.interval = task, report, interval
+        self.total_bytes, self.total_shards = sum(m.size for m in live), len(live)
+        self.done_bytes, self.done_shards = sum(m.size for m in done), len(done)
+        self.last = time.monotonic()
+
+    def snapshot(self) -> TaskProgress:
+        return TaskProgress(ref=self.task.ref, done_bytes=self.done_bytes, done_shards=self.done_shards,
+                            total_bytes=self.total_bytes, total_shards=self.total_shards)
+
+    async def moved(self, move: BidMove) -> None:
+        self.done_bytes += move.size
+        self.done_shards += 1
+        if time.monotonic() - self.last >= self.interval:
+            self.last = time.monotonic()
+            await self.report(self.snapshot())
+
+    def left(self, move: BidMove) -> None:
+        """A bid found deleted while it moved: no longer part of the work."""
+        self.total_bytes -= move.size
+        self.total_shards -= 1
+
+
+class UnitMigrator:
+    def __init__(self, cluster: ClusterClient, blobnodes: BlobnodeClient, config: WorkerConfig) -> None:
+        self.cluster = cluster
+        self.blobnodes = blobnodes
+        self.config = config
+        self.stats = MigrateStats()
+
+    async def migrate(self, task: WorkTask, report: Report) -> TaskProgress:
+        """Bring every live shard of the task's unit onto its destination; the final progress."""
+        volume = await self.cluster.get_volume(task.vid)
+        units = list(volume.units)
+        if units[task.unit_index].vuid != task.source.vuid:
+            raise Conflict(f"volume {task.vid} unit {task.unit_index} is {units[task.unit_index].vuid} now, "
+                           f"not the task's source {task.source.vuid}")
+        units[task.unit_index] = task.source
+        listings = await asyncio.gather(*(
+            self._list_or_none(unit) if i != task.unit_index or task.source_readable else _nothing()
+            for i, unit in enumerate(units)))
+        destination = await self._destination_list(task.destination)
+        moves = plan_unit(task.unit_index, listings, destination)
+        progress = _Progress(task, moves, report, self.config.migrate_report_interval)
+        codec = codec_for(volume.code_mode, volume.backend)
+        for move in moves:
+            self.stats.resumed_shards += move.action is Action.DONE
+            self.stats.left_shards += move.action is Action.LEFT
+        written = {m.bid: (m.size, m.crc) for m in moves if m.action is Action.DONE and m.crc is not None}
+        limit = asyncio.Semaphore(self.config.migrate_concurrency)
+
+        async def one(move: BidMove) -> None:
+            async with limit:
+                crc = await self._move(task, units, codec, move)
+            if crc is None:
+                progress.left(move)
+                self.stats.left_shards += 1
+                return
+            written[move.bid] = (move.size, crc)
+            await progress.moved(move)
+
+        for piece in pieces(moves, self.config.migrate_piece_bytes):
+            async with asyncio.TaskGroup() as group:  # one failure (or a fenced report) stops the rest
+                for move in piece:
+                    group.create_task(one(move))
+        await self._verify(task.destination, written)
+        final = progress.snapshot()
+        await report(final)
+        log.info("migrated volume %d unit %d to disk %d: %d shards, %d bytes (%s)", task.vid, task.unit_index,
+                 task.destination.disk_id, final.done_shards, final.done_bytes,
+                 ", ".join(f"{a}: {sum(m.action is a for m in moves)}" for a in Action))
+        return final
+
+    async def _list(self, unit: Unit) -> Listing:
+        shards: dict[int, ShardInfo] = {}
+        start = 0
+        while True:
+            page = await self.blobnodes.list_shards(unit.host, unit.disk_id, unit.vuid, start, LIST_PAGE,
+                                                    io_class=BACKGROUND)
+            shards.update((s.bid, s) for s in page)
+            if len(page) < LIST_PAGE:
+                return shards
+            start = page[-1].bid + 1
+
+    async def _list_or_none(self, unit: Unit) -> Listing | None:
+        try:
+            return await self._list(unit)
+        except RpcError as exc:
+            log.warning("cannot list unit %d on disk %d: %s", unit.vuid, unit.disk_id, exc)
+            return None
+
+    async def _destination_list(self, unit: Unit) -> Listing:
+        try:
+            return await self._list(unit)
+        except RpcError as exc:
+            raise DestinationFailed(f"destination disk {unit.disk_id}: {exc}") from exc
+
+    async def _read(self, unit: Unit, bid: int) -> bytes | RpcError:
+        try:
+            return await self.blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid,
+                                                  timeout=self.config.shard_timeout, io_class=BACKGROUND)
+        except RpcError as exc:
+            return exc
+
+    async def _move(self, task: WorkTask, units: list[Unit], codec: Codec, move: BidMove) -> int | None:
+        """Copy or rebuild one shard onto the destination; its CRC there, or None if the blob turned out
+        deleted meanwhile."""
+        data: bytes | None = None
+        if move.action is Action.COPY:
+            copied = await self._read(task.source, move.bid)
+            if isinstance(copied, ShardDeleted):
+                return None
+            if isinstance(copied, bytes) and len(copied) == move.size and isal_zlib.crc32(copied) == move.crc:
+                data = copied
+                self.stats.copied_shards += 1
+            else:
+                log.info("copy of bid %d from disk %d failed (%s); rebuilding it", move.bid, task.source.disk_id,
+                         copied if isinstance(copied, RpcError) else "wrong bytes")
+        if data is None:
+            rebuilt = await rebuild_shards(codec, lambda i: self._read(units[i], move.bid), move.sources,
+                                           [task.unit_index])
+            data = rebuilt[task.unit_index]
+            self.stats.rebuilt_shards += 1
+        crc = await self._write(task.destination, move, data)
+        self.stats.written_bytes += len(data)
+        return crc
+
+    async def _write(self, unit: Unit, move: BidMove, data: bytes) -> int:
+        want = isal_zlib.crc32(data)
+        host, disk, vuid = unit.host, unit.disk_id, unit.vuid
+        try:
+            if move.replace:
+                with contextlib.suppress(NotFound):
+                    await self.blobnodes.delete_shard(host, disk, vuid, move.bid, io_class=BACKGROUND)
+            for attempt in (1, 2):  # a put whose answer was lost is safe to repeat: same bytes, same shard
+                try:
+                    crc = await self.blobnodes.put_shard(host, disk, vuid, move.bid, data,
+                                                         timeout=self.config.shard_timeout, io_class=BACKGROUND)
+                    break
+                except Unavailable:
+                    if attempt == 2:
+                        raise
+        except ShardExists as exc:
+            raise DestinationFailed(f"destination disk {disk} holds other bytes under bid {move.bid}") from exc
+        except RpcError as exc:
+            raise DestinationFailed(f"destination disk {disk}: {exc}") from exc
+        if crc != want:
+            raise DestinationFailed(f"destination disk {disk} stored bid {move.bid} with CRC {crc}, sent {want}")
+        return crc
+
+    async def _verify(self, unit: Unit, written: dict[int, tuple[int, int]]) -> None:
+        """Every shard that should be on the destination is there, normal, with the size and CRC it was
+        written with (the blobnode computed each CRC over the bytes it stored)."""
+        held = await self._destination_list(unit)
+        wrong = [bid for bid, (size, crc) in written.items()
+                 if (info := held.get(bid)) is None or (info.status, info.size, info.crc) != ("normal", size, crc)]
+        if wrong:
+            raise DestinationFailed(f"destination disk {unit.disk_id} lacks or garbled {len(wrong)} shards "
+                                    f"(first bids {sorted(wrong)[:5]})")
+
+
+async def _nothing() -> Listing | None:
+    return None
