@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from isal import isal_zlib
 
@@ -108,9 +108,12 @@ class UnitMigrator:
             await progress.moved(move)
 
         for piece in pieces(moves, self.config.migrate_piece_bytes):
-            async with asyncio.TaskGroup() as group:  # one failure (or a fenced report) stops the rest
-                for move in piece:
-                    group.create_task(one(move))
+            try:
+                async with asyncio.TaskGroup() as group:  # one failure (or a fenced report) stops the rest
+                    for move in piece:
+                        group.create_task(one(move))
+            except ExceptionGroup as failures:
+                raise _telling(failures) from None
         await self._verify(task.destination, written)
         final = progress.snapshot()
         await report(final)
@@ -209,3 +212,17 @@ class UnitMigrator:
 
 async def _nothing() -> Listing | None:
     return None
+
+
+def _telling(failures: ExceptionGroup) -> Exception:
+    """The one failure of a piece to raise: a failed destination first (the task is reclaimed elsewhere)."""
+    leaves = list(_leaves(failures))
+    return next((e for e in leaves if isinstance(e, DestinationFailed)), leaves[0])
+
+
+def _leaves(group: BaseExceptionGroup) -> Iterator[Exception]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        elif isinstance(exc, Exception):
+            yield exc
