@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from libs.proto.blobnode import ShardStatusResult
+from libs.proto.blobnode import IOClass, ShardStatusResult
 from libs.proto.cluster import Unit
 from libs.proto.messages import DeleteMsg, RepairMsg
 from libs.rpc.errors import NotFound, ShardNotFound, Unavailable
@@ -18,7 +18,7 @@ from services.clustermgr.client import ClusterClient, VolumeCache
 from services.worker.client import WorkerClient
 
 UNITS_TTL = 30.0  # deletes come in runs over the same volumes
-ShardOp = Callable[[str, int, int, int], Awaitable[ShardStatusResult]]
+ShardOp = Callable[[str, int, int, int, IOClass], Awaitable[ShardStatusResult]]
 
 
 class RepairHandler:
@@ -63,4 +63,4 @@ class DeleteHandler:
     @staticmethod
     async def _each(op: ShardOp, unit: Unit, bid: int) -> None:
         with contextlib.suppress(ShardNotFound):  # never written there, or already gone
-            await op(unit.host, unit.disk_id, unit.vuid, bid)
+            await op(unit.host, unit.disk_id, unit.vuid, bid, IOClass.BACKGROUND)  # capped: users go first
