@@ -168,7 +168,10 @@ class UnitMigrator:
                 log.info("copy of bid %d from disk %d failed (%s); rebuilding it", move.bid, task.source.disk_id,
                          copied if isinstance(copied, RpcError) else "wrong bytes")
         if data is None:
-            rebuilt = await rebuild_shards(codec, lambda i: self._read(units[i], move.bid), move.sources,
+            # Units that did not list the bid come last: a PUT still in flight when they were listed has
+            # reached them by now.
+            others = [i for i in range(len(units)) if i != task.unit_index and i not in move.sources]
+            rebuilt = await rebuild_shards(codec, lambda i: self._read(units[i], move.bid), [*move.sources, *others],
                                            [task.unit_index])
             data = rebuilt[task.unit_index]
             self.stats.rebuilt_shards += 1
