@@ -7,8 +7,10 @@ of `--fill-size` objects, then:
 2. alone: every unit of the fullest disk is rebuilt onto a new chunk (clustermgr unit alloc + blobnode
    chunk create, then the worker's `UnitMigrator` with the source unreadable, as for a broken disk), all
    units at once, in a separate process (as a worker would be), with no user traffic;
-3. before: `--clients` loops of PUT + GET of `--size` bytes for `--before` seconds (the p99 baseline);
-4. during: the same loops while the next fullest disk (on another host) is rebuilt the same way.
+3. capacity: `--clients` closed loops of PUT + GET of `--size` bytes for a few seconds; the user load is
+   then an open loop at `--load` of that rate (a box with headroom, as production runs), whose p99 is
+   measured for `--before` seconds (the baseline) and
+4. during: the same load while the next fullest disk (on another host) is rebuilt the same way.
 Reports rebuilt MB/s over raw MB/s (goal >= 0.5) and user p99 during over before (goal <= 1.5). Blobnodes
 run with their default background cap (64 MiB/s and 4 requests per disk). Writes JSON, prints one line.
 """
@@ -25,8 +27,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -91,8 +96,37 @@ async def fill(access: str, total: int, size: int, clients: int = 8) -> int:
 Held = list[tuple[int, int, Unit]]  # (vid, index, unit)
 
 
-async def fullest_disks(cm_urls: list[str]) -> tuple[Held, Held]:
-    """The units of the two disks (on different hosts) holding the most data."""
+async def paced_load(access: str, rate: float, size: int, running: Callable[[], bool]) -> list[Op]:
+    """Open loop: a PUT of `size` bytes then a GET of it, started every 1/`rate` seconds while `running()`."""
+    ops: list[Op] = []
+    rng = random.Random(7)
+    start = time.monotonic()
+
+    async def pair(session: aiohttp.ClientSession) -> None:
+        t0 = time.monotonic()
+        async with session.put(f"{access}/blob", data=rng.randbytes(size)) as resp:
+            ok = resp.status == 200
+            token = (await resp.json())["location"] if ok else ""
+        ops.append(Op("put", t0 - start, time.monotonic() - t0, ok))
+        if ok:
+            t1 = time.monotonic()
+            async with session.get(f"{access}/blob/{token}") as resp:
+                ops.append(Op("get", t1 - start, time.monotonic() - t1, resp.status == 200 and len(await resp.read())
+                              == size))
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        pending: set[asyncio.Task[None]] = set()
+        tick = 0
+        while running():
+            pending.add(asyncio.create_task(pair(session)))
+            tick += 1
+            await asyncio.sleep(max(0.0, start + tick / rate - time.monotonic()))
+        await asyncio.gather(*pending)
+    return ops
+
+
+async def fullest_disks(cm_urls: list[str], count: int) -> list[Held]:
+    """The units of the `count` disks (on different hosts) holding the most data, fullest first."""
     async with ClusterClient(cm_urls) as cm, BlobnodeClient() as bn:
         volumes = await cm.list_volumes()
         held = [(v.vid, i, u) for v in volumes for i, u in enumerate(v.units)]
@@ -101,16 +135,18 @@ async def fullest_disks(cm_urls: list[str]) -> tuple[Held, Held]:
     for (_, _, unit), stat in zip(held, used, strict=True):
         per_disk[unit.disk_id] += stat.live_bytes
     host = {u.disk_id: u.host for _, _, u in held}
-    first = per_disk.most_common(1)[0][0]
-    second = next(d for d, _ in per_disk.most_common() if host[d] != host[first])
-    return [h for h in held if h[2].disk_id == first], [h for h in held if h[2].disk_id == second]
+    chosen: list[int] = []
+    for disk, _ in per_disk.most_common():
+        if len(chosen) < count and host[disk] not in {host[d] for d in chosen}:
+            chosen.append(disk)
+    return [[h for h in held if h[2].disk_id == disk] for disk in chosen]
 
 
-def rebuild_disk(cm_urls: list[str], units: Held) -> dict[str, float]:
-    """In its own process: rebuild every unit of the disk onto new chunks at once; bytes, shards, seconds."""
-    os.nice(10)
-    async def run() -> dict[str, float]:
-        config = WorkerConfig(clustermgr_hosts=cm_urls)
+def rebuild_disk(cm_urls: list[str], units: Held, cap: float | None) -> dict[str, Any]:
+    """In its own process: rebuild every unit of the disk onto new chunks at once, as a worker whose
+    migrations write at most `cap` MiB/s together (None: no cap but the blobnodes')."""
+    async def run() -> dict[str, Any]:
+        config = WorkerConfig(clustermgr_hosts=cm_urls, migrate_mb_per_sec=cap)
         async with ClusterClient(cm_urls) as cm, BlobnodeClient() as bn:
             migrator = UnitMigrator(cm, bn, config)
 
@@ -129,8 +165,10 @@ def rebuild_disk(cm_urls: list[str], units: Held) -> dict[str, float]:
             start = time.perf_counter()
             done = await asyncio.gather(*(one(*u) for u in units))
             elapsed = time.perf_counter() - start
-        return {"bytes": sum(p.done_bytes for p in done), "shards": sum(p.done_shards for p in done),
-                "seconds": elapsed, "rebuilt_shards": migrator.stats.rebuilt_shards}
+        written = sum(p.done_bytes for p in done)
+        return {"disk": units[0][2].disk_id, "units": len(units), "bytes": written,
+                "shards": sum(p.done_shards for p in done), "rebuilt_shards": migrator.stats.rebuilt_shards,
+                "seconds": round(elapsed, 2), "mb_per_s": round(written / elapsed / 1e6, 1), "worker_cap_mb": cap}
 
     return asyncio.run(run())
 
@@ -138,12 +176,14 @@ def rebuild_disk(cm_urls: list[str], units: Held) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blobnodes", type=int, default=7)
-    parser.add_argument("--fill-mb", type=int, default=400)
+    parser.add_argument("--fill-mb", type=int, default=600)
     parser.add_argument("--fill-size", type=int, default=MiB)
     parser.add_argument("--raw-mb", type=int, default=256)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--size", type=int, default=64 << 10)
-    parser.add_argument("--before", type=float, default=10.0)
+    parser.add_argument("--before", type=float, default=8.0)
+    parser.add_argument("--load", type=float, default=0.33, help="user load as a share of the measured capacity")
+    parser.add_argument("--worker-cap", type=float, default=8.0, help="migrate_mb_per_sec of the capped run")
     parser.add_argument("--out", default="bench/results/repair.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-repair-") as tmp:
@@ -152,50 +192,52 @@ def main() -> None:
         try:
             stored = asyncio.run(fill(info.access_url, args.fill_mb * MiB, args.fill_size))
             raw = raw_write(root, args.raw_mb * MiB)
-            units, loaded_units = asyncio.run(fullest_disks(info.clustermgr_urls))
+            disks = asyncio.run(fullest_disks(info.clustermgr_urls, 3))
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                rebuilt = pool.submit(rebuild_disk, info.clustermgr_urls, units).result()
-                before, _ = asyncio.run(stream(info.access_url, args.clients, args.size, args.before, 0.0,
-                                               lambda: None))
-                rebuild = pool.submit(rebuild_disk, info.clustermgr_urls, loaded_units)
-
-                async def during_rebuild() -> list[Op]:
-                    ops: list[Op] = []
-                    while not rebuild.done():
-                        more, _ = await stream(info.access_url, args.clients, args.size, 2.0, 0.0, lambda: None)
-                        ops += more
-                    return ops
-
-                during = asyncio.run(during_rebuild())
-                loaded = rebuild.result()
+                alone = pool.submit(rebuild_disk, info.clustermgr_urls, disks[0], None).result()
+                closed, _ = asyncio.run(stream(info.access_url, args.clients, args.size, 4.0, 0.0, lambda: None))
+                rate = args.load * sum(o.kind == "put" for o in closed) / 4.0
+                ends = time.monotonic() + args.before
+                before = asyncio.run(paced_load(info.access_url, rate, args.size, lambda: time.monotonic() < ends))
+                loaded = []
+                for units, cap in ((disks[1], None), (disks[2], args.worker_cap)):
+                    rebuild = pool.submit(rebuild_disk, info.clustermgr_urls, units, cap)
+                    during = asyncio.run(paced_load(info.access_url, rate, args.size, partial(running, rebuild)))
+                    loaded.append(under_load(rebuild.result(), before, during))
         finally:
             launcher.down(root)
-    rebuilt_mb_s = rebuilt["bytes"] / rebuilt["seconds"] / 1e6
-    loaded_mb_s = loaded["bytes"] / loaded["seconds"] / 1e6
-    disk, loaded_disk = units[0][2].disk_id, loaded_units[0][2].disk_id
-    user = {k: {"before": phase(before, k, -1e9, 1e9), "during": phase(during, k, -1e9, 1e9)} for k in ("put", "get")}
-    ratios = {k: round(user[k]["during"]["p99_ms"] / user[k]["before"]["p99_ms"], 2) for k in user}
     result = {
         "shape": f"3 clustermgr, {args.blobnodes} blobnodes x 2 disks, EC3P3, background cap 64 MiB/s x 4 per disk",
-        "stored_objects": stored, "object_size": args.fill_size, "disk": disk, "units": len(units),
-        "rebuilt_bytes": rebuilt["bytes"], "rebuilt_shards": rebuilt["shards"],
-        "rebuild_seconds": round(rebuilt["seconds"], 2), "rebuilt_mb_per_s": round(rebuilt_mb_s, 1),
-        "raw_write": raw, "rebuild_over_raw": round(rebuilt_mb_s / raw["mb_per_s"], 2),
-        "under_load": {"disk": loaded_disk, "units": len(loaded_units), "rebuilt_bytes": loaded["bytes"],
-                       "rebuilt_shards": loaded["shards"], "rebuild_seconds": round(loaded["seconds"], 2),
-                       "rebuilt_mb_per_s": round(loaded_mb_s, 1)},
-        "user_clients": args.clients, "user_size": args.size, "user": user, "p99_during_over_before": ratios,
+        "stored_objects": stored, "object_size": args.fill_size, "raw_write": raw, "alone": alone,
+        "rebuild_over_raw": round(alone["mb_per_s"] / raw["mb_per_s"], 2),
+        "user_size": args.size, "user_capacity_pairs_per_s": round(rate / args.load, 1),
+        "user_load_pairs_per_s": round(rate, 1), "under_load_uncapped": loaded[0],
+        f"under_load_worker_cap_{args.worker_cap:g}_mb": loaded[1],
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"repair: disk {disk} ({len(units)} units, {rebuilt['shards']} shards, {rebuilt['bytes'] / 1e6:.0f} MB) "
-          f"rebuilt at {rebuilt_mb_s:.1f} MB/s vs raw durable write {raw['mb_per_s']:.1f} MB/s "
-          f"= {result['rebuild_over_raw']:.2f}x (goal >= 0.5); under user load {loaded_mb_s:.1f} MB/s, "
-          f"user p99 during/before: PUT {ratios['put']:.2f}x "
-          f"({user['put']['before']['p99_ms']:.0f} -> {user['put']['during']['p99_ms']:.0f} ms), "
-          f"GET {ratios['get']:.2f}x ({user['get']['before']['p99_ms']:.0f} -> "
-          f"{user['get']['during']['p99_ms']:.0f} ms) (goal <= 1.5)")
+
+    def effect(run: dict[str, Any]) -> str:
+        ratio, user = run["p99_during_over_before"], run["user"]
+        return (f"{run['mb_per_s']:.1f} MB/s, user p99 PUT {ratio['put']:.2f}x ({user['put']['before']['p99_ms']:.0f}"
+                f" -> {user['put']['during']['p99_ms']:.0f} ms) GET {ratio['get']:.2f}x")
+
+    print(f"repair: one disk ({alone['units']} units, {alone['shards']} shards, {alone['bytes'] / 1e6:.0f} MB) "
+          f"rebuilt at {alone['mb_per_s']:.1f} MB/s vs raw durable write {raw['mb_per_s']:.1f} MB/s "
+          f"= {result['rebuild_over_raw']:.2f}x (goal >= 0.5); under user load ({rate:.0f} PUT+GET/s of "
+          f"{args.size >> 10} KiB, {args.load:.0%} of capacity): {effect(loaded[0])}; with the worker capped at "
+          f"{args.worker_cap:g} MiB/s: {effect(loaded[1])} (goal <= 1.5x)")
+
+
+def running(job: Future[Any]) -> bool:
+    return not job.done()
+
+
+def under_load(rebuilt: dict[str, Any], before: list[Op], during: list[Op]) -> dict[str, Any]:
+    user = {k: {"before": phase(before, k, -1e9, 1e9), "during": phase(during, k, -1e9, 1e9)} for k in ("put", "get")}
+    ratios = {k: round(user[k]["during"]["p99_ms"] / user[k]["before"]["p99_ms"], 2) for k in user}
+    return {**rebuilt, "user": user, "p99_during_over_before": ratios}
 
 
 if __name__ == "__main__":

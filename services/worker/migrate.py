@@ -5,7 +5,7 @@ one cannot give it (`migrate_plan` decides which, and which bids are left alone)
 of bounded size, a few at a time, all as background I/O, and each written shard's CRC is checked; at
 the end the destination's whole shard list is checked against what should be there (size AND CRC).
 Progress goes to `report` every few seconds and at the end; `report` raising (the task was fenced)
-stops the run.
+stops the run. `migrate_mb_per_sec` caps what all of the worker's migrations write together.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from libs.proto.blobnode import IOClass, ShardInfo
 from libs.proto.cluster import Unit
 from libs.proto.scheduler import TaskProgress, WorkTask
 from libs.proto.worker import MigrateStats
-from libs.rpc.errors import Conflict, NotFound, RpcError, ShardDeleted, ShardExists, Unavailable
+from libs.ratelimit import Pacer
+from libs.rpc.errors import Conflict, NotFound, RpcError, ShardDeleted, ShardExists, ShardNotFound, Unavailable
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.worker.config import WorkerConfig
-from services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_unit
+from services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_bid, plan_unit
 from services.worker.rebuild import rebuild_shards
 
 log = logging.getLogger(__name__)
@@ -63,10 +64,14 @@ class _Progress:
             self.last = time.monotonic()
             await self.report(self.snapshot())
 
-    def left(self, move: BidMove) -> None:
-        """A bid found deleted while it moved: no longer part of the work."""
+    def left(self, move: BidMove, done: bool = False) -> None:
+        """A bid found deleted while it moved (after it was counted done, if `done`): no longer part of the
+        work."""
         self.total_bytes -= move.size
         self.total_shards -= 1
+        if done:
+            self.done_bytes -= move.size
+            self.done_shards -= 1
 
 
 class UnitMigrator:
@@ -75,6 +80,8 @@ class UnitMigrator:
         self.blobnodes = blobnodes
         self.config = config
         self.stats = MigrateStats()
+        rate = config.migrate_mb_per_sec and config.migrate_mb_per_sec * (1 << 20)
+        self.pacer = Pacer(rate, burst=rate / 4) if rate else None  # shared by every task of this worker
 
     async def migrate(self, task: WorkTask, report: Report) -> TaskProgress:
         """Bring every live shard of the task's unit onto its destination; the final progress."""
@@ -84,9 +91,7 @@ class UnitMigrator:
             raise Conflict(f"volume {task.vid} unit {task.unit_index} is {units[task.unit_index].vuid} now, "
                            f"not the task's source {task.source.vuid}")
         units[task.unit_index] = task.source
-        listings = await asyncio.gather(*(
-            self._list_or_none(unit) if i != task.unit_index or task.source_readable else _nothing()
-            for i, unit in enumerate(units)))
+        listings = await self._list_units(task, units)
         destination = await self._destination_list(task.destination)
         moves = plan_unit(task.unit_index, listings, destination)
         progress = _Progress(task, moves, report, self.config.migrate_report_interval)
@@ -99,7 +104,11 @@ class UnitMigrator:
 
         async def one(move: BidMove) -> None:
             async with limit:
+                if self.pacer is not None:
+                    await self.pacer.wait()
                 crc = await self._move(task, units, codec, move)
+                if self.pacer is not None:
+                    self.pacer.charge(move.size)
             if crc is None:
                 progress.left(move)
                 self.stats.left_shards += 1
@@ -114,7 +123,7 @@ class UnitMigrator:
                         group.create_task(one(move))
             except ExceptionGroup as failures:
                 raise _telling(failures) from None
-        await self._verify(task.destination, written)
+        await self._settle(task, units, {m.bid: m for m in moves}, written, progress)
         final = progress.snapshot()
         await report(final)
         log.info("migrated volume %d unit %d to disk %d: %d shards, %d bytes (%s)", task.vid, task.unit_index,
@@ -122,7 +131,40 @@ class UnitMigrator:
                  ", ".join(f"{a}: {sum(m.action is a for m in moves)}" for a in Action))
         return final
 
-    async def _list(self, unit: Unit) -> Listing:
+    async def _list_units(self, task: WorkTask, units: list[Unit]) -> list[Listing | None]:
+        """Every unit's shard list (None where it cannot be read; the source's too when it is unreadable)."""
+        return await asyncio.gather(*(
+            self._list_or_none(unit) if i != task.unit_index or task.source_readable else _nothing()
+            for i, unit in enumerate(units)))
+
+    async def _settle(self, task: WorkTask, units: list[Unit], moves: dict[int, BidMove],
+                      written: dict[int, tuple[int, int]], progress: _Progress) -> None:
+        """Take off the destination every shard of a blob deleted meanwhile (the plan's rule on fresh lists:
+        the new unit must not keep a shard of a blob that is gone), then check that every other shard that
+        should be there is, normal, with the size and CRC it was written with (the blobnode computed each CRC
+        over the bytes it stored)."""
+        listings = await self._list_units(task, units)
+        dest = task.destination
+        held = await self._destination_list(dest)
+        for bid in list(held):
+            if plan_bid(bid, task.unit_index, listings, held).action is not Action.LEFT:
+                continue
+            try:
+                with contextlib.suppress(ShardNotFound):
+                    await self.blobnodes.delete_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=BACKGROUND)
+            except RpcError as exc:
+                raise DestinationFailed(f"destination disk {dest.disk_id}: {exc}") from exc
+            del held[bid]
+            if written.pop(bid, None) is not None:
+                progress.left(moves[bid], done=True)
+                self.stats.left_shards += 1
+        wrong = [bid for bid, (size, crc) in written.items()
+                 if (info := held.get(bid)) is None or (info.status, info.size, info.crc) != ("normal", size, crc)]
+        if wrong:
+            raise DestinationFailed(f"destination disk {dest.disk_id} lacks or garbled {len(wrong)} shards "
+                                    f"(first bids {sorted(wrong)[:5]})")
+
+    async def _list(self, unit: Unit) -> dict[int, ShardInfo]:
         shards: dict[int, ShardInfo] = {}
         start = 0
         while True:
@@ -140,7 +182,7 @@ class UnitMigrator:
             log.warning("cannot list unit %d on disk %d: %s", unit.vuid, unit.disk_id, exc)
             return None
 
-    async def _destination_list(self, unit: Unit) -> Listing:
+    async def _destination_list(self, unit: Unit) -> dict[int, ShardInfo]:
         try:
             return await self._list(unit)
         except RpcError as exc:
@@ -201,16 +243,6 @@ class UnitMigrator:
         if crc != want:
             raise DestinationFailed(f"destination disk {disk} stored bid {move.bid} with CRC {crc}, sent {want}")
         return crc
-
-    async def _verify(self, unit: Unit, written: dict[int, tuple[int, int]]) -> None:
-        """Every shard that should be on the destination is there, normal, with the size and CRC it was
-        written with (the blobnode computed each CRC over the bytes it stored)."""
-        held = await self._destination_list(unit)
-        wrong = [bid for bid, (size, crc) in written.items()
-                 if (info := held.get(bid)) is None or (info.status, info.size, info.crc) != ("normal", size, crc)]
-        if wrong:
-            raise DestinationFailed(f"destination disk {unit.disk_id} lacks or garbled {len(wrong)} shards "
-                                    f"(first bids {sorted(wrong)[:5]})")
 
 
 async def _nothing() -> Listing | None:

@@ -62,12 +62,22 @@ def plan_bid(bid: int, index: int, units: Sequence[Listing | None], destination:
     own = source.get(bid) if source is not None else None
     sizes = Counter(info.size for i, listing in enumerate(units) if i != index and listing is not None
                     and (info := listing.get(bid)) is not None)
-    size = own.size if own is not None else sizes.most_common(1)[0][0]
+    size = _expected_size(own, sizes, held)
     crc = own.crc if own is not None else None
     if held is not None and held.size == size and crc in (None, held.crc):
         return BidMove(bid, Action.DONE, size, held.crc)
     action = Action.COPY if own is not None else Action.REBUILD
     return BidMove(bid, action, size, crc, repair.sources, replace=held is not None)
+
+
+def _expected_size(own: ShardInfo | None, sizes: Counter[int], held: ShardInfo | None) -> int:
+    """The shard's size: the source's; else the one most other units hold (every shard of a blob has the
+    same size); else, for a bid only the destination lists while some unit is unreachable, the held one."""
+    if own is not None:
+        return own.size
+    if sizes:
+        return sizes.most_common(1)[0][0]
+    return held.size if held is not None else 0
 
 
 def plan_unit(index: int, units: Sequence[Listing | None], destination: Listing) -> list[BidMove]:

@@ -52,6 +52,9 @@ def test_resumes_from_what_the_destination_holds_and_replaces_wrong_bytes() -> N
     # Source gone: the destination's own CRC stands (only this engine writes a fresh destination).
     assert plan_bid(1, 0, [None, {1: shard(1)}], {1: shard(1, crc=9)}) == BidMove(1, Action.DONE, SIZE, 9)
     assert plan_bid(1, 0, [None, {1: shard(1)}], {1: shard(1, size=1, crc=9)}).action is Action.REBUILD
+    # Only the destination lists it and a unit cannot be listed: kept, never judged deleted on no evidence.
+    assert plan_bid(1, 0, [None, None, {}], {1: shard(1, size=5, crc=9)}) == BidMove(1, Action.DONE, 5, 9)
+    assert plan_bid(1, 0, [None, {}, {}], {1: shard(1)}).action is Action.LEFT  # every other unit lacks it
 
 
 def test_every_combination_of_four_units_keeps_the_rules() -> None:
