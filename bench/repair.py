@@ -181,7 +181,7 @@ def main() -> None:
     parser.add_argument("--raw-mb", type=int, default=256)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--size", type=int, default=64 << 10)
-    parser.add_argument("--before", type=float, default=8.0)
+    parser.add_argument("--before", type=float, default=15.0)
     parser.add_argument("--load", type=float, default=0.33, help="user load as a share of the measured capacity")
     parser.add_argument("--worker-cap", type=float, default=8.0, help="migrate_mb_per_sec of the capped run")
     parser.add_argument("--out", default="bench/results/repair.json")
