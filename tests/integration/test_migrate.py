@@ -104,6 +104,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             reports.clear()
             final = await migrator.migrate(task, lambda p: _append(reports, p))
             assert migrator.stats.resumed_shards == first_run - 1  # what the destination had is not moved again
+            assert migrator.stats.rebuilt_shards == 0 and migrator.stats.copied_shards >= len(live) - first_run
             assert (final.done_shards, final.total_shards) == (len(live), len(live))
             assert final.done_bytes == final.total_bytes == sum(originals[b].size for b in live)
             assert reports[-1] == final and reports[0].done_shards >= first_run
