@@ -32,4 +32,5 @@ class MigrateStats(BaseModel):
     rebuilt_shards: int = 0  # decoded from the other units
     resumed_shards: int = 0  # already on the destination (a redone task)
     left_shards: int = 0  # never written: being deleted, or on no other unit
+    lost_shards: int = 0  # never written: fewer than N shards of the blob exist anywhere (logged as LOST)
     written_bytes: int = 0

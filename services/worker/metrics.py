@@ -21,5 +21,6 @@ def repair_figures(stats: WorkerStats) -> Iterator[Metric]:
 def migrate_figures(stats: MigrateStats) -> Iterator[Metric]:
     yield counter("blobstore_worker_migrated_shards", "Shards brought onto new units, by how",
                   [(("copied",), stats.copied_shards), (("rebuilt",), stats.rebuilt_shards),
-                   (("resumed",), stats.resumed_shards), (("left",), stats.left_shards)], ["how"])
+                   (("resumed",), stats.resumed_shards), (("left",), stats.left_shards),
+                   (("lost",), stats.lost_shards)], ["how"])
     yield counter("blobstore_worker_migrated_bytes", "Bytes written onto new units", stats.written_bytes)

@@ -29,7 +29,7 @@ from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.worker.config import WorkerConfig
 from services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_bid, plan_unit
-from services.worker.rebuild import rebuild_shards
+from services.worker.rebuild import RepairFailed, rebuild_shards
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,6 @@ class UnitMigrator:
                     self.pacer.charge(move.size)
             if crc is None:
                 progress.left(move)
-                self.stats.left_shards += 1
                 return
             written[move.bid] = (move.size, crc)
             await progress.moved(move)
@@ -197,11 +196,12 @@ class UnitMigrator:
 
     async def _move(self, task: WorkTask, units: list[Unit], codec: Codec, move: BidMove) -> int | None:
         """Copy or rebuild one shard onto the destination; its CRC there, or None if the blob turned out
-        deleted meanwhile."""
+        deleted meanwhile, or lost."""
         data: bytes | None = None
         if move.action is Action.COPY:
             copied = await self._read(task.source, move.bid)
             if isinstance(copied, ShardDeleted):
+                self.stats.left_shards += 1
                 return None
             if isinstance(copied, bytes) and len(copied) == move.size and isal_zlib.crc32(copied) == move.crc:
                 data = copied
@@ -213,8 +213,17 @@ class UnitMigrator:
             # Units that did not list the bid come last: a PUT still in flight when they were listed has
             # reached them by now.
             others = [i for i in range(len(units)) if i != task.unit_index and i not in move.sources]
-            rebuilt = await rebuild_shards(codec, lambda i: self._read(units[i], move.bid), [*move.sources, *others],
-                                           [task.unit_index])
+            try:
+                rebuilt = await rebuild_shards(codec, lambda i: self._read(units[i], move.bid),
+                                               [*move.sources, *others], [task.unit_index])
+            except RepairFailed as exc:
+                if not exc.lost:
+                    raise
+                # Fewer than N shards of this blob exist anywhere: nothing can bring it back, and holding up the
+                # rest of the unit for it would leave every other blob one failure closer to loss.
+                log.error("LOST blob %d/%d: cannot rebuild unit %d: %s", task.vid, move.bid, task.unit_index, exc)
+                self.stats.lost_shards += 1
+                return None
             data = rebuilt[task.unit_index]
             self.stats.rebuilt_shards += 1
         crc = await self._write(task.destination, move, data)

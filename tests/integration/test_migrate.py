@@ -110,15 +110,22 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             assert reports[-1] == final and reports[0].done_shards >= first_run
             await assert_moved(0, destination, originals)
 
-            # 2. The source's blobnode killed: every shard is rebuilt from the other units.
+            # 2. The source's blobnode killed: every shard is rebuilt from the other units; a blob with fewer
+            # than N shards left anywhere is reported lost and does not hold up the rest.
             originals = await listed(units[2])
+            lost = max(live)
+            for u in units[3:]:
+                await bn.delete_shard(u.host, u.disk_id, u.vuid, lost)
+            live.discard(lost)
             node_of(cluster, units[2]).kill9()
             destination = await new_destination(2)
             before = migrator.stats.model_copy()
             final = await migrator.migrate(work_task(vid, 2, units[2], destination, readable=False),
                                            lambda p: _append(reports, p))
             assert migrator.stats.rebuilt_shards - before.rebuilt_shards == len(live)
+            assert migrator.stats.lost_shards - before.lost_shards == 1
             assert migrator.stats.copied_shards == before.copied_shards
+            assert final.done_shards == len(live)
             await assert_moved(2, destination, originals)
 
             # 3. The destination's blobnode killed mid-run: the task gives up that destination.

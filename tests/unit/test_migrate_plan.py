@@ -118,5 +118,9 @@ def test_rebuild_reads_only_what_it_needs_and_more_when_survivors_fail() -> None
     async def read_gone(index: int) -> bytes | RpcError:
         return ShardNotFound("gone") if index in broken else shards[index]
 
-    with pytest.raises(RepairFailed, match="need 6"):
+    with pytest.raises(RepairFailed, match="need 6") as gone:
         asyncio.run(rebuild_shards(codec, read_gone, [1, 2, 3, 4, 5, 6, 7, 8], [0]))
+    assert gone.value.lost  # every failure says the shard is gone: retrying cannot help
+    with pytest.raises(RepairFailed) as out_of_reach:
+        asyncio.run(rebuild_shards(codec, read, [1, 2, 3, 4, 5, 6, 7], [0]))
+    assert not out_of_reach.value.lost  # some were only unreachable: worth another try
