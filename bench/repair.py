@@ -9,9 +9,11 @@ of `--fill-size` objects, then:
    units at once, in a separate process (as a worker would be), with no user traffic;
 3. capacity: `--clients` closed loops of PUT + GET of `--size` bytes for a few seconds; the user load is
    then an open loop at `--load` of that rate (a box with headroom, as production runs), whose p99 is
-   measured for `--before` seconds (the baseline) and
-4. during: the same load while the next fullest disk (on another host) is rebuilt the same way.
-Reports rebuilt MB/s over raw MB/s (goal >= 0.5) and user p99 during over before (goal <= 1.5). Blobnodes
+   measured for `--baseline` seconds before and again after the loaded rebuilds (the baseline: both
+   windows, so neighbours' load drifting during the run biases it less), and
+4. during: the same load while the next fullest disk (on another host) is rebuilt the same way, then
+   while a third one is rebuilt by a worker capped at `--worker-cap` MiB/s (`migrate_mb_per_sec`).
+Reports rebuilt MB/s over raw MB/s (goal >= 0.5) and user p99 during over baseline (goal <= 1.5). Blobnodes
 run with their default background cap (64 MiB/s and 4 requests per disk). Writes JSON, prints one line.
 """
 
@@ -181,7 +183,7 @@ def main() -> None:
     parser.add_argument("--raw-mb", type=int, default=256)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--size", type=int, default=64 << 10)
-    parser.add_argument("--before", type=float, default=15.0)
+    parser.add_argument("--baseline", type=float, default=10.0)
     parser.add_argument("--load", type=float, default=0.33, help="user load as a share of the measured capacity")
     parser.add_argument("--worker-cap", type=float, default=8.0, help="migrate_mb_per_sec of the capped run")
     parser.add_argument("--out", default="bench/results/repair.json")
@@ -197,13 +199,16 @@ def main() -> None:
                 alone = pool.submit(rebuild_disk, info.clustermgr_urls, disks[0], None).result()
                 closed, _ = asyncio.run(stream(info.access_url, args.clients, args.size, 4.0, 0.0, lambda: None))
                 rate = args.load * sum(o.kind == "put" for o in closed) / 4.0
-                ends = time.monotonic() + args.before
-                before = asyncio.run(paced_load(info.access_url, rate, args.size, lambda: time.monotonic() < ends))
-                loaded = []
+                baseline = asyncio.run(paced_load(info.access_url, rate, args.size,
+                                                  partial(until, time.monotonic() + args.baseline)))
+                runs = []
                 for units, cap in ((disks[1], None), (disks[2], args.worker_cap)):
                     rebuild = pool.submit(rebuild_disk, info.clustermgr_urls, units, cap)
                     during = asyncio.run(paced_load(info.access_url, rate, args.size, partial(running, rebuild)))
-                    loaded.append(under_load(rebuild.result(), before, during))
+                    runs.append((rebuild.result(), during))
+                baseline += asyncio.run(paced_load(info.access_url, rate, args.size,
+                                                   partial(until, time.monotonic() + args.baseline)))
+                loaded = [under_load(rebuilt, baseline, during) for rebuilt, during in runs]
         finally:
             launcher.down(root)
     result = {
@@ -219,9 +224,10 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=2))
 
     def effect(run: dict[str, Any]) -> str:
-        ratio, user = run["p99_during_over_before"], run["user"]
-        return (f"{run['mb_per_s']:.1f} MB/s, user p99 PUT {ratio['put']:.2f}x ({user['put']['before']['p99_ms']:.0f}"
-                f" -> {user['put']['during']['p99_ms']:.0f} ms) GET {ratio['get']:.2f}x")
+        ratio, user = run["p99_during_over_baseline"], run["user"]
+        return (f"{run['mb_per_s']:.1f} MB/s, user p99 PUT {ratio['put']:.2f}x ({user['put']['baseline']['p99_ms']:.0f}"
+                f" -> {user['put']['during']['p99_ms']:.0f} ms) GET {ratio['get']:.2f}x, p50 PUT "
+                f"{run['p50_during_over_baseline']['put']:.2f}x GET {run['p50_during_over_baseline']['get']:.2f}x")
 
     print(f"repair: one disk ({alone['units']} units, {alone['shards']} shards, {alone['bytes'] / 1e6:.0f} MB) "
           f"rebuilt at {alone['mb_per_s']:.1f} MB/s vs raw durable write {raw['mb_per_s']:.1f} MB/s "
@@ -234,10 +240,16 @@ def running(job: Future[Any]) -> bool:
     return not job.done()
 
 
-def under_load(rebuilt: dict[str, Any], before: list[Op], during: list[Op]) -> dict[str, Any]:
-    user = {k: {"before": phase(before, k, -1e9, 1e9), "during": phase(during, k, -1e9, 1e9)} for k in ("put", "get")}
-    ratios = {k: round(user[k]["during"]["p99_ms"] / user[k]["before"]["p99_ms"], 2) for k in user}
-    return {**rebuilt, "user": user, "p99_during_over_before": ratios}
+def until(deadline: float) -> bool:
+    return time.monotonic() < deadline
+
+
+def under_load(rebuilt: dict[str, Any], baseline: list[Op], during: list[Op]) -> dict[str, Any]:
+    user = {k: {"baseline": phase(baseline, k, -1e9, 1e9), "during": phase(during, k, -1e9, 1e9)}
+            for k in ("put", "get")}
+    ratios = {k: round(user[k]["during"]["p99_ms"] / user[k]["baseline"]["p99_ms"], 2) for k in user}
+    medians = {k: round(user[k]["during"]["p50_ms"] / user[k]["baseline"]["p50_ms"], 2) for k in user}
+    return {**rebuilt, "user": user, "p99_during_over_baseline": ratios, "p50_during_over_baseline": medians}
 
 
 if __name__ == "__main__":
