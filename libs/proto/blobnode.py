@@ -24,6 +24,17 @@ U32 = Field(ge=0, lt=2**32)
 U64 = Field(ge=0, lt=2**64)
 
 
+class IOClass(StrEnum):
+    """Who a shard request serves. A blobnode serves user I/O first and caps background I/O per disk (MB/s
+    and concurrency), so repair, migration, inspection, compaction and deletes never starve user traffic."""
+
+    USER = "user"
+    BACKGROUND = "background"
+
+
+IO_CLASS_PARAM = "io_class"  # the query parameter that carries it; absent means user
+
+
 class ChunkStatus(StrEnum):
     NORMAL = "normal"
     READONLY = "readonly"

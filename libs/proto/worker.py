@@ -23,3 +23,14 @@ class WorkerStats(BaseModel):
     repaired_bytes: int = 0
     skipped: int = 0
     failed: int = 0
+
+
+class MigrateStats(BaseModel):
+    """Shards moved by unit migrations (disk repair, drop, balance, manual), since the worker started."""
+
+    copied_shards: int = 0  # read from the old unit
+    rebuilt_shards: int = 0  # decoded from the other units
+    resumed_shards: int = 0  # already on the destination (a redone task)
+    left_shards: int = 0  # never written: being deleted, or on no other unit
+    lost_shards: int = 0  # never written: fewer than N shards of the blob exist anywhere (logged as LOST)
+    written_bytes: int = 0

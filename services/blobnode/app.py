@@ -1,4 +1,7 @@
-"""Blobnode HTTP routes. Shard put/get are bare ASGI (the data path); the rest is FastAPI."""
+"""Blobnode HTTP routes. Shard put/get are bare ASGI (the data path); the rest is FastAPI.
+
+Every shard route takes `io_class` (user when absent): a background request holds one of its disk's
+background slots for its whole length (see services/blobnode/iolimit.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from fastapi import Query
 
 from libs.chunkfile import ShardStatus
 from libs.proto.blobnode import (
+    IO_CLASS_PARAM,
     ChunkCreate,
     ChunkInfo,
     ChunkList,
@@ -17,6 +21,7 @@ from libs.proto.blobnode import (
     DiskStat,
     ExportRequest,
     ExportResult,
+    IOClass,
     NodeStat,
     ShardInfo,
     ShardList,
@@ -40,6 +45,13 @@ from libs.rpc.server import (
 )
 from services.blobnode.cluster import ClusterLink
 from services.blobnode.node import Blobnode, shard_info
+
+
+def _io_class(params: dict[str, str]) -> IOClass:
+    try:
+        return IOClass(params.get(IO_CLASS_PARAM, IOClass.USER))
+    except ValueError:
+        raise BadRequest(f"io_class must be one of {[c.value for c in IOClass]}") from None
 
 
 def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
@@ -85,8 +97,9 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
         return await node.chunk_stat(disk_id, vuid)
 
     def shard_status_route(path: str, status: ShardStatus | None) -> None:
-        async def route(req: ShardRef) -> ShardStatusResult:
-            meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status)
+        async def route(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+            async with node.background(req.disk_id, io_class):
+                meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status, io_class)
             return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
 
         app.post(path)(route)
@@ -96,15 +109,19 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
     shard_status_route("/shard/delete", None)
 
     @app.get("/shard/stat")
-    async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), bid: int = Query(ge=0)) -> ShardInfo:
-        return shard_info(await node.shard_stat(disk_id, vuid, bid))
+    async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), bid: int = Query(ge=0),
+                         io_class: IOClass = IOClass.USER) -> ShardInfo:
+        async with node.background(disk_id, io_class):
+            return shard_info(await node.shard_stat(disk_id, vuid, bid, io_class))
 
     @app.get("/shard/list")
     async def shard_list(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), start_bid: int = Query(0, ge=0),
                          count: int | None = Query(None, ge=1, le=100_000),
-                         status: str | None = Query(None, pattern="^(normal|mark_deleted)$")) -> ShardList:
+                         status: str | None = Query(None, pattern="^(normal|mark_deleted)$"),
+                         io_class: IOClass = IOClass.USER) -> ShardList:
         wanted = ShardStatus[status.upper()] if status else None
-        shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted)
+        async with node.background(disk_id, io_class):
+            shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted, io_class)
         return ShardList(shards=[shard_info(m) for m in shards])
 
     @app.post("/inspect/export")
@@ -119,9 +136,11 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
         if size > node.config.max_shard_size:
             raise TooLarge(f"shard of {size} bytes exceeds the limit of {node.config.max_shard_size}")
         disk_id, vuid, bid = int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid")
+        io_class = _io_class(params)
         node.disk(disk_id)  # refuse before reading the body
         data = await read_exact_body(receive, size)
-        meta = await node.put_shard(disk_id, vuid, bid, data)
+        async with node.background(disk_id, io_class):
+            meta = await node.put_shard(disk_id, vuid, bid, data, io_class)
         await send_json(send, 200, ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
 
     async def shard_get(scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,9 +148,11 @@ def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
             raise BadRequest("use GET for /shard/get")
         params = query_params(scope)
         size = int_param(params, "size") if "size" in params else None
-        meta, length, pieces = await node.open_shard_read(
-            int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid"),
-            int_param(params, "offset", 0), size)
-        await send_stream(send, length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
+        disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
+        async with node.background(disk_id, io_class):
+            meta, length, pieces = await node.open_shard_read(
+                disk_id, int_param(params, "vuid"), int_param(params, "bid"), int_param(params, "offset", 0), size,
+                io_class)
+            await send_stream(send, length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
 
     return with_fast_routes(app, {"/shard/put": shard_put, "/shard/get": shard_get})

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from libs.proto.blobnode import (
+    IO_CLASS_PARAM,
     ChunkCreate,
     ChunkInfo,
     ChunkList,
@@ -17,6 +18,7 @@ from libs.proto.blobnode import (
     DiskStat,
     ExportRequest,
     ExportResult,
+    IOClass,
     NodeStat,
     ShardInfo,
     ShardList,
@@ -26,6 +28,15 @@ from libs.proto.blobnode import (
 )
 from libs.rpc.client import ServiceClient
 from libs.rpc.errors import RpcError
+
+Params = dict[str, str | int]
+
+
+def _with_class(params: Params, io_class: IOClass) -> Params:
+    """User I/O goes without the parameter (the blobnode's default); background I/O names itself."""
+    if io_class is not IOClass.USER:
+        params[IO_CLASS_PARAM] = io_class.value
+    return params
 
 
 class BlobnodeClient(ServiceClient):
@@ -56,50 +67,59 @@ class BlobnodeClient(ServiceClient):
     # shards
 
     async def put_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                        data: bytes | bytearray | memoryview, timeout: float | None = None) -> int:
+                        data: bytes | bytearray | memoryview, timeout: float | None = None,
+                        io_class: IOClass = IOClass.USER) -> int:
         """Store one shard; returns its CRC32 once the blobnode holds it durably."""
-        params = {"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data)}
+        params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data)}, io_class)
         answer = await self.http.call("PUT", f"{host}/shard/put", ShardPutResult, params=params, data=data,
                                       timeout=timeout)
         return answer.crc
 
     @staticmethod
-    def _get_params(disk_id: int, vuid: int, bid: int, offset: int, size: int | None) -> dict[str, int]:
-        params = {"disk_id": disk_id, "vuid": vuid, "bid": bid, "offset": offset}
+    def _get_params(disk_id: int, vuid: int, bid: int, offset: int, size: int | None, io_class: IOClass) -> Params:
+        params: Params = {"disk_id": disk_id, "vuid": vuid, "bid": bid, "offset": offset}
         if size is not None:
             params["size"] = size
-        return params
+        return _with_class(params, io_class)
 
     async def get_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
-                        size: int | None = None, timeout: float | None = None) -> bytes:
+                        size: int | None = None, timeout: float | None = None,
+                        io_class: IOClass = IOClass.USER) -> bytes:
         """Read a shard or a range of it; corrupted bytes come back as `ShardCorrupted`, never data."""
-        return await self.http.read(f"{host}/shard/get", params=self._get_params(disk_id, vuid, bid, offset, size),
-                                    timeout=timeout)
+        params = self._get_params(disk_id, vuid, bid, offset, size, io_class)
+        return await self.http.read(f"{host}/shard/get", params=params, timeout=timeout)
 
     def stream_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
-                     size: int | None = None) -> AsyncIterator[bytes]:
-        return self.http.stream(f"{host}/shard/get", params=self._get_params(disk_id, vuid, bid, offset, size))
+                     size: int | None = None, io_class: IOClass = IOClass.USER) -> AsyncIterator[bytes]:
+        return self.http.stream(f"{host}/shard/get",
+                                params=self._get_params(disk_id, vuid, bid, offset, size, io_class))
 
-    async def _shard_op(self, host: str, op: str, disk_id: int, vuid: int, bid: int) -> ShardStatusResult:
+    async def _shard_op(self, host: str, op: str, disk_id: int, vuid: int, bid: int,
+                        io_class: IOClass) -> ShardStatusResult:
         body = ShardRef(disk_id=disk_id, vuid=vuid, bid=bid)
-        return await self.http.call("POST", f"{host}/shard/{op}", ShardStatusResult, body=body)
+        return await self.http.call("POST", f"{host}/shard/{op}", ShardStatusResult, body=body,
+                                    params=_with_class({}, io_class))
 
-    async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int) -> ShardStatusResult:
-        return await self._shard_op(host, "markdelete", disk_id, vuid, bid)
+    async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                                io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        return await self._shard_op(host, "markdelete", disk_id, vuid, bid, io_class)
 
-    async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int) -> ShardStatusResult:
-        return await self._shard_op(host, "unmarkdelete", disk_id, vuid, bid)
+    async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                                  io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        return await self._shard_op(host, "unmarkdelete", disk_id, vuid, bid, io_class)
 
-    async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int) -> ShardStatusResult:
-        return await self._shard_op(host, "delete", disk_id, vuid, bid)
+    async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                           io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        return await self._shard_op(host, "delete", disk_id, vuid, bid, io_class)
 
-    async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int) -> ShardInfo:
-        params = {"disk_id": disk_id, "vuid": vuid, "bid": bid}
+    async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int,
+                         io_class: IOClass = IOClass.USER) -> ShardInfo:
+        params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid}, io_class)
         return await self.http.call("GET", f"{host}/shard/stat", ShardInfo, params=params)
 
     async def list_shards(self, host: str, disk_id: int, vuid: int, start_bid: int = 0, count: int | None = None,
-                          status: str | None = None) -> list[ShardInfo]:
-        params: dict[str, str | int] = {"disk_id": disk_id, "vuid": vuid, "start_bid": start_bid}
+                          status: str | None = None, io_class: IOClass = IOClass.USER) -> list[ShardInfo]:
+        params = _with_class({"disk_id": disk_id, "vuid": vuid, "start_bid": start_bid}, io_class)
         if count is not None:
             params["count"] = count
         if status is not None:

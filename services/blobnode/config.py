@@ -21,7 +21,11 @@ class BlobnodeConfig(BaseModel):
     host: str = ""  # advertised URL; defaults to http://<bind_addr>
     disks: list[DiskConfig] = Field(min_length=1)
     sync: bool = True  # fdatasync shard bytes before acknowledging; off only for throwaway benchmarks
-    io_threads_per_disk: int = Field(4, ge=1, le=64)
+    io_threads_per_disk: int = Field(4, ge=1, le=64)  # user I/O
+    # Background I/O (repair, migration, inspection, compaction, deletes) per disk: its own threads, at most
+    # this many operations at a time and this many MiB/s on average; user I/O is never queued behind it.
+    background_mb_per_sec: float = Field(64.0, gt=0)
+    background_concurrency: int = Field(4, ge=1, le=64)
     default_chunk_size: int = Field(16 << 30, ge=1 << 20)
     max_shard_size: int = Field(64 << 20, ge=1)
     clustermgr_hosts: list[str] = Field(default_factory=list)  # empty: run standalone

@@ -3,7 +3,8 @@
 Layout (DESIGN section 3): `.sys/format.json` names the disk; `meta/` is the disk's RocksDB
 (chunk records and the shard index); `data/<chunk_id>` are chunk files; `.trash/` holds released
 or compacted-away chunk files until they are removed. Every method here blocks; `DiskStore`
-callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself.
+callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself; background
+I/O runs in `self.background_executor`, so user I/O never waits behind it in a queue.
 """
 
 from __future__ import annotations
@@ -91,13 +92,15 @@ def read_format(path: Path) -> DiskFormat:
 class Disk:
     """A formatted, loaded disk with its open chunks."""
 
-    def __init__(self, path: Path, disk_id: int, *, max_chunks: int, sync: bool, io_threads: int) -> None:
+    def __init__(self, path: Path, disk_id: int, *, max_chunks: int, sync: bool, io_threads: int,
+                 background_threads: int = 1) -> None:
         self.path = path
         self.disk_id = disk_id
         self.max_chunks = max_chunks
         self.sync = sync
         self.on_sync = FSYNC_SECONDS.labels(str(disk_id)).observe
         self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
+        self.background_executor = ThreadPoolExecutor(background_threads, thread_name_prefix=f"disk{disk_id}-bg")
         self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
         self._lock = threading.Lock()  # guards the chunk tables
         self._records: dict[bytes, ChunkInfo] = {}
@@ -113,7 +116,7 @@ class Disk:
 
     @classmethod
     def load(cls, path: Path, *, cluster_id: int, disk_id: int | None, auto_format: bool,
-             max_chunks: int, sync: bool, io_threads: int) -> Disk:
+             max_chunks: int, sync: bool, io_threads: int, background_threads: int = 1) -> Disk:
         path.mkdir(parents=True, exist_ok=True)
         if not (path / ".sys" / "format.json").exists():
             if not auto_format:
@@ -126,13 +129,15 @@ class Disk:
             raise DiskFormatError(f"{path} belongs to cluster {found.cluster_id}, not {cluster_id}")
         if disk_id is not None and found.disk_id != disk_id:
             raise DiskFormatError(f"{path} is disk {found.disk_id}, config says {disk_id}")
-        return cls(path, found.disk_id, max_chunks=max_chunks, sync=sync, io_threads=io_threads)
+        return cls(path, found.disk_id, max_chunks=max_chunks, sync=sync, io_threads=io_threads,
+                   background_threads=background_threads)
 
     def _data_path(self, chunk_id: str) -> Path:
         return self.path / "data" / chunk_id
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+        self.background_executor.shutdown(wait=True)
         for chunk in self._chunks.values():
             chunk.close()
         self.kv.close()

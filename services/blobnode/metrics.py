@@ -1,5 +1,5 @@
 """The blobnode's own figures: shard operations, checksum failures and fdatasync latency as they
-happen, and each disk's space, chunks and queued I/O read at scrape time."""
+happen, and each disk's space, chunks, queued I/O and background I/O read at scrape time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import Metric
 
-from libs.rpc.metrics import gauge
+from libs.rpc.metrics import counter, gauge
 
 if TYPE_CHECKING:
     from services.blobnode.node import Blobnode
@@ -40,7 +40,13 @@ def disk_figures(node: Blobnode) -> Iterator[Metric]:
         "readonly_chunks": ("Read-only chunks on the disk", [s.readonly_chunks for s in stats]),
         "io_pending": ("Disk operations queued or running on the disk's I/O threads",
                        [node.io_pending[s.disk_id] for s in stats]),
+        "background_queued": ("Background requests waiting for a slot or for the disk's background rate",
+                              [node.gates[s.disk_id].queued for s in stats]),
+        "background_running": ("Background requests holding one of the disk's background slots",
+                               [node.gates[s.disk_id].running for s in stats]),
     }
     for name, (doc, values) in per_disk.items():
         yield gauge(f"blobstore_blobnode_disk_{name}", doc,
                     [((str(s.disk_id),), v) for s, v in zip(stats, values, strict=True)], ["disk_id"])
+    yield counter("blobstore_blobnode_disk_background_bytes", "Bytes moved by background requests (capped per disk)",
+                  [((str(disk_id),), gate.bytes) for disk_id, gate in node.gates.items()], ["disk_id"])

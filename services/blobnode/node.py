@@ -1,7 +1,9 @@
 """The blobnode's disks behind one async facade.
 
 Each call runs on the named disk's own thread pool, and chunk-file errors become the typed RPC
-errors of `libs.rpc.errors` here, once, so routes stay thin.
+errors of `libs.rpc.errors` here, once, so routes stay thin. Shard calls name their I/O class: user I/O
+runs on the disk's user threads at once; background I/O waits for a slot of the disk's `BackgroundGate`
+(`background`) and runs on the disk's background threads.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import Executor
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -22,12 +25,14 @@ from libs.proto.blobnode import (
     DiskExport,
     DiskStat,
     ExportRequest,
+    IOClass,
     NodeStat,
     ShardInfo,
 )
 from libs.rpc import errors
 from services.blobnode.config import BlobnodeConfig
 from services.blobnode.disk import Disk
+from services.blobnode.iolimit import BackgroundGate
 from services.blobnode.metrics import CRC_FAILURES, shard_op
 
 P = ParamSpec("P")
@@ -78,11 +83,15 @@ class Blobnode:
         for disk_conf in config.disks:
             disk = Disk.load(Path(disk_conf.path), cluster_id=config.cluster_id, disk_id=disk_conf.disk_id,
                              auto_format=disk_conf.auto_format, max_chunks=disk_conf.max_chunks,
-                             sync=config.sync, io_threads=config.io_threads_per_disk)
+                             sync=config.sync, io_threads=config.io_threads_per_disk,
+                             background_threads=config.background_concurrency)
             if disk.disk_id in self.disks:
                 raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
             self.disks[disk.disk_id] = disk
         self.io_pending = dict.fromkeys(self.disks, 0)  # per disk: calls queued or running on its threads
+        rate = config.background_mb_per_sec * (1 << 20)
+        self.gates = {disk_id: BackgroundGate(rate, config.background_concurrency, burst=rate / 4)
+                      for disk_id in self.disks}
 
     def close(self) -> None:
         for disk in self.disks.values():
@@ -94,20 +103,43 @@ class Blobnode:
         except KeyError:
             raise errors.DiskNotFound(f"this node has no disk {disk_id}") from None
 
-    async def _run(self, disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    def _executor(self, disk_id: int, io_class: IOClass) -> Executor:
         disk = self.disk(disk_id)
+        return disk.executor if io_class is IOClass.USER else disk.background_executor
+
+    @asynccontextmanager
+    async def background(self, disk_id: int, io_class: IOClass) -> AsyncIterator[None]:
+        """Hold a background slot of the disk for a whole request (user I/O passes straight through)."""
+        self.disk(disk_id)
+        if io_class is IOClass.USER:
+            yield
+            return
+        async with self.gates[disk_id].slot():
+            yield
+
+    def charge(self, disk_id: int, io_class: IOClass, amount: int) -> None:
+        """Count bytes moved by a background request against the disk's rate."""
+        if io_class is not IOClass.USER:
+            self.gates[disk_id].charge(amount)
+
+    async def _run_on(self, executor: Executor, disk_id: int, fn: Callable[P, T], *args: P.args,
+                      **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         self.io_pending[disk_id] += 1
         try:
-            return await loop.run_in_executor(disk.executor,
-                                              functools.partial(_call_translated, disk_id, fn, *args, **kwargs))
+            return await loop.run_in_executor(executor, functools.partial(_call_translated, disk_id, fn, *args,
+                                                                          **kwargs))
         finally:
             self.io_pending[disk_id] -= 1
 
-    async def _shard_op(self, op: str, disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """`_run`, counted as one shard operation `op` of the disk."""
+    async def _run(self, disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run_on(self._executor(disk_id, IOClass.USER), disk_id, fn, *args, **kwargs)
+
+    async def _shard_op(self, op: str, disk_id: int, io_class: IOClass, fn: Callable[P, T], *args: P.args,
+                        **kwargs: P.kwargs) -> T:
+        """`_run` in the I/O class's lane, counted as one shard operation `op` of the disk."""
         try:
-            result = await self._run(disk_id, fn, *args, **kwargs)
+            result = await self._run_on(self._executor(disk_id, io_class), disk_id, fn, *args, **kwargs)
         except errors.RpcError:
             shard_op(disk_id, op, False).inc()
             raise
@@ -124,7 +156,10 @@ class Blobnode:
         return await self._run(disk_id, self.disk(disk_id).set_chunk_status, vuid, status)
 
     async def compact_chunk(self, disk_id: int, vuid: int) -> ChunkInfo:
-        return await self._run(disk_id, self.disk(disk_id).compact_chunk, vuid)
+        """Background work by nature: it rewrites the whole chunk."""
+        async with self.background(disk_id, IOClass.BACKGROUND):
+            return await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id,
+                                      self.disk(disk_id).compact_chunk, vuid)
 
     async def list_chunks(self, disk_id: int) -> list[ChunkInfo]:
         return self.disk(disk_id).list_chunks()
@@ -134,11 +169,14 @@ class Blobnode:
 
     # shards
 
-    async def put_shard(self, disk_id: int, vuid: int, bid: int, data: bytearray) -> ShardMeta:
-        return await self._shard_op("put", disk_id, self.disk(disk_id).put_shard, vuid, bid, data)
+    async def put_shard(self, disk_id: int, vuid: int, bid: int, data: bytearray,
+                        io_class: IOClass = IOClass.USER) -> ShardMeta:
+        meta = await self._shard_op("put", disk_id, io_class, self.disk(disk_id).put_shard, vuid, bid, data)
+        self.charge(disk_id, io_class, len(data))
+        return meta
 
-    async def open_shard_read(self, disk_id: int, vuid: int, bid: int, offset: int,
-                              size: int | None) -> tuple[ShardMeta, int, AsyncIterator[bytes]]:
+    async def open_shard_read(self, disk_id: int, vuid: int, bid: int, offset: int, size: int | None,
+                              io_class: IOClass = IOClass.USER) -> tuple[ShardMeta, int, AsyncIterator[bytes]]:
         """Validate a read and return (meta, length, pieces); pieces verify CRCs as they are read.
 
         The lookup and the first piece come from one trip to the disk's thread pool, so a small
@@ -151,8 +189,10 @@ class Blobnode:
             pieces = chunk.iter_shard(bid, offset, size)
             return meta, pieces, next(pieces, None)
 
-        meta, pieces, first = await self._shard_op("get", disk_id, open_read)
+        executor = self._executor(disk_id, io_class)
+        meta, pieces, first = await self._shard_op("get", disk_id, io_class, open_read)
         length = meta.size - offset if size is None else size
+        self.charge(disk_id, io_class, length)
         loop = asyncio.get_running_loop()
 
         def next_piece() -> bytes | None:
@@ -166,22 +206,25 @@ class Blobnode:
                 remaining -= len(piece)
                 if remaining <= 0:
                     return
-                piece = await loop.run_in_executor(disk.executor, next_piece)
+                piece = await loop.run_in_executor(executor, next_piece)
 
         return meta, length, read_pieces()
 
-    async def shard_stat(self, disk_id: int, vuid: int, bid: int) -> ShardMeta:
-        chunk = await self._run(disk_id, self.disk(disk_id).read_chunk, vuid)
-        return await self._run(disk_id, chunk.stat_shard, bid)
+    async def shard_stat(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER) -> ShardMeta:
+        executor = self._executor(disk_id, io_class)
+        chunk = await self._run_on(executor, disk_id, self.disk(disk_id).read_chunk, vuid)
+        return await self._run_on(executor, disk_id, chunk.stat_shard, bid)
 
     async def list_shards(self, disk_id: int, vuid: int, start_bid: int, count: int | None,
-                          status: ShardStatus | None) -> list[ShardMeta]:
-        chunk = await self._run(disk_id, self.disk(disk_id).read_chunk, vuid)
-        return await self._run(disk_id, chunk.list_shards, start_bid, count, status)
+                          status: ShardStatus | None, io_class: IOClass = IOClass.USER) -> list[ShardMeta]:
+        executor = self._executor(disk_id, io_class)
+        chunk = await self._run_on(executor, disk_id, self.disk(disk_id).read_chunk, vuid)
+        return await self._run_on(executor, disk_id, chunk.list_shards, start_bid, count, status)
 
-    async def set_shard_status(self, disk_id: int, vuid: int, bid: int,
-                               status: ShardStatus | None) -> ShardMeta | None:
-        return await self._shard_op(_STATUS_OPS[status], disk_id, self.disk(disk_id).shard_status, vuid, bid, status)
+    async def set_shard_status(self, disk_id: int, vuid: int, bid: int, status: ShardStatus | None,
+                               io_class: IOClass = IOClass.USER) -> ShardMeta | None:
+        return await self._shard_op(_STATUS_OPS[status], disk_id, io_class, self.disk(disk_id).shard_status, vuid,
+                                    bid, status)
 
     async def export(self, req: ExportRequest) -> list[DiskExport]:
         """Write the shard index and chunk list of each disk under `req.target` (all disks at once, each on its

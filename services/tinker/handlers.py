@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from libs.ec import tactic
-from libs.proto.blobnode import ShardInfo, ShardState, ShardStatusResult, shard_state
+from libs.proto.blobnode import IOClass, ShardInfo, ShardState, ShardStatusResult, shard_state
 from libs.proto.cluster import Unit
 from libs.proto.messages import DeleteMsg, RepairMsg
 from libs.rpc.errors import NotFound, ShardNotFound, Unavailable
@@ -21,7 +21,7 @@ from services.tinker.rules import UploadVerdict, upload_verdict
 from services.worker.client import WorkerClient
 
 UNITS_TTL = 30.0  # deletes come in runs over the same volumes
-ShardOp = Callable[[str, int, int, int], Awaitable[ShardStatusResult]]
+ShardOp = Callable[[str, int, int, int, IOClass], Awaitable[ShardStatusResult]]
 
 
 class RepairHandler:
@@ -74,7 +74,8 @@ class DeleteHandler:
                 volume = await self.volumes.get(vid)
             except NotFound:
                 return False  # the volume is gone: nothing of the upload can be read
-            outcomes = await asyncio.gather(*(self.blobnodes.shard_stat(u.host, u.disk_id, u.vuid, bid)
+            outcomes = await asyncio.gather(*(self.blobnodes.shard_stat(u.host, u.disk_id, u.vuid, bid,
+                                                                         IOClass.BACKGROUND)
                                               for u in volume.units), return_exceptions=True)
             blobs.append([_stat_state(o) for o in outcomes])
             data_shards = tactic(volume.code_mode).n
@@ -86,7 +87,7 @@ class DeleteHandler:
     @staticmethod
     async def _each(op: ShardOp, unit: Unit, bid: int) -> None:
         with contextlib.suppress(ShardNotFound):  # never written there, or already gone
-            await op(unit.host, unit.disk_id, unit.vuid, bid)
+            await op(unit.host, unit.disk_id, unit.vuid, bid, IOClass.BACKGROUND)  # capped: users go first
 
 
 def _stat_state(outcome: ShardInfo | BaseException) -> ShardState:

@@ -8,7 +8,8 @@ from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient, keep_registered
 from services.worker.app import build_app
 from services.worker.config import WorkerConfig
-from services.worker.metrics import repair_figures
+from services.worker.metrics import migrate_figures, repair_figures
+from services.worker.migrate import UnitMigrator
 from services.worker.repair import ShardRepairer
 
 
@@ -20,6 +21,8 @@ def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
     life.close(cluster.close, blobnodes.close)
     repairer = ShardRepairer(cluster, blobnodes, config.shard_timeout)
     register_collector(lambda: repair_figures(repairer.stats))
+    migrator = UnitMigrator(cluster, blobnodes, config)  # driven by the task loop (services/worker/tasks.py)
+    register_collector(lambda: migrate_figures(migrator.stats))
     return build_app(repairer, life), config.bind_addr
 
 

@@ -12,6 +12,13 @@ class WorkerConfig(BaseModel):
     clustermgr_hosts: list[str] = Field(min_length=1)
     shard_timeout: float = Field(30.0, gt=0)
     register_ttl: float = Field(10.0, gt=0)
+    # unit migration (disk repair, drop, balance): shards moved at once, bytes per piece, progress reports
+    migrate_concurrency: int = Field(4, ge=1, le=64)
+    migrate_piece_bytes: int = Field(16 << 20, ge=1 << 16)
+    migrate_report_interval: float = Field(3.0, gt=0)
+    # MiB/s all of this worker's migrations write together; None: only the blobnodes' background caps apply.
+    # On a box where the CPU, not the disks, is short, this is what keeps user latency down during a repair.
+    migrate_mb_per_sec: float | None = Field(None, gt=0)
 
     @property
     def advertised_host(self) -> str:

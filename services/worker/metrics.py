@@ -1,4 +1,4 @@
-"""The worker's figures, read from its repair counters at scrape time."""
+"""The worker's figures, read from its repair and migration counters at scrape time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from libs.proto.worker import WorkerStats
+from libs.proto.worker import MigrateStats, WorkerStats
 from libs.rpc.metrics import counter
 
 
@@ -16,3 +16,11 @@ def repair_figures(stats: WorkerStats) -> Iterator[Metric]:
     yield counter("blobstore_worker_repairs_skipped", "Repairs with nothing to do (healthy, or being deleted)",
                   stats.skipped)
     yield counter("blobstore_worker_repairs_failed", "Repairs that failed (the caller retries)", stats.failed)
+
+
+def migrate_figures(stats: MigrateStats) -> Iterator[Metric]:
+    yield counter("blobstore_worker_migrated_shards", "Shards brought onto new units, by how",
+                  [(("copied",), stats.copied_shards), (("rebuilt",), stats.rebuilt_shards),
+                   (("resumed",), stats.resumed_shards), (("left",), stats.left_shards),
+                   (("lost",), stats.lost_shards)], ["how"])
+    yield counter("blobstore_worker_migrated_bytes", "Bytes written onto new units", stats.written_bytes)

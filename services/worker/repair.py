@@ -13,20 +13,18 @@ import logging
 
 from isal import isal_zlib
 
-from libs.ec import NotEnoughShards, codec_for
-from libs.proto.blobnode import shard_state
+from libs.ec import codec_for
+from libs.proto.blobnode import IOClass, shard_state
 from libs.proto.cluster import Unit
 from libs.proto.worker import RepairResult, WorkerStats
-from libs.rpc.errors import NotFound, RpcError, ShardDeleted, ShardNotFound, Unavailable
+from libs.rpc.errors import NotFound, RpcError, ShardDeleted, ShardNotFound
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
+from services.worker.rebuild import RepairFailed, rebuild_shards
 from services.worker.rules import plan_repair
 
 log = logging.getLogger(__name__)
-
-
-class RepairFailed(Unavailable):
-    """Too few good shards to rebuild from now; the caller retries later."""
+BACKGROUND = IOClass.BACKGROUND
 
 
 class ShardRepairer:
@@ -38,7 +36,8 @@ class ShardRepairer:
 
     async def _read(self, unit: Unit, bid: int) -> bytes | RpcError:
         try:
-            return await self.blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid, timeout=self.timeout)
+            return await self.blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid, timeout=self.timeout,
+                                                  io_class=BACKGROUND)
         except RpcError as exc:
             return exc
 
@@ -62,14 +61,15 @@ class ShardRepairer:
             raise RepairFailed(f"volume {vid}: {exc}") from None
         if plan.skip:
             return RepairResult(vid=vid, bid=bid, skipped=plan.skip)
-        shards = [r if i in plan.sources and isinstance(r, bytes) else None for i, r in enumerate(reads)]
+        survivors = {i: r for i, r in enumerate(reads) if isinstance(r, bytes)}
         try:
-            rebuilt = await asyncio.to_thread(codec.reconstruct, shards, plan.rebuild)
-        except NotEnoughShards as exc:
+            rebuilt = await rebuild_shards(codec, lambda i: self._read(volume.units[i], bid), plan.sources,
+                                           plan.rebuild, have=survivors)
+        except RepairFailed as exc:
             raise RepairFailed(f"blob {vid}/{bid}: {exc}") from None
         result = RepairResult(vid=vid, bid=bid)
         for index in plan.rebuild:
-            if not await self._write(volume.units[index], bid, bytes(rebuilt[index])):
+            if not await self._write(volume.units[index], bid, rebuilt[index]):
                 result.skipped = "the blob is being deleted"
                 return result
             result.repaired.append(index)
@@ -87,8 +87,8 @@ class ShardRepairer:
             return False
         if not isinstance(current, ShardNotFound):  # corrupt, or other bytes: make room for the right ones
             with contextlib.suppress(NotFound):
-                await self.blobnodes.delete_shard(host, disk, vuid, bid)
-        crc = await self.blobnodes.put_shard(host, disk, vuid, bid, data, timeout=self.timeout)
+                await self.blobnodes.delete_shard(host, disk, vuid, bid, io_class=BACKGROUND)
+        crc = await self.blobnodes.put_shard(host, disk, vuid, bid, data, timeout=self.timeout, io_class=BACKGROUND)
         if crc != isal_zlib.crc32(data) or await self._read(unit, bid) != data:
             raise RepairFailed(f"shard {bid} on disk {disk} did not read back as written")
         return True

@@ -1,0 +1,77 @@
+"""I/O classes on a real blobnode: a flood of background reads is held to the disk's background rate while
+user reads keep their latency."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import httpx
+
+from libs.proto.blobnode import IOClass
+from libs.proto.ids import Vuid
+from libs.rpc.errors import BadRequest
+from services.blobnode.client import BlobnodeClient
+from tests.support.processes import BlobnodeFactory
+
+RATE_MIB = 8
+BIG, SMALL = 1 << 20, 16 << 10
+
+
+def p99(samples: list[float]) -> float:
+    return sorted(samples)[int(len(samples) * 0.99) - 1]
+
+
+def test_background_flood_is_capped_and_user_reads_keep_their_latency(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory(disks=1, background_mb_per_sec=RATE_MIB, background_concurrency=2)
+    vuid = Vuid.make(1, 0, 1)
+    rng = random.Random(1)
+
+    async def scenario() -> None:
+        async with BlobnodeClient() as client:
+            await client.create_chunk(bn.url, 1, vuid)
+            for bid in range(1, 9):
+                await client.put_shard(bn.url, 1, vuid, bid, rng.randbytes(BIG))
+            for bid in range(100, 120):
+                await client.put_shard(bn.url, 1, vuid, bid, rng.randbytes(SMALL))
+
+            async def user_reads(seconds: float) -> list[float]:
+                latencies: list[float] = []
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    began = time.perf_counter()
+                    await client.get_shard(bn.url, 1, vuid, rng.randrange(100, 120))
+                    latencies.append(time.perf_counter() - began)
+                return latencies
+
+            moved = 0
+
+            async def background_reads(until: float) -> None:
+                nonlocal moved
+                while time.monotonic() < until:
+                    data = await client.get_shard(bn.url, 1, vuid, rng.randrange(1, 9), io_class=IOClass.BACKGROUND)
+                    moved += len(data)
+
+            baseline = await user_reads(2.0)
+            began = time.monotonic()
+            flood = [asyncio.create_task(background_reads(began + 3.0)) for _ in range(8)]
+            during = await user_reads(3.0)
+            await asyncio.gather(*flood)
+            elapsed = time.monotonic() - began
+            # The rate plus its quarter-second burst plus the operations already admitted when time ran out.
+            assert moved <= (RATE_MIB * elapsed + RATE_MIB / 4 + 2) * BIG, moved / elapsed / BIG
+            assert moved >= RATE_MIB * BIG  # and it was not starved either
+            assert p99(during) <= max(1.5 * p99(baseline), p99(baseline) + 0.02), (p99(baseline), p99(during))
+
+            metrics = httpx.get(f"{bn.url}/metrics").text
+            counted = next(x for x in metrics.splitlines() if x.startswith("blobstore_blobnode_disk_background_bytes"))
+            assert float(counted.split()[-1]) >= moved
+            try:
+                await client.http.read(f"{bn.url}/shard/get", params={"disk_id": 1, "vuid": vuid, "bid": 1,
+                                                                       "io_class": "bulk"})
+                raise AssertionError("an unknown I/O class was accepted")
+            except BadRequest as exc:
+                assert "io_class" in str(exc)
+
+    asyncio.run(scenario())
