@@ -64,7 +64,9 @@ def _typer(help_text: str) -> typer.Typer:
 
 app = typer.Typer(cls=_Group, help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 cluster_app, blob_app = _typer("Run a local cluster."), _typer("Look inside stored objects.")
-disk_app, volume_app, config_app = _typer("Disks."), _typer("Volumes."), _typer("Cluster configuration.")
+disk_app: typer.Typer = _typer("Disks: status, drop, repair progress.")
+volume_app: typer.Typer = _typer("Volumes, and moving their units.")
+config_app = _typer("Cluster configuration.")
 queue_app = _typer("The repair and delete queues in Kafka, and tinker's work on them.")
 for sub, name in ((cluster_app, "cluster"), (blob_app, "blob"), (disk_app, "disk"), (volume_app, "volume"),
                   (config_app, "config"), (queue_app, "queue")):
@@ -146,10 +148,14 @@ def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: in
                    help="Seconds from a delete to its space coming back (tinker's safe delay).")] = 60.0,
                clusters: Annotated[int, typer.Option(
                    min=1, max=8, help="A region: K clusters behind one access node, sharing Kafka and Redis.")] = 1,
+               disk_broken_after: Annotated[float | None, typer.Option(
+                   min=0.1, help="Seconds without a heartbeat before a disk is repaired unattended [default: off]."
+               )] = None,
                timeout: float = 60.0) -> None:
-    """Start redis, Kafka, 3 clustermgr, blobnodes, an allocator, a worker, mqproxy, tinker and access on
-    127.0.0.1, detached."""
-    shape = ClusterShape(blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters)
+    """Start redis, Kafka, 3 clustermgr, blobnodes, an allocator, two schedulers (one stands by), a worker,
+    mqproxy, tinker and access on 127.0.0.1, detached."""
+    shape = ClusterShape(blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters,
+                         disk_broken_after=disk_broken_after)
     info = up(dir, shape, timeout=timeout, say=err.print)
     err.print(f"{len(info.processes)} processes in {info.dir}/ (cluster.json, one folder each with its log)")
     err.print(f"stop it with: blobstore cluster down --dir {dir}")
@@ -362,8 +368,9 @@ def config_set(key: str, value: str, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOp
     out.print(f"{key} set")
 
 
-# The Spark jobs and task switches live in their own module, which uses the options and helpers above.
-from blobstore.inspect_cli import inspect_app, task_app  # noqa: E402
+# The Spark jobs and the background tasks live in their own modules, which uses the options and helpers above.
+from blobstore.inspect_cli import inspect_app  # noqa: E402
+from blobstore.task_cli import task_app  # noqa: E402
 
 app.add_typer(inspect_app, name="inspect")
 app.add_typer(task_app, name="task")

@@ -1,4 +1,4 @@
-"""`blobstore inspect run|backlog` (the Spark jobs) and `blobstore task switch|switches` (task switches).
+"""`blobstore inspect run|backlog`: the Spark jobs.
 
 Imported by blobstore/cli.py once its shared options and helpers exist; the jobs' modules (pyspark) load only
 when a job runs.
@@ -15,15 +15,13 @@ import typer
 
 from blobstore.cli import DEFAULT_DIR, CmOpt, DirOpt, JsonOpt, _clustermgr, _emit, _kafka, _on_cluster, err, out
 from blobstore.launcher import ClusterInfo, LauncherError
-from libs.proto.switches import OFF, ON, TaskType, switch_key, switch_states
+from libs.proto.switches import TaskType
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.mqproxy.client import MqProxyClient
 
 inspect_app = typer.Typer(help="Offline checks on Spark: volume inspection and the repair backlog.",
                           no_args_is_help=True, pretty_exceptions_show_locals=False)
-task_app = typer.Typer(help="Background tasks: their on/off switches.", no_args_is_help=True,
-                       pretty_exceptions_show_locals=False)
 
 UNRECOVERABLE_EXIT = 2
 OutOpt = Annotated[str, typer.Option("--out", help="Output folder or URI [default: DIR/inspect or DIR/backlog].")]
@@ -168,25 +166,3 @@ def inspect_backlog(out_: OutOpt = "", master: MasterOpt = "local[*]",
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
-
-# task switches
-
-
-@task_app.command("switch")
-def task_switch(name: TaskType, state: Annotated[str, typer.Argument(help="on or off")],
-                dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
-    """Turn a background task type on or off (tinker and the scheduler notice within seconds)."""
-    if state not in (ON, OFF):
-        raise typer.BadParameter(f"{state!r}: say on or off", param_hint="STATE")
-    _on_cluster(dir, clustermgr, lambda cm: cm.set_config(switch_key(name), state))
-    out.print(f"{name.value} switched {state}")
-
-
-@task_app.command("switches")
-def task_switches(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
-    """Every task type and whether it is switched on."""
-    states = switch_states(_on_cluster(dir, clustermgr, lambda cm: cm.list_config()))
-    if as_json:
-        typer.echo(json.dumps({task.value: ON if on else OFF for task, on in states.items()}, indent=2))
-        return
-    _emit([{"task": task.value, "switch": ON if on else OFF} for task, on in states.items()], False)

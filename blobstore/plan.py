@@ -18,7 +18,8 @@ KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stat
 # Start order: each stage is healthy before the next one starts, because later stages register with (or, for
 # tinker, consume the topics created by) earlier ones.
 STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",), ("allocator",),
-                                       ("worker",), ("mqproxy",), ("tinker",), ("access",), ("dashboard",))
+                                       ("scheduler",), ("worker",), ("mqproxy",), ("tinker",), ("access",),
+                                       ("dashboard",))
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ClusterShape:
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
     audit_log: bool = True  # access writes access/audit.jsonl
     clusters: int = 1  # a region: this many clusters (ids 1..K) behind one access node, sharing Kafka and Redis
+    disk_broken_after: float | None = None  # seconds of silence before a disk is repaired unattended; None: off
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ def _redis(port: int, root: Path) -> ProcessSpec:
 
 def port_count(shape: ClusterShape) -> int:
     """How many ports `plan_cluster` takes from its iterator."""
-    per_cluster = 2 * CLUSTERMGR_COUNT + shape.blobnodes + 4  # clustermgrs, blobnodes, allocator, worker, mq, tinker
+    # clustermgrs, blobnodes, allocator, two schedulers (one stands by), worker, mqproxy, tinker
+    per_cluster = 2 * CLUSTERMGR_COUNT + shape.blobnodes + 6
     return 1 + 2 + shape.clusters * per_cluster + 2  # redis, kafka, the clusters, access, dashboard
 
 
@@ -109,7 +112,7 @@ def cluster_prefix(cluster_id: int) -> str:
 
 def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, kafka: KafkaSpec,
               cluster_id: int) -> list[ProcessSpec]:
-    """The processes of one cluster: clustermgrs, blobnodes, allocator, worker, mqproxy, tinker."""
+    """The processes of one cluster: clustermgrs, blobnodes, allocator, schedulers, worker, mqproxy, tinker."""
     name = cluster_prefix(cluster_id)
     members = {str(n): {"raft_addr": f"{HOST}:{next(ports)}", "http_addr": f"{HOST}:{next(ports)}"}
                for n in range(1, CLUSTERMGR_COUNT + 1)}
@@ -119,7 +122,7 @@ def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str
                      "code_modes": policy, "chunk_size": shape.chunk_size, "volume_check_interval": 0.5,
                      # no volume before every disk started here registered: each one spreads over all hosts
                      "first_volume_after_disks": shape.blobnodes * shape.disks_per_node,
-                     "disk_heartbeat_timeout": 10.0}, cluster_id)
+                     "disk_heartbeat_timeout": 10.0, "disk_broken_after": shape.disk_broken_after}, cluster_id)
            for n, m in members.items()]
     cm_urls = [cm.url for cm in cms]
     blobnodes = []
@@ -131,18 +134,19 @@ def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str
                                   {"bind_addr": f"{HOST}:{port}", "disks": disks, "clustermgr_hosts": cm_urls,
                                    "heartbeat_interval": 1.0}, cluster_id))
 
-    def service(role: str, **config: Any) -> ProcessSpec:
+    def service(role: str, instance: str = "", **config: Any) -> ProcessSpec:
         port = next(ports)
-        return _service(role, f"{name}{role}", port, root, python,
+        return _service(role, f"{name}{role}{instance}", port, root, python,
                         {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls, **config}, cluster_id)
 
     allocator = service("allocator", code_modes=[shape.code_mode])
+    schedulers = [service("scheduler", str(n)) for n in (1, 2)]
     worker = service("worker")
     mqproxy = service("mqproxy", kafka_bootstrap=kafka.bootstrap, partitions=KAFKA_PARTITIONS, cluster_id=cluster_id)
     tinker = service("tinker", kafka_bootstrap=kafka.bootstrap, delete_safe_delay=shape.delete_delay,
                      delete_log=str(root / f"{name}tinker" / "deletes.jsonl"), cluster_id=cluster_id,
                      group_prefix=f"{name}tinker")
-    return [*cms, *blobnodes, allocator, worker, mqproxy, tinker]
+    return [*cms, *blobnodes, allocator, *schedulers, worker, mqproxy, tinker]
 
 
 def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> ClusterPlan:

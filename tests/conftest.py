@@ -70,7 +70,8 @@ def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]
 def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_factory: Callable[..., list[Service]],
                     blobnode_factory: BlobnodeFactory) -> Iterator[Callable[..., LocalCluster]]:
     """A whole local cluster of real processes: 3 clustermgr, blobnodes, allocator(s), access node(s), and
-    with `pipelines=True` the session's Kafka broker, mqproxy, tinker and a worker."""
+    with `pipelines=True` the session's Kafka broker, mqproxy, tinker and a worker; with `schedulers=K`, K
+    schedulers and a worker."""
     started: list[Service] = []
 
     def launch(module: str, name: str, **config: object) -> Service:
@@ -84,7 +85,8 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
     def start(blobnodes: int = 6, disks: int = 1, code_mode: str = "EC3P3", min_volumes: int = 2,
               allocators: int = 1, access: int = 1, pipelines: bool = False, safe_delay: float = 2.0,
               tinker: dict[str, object] | None = None, clustermgr: dict[str, object] | None = None,
-              **access_overrides: object) -> LocalCluster:
+              schedulers: int = 0, scheduler: dict[str, object] | None = None,
+              worker: dict[str, object] | None = None, **access_overrides: object) -> LocalCluster:
         cms = clustermgr_factory(**{"volume_check_interval": 0.2, "disk_heartbeat_timeout": 10, "volume_lease_ttl": 10,
                                     "chunk_size": 256 << 20, "first_volume_after_disks": blobnodes * disks,
                                     "code_modes": [{"code_mode": code_mode, "min_volumes": min_volumes}],
@@ -94,10 +96,14 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
         allocs = [launch("services.allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
                          retain_interval=2.0) for i in range(allocators)]
         background: dict[str, Service] = {}
+        for n in range(schedulers):  # the first to start is elected; the others stand by
+            background[f"scheduler{n}"] = launch("services.scheduler", f"scheduler{n}", clustermgr_hosts=cm_urls,
+                                                 **(scheduler or {}))
+        if pipelines or schedulers:
+            background["worker"] = launch("services.worker", "worker", clustermgr_hosts=cm_urls, **(worker or {}))
         if pipelines:
             kafka = request.getfixturevalue("kafka_broker")
             cluster_id = random.randrange(2, 2**31)  # this cluster's messages only: tests share the broker
-            background["worker"] = launch("services.worker", "worker", clustermgr_hosts=cm_urls)
             background["mqproxy"] = launch("services.mqproxy", "mqproxy", clustermgr_hosts=cm_urls,
                                            cluster_id=cluster_id, kafka_bootstrap=kafka.bootstrap, partitions=2)
             background["tinker"] = launch("services.tinker", "tinker", clustermgr_hosts=cm_urls,

@@ -121,11 +121,13 @@ class KVStore:
                 return
             yield key, value
 
-    def prefix_items(self, cf: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for key, value in _raw_items(self._cf(cf), prefix):
+    def prefix_items(self, cf: str, prefix: bytes, after: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Keys starting with `prefix` in order, only those past `after` when given (a page marker)."""
+        for key, value in _raw_items(self._cf(cf), max(prefix, after)):
             if not key.startswith(prefix):
                 return
-            yield key, value
+            if key != after:
+                yield key, value
 
     def checkpoint(self, dest: str | os.PathLike[str]) -> Path:
         """A consistent, openable copy of the whole database (hard links where possible)."""

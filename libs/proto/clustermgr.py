@@ -167,11 +167,16 @@ class VolumeHolder(VolumeRef):
     holder: str
 
 
-class UnitAlloc(VolumeRef):
+class UnitRef(VolumeRef):
     index: int = Field(ge=0, lt=256)
 
 
-class UnitUpdate(UnitAlloc):
+class UnitAlloc(UnitRef):
+    disk_id: int | None = Field(None, ge=1, lt=2**32)  # the target; None: the placement policy chooses
+    avoid: list[int] = Field(default_factory=list, max_length=4096)  # disks the policy must not choose
+
+
+class UnitUpdate(UnitRef):
     vuid: int = U64
     disk_id: int = DISK_ID
 
@@ -238,6 +243,10 @@ class ConfigList(BaseModel):
 
 class KvItems(BaseModel):
     items: dict[str, str]
+    next_after: str | None = None  # the marker of the next page; None when this page was the last
+
+
+KV_PAGE = 1000  # the most keys one /kv/list answers
 
 
 # raft

@@ -6,6 +6,7 @@ is open until it reaches a final state; `mtime` and the done counters show wheth
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
@@ -14,6 +15,22 @@ from libs.proto.cluster import Unit
 from libs.proto.switches import TaskType
 
 TASK_PREFIX = "task/"
+# clustermgr config: seconds without a heartbeat after which the scheduler declares a disk broken and
+# repairs it, or "off" (the default: an operator says so with `blobstore disk set ID --status broken`).
+BROKEN_AFTER_KEY = "disk_broken_after"
+
+
+def parse_broken_after(value: str | None) -> float | None:
+    """The `BROKEN_AFTER_KEY` setting in seconds, None when off; ValueError naming what is wrong."""
+    if value is None or value == "off":
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{BROKEN_AFTER_KEY} must be a number of seconds or 'off', not {value!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"{BROKEN_AFTER_KEY} must be positive, not {value!r}")
+    return seconds
 
 
 class TaskState(StrEnum):
@@ -35,7 +52,13 @@ class TaskRecord(BaseModel):
     vid: int = Field(ge=0, lt=2**32)
     unit_index: int = Field(ge=0, lt=256)
     source_vuid: int = Field(ge=0, lt=2**64)
-    destination_vuid: int | None = Field(None, ge=0, lt=2**64)
+    source_host: str = ""  # the blobnode of the source disk
+    target_disk: int | None = Field(None, ge=1, lt=2**32)  # the destination disk an operator asked for
+    destination: Unit | None = None  # the unit being moved in, once prepared
+    avoid_disks: list[int] = Field(default_factory=list)  # destinations that failed: never chosen again
+    redo: int = Field(0, ge=0)  # destinations given up on so far
+    worker: str = ""  # the last worker handed the task
+    reason: str = ""  # why it finished in advance, or what the last failure was
     ctime: float = Field(ge=0)
     mtime: float = Field(ge=0)  # the last change of state or progress
     done_bytes: int = Field(0, ge=0)
@@ -50,6 +73,10 @@ class TaskRecord(BaseModel):
     @property
     def open(self) -> bool:
         return self.state not in FINAL_STATES
+
+    @property
+    def source(self) -> Unit:
+        return Unit(vuid=self.source_vuid, disk_id=self.disk_id, host=self.source_host)
 
 
 def task_key(task_type: TaskType, task_id: str) -> str:
@@ -115,3 +142,61 @@ class TaskCancel(BaseModel):
 class TaskAck(BaseModel):
     task_id: str
     state: TaskState
+
+
+class ManualMigrate(BaseModel):
+    """Move unit `index` of volume `vid` to `disk_id`, or to a disk the placement policy picks."""
+
+    vid: int = Field(ge=1, lt=2**32)
+    index: int = Field(ge=0, lt=256)
+    disk_id: int | None = Field(None, ge=1, lt=2**32)
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskRecord]
+
+
+class SchedulerStatus(BaseModel):
+    host: str
+    active: bool
+    leader: str | None  # the active scheduler's URL as the lease record names it
+    open_tasks: int
+    leased_tasks: int
+
+
+class LeaderRecord(BaseModel):
+    """The election record in clustermgr's kv (`LEADER_KEY`): who is active, and a counter bumped by each
+    renewal, so a standby sees the record change while its holder lives."""
+
+    host: str
+    term: int = Field(ge=1)
+
+
+LEADER_KEY = "scheduler/leader"
+
+
+class DiskProgress(BaseModel):
+    """How far the evacuation of one disk (repair or drop) has come, from its task records."""
+
+    disk_id: int
+    tasks: int
+    finished: int
+    done_bytes: int
+    total_bytes: int  # of the tasks a worker has sized so far (when it lists the unit)
+    done_shards: int
+    total_shards: int
+    bytes_per_sec: float  # done bytes over the time since the first task was created
+    eta_seconds: float | None  # None: nothing moved yet, or not every task sized
+
+
+def disk_progress(records: Iterable[TaskRecord], disk_id: int, now: float) -> DiskProgress:
+    tasks = [t for t in records if t.disk_id == disk_id]
+    done = sum(t.done_bytes for t in tasks)
+    total = sum(t.total_bytes for t in tasks)
+    started = min((t.ctime for t in tasks), default=now)
+    rate = done / (now - started) if now > started else 0.0
+    unsized = any(t.open and not t.worker for t in tasks)  # no worker has listed its unit yet
+    eta = (total - done) / rate if rate > 0 and not unsized else None
+    return DiskProgress(disk_id=disk_id, tasks=len(tasks), finished=sum(not t.open for t in tasks), done_bytes=done,
+                        total_bytes=total, done_shards=sum(t.done_shards for t in tasks),
+                        total_shards=sum(t.total_shards for t in tasks), bytes_per_sec=rate, eta_seconds=eta)

@@ -15,6 +15,7 @@ from fastapi import Depends, Header, Query
 from libs.ec import UnknownCodeMode, parse_code_mode
 from libs.proto.cluster import DiskInfo, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from libs.proto.clustermgr import (
+    KV_PAGE,
     POLICY_KEY,
     SESSION_HEADER,
     ClusterStat,
@@ -54,6 +55,7 @@ from libs.proto.clustermgr import (
     VolumeRetain,
     VolumeView,
 )
+from libs.proto.scheduler import BROKEN_AFTER_KEY, parse_broken_after
 from libs.proto.switches import SWITCH_PREFIX, parse_switch
 from libs.rpc.errors import BadRequest
 from libs.rpc.server import ASGIApp, create_app
@@ -172,7 +174,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
 
     @app.post("/volume/unit/alloc")
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
-        return await cm.alloc_unit(req.vid, req.index, caller)
+        return await cm.alloc_unit(req, caller)
 
     @app.post("/volume/unit/update")
     async def unit_update(req: UnitUpdate, caller: Caller) -> VolumeInfo:
@@ -215,6 +217,8 @@ def build_app(cm: ClusterManager) -> ASGIApp:
                 CodeModePolicy.parse(req.value)
             elif req.key.startswith(SWITCH_PREFIX):
                 parse_switch(req.key, req.value)
+            elif req.key == BROKEN_AFTER_KEY:
+                parse_broken_after(req.value)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         return await cm.submit(cmd.ConfigSet(key=req.key, value=req.value), caller)
@@ -240,8 +244,9 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return await cm.submit(cmd.KvDelete(key=req.key), caller)
 
     @app.get("/kv/list")
-    async def kv_list(prefix: str = "") -> KvItems:
-        return KvItems(items=(await cm.fresh()).kv_list(prefix))
+    async def kv_list(prefix: str = "", after: str = "", count: int = Query(KV_PAGE, ge=1, le=KV_PAGE)) -> KvItems:
+        items = (await cm.fresh()).kv_list(prefix, after, count)
+        return KvItems(items=items, next_after=next(reversed(items)) if len(items) == count else None)
 
     @app.get("/stat")
     async def stat() -> ClusterStat:

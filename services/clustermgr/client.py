@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from libs.proto.blobnode import MOVED_ERRORS
 from libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from libs.proto.clustermgr import (
+    KV_PAGE,
     SESSION_HEADER,
     ClusterStat,
     ConfigList,
@@ -242,8 +243,12 @@ class ClusterClient(ServiceClient):
     async def unlock_volume(self, vid: int) -> VolumeInfo:
         return await self.call("POST", "/volume/unlock", VolumeInfo, body=VolumeRef(vid=vid))
 
-    async def alloc_unit(self, vid: int, index: int) -> Unit:
-        return await self.call("POST", "/volume/unit/alloc", Unit, body=UnitAlloc(vid=vid, index=index))
+    async def alloc_unit(self, vid: int, index: int, *, disk_id: int | None = None,
+                         avoid: Sequence[int] = ()) -> Unit:
+        """Reserve the next epoch of unit `index` on `disk_id`, or on a disk the placement policy picks
+        among all but `avoid`."""
+        body = UnitAlloc(vid=vid, index=index, disk_id=disk_id, avoid=list(avoid))
+        return await self.call("POST", "/volume/unit/alloc", Unit, body=body)
 
     async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int) -> VolumeInfo:
         body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id)
@@ -290,7 +295,18 @@ class ClusterClient(ServiceClient):
         await self.call("POST", "/kv/delete", KeyRef, body=KeyRef(key=key))
 
     async def kv_list(self, prefix: str = "") -> dict[str, str]:
-        return (await self.call("GET", "/kv/list", KvItems, params={"prefix": prefix})).items
+        """Every key under `prefix`, read page by page."""
+        items: dict[str, str] = {}
+        after: str | None = ""
+        while after is not None:
+            page = await self.kv_page(prefix, after)
+            items.update(page.items)
+            after = page.next_after
+        return items
+
+    async def kv_page(self, prefix: str = "", after: str = "", count: int = KV_PAGE) -> KvItems:
+        """One page of keys under `prefix`, past `after`, in key order."""
+        return await self.call("GET", "/kv/list", KvItems, params={"prefix": prefix, "after": after, "count": count})
 
     # raft
 

@@ -25,6 +25,10 @@ class ClusterMgrConfig(BaseModel):
     chunk_size: int = Field(16 << 30, ge=1 << 20)  # capacity of one unit's chunk
     volume_lease_ttl: float = Field(30.0, gt=0)
     disk_heartbeat_timeout: float = Field(30.0, gt=0)  # a disk not heard from for longer is dead
+    # Seeds the replicated `disk_broken_after` config unless an operator set it: seconds without a heartbeat
+    # after which the scheduler repairs a disk unattended. None ("off"): only an operator or the blobnode
+    # marks a disk broken (in production, set it to well above a reboot, e.g. 1800).
+    disk_broken_after: float | None = Field(None, gt=0)
     repair_reserve_chunks: int = Field(2, ge=0)  # chunk slots per disk that volume creation leaves to repair
     # No volume is created before this many disks are registered: a launcher that starts N disks sets N,
     # so the first volumes spread over every host. Once any volume exists it no longer applies.

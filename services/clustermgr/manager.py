@@ -28,8 +28,10 @@ from libs.proto.clustermgr import (
     LeaderView,
     RaftStatus,
     Session,
+    UnitAlloc,
     VolumeView,
 )
+from libs.proto.scheduler import BROKEN_AFTER_KEY
 from libs.raft.config import RaftConfig
 from libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from libs.raft.errors import NotLeader as RaftNotLeader
@@ -175,9 +177,13 @@ class ClusterManager:
                 log.exception("leader duty failed")
 
     async def publish_defaults(self) -> None:
-        """Seed the code-mode size policy from this node's config unless an operator has set one."""
+        """Seed the code-mode size policy and `disk_broken_after` from this node's config unless an operator
+        has set them."""
         if self.state.config(POLICY_KEY) is None:
             await self.propose(ConfigSet(key=POLICY_KEY, value=CodeModePolicy.dump(self.config.code_modes)))
+        broken_after = self.config.disk_broken_after
+        if broken_after is not None and self.state.config(BROKEN_AFTER_KEY) is None:
+            await self.propose(ConfigSet(key=BROKEN_AFTER_KEY, value=str(broken_after)))
 
     def policy(self) -> list[CodeModeRule]:
         """The size policy in force: the replicated one (operators may change it), else this config's."""
@@ -221,18 +227,25 @@ class ClusterManager:
         return [VolumeView(**v.model_dump(), **volume_health(v, disks, now, self.config.disk_heartbeat_timeout)
                            .model_dump()) for v in volumes]
 
-    async def alloc_unit(self, vid: int, index: int, session: Session | None = None) -> Unit:
-        """Reserve a new place for unit `index` of volume `vid`: a disk chosen by the placement policy,
-        and the unit's next epoch."""
+    async def alloc_unit(self, req: UnitAlloc, session: Session | None = None) -> Unit:
+        """Reserve a new place for a volume's unit: the disk asked for (it must be alive) or one the placement
+        policy chooses among the others, and the unit's next epoch."""
         state = await self.fresh()
-        volume = state.volume(vid)
-        unit_disks = [state.disk(u.disk_id) for u in volume.units]
-        try:
-            disk_id = replacement_disk(tactic(parse_code_mode(volume.code_mode)), unit_disks, index, state.disks(),
-                                       time.time(), self.config.disk_heartbeat_timeout)
-        except PlacementError as exc:
-            raise Conflict(f"volume {vid} unit {index}: {exc}") from None
-        return await self.submit(UnitAllocCmd(vid=vid, index=index, disk_id=disk_id), session)
+        volume = state.volume(req.vid)
+        now = time.time()
+        disk_id = req.disk_id
+        if disk_id is not None:
+            if not state.disk(disk_id).heard_from(now, self.config.disk_heartbeat_timeout):
+                raise Conflict(f"disk {disk_id} is not alive")
+        else:
+            unit_disks = [state.disk(u.disk_id) for u in volume.units]
+            allowed = [d for d in state.disks() if d.disk_id not in req.avoid]
+            try:
+                disk_id = replacement_disk(tactic(parse_code_mode(volume.code_mode)), unit_disks, req.index, allowed,
+                                           now, self.config.disk_heartbeat_timeout)
+            except PlacementError as exc:
+                raise Conflict(f"volume {req.vid} unit {req.index}: {exc}") from None
+        return await self.submit(UnitAllocCmd(vid=req.vid, index=req.index, disk_id=disk_id), session)
 
     def raft_status(self) -> RaftStatus:
         return RaftStatus.model_validate(self.raft.status())

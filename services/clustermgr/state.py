@@ -8,6 +8,7 @@ atomic batch.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -136,8 +137,10 @@ class ClusterState:
         raw = self.kv.get(KV, key.encode())
         return raw.decode() if raw is not None else None
 
-    def kv_list(self, prefix: str) -> dict[str, str]:
-        return {k.decode(): v.decode() for k, v in self.kv.prefix_items(KV, prefix.encode())}
+    def kv_list(self, prefix: str, after: str = "", limit: int | None = None) -> dict[str, str]:
+        """Keys under `prefix` in order, past `after`, at most `limit` of them."""
+        items = self.kv.prefix_items(KV, prefix.encode(), after.encode())
+        return {k.decode(): v.decode() for k, v in itertools.islice(items, limit)}
 
     def sessions(self) -> int:
         return sessions.count(self.kv)

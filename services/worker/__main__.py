@@ -6,11 +6,13 @@ from libs.rpc.metrics import register_collector
 from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient, keep_registered
+from services.scheduler.client import SchedulerClient
 from services.worker.app import build_app
 from services.worker.config import WorkerConfig
 from services.worker.metrics import migrate_figures, repair_figures
 from services.worker.migrate import UnitMigrator
 from services.worker.repair import ShardRepairer
+from services.worker.tasks import TaskRunner
 
 
 def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
@@ -21,8 +23,13 @@ def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
     life.close(cluster.close, blobnodes.close)
     repairer = ShardRepairer(cluster, blobnodes, config.shard_timeout)
     register_collector(lambda: repair_figures(repairer.stats))
-    migrator = UnitMigrator(cluster, blobnodes, config)  # driven by the task loop (services/worker/tasks.py)
+    migrator = UnitMigrator(cluster, blobnodes, config)
     register_collector(lambda: migrate_figures(migrator.stats))
+    scheduler = SchedulerClient(cluster)
+    life.close(scheduler.close)
+    runner = TaskRunner(scheduler, migrator, config.advertised_host, config.task_poll)
+    for _ in range(config.task_runners):
+        life.loop(runner.run)
     return build_app(repairer, life), config.bind_addr
 
 

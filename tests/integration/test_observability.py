@@ -36,7 +36,7 @@ from services.clustermgr.client import ClusterClient
 from services.mqproxy.client import MqProxyClient
 from tests.support.browser import headless_chromium
 
-SCRAPED = ("clustermgr", "blobnode", "allocator", "worker", "mqproxy", "tinker", "access", "dashboard")
+SCRAPED = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker", "access", "dashboard")
 # Families each role must export beyond the shared request metrics.
 OWN_FAMILIES = {
     "clustermgr": {"blobstore_raft_term", "blobstore_raft_role", "blobstore_raft_commit_index",
@@ -46,6 +46,7 @@ OWN_FAMILIES = {
                  "blobstore_blobnode_crc_failures", "blobstore_blobnode_disk_used_bytes",
                  "blobstore_blobnode_disk_free_bytes", "blobstore_blobnode_disk_io_pending"},
     "allocator": {"blobstore_allocator_leased_volumes", "blobstore_allocator_free_bids"},
+    "scheduler": {"blobstore_scheduler_active", "blobstore_scheduler_tasks"},
     "worker": {"blobstore_worker_repaired_shards", "blobstore_worker_repairs_failed"},
     "mqproxy": {"blobstore_mqproxy_messages_in", "blobstore_mqproxy_messages_sent"},
     "tinker": {"blobstore_tinker_messages_in", "blobstore_tinker_done", "blobstore_tinker_failed",

@@ -252,8 +252,8 @@ def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
     """Runs last in this module: it stops the shared cluster."""
     records = ClusterInfo.load(Path(cluster.dir)).processes
     assert sorted(p.role for p in records) == sorted(["redis", "kafka", *["clustermgr"] * 3, *["blobnode"] * 6,
-                                                      "allocator", "worker", "mqproxy", "tinker", "access",
-                                                      "dashboard"])
+                                                      "allocator", *["scheduler"] * 2, "worker", "mqproxy", "tinker",
+                                                      "access", "dashboard"])
     _cli(cluster, "cluster", "down")
     assert [p.name for p in records if p.running] == []
     assert _processes_mentioning(cluster.dir) == []  # every command line names a config under the cluster dir

@@ -206,6 +206,21 @@ def test_kv_compare_and_set(cm: Driver) -> None:
     assert cm.state.kv_get("leader") is None
 
 
+def test_kv_listing_pages_in_key_order_and_stays_inside_the_prefix(cm: Driver) -> None:
+    for i in range(25):
+        cm(c.KvSet(key=f"task/{i:03d}", value=str(i)))
+    cm(c.KvSet(key="tasl", value="next prefix"))
+    cm(c.KvSet(key="task", value="the prefix itself"))
+    seen: list[str] = []
+    after = ""
+    while page := cm.state.kv_list("task/", after, 10):
+        seen += page
+        after = next(reversed(page))
+    assert seen == [f"task/{i:03d}" for i in range(25)]
+    assert cm.state.kv_list("task/", "task/023") == {"task/024": "24"}
+    assert cm.state.kv_list("task/", "zzz") == {}
+
+
 def test_services_and_config(cm: Driver) -> None:
     cm(c.ServiceRegisterCmd(name="mqproxy", host="http://m1", idc="z0", ttl=5))
     cm.now += 10

@@ -1,0 +1,29 @@
+"""`python -m services.scheduler -c scheduler.json`"""
+
+from __future__ import annotations
+
+from libs.rpc.metrics import register_collector
+from libs.rpc.server import ASGIApp, Lifecycle, run_service
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient, keep_registered
+from services.scheduler.app import build_app
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.metrics import scheduler_figures
+from services.scheduler.scheduler import Scheduler
+
+
+def build(config: SchedulerConfig) -> tuple[ASGIApp, str]:
+    life = Lifecycle()
+    cluster = ClusterClient(config.clustermgr_hosts)
+    blobnodes = BlobnodeClient()
+    scheduler = Scheduler(config, cluster, blobnodes)
+    register_collector(lambda: scheduler_figures(scheduler))
+    life.loop(lambda: keep_registered(cluster, "scheduler", config.advertised_host, config.idc, config.register_ttl))
+    life.loop(scheduler.campaign)
+    life.loop(scheduler.run)
+    life.close(cluster.close, blobnodes.close)
+    return build_app(scheduler, life), config.bind_addr
+
+
+if __name__ == "__main__":
+    run_service("scheduler", SchedulerConfig, build)

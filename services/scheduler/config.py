@@ -1,0 +1,23 @@
+"""Scheduler configuration (`python -m services.scheduler -c scheduler.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class SchedulerConfig(BaseModel):
+    bind_addr: str = "127.0.0.1:9800"
+    host: str = ""  # advertised URL; defaults to http://<bind_addr>; also its name in the election
+    idc: str = "z0"
+    clustermgr_hosts: list[str] = Field(min_length=1)
+    election_ttl: float = Field(6.0, gt=0)  # a standby takes over this long after the active one went silent
+    task_lease_ttl: float = Field(10.0, gt=0)  # a task not renewed for this long goes back to the queue
+    round_interval: float = Field(1.0, gt=0)  # disks watched, tasks prepared and finished this often
+    max_prepared: int = Field(20, ge=1)  # tasks with a destination at once (each holds a new chunk)
+    cancel_hold: float = Field(5.0, ge=0)  # a cancelled task waits this long before it is handed out again
+    keep_finished: float = Field(86_400.0, ge=0)  # final task records are deleted after this long
+    register_ttl: float = Field(10.0, gt=0)
+
+    @property
+    def advertised_host(self) -> str:
+        return self.host or f"http://{self.bind_addr}"

@@ -1,0 +1,149 @@
+"""The scheduler's decisions, free of I/O: task states, which task to prepare or hand out next, fencing,
+and what a disk's status becomes. `scheduler.py` feeds them what it read and carries out the answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo
+from libs.proto.ids import Vuid
+from libs.proto.scheduler import TaskRecord, TaskRef, TaskState
+from libs.proto.switches import TaskType
+
+# Which state a task may move to next; anything else is a bug in the caller.
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.INITED: frozenset({TaskState.PREPARED, TaskState.FINISHED_IN_ADVANCE}),
+    # back to inited: the destination failed, a new one is prepared
+    TaskState.PREPARED: frozenset({TaskState.WORK_COMPLETED, TaskState.INITED, TaskState.FINISHED_IN_ADVANCE}),
+    # back to inited: the volume refused the switch to this destination
+    TaskState.WORK_COMPLETED: frozenset({TaskState.FINISHED, TaskState.INITED, TaskState.FINISHED_IN_ADVANCE}),
+    TaskState.FINISHED: frozenset(),
+    TaskState.FINISHED_IN_ADVANCE: frozenset(),
+}
+
+# Disk repair first (every blob on a broken disk is one failure closer to loss), then the operator's asks.
+PRIORITY = (TaskType.DISK_REPAIR, TaskType.MANUAL_MIGRATE, TaskType.DISK_DROP, TaskType.BALANCE)
+# Tasks that copy from a source that still works: the volume is locked and the source chunk made read-only
+# first, so no blob lands on the old unit after it was listed.
+LOCKING = frozenset({TaskType.DISK_DROP, TaskType.BALANCE, TaskType.MANUAL_MIGRATE})
+# Disk statuses whose units the scheduler moves off, and by which task type.
+EVACUATE = {DiskStatus.BROKEN: TaskType.DISK_REPAIR, DiskStatus.REPAIRING: TaskType.DISK_REPAIR,
+            DiskStatus.DROPPING: TaskType.DISK_DROP}
+
+
+class BadTransition(Exception):
+    pass
+
+
+def advance(task: TaskRecord, state: TaskState, now: float, **changes: object) -> TaskRecord:
+    """The task in `state` (with `changes`), or BadTransition."""
+    if state is not task.state and state not in TASK_TRANSITIONS[task.state]:
+        raise BadTransition(f"task {task.task_id} cannot go from {task.state} to {state}")
+    return task.model_copy(update={**changes, "state": state, "mtime": now})
+
+
+def task_id(task_type: TaskType, disk_id: int, vuid: int) -> str:
+    """One task per unit epoch and purpose: creating it twice (a scheduler restarted midway) is a no-op."""
+    unit = Vuid(vuid)
+    return f"{task_type}-{disk_id}-{unit.vid()}-{unit.index()}-{unit.epoch()}"
+
+
+def new_task(task_type: TaskType, volume: VolumeInfo, index: int, now: float) -> TaskRecord:
+    unit = volume.units[index]
+    return TaskRecord(task_id=task_id(task_type, unit.disk_id, unit.vuid), task_type=task_type, disk_id=unit.disk_id,
+                      vid=volume.vid, unit_index=index, source_vuid=unit.vuid, source_host=unit.host, ctime=now,
+                      mtime=now)
+
+
+def units_to_evacuate(disk: DiskInfo, volumes: Iterable[VolumeInfo], tasks: Mapping[str, TaskRecord],
+                      now: float) -> list[TaskRecord]:
+    """New tasks for the units still on a disk being repaired or dropped that have none yet."""
+    task_type = EVACUATE.get(disk.status)
+    if task_type is None:
+        return []
+    fresh = []
+    for volume in volumes:
+        for index, unit in enumerate(volume.units):
+            if unit.disk_id == disk.disk_id and task_id(task_type, disk.disk_id, unit.vuid) not in tasks:
+                fresh.append(new_task(task_type, volume, index, now))
+    return fresh
+
+
+def next_disk_status(disk: DiskInfo, silent_for: float, broken_after: float | None, units_left: int,
+                     open_tasks: int) -> DiskStatus | None:
+    """Where the scheduler takes a disk next, or None. A disk silent for longer than `broken_after` seconds
+    (None: never by silence) turns broken; once its tasks exist it is repairing; with no unit and no task
+    left it is repaired (or dropped)."""
+    status = disk.status
+    if status is DiskStatus.NORMAL:
+        silent = broken_after is not None and disk.last_heartbeat > 0 and silent_for > broken_after
+        return DiskStatus.BROKEN if silent else None
+    if status is DiskStatus.BROKEN:
+        return DiskStatus.REPAIRING if open_tasks or not units_left else None
+    if status in (DiskStatus.REPAIRING, DiskStatus.DROPPING) and not units_left and not open_tasks:
+        return DiskStatus.REPAIRED if status is DiskStatus.REPAIRING else DiskStatus.DROPPED
+    return None
+
+
+def busy_volumes(tasks: Iterable[TaskRecord]) -> set[int]:
+    """Volumes with a task past inited and not final: one background task per volume at a time."""
+    return {t.vid for t in tasks if t.state in (TaskState.PREPARED, TaskState.WORK_COMPLETED)}
+
+
+def _order(task: TaskRecord) -> tuple[int, float]:
+    return PRIORITY.index(task.task_type) if task.task_type in PRIORITY else len(PRIORITY), task.ctime
+
+
+def to_prepare(tasks: Iterable[TaskRecord], enabled: Mapping[TaskType, bool], room: int) -> list[TaskRecord]:
+    """Inited tasks to prepare now, most urgent first: at most `room`, one per volume, none on a busy
+    volume, none whose switch is off."""
+    tasks = list(tasks)
+    busy = busy_volumes(tasks)
+    chosen: list[TaskRecord] = []
+    for task in sorted((t for t in tasks if t.state is TaskState.INITED), key=_order):
+        if len(chosen) >= room:
+            break
+        if enabled.get(task.task_type, True) and task.vid not in busy:
+            busy.add(task.vid)
+            chosen.append(task)
+    return chosen
+
+
+@dataclass
+class Lease:
+    worker: str
+    expires: float  # monotonic
+
+
+def to_hand_out(tasks: Iterable[TaskRecord], leases: Mapping[str, Lease], held_back: Mapping[str, float],
+                enabled: Mapping[TaskType, bool], wanted: Sequence[TaskType], now: float) -> TaskRecord | None:
+    """The prepared task a worker gets next: no live lease, not held back after a cancel, switch on, of a
+    type the worker asked for (any if none), disk repair first, then the oldest. `now` is monotonic."""
+    def free(task: TaskRecord) -> bool:
+        lease = leases.get(task.task_id)
+        return ((lease is None or lease.expires <= now) and held_back.get(task.task_id, 0.0) <= now
+                and enabled.get(task.task_type, True) and (not wanted or task.task_type in wanted))
+
+    ready = [t for t in tasks if t.state is TaskState.PREPARED and free(t)]
+    return min(ready, key=_order, default=None)
+
+
+def fence(task: TaskRecord | None, ref: TaskRef, lease: Lease | None, now: float) -> str | None:
+    """Why a worker's call about `ref` is refused, or None. The units are the fencing token: a worker
+    handed an older destination, or another worker's task, can never report or commit. A task with no
+    lease in memory (the scheduler that granted it has gone) is taken back by the worker holding its units."""
+    if task is None or task.task_type != ref.task_type:
+        return f"no task {ref.task_type}/{ref.task_id}"
+    if task.state is not TaskState.PREPARED:
+        return f"task {ref.task_id} is {task.state}"
+    if task.source_vuid != ref.source_vuid or task.destination is None or task.destination.vuid != ref.destination_vuid:
+        return f"task {ref.task_id} moves {task.source_vuid} -> {task.destination and task.destination.vuid} now"
+    if lease is not None and lease.worker != ref.worker and lease.expires > now:
+        return f"task {ref.task_id} is held by {lease.worker}"
+    return None
+
+
+def prunable(task: TaskRecord, now: float, keep_finished: float) -> bool:
+    """A final record past its keeping time."""
+    return not task.open and now - task.mtime > keep_finished

@@ -1,0 +1,170 @@
+"""The scheduler's decisions: task states, preparation and hand-out order, fencing, disk statuses, election."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo
+from libs.proto.ids import Vuid
+from libs.proto.scheduler import LeaderRecord, TaskRecord, TaskRef, TaskState, disk_progress, parse_broken_after
+from libs.proto.switches import TaskType
+from services.scheduler import rules
+from services.scheduler.election import Election
+from services.scheduler.rules import BadTransition, Lease
+
+
+def volume(vid: int, disks: list[int]) -> VolumeInfo:
+    units = [Unit(vuid=Vuid.make(vid, i, 1), disk_id=d, host=f"http://n{d}") for i, d in enumerate(disks)]
+    return VolumeInfo(vid=vid, code_mode=1, backend="isal", capacity=1 << 30, units=units)
+
+
+def task(vid: int = 1, index: int = 0, task_type: TaskType = TaskType.DISK_REPAIR, state: TaskState = TaskState.INITED,
+         ctime: float = 0.0, destination: Unit | None = None) -> TaskRecord:
+    t = rules.new_task(task_type, volume(vid, [1, 2, 3, 4, 5, 6]), index, ctime)
+    return t.model_copy(update={"state": state, "destination": destination})
+
+
+DEST = Unit(vuid=Vuid.make(1, 0, 2), disk_id=9, host="http://n9")
+ALL_ON = dict.fromkeys(TaskType, True)
+
+
+def test_every_state_change_outside_the_table_is_refused() -> None:
+    for start, end in itertools.product(TaskState, TaskState):
+        t = task(state=start)
+        if start is end or end in rules.TASK_TRANSITIONS[start]:
+            assert rules.advance(t, end, 5.0).state is end
+        else:
+            with pytest.raises(BadTransition):
+                rules.advance(t, end, 5.0)
+    assert rules.advance(task(), TaskState.PREPARED, 7.0, destination=DEST).mtime == 7.0
+
+
+def test_task_ids_name_the_unit_epoch_so_creating_twice_is_one_task() -> None:
+    v = volume(3, [1, 2, 3, 4, 5, 6])
+    repair = rules.new_task(TaskType.DISK_REPAIR, v, 2, 1.0).task_id
+    assert repair == rules.new_task(TaskType.DISK_REPAIR, v, 2, 9.0).task_id == "disk_repair-3-3-2-1"
+    assert rules.new_task(TaskType.DISK_DROP, v, 2, 1.0).task_id != repair
+
+
+def test_units_on_a_broken_or_dropping_disk_get_one_task_each() -> None:
+    volumes = [volume(1, [1, 2, 3, 4, 5, 6]), volume(2, [7, 1, 8, 9, 10, 11]), volume(3, [2, 3, 4, 5, 6, 7])]
+    broken = DiskInfo(disk_id=1, host="http://n1", idc="z0", rack="r", path="/d", status=DiskStatus.BROKEN)
+    fresh = rules.units_to_evacuate(broken, volumes, {}, 3.0)
+    assert [(t.vid, t.unit_index, t.task_type) for t in fresh] == [(1, 0, TaskType.DISK_REPAIR),
+                                                                  (2, 1, TaskType.DISK_REPAIR)]
+    assert rules.units_to_evacuate(broken, volumes, {fresh[0].task_id: fresh[0]}, 3.0) == fresh[1:]
+    dropping = broken.model_copy(update={"status": DiskStatus.DROPPING})
+    assert {t.task_type for t in rules.units_to_evacuate(dropping, volumes, {}, 3.0)} == {TaskType.DISK_DROP}
+    for status in (DiskStatus.NORMAL, DiskStatus.REPAIRED, DiskStatus.DROPPED):
+        assert rules.units_to_evacuate(broken.model_copy(update={"status": status}), volumes, {}, 3.0) == []
+
+
+@pytest.mark.parametrize(("status", "silent", "units", "open_tasks", "expected"), [
+    (DiskStatus.NORMAL, 5.0, 3, 0, None),  # heard from recently enough
+    (DiskStatus.NORMAL, 11.0, 3, 0, DiskStatus.BROKEN),
+    (DiskStatus.BROKEN, 99.0, 3, 0, None),  # tasks not created yet (switch off)
+    (DiskStatus.BROKEN, 99.0, 3, 3, DiskStatus.REPAIRING),
+    (DiskStatus.BROKEN, 99.0, 0, 0, DiskStatus.REPAIRING),  # nothing on it: repairing, then repaired
+    (DiskStatus.REPAIRING, 99.0, 1, 0, None),  # a unit left: its task comes next round
+    (DiskStatus.REPAIRING, 99.0, 0, 1, None),  # a task still finishing
+    (DiskStatus.REPAIRING, 99.0, 0, 0, DiskStatus.REPAIRED),
+    (DiskStatus.DROPPING, 0.0, 2, 2, None),
+    (DiskStatus.DROPPING, 0.0, 0, 0, DiskStatus.DROPPED),
+    (DiskStatus.REPAIRED, 99.0, 0, 0, None),
+])
+def test_disk_status_follows_silence_tasks_and_units(status: DiskStatus, silent: float, units: int, open_tasks: int,
+                                                    expected: DiskStatus | None) -> None:
+    disk = DiskInfo(disk_id=1, host="h", idc="z0", rack="r", path="/d", status=status, last_heartbeat=100.0)
+    assert rules.next_disk_status(disk, silent, 10.0, units, open_tasks) == expected
+    if expected is not None:
+        assert expected in {DiskStatus.BROKEN, DiskStatus.REPAIRING, DiskStatus.REPAIRED, DiskStatus.DROPPED}
+
+
+def test_silence_alone_never_breaks_a_disk_when_off_or_never_heard_from() -> None:
+    disk = DiskInfo(disk_id=1, host="h", idc="z0", rack="r", path="/d", last_heartbeat=100.0)
+    assert rules.next_disk_status(disk, 1e9, None, 3, 0) is None
+    assert rules.next_disk_status(disk.model_copy(update={"last_heartbeat": 0.0}), 1e9, 10.0, 3, 0) is None
+
+
+def test_preparation_takes_repairs_first_one_task_per_volume_and_respects_switches() -> None:
+    tasks = [task(vid=1, task_type=TaskType.BALANCE, ctime=1), task(vid=2, task_type=TaskType.DISK_DROP, ctime=2),
+             task(vid=3, ctime=9), task(vid=3, index=1, ctime=3),
+             task(vid=4, state=TaskState.PREPARED, destination=DEST), task(vid=4, index=2, ctime=0)]
+    chosen = rules.to_prepare(tasks, ALL_ON, 10)
+    assert [(t.vid, t.unit_index) for t in chosen] == [(3, 1), (2, 0), (1, 0)]  # vid 3 once, vid 4 busy
+    assert [(t.vid, t.unit_index) for t in rules.to_prepare(tasks, ALL_ON, 1)] == [(3, 1)]
+    off = {**ALL_ON, TaskType.DISK_REPAIR: False}
+    assert [t.vid for t in rules.to_prepare(tasks, off, 10)] == [2, 1]
+
+
+def test_hand_out_skips_leased_held_back_and_switched_off_tasks() -> None:
+    a = task(vid=1, task_type=TaskType.BALANCE, state=TaskState.PREPARED, destination=DEST, ctime=1)
+    b = task(vid=2, state=TaskState.PREPARED, destination=DEST, ctime=5)
+    c = task(vid=3, state=TaskState.INITED, ctime=0)
+    tasks = [a, b, c]
+    assert rules.to_hand_out(tasks, {}, {}, ALL_ON, [], 10.0) == b  # repair first
+    leases = {b.task_id: Lease("w1", 20.0)}
+    assert rules.to_hand_out(tasks, leases, {}, ALL_ON, [], 10.0) == a
+    assert rules.to_hand_out(tasks, leases, {}, ALL_ON, [], 20.0) == b  # the lease lapsed
+    assert rules.to_hand_out(tasks, leases, {a.task_id: 15.0}, ALL_ON, [], 10.0) is None
+    assert rules.to_hand_out(tasks, {}, {}, {**ALL_ON, TaskType.DISK_REPAIR: False}, [], 10.0) == a
+    assert rules.to_hand_out(tasks, {}, {}, ALL_ON, [TaskType.BALANCE], 10.0) == a
+
+
+def test_only_the_holder_of_the_current_units_passes_the_fence() -> None:
+    t = task(state=TaskState.PREPARED, destination=DEST)
+    ref = TaskRef(task_type=t.task_type, task_id=t.task_id, worker="w1", source_vuid=t.source_vuid,
+                  destination_vuid=DEST.vuid)
+    assert rules.fence(t, ref, Lease("w1", 10.0), 5.0) is None
+    assert rules.fence(t, ref, None, 5.0) is None  # a new scheduler: the worker with the units takes it back
+    assert rules.fence(t, ref, Lease("w2", 4.0), 5.0) is None  # the other lease lapsed
+    assert "held by w2" in (rules.fence(t, ref, Lease("w2", 10.0), 5.0) or "")
+    stale = ref.model_copy(update={"destination_vuid": Vuid.make(1, 0, 3)})
+    assert "moves" in (rules.fence(t, stale, Lease("w1", 10.0), 5.0) or "")
+    assert "moves" in (rules.fence(t, ref.model_copy(update={"source_vuid": 7}), None, 5.0) or "")
+    assert "is work_completed" in (rules.fence(t.model_copy(update={"state": TaskState.WORK_COMPLETED}), ref, None, 5.0)
+                                   or "")
+    assert "no task" in (rules.fence(None, ref, None, 5.0) or "")
+
+
+def test_one_holder_at_a_time_and_a_standby_waits_a_whole_ttl_of_silence() -> None:
+    a, b = Election("a", 6.0), Election("b", 6.0)
+    claim = a.decide(None, 0.0)
+    assert claim is not None and claim.record == LeaderRecord(host="a", term=1)
+    a.won(0.0)
+    record = claim.record
+    assert b.decide(record, 1.0) is None and not b.active(1.0)
+    renewal = a.decide(record, 2.0)
+    assert renewal is not None and renewal.record.term == 2
+    a.won(2.0)
+    record = renewal.record
+    assert b.decide(record, 3.0) is None  # changed: b starts counting again
+    assert b.decide(record, 8.9) is None
+    assert a.active(7.9) and not a.active(8.0)  # a's own deadline passes before b may claim
+    takeover = b.decide(record, 9.0)
+    assert takeover is not None and takeover == type(takeover)(record, LeaderRecord(host="b", term=3))
+    b.won(9.0)
+    assert b.active(9.5) and b.leader == "b"
+    assert a.decide(takeover.record, 9.6) is None and not a.active(9.6) and a.leader == "b"
+
+
+def test_broken_after_setting() -> None:
+    assert parse_broken_after(None) is None and parse_broken_after("off") is None
+    assert parse_broken_after("30") == 30.0
+    for bad in ("0", "-1", "soon", "nan"):
+        with pytest.raises(ValueError):
+            parse_broken_after(bad)
+
+
+def test_disk_progress_rate_and_eta() -> None:
+    moving = task(state=TaskState.PREPARED, destination=DEST, ctime=100.0).model_copy(
+        update={"worker": "w", "done_bytes": 300, "total_bytes": 1000, "done_shards": 3, "total_shards": 10})
+    done = task(vid=2, state=TaskState.FINISHED, ctime=100.0).model_copy(
+        update={"worker": "w", "done_bytes": 700, "total_bytes": 700})
+    progress = disk_progress([moving, done], 1, 110.0)
+    assert (progress.tasks, progress.finished, progress.done_bytes, progress.total_bytes) == (2, 1, 1000, 1700)
+    assert progress.bytes_per_sec == 100.0 and progress.eta_seconds == 7.0
+    waiting = task(vid=3, ctime=105.0)
+    assert disk_progress([moving, done, waiting], 1, 110.0).eta_seconds is None  # one unit not sized yet
