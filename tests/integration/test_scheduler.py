@@ -1,0 +1,279 @@
+"""The scheduler and the worker's task loop against real processes: a broken disk repaired, a dead node
+repaired unattended, worker and scheduler killed mid-repair, switches, a fenced worker refused, a manual
+migration to a chosen disk and a disk drop. After each: every object reads back and every shard of it is
+present on a live unit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+
+import httpx
+from typer.testing import CliRunner
+
+from blobstore import AsyncClient
+from blobstore.cli import app
+from blobstore.shards import inspect_shards
+from libs.proto.cluster import DiskStatus
+from libs.proto.scheduler import (
+    BROKEN_AFTER_KEY,
+    LEADER_KEY,
+    TASK_PREFIX,
+    AcquireRequest,
+    LeaderRecord,
+    ManualMigrate,
+    TaskCancel,
+    TaskProgress,
+    TaskRecord,
+    TaskState,
+    WorkTask,
+)
+from libs.proto.switches import OFF, ON, TaskType, switch_key
+from libs.rpc.errors import Conflict, RpcError
+from services.blobnode.client import BlobnodeClient
+from services.clustermgr.client import ClusterClient
+from services.scheduler.client import SchedulerClient
+from tests.support.processes import LocalCluster, Service
+
+ClusterFactory = Callable[..., LocalCluster]
+SIZES = [10, 3_000, 40_000, 300_000, 1_200_000, 3_000_000]
+WORKER = {"task_poll": 0.5, "task_runners": 2, "migrate_report_interval": 0.5}
+
+
+async def store(cluster: LocalCluster, count: int, seed: int) -> list[tuple[str, bytes]]:
+    rng = random.Random(seed)
+    async with AsyncClient([cluster.access[0].url], timeout=60) as client:
+        objects = [rng.randbytes(SIZES[i % len(SIZES)] + rng.randrange(100)) for i in range(count)]
+        return [(await client.put(data), data) for data in objects]
+
+
+async def until(check: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.3)
+
+
+async def tasks_of(cm: ClusterClient) -> list[TaskRecord]:
+    return [TaskRecord.model_validate_json(raw) for raw in (await cm.kv_list(TASK_PREFIX)).values()]
+
+
+async def disk_status(cm: ClusterClient, disk_id: int) -> DiskStatus:
+    return (await cm.get_disk(disk_id)).status
+
+
+async def assert_whole(cluster: LocalCluster, cm: ClusterClient, objects: list[tuple[str, bytes]],
+                       gone_disks: set[int]) -> None:
+    """Every object reads back, no unit is left on a gone disk, and every shard of every blob is present."""
+    assert not [(v.vid, i) for v in await cm.list_volumes() for i, u in enumerate(v.units) if u.disk_id in gone_disks]
+    async with AsyncClient([cluster.access[0].url], timeout=60) as client, BlobnodeClient() as blobnodes:
+        for location, data in objects:
+            assert await client.get(location) == data
+            reports = await inspect_shards(await client.stat(location), cm, blobnodes)
+            bad = [(r.vid, r.bid, r.index, r.disk_id, r.state) for r in reports if r.state != "present"]
+            assert not bad, f"shards not present: {bad[:5]}"
+
+
+def busiest_disk(volumes: list, exclude: set[int] = frozenset()) -> int:  # type: ignore[type-arg]
+    counts: dict[int, int] = {}
+    for volume in volumes:
+        for unit in volume.units:
+            if unit.disk_id not in exclude:
+                counts[unit.disk_id] = counts.get(unit.disk_id, 0) + 1
+    return max(counts, key=lambda d: counts[d])
+
+
+async def cli(cm_urls: list[str], *args: str) -> str:
+    """The CLI's output (run on a thread: it runs its own event loop)."""
+    result = await asyncio.to_thread(CliRunner().invoke, app, [*args, "--clustermgr", ",".join(cm_urls)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def node_with(cluster: LocalCluster, host: str) -> Service:
+    return next(bn for bn in cluster.blobnodes if bn.url == host)
+
+
+def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(blobnodes=8, disks=2, min_volumes=6, schedulers=2, worker=WORKER)
+    cm_urls = [c.url for c in cluster.clustermgr]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 24, seed=1)
+        async with ClusterClient(cm_urls) as cm:
+            volumes = await cm.list_volumes()
+            # 1. Switched off, a broken disk waits; switched on, it is repaired.
+            await cm.set_config(switch_key(TaskType.DISK_REPAIR), OFF)
+            await asyncio.sleep(1.5)
+            broken = busiest_disk(volumes)
+            await cm.set_disk(broken, status=DiskStatus.BROKEN)
+            await asyncio.sleep(4)
+            assert await disk_status(cm, broken) is DiskStatus.BROKEN
+            assert await tasks_of(cm) == []
+            await cm.set_config(switch_key(TaskType.DISK_REPAIR), ON)
+            await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 90, f"disk {broken} repaired")
+            tasks = await tasks_of(cm)
+            assert tasks and all(t.state is TaskState.FINISHED and t.disk_id == broken for t in tasks)
+            current = {v.vid: v for v in await cm.list_volumes()}
+            for t in tasks:  # each unit committed once, to the destination its task recorded
+                assert t.destination is not None and current[t.vid].units[t.unit_index] == t.destination
+            await assert_whole(cluster, cm, objects, {broken})
+            listed = json.loads(await cli(cm_urls, "task", "list", "--all", "--json"))
+            assert sorted(t["task_id"] for t in listed) == sorted(t.task_id for t in tasks)
+            progress = json.loads(await cli(cm_urls, "disk", "repair-progress", str(broken), "--json"))
+            assert progress["status"] == "repaired" and progress["finished"] == progress["tasks"] == len(tasks)
+            assert progress["done_bytes"] == progress["total_bytes"] > 0
+
+            # 2. A blobnode killed and left down: with disk_broken_after set, its disks are repaired unattended.
+            await cm.set_config(BROKEN_AFTER_KEY, "3")
+            volumes = await cm.list_volumes()
+            victim_disk = busiest_disk(volumes, {broken})
+            victim = node_with(cluster, (await cm.get_disk(victim_disk)).host)
+            victim_disks = {d.disk_id for d in await cm.list_disks() if d.host == victim.url}
+            victim.kill9()
+            for disk_id in victim_disks:
+                await until(lambda d=disk_id: _is(cm, d, DiskStatus.REPAIRED), 120, f"disk {disk_id} repaired")
+            await assert_whole(cluster, cm, objects, {broken, *victim_disks})
+
+    asyncio.run(scenario())
+
+
+def test_repair_survives_kill_9_of_worker_and_scheduler(cluster_factory: ClusterFactory) -> None:
+    slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 1.0}
+    cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=2, worker=slow,
+                              scheduler={"election_ttl": 3.0, "task_lease_ttl": 4.0})
+    cm_urls = [c.url for c in cluster.clustermgr]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 30, seed=2)
+        async with ClusterClient(cm_urls) as cm:
+            broken = busiest_disk(await cm.list_volumes())
+            await cm.set_disk(broken, status=DiskStatus.BROKEN)
+
+            async def moving() -> bool:
+                return any(t.done_bytes > 0 and t.open for t in await tasks_of(cm))
+
+            await until(moving, 60, "a repair task under way")
+            leader = LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
+            active = next(s for n, s in cluster.background.items() if n.startswith("sched") and s.url == leader.host)
+            cluster.background["worker"].kill9()
+            active.kill9()
+            cluster.background["worker"].config.update(WORKER)  # restarted without the slow cap
+            cluster.background["worker"].start()
+
+            async def taken_over() -> bool:
+                raw = await cm.kv_get(LEADER_KEY)
+                return raw is not None and LeaderRecord.model_validate_json(raw).host != leader.host
+
+            await until(taken_over, 30, "the standby scheduler taking over")
+            await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 120, f"disk {broken} repaired")
+            async with httpx.AsyncClient() as http:
+                scrape = (await http.get(f"{cluster.background['worker'].url}/metrics")).text
+            assert _sample(scrape, 'blobstore_worker_migrated_shards_total{how="resumed"}') > 0  # not moved twice
+            tasks = await tasks_of(cm)
+            current = {v.vid: v for v in await cm.list_volumes()}
+            assert all(t.state is TaskState.FINISHED for t in tasks)
+            for t in tasks:
+                assert t.destination is not None and current[t.vid].units[t.unit_index] == t.destination
+            await assert_whole(cluster, cm, objects, {broken})
+
+    asyncio.run(scenario())
+
+
+def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=1, worker=WORKER,
+                              scheduler={"task_lease_ttl": 2.0, "cancel_hold": 0.5})
+    cm_urls = [c.url for c in cluster.clustermgr]
+    worker = cluster.background["worker"]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 18, seed=3)
+        async with ClusterClient(cm_urls) as cm, SchedulerClient(cm) as scheduler:
+            volume = (await cm.list_volumes())[0]
+            used = {u.disk_id for u in volume.units}
+            target = next(d.disk_id for d in await cm.list_disks() if d.disk_id not in used)
+            os.kill(worker.pid, signal.SIGSTOP)  # the real worker stays out of the way for a while
+            try:
+                task = await scheduler.manual_migrate(ManualMigrate(vid=volume.vid, index=2, disk_id=target))
+                stale = await _acquire(scheduler, "stale-worker")
+                assert stale.ref.task_id == task.task_id and stale.destination.disk_id == target
+                await asyncio.sleep(2.5)  # its lease lapses
+                fresh = await _acquire(scheduler, "fresh-worker")
+                assert fresh.ref.task_id == task.task_id
+                progress = TaskProgress(ref=stale.ref, done_bytes=1, done_shards=1, total_bytes=2, total_shards=2)
+                for call in (scheduler.complete(stale.ref), scheduler.report(progress), scheduler.renew(stale.ref)):
+                    try:
+                        await call
+                    except Conflict as exc:
+                        assert "held by fresh-worker" in str(exc)
+                    else:
+                        raise AssertionError("a fenced worker's call was accepted")
+                await scheduler.cancel(TaskCancel(ref=fresh.ref, reason="test gives it back"))
+                assert (await cm.get_volume(volume.vid)).units[2].vuid == volume.units[2].vuid  # nothing committed
+            finally:
+                os.kill(worker.pid, signal.SIGCONT)
+
+            async def migrated() -> bool:
+                return (await cm.get_volume(volume.vid)).units[2].disk_id == target
+
+            await until(migrated, 60, "the manual migration")
+            record = next(t for t in await tasks_of(cm) if t.task_id == task.task_id)
+            assert record.state is TaskState.FINISHED and record.destination is not None
+            assert record.destination.disk_id == target
+            await assert_whole(cluster, cm, objects, set())
+
+            dropped = busiest_disk(await cm.list_volumes())
+            await cm.set_disk(dropped, readonly=True)
+            await cm.set_disk(dropped, status=DiskStatus.DROPPING)
+            await until(lambda: _is(cm, dropped, DiskStatus.DROPPED), 90, f"disk {dropped} dropped")
+            drops = [t for t in await tasks_of(cm) if t.task_type is TaskType.DISK_DROP]
+            assert drops and all(t.state is TaskState.FINISHED for t in drops)
+            assert all(v.status.value != "lock" for v in await cm.list_volumes())  # unlocked again
+            await assert_whole(cluster, cm, objects, {dropped})
+
+            # Past a thousand records (CubeFS #2267): a restarted scheduler loads every page.
+            finished = drops[0]
+            many = [finished.model_copy(update={"task_id": f"{finished.task_id}-copy{i:04d}"}) for i in range(1500)]
+            for i in range(0, len(many), 100):
+                await asyncio.gather(*(cm.kv_set(t.key, t.model_dump_json()) for t in many[i:i + 100]))
+            active = cluster.background["scheduler0"]
+            active.kill9()
+            active.start()
+            await until(lambda: _loaded(scheduler, len(many)), 30, "the restarted scheduler loading every record")
+
+    asyncio.run(scenario())
+
+
+async def _loaded(scheduler: SchedulerClient, at_least: int) -> bool:
+    try:
+        return len((await scheduler.tasks()).tasks) >= at_least
+    except RpcError:
+        return False
+
+
+def _sample(scrape: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in scrape.splitlines() if line.startswith(name))
+
+
+async def _is(cm: ClusterClient, disk_id: int, status: DiskStatus) -> bool:
+    return await disk_status(cm, disk_id) is status
+
+
+async def _acquire(scheduler: SchedulerClient, worker: str) -> WorkTask:
+    """The next task handed out (the scheduler prepares a new one within a round)."""
+    deadline = time.monotonic() + 10
+    while (got := await scheduler.acquire(AcquireRequest(worker=worker))).task is None:
+        assert time.monotonic() < deadline, f"no task for {worker}"
+        await asyncio.sleep(0.2)
+    return got.task
