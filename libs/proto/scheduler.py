@@ -200,3 +200,12 @@ def disk_progress(records: Iterable[TaskRecord], disk_id: int, now: float) -> Di
     return DiskProgress(disk_id=disk_id, tasks=len(tasks), finished=sum(not t.open for t in tasks), done_bytes=done,
                         total_bytes=total, done_shards=sum(t.done_shards for t in tasks),
                         total_shards=sum(t.total_shards for t in tasks), bytes_per_sec=rate, eta_seconds=eta)
+
+
+class InspectStats(BaseModel):
+    """Volume inspection since the scheduler started."""
+
+    passes: int = 0  # complete rounds over every volume
+    volumes: int = 0  # volumes whose units were all listed and compared
+    repairs_queued: int = 0  # blobs with missing shards sent to the repair queue
+    lost_blobs: int = 0  # blobs with fewer than N shards left

@@ -126,6 +126,18 @@ class BlobnodeClient(ServiceClient):
             params["status"] = status
         return (await self.http.call("GET", f"{host}/shard/list", ShardList, params=params)).shards
 
+    async def list_all_shards(self, host: str, disk_id: int, vuid: int, page: int = 10_000,
+                              io_class: IOClass = IOClass.USER) -> dict[int, ShardInfo]:
+        """Every shard of a chunk by bid, listed `page` at a time."""
+        shards: dict[int, ShardInfo] = {}
+        start = 0
+        while True:
+            listed = await self.list_shards(host, disk_id, vuid, start, page, io_class=io_class)
+            shards.update((s.bid, s) for s in listed)
+            if len(listed) < page:
+                return shards
+            start = listed[-1].bid + 1
+
     # node
 
     async def disk_stat(self, host: str, disk_id: int) -> DiskStat:

@@ -6,8 +6,10 @@ from libs.rpc.metrics import register_collector
 from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient, keep_registered
+from services.mqproxy.client import MqProxyClient
 from services.scheduler.app import build_app
 from services.scheduler.config import SchedulerConfig
+from services.scheduler.inspect import VolumeInspector
 from services.scheduler.metrics import scheduler_figures
 from services.scheduler.scheduler import Scheduler
 
@@ -16,12 +18,15 @@ def build(config: SchedulerConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
     cluster = ClusterClient(config.clustermgr_hosts)
     blobnodes = BlobnodeClient()
-    scheduler = Scheduler(config, cluster, blobnodes)
+    mq = MqProxyClient(cluster=cluster)
+    inspector = VolumeInspector(cluster, blobnodes, mq, config.inspect_batch, config.inspect_confirm)
+    scheduler = Scheduler(config, cluster, blobnodes, inspector)
     register_collector(lambda: scheduler_figures(scheduler))
     life.loop(lambda: keep_registered(cluster, "scheduler", config.advertised_host, config.idc, config.register_ttl))
     life.loop(scheduler.campaign)
     life.loop(scheduler.run)
-    life.close(cluster.close, blobnodes.close)
+    life.loop(scheduler.inspect)
+    life.close(cluster.close, blobnodes.close, mq.close)
     return build_app(scheduler, life), config.bind_addr
 
 

@@ -16,6 +16,14 @@ class SchedulerConfig(BaseModel):
     max_prepared: int = Field(20, ge=1)  # tasks with a destination at once (each holds a new chunk)
     cancel_hold: float = Field(5.0, ge=0)  # a cancelled task waits this long before it is handed out again
     keep_finished: float = Field(86_400.0, ge=0)  # final task records are deleted after this long
+    # balance: move a unit when the fullest and the emptiest disk (units per disk, same AZ) differ by this many
+    balance_threshold: int = Field(4, ge=2)
+    balance_per_hour: int = Field(30, ge=1)  # balance tasks created per hour at most
+    # volume inspection: a batch of volumes compared unit by unit every interval; a finding counts only when
+    # a second look this many seconds later agrees (a PUT in flight is not a missing shard)
+    inspect_interval: float = Field(300.0, gt=0)
+    inspect_batch: int = Field(100, ge=1)
+    inspect_confirm: float = Field(10.0, ge=0)
     register_ttl: float = Field(10.0, gt=0)
 
     @property

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from libs.rpc.metrics import gauge
+from libs.rpc.metrics import counter, gauge
 from services.scheduler.scheduler import Scheduler
 
 
@@ -21,3 +21,7 @@ def scheduler_figures(scheduler: Scheduler) -> Iterator[Metric]:
                                  if task.open and task.task_type.value == t))
                  for t in sorted({task.task_type.value for task in scheduler.tasks.values()})
                  for kind in ("done", "total")], ["type", "kind"])
+    stats = scheduler.inspector.stats
+    yield counter("blobstore_scheduler_inspected_volumes", "Volumes whose units were compared", stats.volumes)
+    yield counter("blobstore_scheduler_inspect_repairs", "Blobs sent to repair", stats.repairs_queued)
+    yield counter("blobstore_scheduler_inspect_lost_blobs", "Blobs found with fewer than N shards", stats.lost_blobs)

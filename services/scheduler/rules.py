@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo
+from libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
 from libs.proto.ids import Vuid
 from libs.proto.scheduler import TaskRecord, TaskRef, TaskState
 from libs.proto.switches import TaskType
@@ -27,6 +27,8 @@ PRIORITY = (TaskType.DISK_REPAIR, TaskType.MANUAL_MIGRATE, TaskType.DISK_DROP, T
 # Tasks that copy from a source that still works: the volume is locked and the source chunk made read-only
 # first, so no blob lands on the old unit after it was listed.
 LOCKING = frozenset({TaskType.DISK_DROP, TaskType.BALANCE, TaskType.MANUAL_MIGRATE})
+# A balance waits for these to finish: they move units already, and need the room.
+BALANCE_WAITS_FOR = frozenset({TaskType.DISK_REPAIR, TaskType.DISK_DROP, TaskType.BALANCE})
 # Disk statuses whose units the scheduler moves off, and by which task type.
 EVACUATE = {DiskStatus.BROKEN: TaskType.DISK_REPAIR, DiskStatus.REPAIRING: TaskType.DISK_REPAIR,
             DiskStatus.DROPPING: TaskType.DISK_DROP}
@@ -147,3 +149,70 @@ def fence(task: TaskRecord | None, ref: TaskRef, lease: Lease | None, now: float
 def prunable(task: TaskRecord, now: float, keep_finished: float) -> bool:
     """A final record past its keeping time."""
     return not task.open and now - task.mtime > keep_finished
+
+
+def units_per_disk(disks: Iterable[DiskInfo], volumes: Iterable[VolumeInfo]) -> dict[int, int]:
+    counts = {d.disk_id: 0 for d in disks}
+    for volume in volumes:
+        for unit in volume.units:
+            if unit.disk_id in counts:
+                counts[unit.disk_id] += 1
+    return counts
+
+
+def plan_balance(disks: Sequence[DiskInfo], volumes: Sequence[VolumeInfo], tasks: Iterable[TaskRecord], now: float,
+                 threshold: int, per_hour: int) -> TaskRecord | None:
+    """One unit to move from the fullest disk to the emptiest one it may go to (same AZ, no unit of that
+    volume there), or None. Fullness is units per disk. Only when the two differ by `threshold` (>= 2) units,
+    so every move narrows the spread and balance stops instead of ping-ponging (CubeFS #3939); never while a
+    repair, drop or other balance is open, nor past `per_hour` balance tasks in the last hour. `disks` are the
+    ones that may take chunks (alive, normal, writable). The unit chosen holds the most data (moving empty
+    chunks relieves nothing: CubeFS #3940), idle volumes before leased ones."""
+    tasks = list(tasks)
+    if any(t.open and t.task_type in BALANCE_WAITS_FOR for t in tasks):
+        return None
+    if sum(t.task_type is TaskType.BALANCE and now - t.ctime < 3600 for t in tasks) >= per_hour:
+        return None
+    counts = units_per_disk(disks, volumes)
+    by_id = {d.disk_id: d for d in disks}
+    busy = {t.vid for t in tasks if t.open}
+    for source in sorted(counts, key=lambda d: (-counts[d], d)):
+        candidates = [(volume, index) for volume in volumes if volume.vid not in busy
+                      for index, unit in enumerate(volume.units) if unit.disk_id == source]
+        for volume, index in sorted(candidates, key=lambda c: (c[0].status is not VolumeStatus.IDLE, -c[0].used)):
+            held = {u.disk_id for u in volume.units}
+            targets = [d for d in counts if d not in held and by_id[d].idc == by_id[source].idc
+                       and counts[source] - counts[d] >= max(threshold, 2)]
+            if targets:
+                target = min(targets, key=lambda d: (counts[d], d))
+                return new_task(TaskType.BALANCE, volume, index, now).model_copy(update={"target_disk": target})
+    return None
+
+
+@dataclass(frozen=True)
+class InspectFinding:
+    """What one volume's shard lists say: shards to repair per bid, and bids below N shards (lost)."""
+
+    repairs: dict[int, list[int]]  # bid -> unit indexes missing it
+    lost: list[int]
+
+
+def inspect_volume(listings: Sequence[Mapping[int, str]], data_shards: int) -> InspectFinding:
+    """Compare the bid lists of every unit of a volume (bid -> shard status). A bid mark-deleted anywhere is
+    being deleted and left alone; a bid present on some units but not all is missing shards, repairable
+    while at least `data_shards` are present, lost otherwise."""
+    bids = set().union(*listings) if listings else set()
+    repairs: dict[int, list[int]] = {}
+    lost: list[int] = []
+    for bid in sorted(bids):
+        statuses = [listing.get(bid) for listing in listings]
+        if any(s is not None and s != "normal" for s in statuses):
+            continue
+        missing = [i for i, s in enumerate(statuses) if s is None]
+        if not missing:
+            continue
+        if len(listings) - len(missing) >= data_shards:
+            repairs[bid] = missing
+        else:
+            lost.append(bid)
+    return InspectFinding(repairs, lost)

@@ -41,6 +41,7 @@ from services.clustermgr.client import ClusterClient
 from services.scheduler import rules
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.election import Election
+from services.scheduler.inspect import VolumeInspector
 from services.scheduler.rules import EVACUATE, LOCKING, Lease, advance
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,9 @@ UNREADABLE = frozenset({DiskStatus.BROKEN, DiskStatus.REPAIRING, DiskStatus.REPA
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, cluster: ClusterClient, blobnodes: BlobnodeClient) -> None:
-        self.config, self.cluster, self.blobnodes = config, cluster, blobnodes
+    def __init__(self, config: SchedulerConfig, cluster: ClusterClient, blobnodes: BlobnodeClient,
+                 inspector: VolumeInspector) -> None:
+        self.config, self.cluster, self.blobnodes, self.inspector = config, cluster, blobnodes, inspector
         self.me = config.advertised_host
         self.election = Election(self.me, config.election_ttl)
         self.switches = Switches()
@@ -141,10 +143,26 @@ class Scheduler:
         self.disks = {d.disk_id: d for d in disks}
         async with self.mutex:
             await self._watch_disks(disks, volumes.values(), broken_after)
+            if self.switches.is_on(TaskType.BALANCE):
+                usable = [d for d in disks if d.alive and d.writable]
+                task = rules.plan_balance(usable, list(volumes.values()), self.tasks.values(), time.time(),
+                                          self.config.balance_threshold, self.config.balance_per_hour)
+                if task is not None:
+                    await self._create(task)
             await self._prepare(volumes)
             for task in [t for t in self.tasks.values() if t.state is TaskState.WORK_COMPLETED]:
                 await self._finish(task)
             await self._prune()
+
+    async def inspect(self) -> None:
+        """Volume inspection passes while active and switched on, until cancelled."""
+        while True:
+            await asyncio.sleep(self.config.inspect_interval)
+            if self.active and self.loaded and self.switches.is_on(TaskType.VOLUME_INSPECT):
+                try:
+                    await self.inspector.one_pass({t.vid for t in self.tasks.values() if t.open})
+                except RpcError as exc:
+                    log.warning("volume inspection: %s", exc)
 
     def _silent_for(self, disk: DiskInfo, now: float) -> float:
         """How long this scheduler has seen the disk's last heartbeat unchanged: silence is measured by the

@@ -34,7 +34,6 @@ from services.worker.rebuild import RepairFailed, rebuild_shards
 log = logging.getLogger(__name__)
 
 BACKGROUND = IOClass.BACKGROUND
-LIST_PAGE = 10_000
 Report = Callable[[TaskProgress], Awaitable[None]]
 
 
@@ -164,15 +163,7 @@ class UnitMigrator:
                                     f"(first bids {sorted(wrong)[:5]})")
 
     async def _list(self, unit: Unit) -> dict[int, ShardInfo]:
-        shards: dict[int, ShardInfo] = {}
-        start = 0
-        while True:
-            page = await self.blobnodes.list_shards(unit.host, unit.disk_id, unit.vuid, start, LIST_PAGE,
-                                                    io_class=BACKGROUND)
-            shards.update((s.bid, s) for s in page)
-            if len(page) < LIST_PAGE:
-                return shards
-            start = page[-1].bid + 1
+        return await self.blobnodes.list_all_shards(unit.host, unit.disk_id, unit.vuid, io_class=BACKGROUND)
 
     async def _list_or_none(self, unit: Unit) -> Listing | None:
         try:

@@ -38,7 +38,8 @@ from libs.rpc.errors import Conflict, RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.scheduler.client import SchedulerClient
-from tests.support.processes import LocalCluster, Service
+from services.scheduler.rules import units_per_disk
+from tests.support.processes import BlobnodeFactory, LocalCluster, Service
 
 ClusterFactory = Callable[..., LocalCluster]
 SIZES = [10, 3_000, 40_000, 300_000, 1_200_000, 3_000_000]
@@ -277,3 +278,76 @@ async def _acquire(scheduler: SchedulerClient, worker: str) -> WorkTask:
         assert time.monotonic() < deadline, f"no task for {worker}"
         await asyncio.sleep(0.2)
     return got.task
+
+
+def test_balance_fills_a_new_empty_disk_and_stops(cluster_factory: ClusterFactory,
+                                                  blobnode_factory: BlobnodeFactory) -> None:
+    cluster = cluster_factory(blobnodes=6, disks=1, min_volumes=6, schedulers=1, worker=WORKER,
+                              scheduler={"balance_threshold": 3})
+    cm_urls = [c.url for c in cluster.clustermgr]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 18, seed=4)
+        async with ClusterClient(cm_urls) as cm:
+            await until(lambda: _count_volumes(cm, 6), 30, "six volumes")
+            blobnode_factory("bn-new", disks=1, clustermgr=cluster.clustermgr)
+            await until(lambda: _has_disk(cm, 7), 15, "the new disk registered")
+
+            async def spread() -> int:
+                counts = units_per_disk(await cm.list_disks(), await cm.list_volumes())
+                return max(counts.values()) - min(counts.values())
+
+            async def settled() -> bool:
+                return await spread() < 3 and not [t for t in await tasks_of(cm) if t.open]
+
+            await until(settled, 120, "units spread over the new disk")
+            moved = [t for t in await tasks_of(cm) if t.task_type is TaskType.BALANCE]
+            assert moved and all(t.state is TaskState.FINISHED and t.target_disk == 7 for t in moved)
+            await asyncio.sleep(4)  # and it stays put: no ping-pong
+            assert len([t for t in await tasks_of(cm) if t.task_type is TaskType.BALANCE]) == len(moved)
+            assert all(v.status.value != "lock" for v in await cm.list_volumes())
+            await assert_whole(cluster, cm, objects, set())
+
+    asyncio.run(scenario())
+
+
+def test_volume_inspection_queues_repairs_for_missing_shards(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(blobnodes=6, disks=1, min_volumes=2, schedulers=1, pipelines=True, worker=WORKER,
+                              scheduler={"inspect_interval": 1.0, "inspect_confirm": 1.0})
+    cm_urls = [c.url for c in cluster.clustermgr]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 12, seed=5)
+        async with ClusterClient(cm_urls) as cm, BlobnodeClient() as bn, \
+                AsyncClient([cluster.access[0].url], timeout=60) as client:
+            stats = [await client.stat(location) for location, _ in objects]
+            (vid, repaired_bid), (_, lost_bid) = [(b.vid, b.min_bid) for s in stats[:2] for b in s.blobs[:1]]
+            units = (await cm.get_volume(vid)).units
+            await bn.delete_shard(units[4].host, units[4].disk_id, units[4].vuid, repaired_bid)
+            lost_units = (await cm.get_volume(stats[1].blobs[0].vid)).units
+            for u in lost_units[:4]:  # EC3P3: two shards left of six, fewer than N
+                await bn.delete_shard(u.host, u.disk_id, u.vuid, lost_bid)
+
+            async def back() -> bool:
+                try:
+                    await bn.shard_stat(units[4].host, units[4].disk_id, units[4].vuid, repaired_bid)
+                except RpcError:
+                    return False
+                return True
+
+            await until(back, 60, "the deleted shard repaired from the inspection's message")
+            async with httpx.AsyncClient() as http:
+                scrape = (await http.get(f"{cluster.background['scheduler0'].url}/metrics")).text
+            assert _sample(scrape, "blobstore_scheduler_inspect_lost_blobs_total") >= 1
+            assert _sample(scrape, "blobstore_scheduler_inspect_repairs_total") >= 1
+            await assert_whole(cluster, cm, objects[:1] + objects[2:], set())
+
+    asyncio.run(scenario())
+
+
+async def _count_volumes(cm: ClusterClient, at_least: int) -> bool:
+    return len(await cm.list_volumes()) >= at_least
+
+
+async def _has_disk(cm: ClusterClient, disk_id: int) -> bool:
+    return any(d.disk_id == disk_id and d.alive for d in await cm.list_disks())

@@ -168,3 +168,49 @@ def test_disk_progress_rate_and_eta() -> None:
     assert progress.bytes_per_sec == 100.0 and progress.eta_seconds == 7.0
     waiting = task(vid=3, ctime=105.0)
     assert disk_progress([moving, done, waiting], 1, 110.0).eta_seconds is None  # one unit not sized yet
+
+
+def disks(count: int, idc: str = "z0") -> list[DiskInfo]:
+    return [DiskInfo(disk_id=d, host=f"http://n{d}", idc=idc, rack="r", path="/d") for d in range(1, count + 1)]
+
+
+def test_balance_moves_the_fullest_disks_biggest_unit_to_the_emptiest_disk_and_stops() -> None:
+    # disks 1-6 hold a unit of each of 4 volumes; disk 7 joined empty
+    volumes = [volume(v, [1, 2, 3, 4, 5, 6]).model_copy(update={"used": 100 * v}) for v in range(1, 5)]
+    pool = disks(7)
+    moves = []
+    for round_ in range(20):
+        t = rules.plan_balance(pool, volumes, [], float(round_), threshold=2, per_hour=100)
+        if t is None:
+            break
+        moves.append(t)
+        assert t.task_type is TaskType.BALANCE and t.target_disk == 7
+        v = volumes[t.vid - 1]
+        units = list(v.units)
+        units[t.unit_index] = Unit(vuid=Vuid.make(v.vid, t.unit_index, 2), disk_id=7, host="http://n7")
+        volumes[t.vid - 1] = v.model_copy(update={"units": units})
+    counts = rules.units_per_disk(pool, volumes)
+    assert max(counts.values()) - min(counts.values()) < 2  # stopped once even
+    assert counts[7] == 3 and len(moves) == 3
+    assert moves[0].vid == 4  # the volume holding the most data first
+
+
+def test_balance_waits_for_repairs_respects_the_hourly_cap_and_the_threshold() -> None:
+    volumes = [volume(v, [1, 2, 3, 4, 5, 6]) for v in range(1, 5)]
+    pool = disks(7)
+    assert rules.plan_balance(pool, volumes, [task(vid=9)], 0.0, 2, 100) is None  # an open repair
+    recent = [task(vid=9, task_type=TaskType.BALANCE, state=TaskState.FINISHED, ctime=100.0 + i) for i in range(3)]
+    assert rules.plan_balance(pool, volumes, recent, 200.0, 2, 3) is None
+    assert rules.plan_balance(pool, volumes, recent, 200.0 + 3600, 2, 3) is not None  # an hour later
+    assert rules.plan_balance(pool, volumes, [], 0.0, 5, 100) is None  # 4 vs 0 is within a threshold of 5
+    assert rules.plan_balance(disks(6) + disks(7, "z1")[6:], volumes, [], 0.0, 2, 100) is None  # other AZ
+
+
+def test_inspection_finds_missing_shards_and_lost_blobs_and_leaves_deletes_alone() -> None:
+    n = "normal"
+    listings = [{1: n, 2: n, 3: n, 4: "mark_deleted"}, {1: n, 3: n}, {1: n, 4: n}, {1: n, 2: n}]
+    finding = rules.inspect_volume(listings, 2)
+    assert finding.repairs == {2: [1, 2], 3: [2, 3]}
+    assert finding.lost == []
+    assert rules.inspect_volume(listings, 3).lost == [2, 3]
+    assert rules.inspect_volume([{}, {}, {}], 2) == rules.InspectFinding({}, [])
