@@ -13,8 +13,13 @@ of `--fill-size` objects, then:
    windows, so neighbours' load drifting during the run biases it less), and
 4. during: the same load while the next fullest disk (on another host) is rebuilt the same way, then
    while a third one is rebuilt by a worker capped at `--worker-cap` MiB/s (`migrate_mb_per_sec`).
+5. node loss: `disk_broken_after` is set to `--broken-after` seconds and the blobnode holding the most units is
+   killed -9 and left down; the scheduler notices, and its worker rebuilds every unit of both disks. Reports
+   the time from the kill to full redundancy (every disk of the node repaired), how much of it was
+   detection, and the MB/s rebuilt through the scheduler and worker.
 Reports rebuilt MB/s over raw MB/s (goal >= 0.5) and user p99 during over baseline (goal <= 1.5). Blobnodes
-run with their default background cap (64 MiB/s and 4 requests per disk). Writes JSON, prints one line.
+run with their default background cap (64 MiB/s and 4 requests per disk). `--node-loss-only` runs the fill,
+the raw writes and section 5 alone. Writes JSON, prints one line.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import multiprocessing
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -43,8 +49,8 @@ from bench.availability import Op, phase, stream
 from bench.common import summarize
 from blobstore import launcher
 from blobstore.plan import ClusterShape
-from libs.proto.cluster import Unit
-from libs.proto.scheduler import TaskProgress, TaskRef, WorkTask
+from libs.proto.cluster import DiskStatus, Unit
+from libs.proto.scheduler import BROKEN_AFTER_KEY, TASK_PREFIX, TaskProgress, TaskRecord, TaskRef, WorkTask
 from libs.proto.switches import TaskType
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
@@ -175,6 +181,34 @@ def rebuild_disk(cm_urls: list[str], units: Held, cap: float | None) -> dict[str
     return asyncio.run(run())
 
 
+async def node_loss(info: launcher.ClusterInfo, broken_after: float) -> dict[str, Any]:
+    """Kill -9 the blobnode with the most units and time the unattended repair of its disks."""
+    async with ClusterClient(info.clustermgr_urls) as cm:
+        await cm.set_config(BROKEN_AFTER_KEY, str(broken_after))
+        volumes = await cm.list_volumes()
+        units = Counter(u.host for v in volumes for u in v.units)
+        victim = next(p for p in info.processes if p.role == "blobnode" and p.url == units.most_common(1)[0][0])
+        disks = {d.disk_id for d in await cm.list_disks() if d.host == victim.url}
+        os.kill(victim.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        detected = repaired = 0.0
+        while not repaired:
+            statuses = {(await cm.get_disk(d)).status for d in disks}
+            now = time.monotonic()
+            if not detected and DiskStatus.NORMAL not in statuses:
+                detected = now
+            if statuses == {DiskStatus.REPAIRED}:
+                repaired = now
+            await asyncio.sleep(0.2)
+        records = [TaskRecord.model_validate_json(raw) for raw in (await cm.kv_list(TASK_PREFIX)).values()]
+    moved = [t for t in records if t.disk_id in disks and t.task_type is TaskType.DISK_REPAIR]
+    written = sum(t.done_bytes for t in moved)
+    return {"blobnode": victim.name, "disks": sorted(disks), "units": len(moved), "bytes": written,
+            "broken_after_s": broken_after, "detect_s": round(detected - killed, 2),
+            "repair_s": round(repaired - detected, 2), "time_to_redundancy_s": round(repaired - killed, 2),
+            "mb_per_s": round(written / max(repaired - detected, 1e-9) / 1e6, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blobnodes", type=int, default=7)
@@ -186,8 +220,13 @@ def main() -> None:
     parser.add_argument("--baseline", type=float, default=10.0)
     parser.add_argument("--load", type=float, default=0.33, help="user load as a share of the measured capacity")
     parser.add_argument("--worker-cap", type=float, default=8.0, help="migrate_mb_per_sec of the capped run")
+    parser.add_argument("--broken-after", type=float, default=5.0, help="disk_broken_after of the node-loss run")
+    parser.add_argument("--node-loss-only", action="store_true")
     parser.add_argument("--out", default="bench/results/repair.json")
     args = parser.parse_args()
+    if args.node_loss_only:
+        only_node_loss(args)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-repair-") as tmp:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape(blobnodes=args.blobnodes))
@@ -209,6 +248,7 @@ def main() -> None:
                 baseline += asyncio.run(paced_load(info.access_url, rate, args.size,
                                                    partial(until, time.monotonic() + args.baseline)))
                 loaded = [under_load(rebuilt, baseline, during) for rebuilt, during in runs]
+            lost = asyncio.run(node_loss(info, args.broken_after))
         finally:
             launcher.down(root)
     result = {
@@ -217,7 +257,7 @@ def main() -> None:
         "rebuild_over_raw": round(alone["mb_per_s"] / raw["mb_per_s"], 2),
         "user_size": args.size, "user_capacity_pairs_per_s": round(rate / args.load, 1),
         "user_load_pairs_per_s": round(rate, 1), "under_load_uncapped": loaded[0],
-        f"under_load_worker_cap_{args.worker_cap:g}_mb": loaded[1],
+        f"under_load_worker_cap_{args.worker_cap:g}_mb": loaded[1], "node_loss": lost,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +273,34 @@ def main() -> None:
           f"rebuilt at {alone['mb_per_s']:.1f} MB/s vs raw durable write {raw['mb_per_s']:.1f} MB/s "
           f"= {result['rebuild_over_raw']:.2f}x (goal >= 0.5); under user load ({rate:.0f} PUT+GET/s of "
           f"{args.size >> 10} KiB, {args.load:.0%} of capacity): {effect(loaded[0])}; with the worker capped at "
-          f"{args.worker_cap:g} MiB/s: {effect(loaded[1])} (goal <= 1.5x)")
+          f"{args.worker_cap:g} MiB/s: {effect(loaded[1])} (goal <= 1.5x); {_node_loss_line(lost, raw)}")
+
+
+def only_node_loss(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-repair-") as tmp:
+        root = Path(tmp) / "cluster"
+        info = launcher.up(root, ClusterShape(blobnodes=args.blobnodes))
+        try:
+            stored = asyncio.run(fill(info.access_url, args.fill_mb * MiB, args.fill_size))
+            raw = raw_write(root, args.raw_mb * MiB)
+            lost = asyncio.run(node_loss(info, args.broken_after))
+        finally:
+            launcher.down(root)
+    result = {"shape": f"3 clustermgr, {args.blobnodes} blobnodes x 2 disks, EC3P3, one worker",
+              "stored_objects": stored, "object_size": args.fill_size, "raw_write": raw, "node_loss": lost,
+              "rebuild_over_raw": round(lost["mb_per_s"] / raw["mb_per_s"], 2)}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(_node_loss_line(lost, raw))
+
+
+def _node_loss_line(lost: dict[str, Any], raw: dict[str, float]) -> str:
+    return (f"node loss: {lost['blobnode']} killed ({len(lost['disks'])} disks, {lost['units']} units, "
+            f"{lost['bytes'] / 1e6:.0f} MB): full redundancy after {lost['time_to_redundancy_s']:.1f} s "
+            f"({lost['detect_s']:.1f} s to notice with disk_broken_after {lost['broken_after_s']:g} s, "
+            f"{lost['repair_s']:.1f} s to rebuild at {lost['mb_per_s']:.1f} MB/s = "
+            f"{lost['mb_per_s'] / raw['mb_per_s']:.2f}x raw durable write)")
 
 
 def running(job: Future[Any]) -> bool:

@@ -21,7 +21,8 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
     node = Blobnode(config)
     register_collector(lambda: disk_figures(node))
     if config.clustermgr_hosts:
-        link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval)
+        link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval,
+                           config.io_errors_broken)
     return build_app(node, link), config.bind_addr
 
 

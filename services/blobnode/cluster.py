@@ -6,6 +6,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from libs.proto.cluster import DiskStatus
 from libs.proto.clustermgr import DiskAdd, DiskBeat
 from libs.rpc.errors import Conflict, RpcError
 from libs.rpc.server import Lifecycle
@@ -31,10 +32,12 @@ async def assign_disk_ids(config: BlobnodeConfig, cluster: ClusterClient) -> Blo
 
 
 class ClusterLink:
-    def __init__(self, node: Blobnode, cluster: ClusterClient, interval: float) -> None:
+    def __init__(self, node: Blobnode, cluster: ClusterClient, interval: float, io_errors_broken: int) -> None:
         self.node = node
         self.cluster = cluster
         self.interval = interval
+        self.io_errors_broken = io_errors_broken
+        self.reported: set[int] = set()
         self.life = Lifecycle()
         self.life.loop(self._loop)
         self.life.close(cluster.close)
@@ -53,7 +56,20 @@ class ClusterLink:
                     raise RuntimeError(f"disk id {disk_id} is registered to {known.host}:{known.path}, "
                                        f"not this node's {info.path}") from None
 
+    async def report_broken(self) -> None:
+        """Tell clustermgr about every disk that failed too many system calls (once each)."""
+        for disk_id, failures in self.node.io_errors.items():
+            if failures < self.io_errors_broken or disk_id in self.reported:
+                continue
+            log.error("disk %d failed %d system calls: reporting it broken", disk_id, failures)
+            try:
+                await self.cluster.set_disk(disk_id, status=DiskStatus.BROKEN)
+            except Conflict as exc:  # not normal any more: broken already, or being dropped
+                log.info("disk %d: %s", disk_id, exc)
+            self.reported.add(disk_id)
+
     async def heartbeat(self) -> None:
+        await self.report_broken()
         beats = []
         for disk_id in self.node.disks:
             stat = await self.node.disk_stat(disk_id)

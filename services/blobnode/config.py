@@ -30,6 +30,9 @@ class BlobnodeConfig(BaseModel):
     max_shard_size: int = Field(64 << 20, ge=1)
     clustermgr_hosts: list[str] = Field(default_factory=list)  # empty: run standalone
     heartbeat_interval: float = Field(3.0, gt=0)
+    # A disk whose system calls failed this many times (not counting a full disk) is reported broken to
+    # clustermgr; the scheduler then moves its units elsewhere.
+    io_errors_broken: int = Field(3, ge=1)
 
     @field_validator("disks")
     @classmethod

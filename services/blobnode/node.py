@@ -9,7 +9,9 @@ runs on the disk's user threads at once; background I/O waits for a slot of the 
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager, contextmanager
@@ -55,7 +57,9 @@ _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unma
 
 
 @contextmanager
-def _translated(disk_id: int) -> Iterator[None]:
+def _translated(disk_id: int, io_errors: Counter[int]) -> Iterator[None]:
+    """Chunk errors as typed RPC errors; a failed system call other than a full disk counts against the disk
+    in `io_errors` (enough of them and the disk is reported broken)."""
     try:
         yield
     except chunkfile.ChunkError as exc:
@@ -63,11 +67,15 @@ def _translated(disk_id: int) -> Iterator[None]:
             CRC_FAILURES.labels(str(disk_id)).inc()
         raise _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc)) from exc
     except OSError as exc:
-        raise (errors.NoSpace if exc.errno == 28 else errors.Internal)(f"disk I/O failed: {exc}") from exc
+        if exc.errno == errno.ENOSPC:
+            raise errors.NoSpace(f"disk full: {exc}") from exc
+        io_errors[disk_id] += 1
+        raise errors.Internal(f"disk I/O failed: {exc}") from exc
 
 
-def _call_translated(disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    with _translated(disk_id):
+def _call_translated(disk_id: int, io_errors: Counter[int], fn: Callable[P, T], *args: P.args,
+                     **kwargs: P.kwargs) -> T:
+    with _translated(disk_id, io_errors):
         return fn(*args, **kwargs)
 
 
@@ -89,6 +97,7 @@ class Blobnode:
                 raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
             self.disks[disk.disk_id] = disk
         self.io_pending = dict.fromkeys(self.disks, 0)  # per disk: calls queued or running on its threads
+        self.io_errors: Counter[int] = Counter()  # per disk: failed system calls (not counting a full disk)
         rate = config.background_mb_per_sec * (1 << 20)
         self.gates = {disk_id: BackgroundGate(rate, config.background_concurrency, burst=rate / 4)
                       for disk_id in self.disks}
@@ -127,8 +136,8 @@ class Blobnode:
         loop = asyncio.get_running_loop()
         self.io_pending[disk_id] += 1
         try:
-            return await loop.run_in_executor(executor, functools.partial(_call_translated, disk_id, fn, *args,
-                                                                          **kwargs))
+            call = functools.partial(_call_translated, disk_id, self.io_errors, fn, *args, **kwargs)
+            return await loop.run_in_executor(executor, call)
         finally:
             self.io_pending[disk_id] -= 1
 
@@ -196,7 +205,7 @@ class Blobnode:
         loop = asyncio.get_running_loop()
 
         def next_piece() -> bytes | None:
-            with _translated(disk_id):
+            with _translated(disk_id, self.io_errors):
                 return next(pieces, None)
 
         async def read_pieces() -> AsyncIterator[bytes]:
