@@ -116,21 +116,34 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
         objects = await store(cluster, 24, seed=1)
         async with ClusterClient(cm_urls) as cm:
             volumes = await cm.list_volumes()
+            await cm.set_config(switch_key(TaskType.BALANCE), OFF)  # units stay where repairs put them
             # 1. Switched off, a broken disk waits; switched on, it is repaired.
             await cm.set_config(switch_key(TaskType.DISK_REPAIR), OFF)
             await asyncio.sleep(1.5)
             broken = busiest_disk(volumes)
+            # A delete half done on a blob of that disk (mark-deleted on every unit): it must not come back.
+            by_vid = {v.vid: v for v in volumes}
+            async with AsyncClient([cluster.access[0].url]) as client, BlobnodeClient() as bn:
+                blobs = [b for location, _ in objects for b in (await client.stat(location)).blobs]
+                deleting = next(b for b in blobs if any(u.disk_id == broken for u in by_vid[b.vid].units))
+                for u in by_vid[deleting.vid].units:
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, deleting.min_bid)
+            objects = [(loc, data) for loc, data in objects if not await _holds(cluster, loc, deleting.min_bid)]
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
             await asyncio.sleep(4)
             assert await disk_status(cm, broken) is DiskStatus.BROKEN
             assert await tasks_of(cm) == []
             await cm.set_config(switch_key(TaskType.DISK_REPAIR), ON)
             await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 90, f"disk {broken} repaired")
-            tasks = [t for t in await tasks_of(cm) if t.task_type is TaskType.DISK_REPAIR]  # balance may follow
+            tasks = await tasks_of(cm)
             assert tasks and all(t.state is TaskState.FINISHED and t.disk_id == broken for t in tasks)
             current = {v.vid: v for v in await cm.list_volumes()}
             for t in tasks:  # each unit committed once, to the destination its task recorded
                 assert t.destination is not None and current[t.vid].units[t.unit_index] == t.destination
+            moved = current[deleting.vid].units[next(t.unit_index for t in tasks if t.vid == deleting.vid)]
+            async with BlobnodeClient() as bn:
+                held = await bn.list_all_shards(moved.host, moved.disk_id, moved.vuid)
+            assert deleting.min_bid not in held  # not resurrected
             await assert_whole(cluster, cm, objects, {broken})
             listed = json.loads(await cli(cm_urls, "task", "list", "--all", "--json"))
             assert {t.task_id for t in tasks} <= {t["task_id"] for t in listed}
@@ -179,6 +192,7 @@ def test_repair_survives_kill_9_of_worker_and_scheduler(cluster_factory: Cluster
     async def scenario() -> None:
         objects = await store(cluster, 30, seed=2)
         async with ClusterClient(cm_urls) as cm:
+            await cm.set_config(switch_key(TaskType.BALANCE), OFF)
             broken = busiest_disk(await cm.list_volumes())
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
 
@@ -202,7 +216,7 @@ def test_repair_survives_kill_9_of_worker_and_scheduler(cluster_factory: Cluster
             async with httpx.AsyncClient() as http:
                 scrape = (await http.get(f"{cluster.background['worker'].url}/metrics")).text
             assert _sample(scrape, 'blobstore_worker_migrated_shards_total{how="resumed"}') > 0  # not moved twice
-            tasks = [t for t in await tasks_of(cm) if t.task_type is TaskType.DISK_REPAIR]  # balance may follow
+            tasks = await tasks_of(cm)
             current = {v.vid: v for v in await cm.list_volumes()}
             assert all(t.state is TaskState.FINISHED for t in tasks)
             for t in tasks:
@@ -221,6 +235,7 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
     async def scenario() -> None:
         objects = await store(cluster, 18, seed=3)
         async with ClusterClient(cm_urls) as cm, SchedulerClient(cm) as scheduler:
+            await cm.set_config(switch_key(TaskType.BALANCE), OFF)
             volume = (await cm.list_volumes())[0]
             used = {u.disk_id for u in volume.units}
             target = next(d.disk_id for d in await cm.list_disks() if d.disk_id not in used)
@@ -274,6 +289,11 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
             await until(lambda: _loaded(scheduler, len(many)), 30, "the restarted scheduler loading every record")
 
     asyncio.run(scenario())
+
+
+async def _holds(cluster: LocalCluster, location: str, bid: int) -> bool:
+    async with AsyncClient([cluster.access[0].url]) as client:
+        return any(b.min_bid <= bid < b.min_bid + b.count for b in (await client.stat(location)).blobs)
 
 
 async def _loaded(scheduler: SchedulerClient, at_least: int) -> bool:
