@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from typer.testing import CliRunner
@@ -276,7 +277,8 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
             client.get(client.put(os.urandom(20_000)))
     with headless_chromium(tmp_path / "chromium-profile") as browser:
         browser.get(cluster.dashboard_url)
-        wait = WebDriverWait(browser, 30, poll_frequency=0.2)
+        # the page re-renders its tables every refresh: an element found just before may be gone when read
+        wait = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#blobnodes [data-blobnode]")) == len(blobnodes))
         shown = {e.get_attribute("data-blobnode"): e.text for e in
                  browser.find_elements(By.CSS_SELECTOR, "#blobnodes [data-blobnode]")}
@@ -287,6 +289,10 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
         assert browser.find_element(By.CSS_SELECTOR, '#latency-chart path[data-line="PUT p99"]').get_attribute("d")
 
         disk = json.loads(CliRunner().invoke(app, ["disk", "list", "--dir", cluster.dir, "--json"]).output)[0]
+        # Repairs paused: the disk stays broken on screen (the scheduler would repair it within seconds).
+        result = CliRunner().invoke(app, ["task", "switch", "disk_repair", "off", "--dir", cluster.dir])
+        assert result.exit_code == 0, result.output
+        time.sleep(1.5)  # a scheduler round that read the switch before it changed is over by then
         result = CliRunner().invoke(app, ["disk", "set", str(disk["disk_id"]), "--status", "broken",
                                           "--dir", cluster.dir])
         assert result.exit_code == 0, result.output

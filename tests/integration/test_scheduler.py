@@ -161,6 +161,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
             for disk_id in victim_disks:
                 await until(lambda d=disk_id: _is(cm, d, DiskStatus.REPAIRED), 120, f"disk {disk_id} repaired")
             await assert_whole(cluster, cm, objects, {broken, *victim_disks})
+            assert not [v.vid for v in await cm.list_volumes() if v.under_spread]  # 7 live hosts for 6 units
 
             # 3. A disk whose system calls fail is reported broken by its own blobnode, then repaired. The fault
             # is real: its data folder becomes a file, so creating a chunk there fails (ENOTDIR).
@@ -268,6 +269,36 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
             assert record.state is TaskState.FINISHED and record.destination is not None
             assert record.destination.disk_id == target
             await assert_whole(cluster, cm, objects, set())
+
+            # A reclaim (the destination failed) gets a new destination, never the failed disk again, and the
+            # old destination's holder is fenced off.
+            other = (await cm.list_volumes())[1]
+            os.kill(worker.pid, signal.SIGSTOP)
+            try:
+                second = await scheduler.manual_migrate(ManualMigrate(vid=other.vid, index=0))
+                first_try = await _acquire(scheduler, "reclaimer")
+                await scheduler.cancel(TaskCancel(ref=first_try.ref, reason="disk full", destination_failed=True))
+                retry = await _acquire(scheduler, "reclaimer")
+                assert retry.ref.task_id == second.task_id
+                assert retry.destination.disk_id != first_try.destination.disk_id
+                assert retry.destination.vuid != first_try.destination.vuid
+                try:
+                    await scheduler.renew(first_try.ref)
+                except Conflict as exc:
+                    assert "moves" in str(exc)
+                else:
+                    raise AssertionError("the failed destination's lease was renewed")
+                record = next(t for t in await tasks_of(cm) if t.task_id == second.task_id)
+                assert first_try.destination.disk_id in record.avoid_disks and record.redo == 1
+                await scheduler.cancel(TaskCancel(ref=retry.ref, reason="test gives it back"))
+            finally:
+                os.kill(worker.pid, signal.SIGCONT)
+
+            async def reclaimed() -> bool:
+                unit = (await cm.get_volume(other.vid)).units[0]
+                return unit.disk_id not in (other.units[0].disk_id, first_try.destination.disk_id)
+
+            await until(reclaimed, 60, "the reclaimed migration")
 
             dropped = busiest_disk(await cm.list_volumes())
             await cm.set_disk(dropped, readonly=True)
