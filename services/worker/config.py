@@ -20,7 +20,7 @@ class WorkerConfig(BaseModel):
     # On a box where the CPU, not the disks, is short, this is what keeps user latency down during a repair.
     migrate_mb_per_sec: float | None = Field(None, gt=0)
     # scheduler tasks (disk repair, drop, balance, manual migrate) worked at once, and how often to ask
-    task_runners: int = Field(1, ge=0, le=16)
+    task_runners: int = Field(2, ge=0, le=16)
     task_poll: float = Field(2.0, gt=0)
 
     @property
