@@ -185,7 +185,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
 
 
 def test_repair_survives_kill_9_of_worker_and_scheduler(cluster_factory: ClusterFactory) -> None:
-    slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 1.0}
+    slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 0.25}  # a unit takes seconds: killed midway
     cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=2, worker=slow,
                               scheduler={"election_ttl": 3.0, "task_lease_ttl": 4.0})
     cm_urls = [c.url for c in cluster.clustermgr]
