@@ -19,6 +19,8 @@ from typing import Any, Protocol, Self, TypeVar
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
+from libs.rpc import auth
+from libs.rpc.auth import AUTH_HEADER
 from libs.rpc.errors import Internal, Unavailable, error_from_response
 
 Params = Mapping[str, str | int]
@@ -136,6 +138,7 @@ class HttpClient:
             request.body = json.model_dump_json().encode() if isinstance(json, BaseModel) else jsonlib.dumps(
                 json).encode()
             request.headers["content-type"] = JSON_TYPE
+        _sign(request)
         async with self.transport.send(request) as resp:
             await self._raise_for(resp)
             return await resp.read()
@@ -156,10 +159,19 @@ class HttpClient:
 
     async def stream(self, url: str, *, params: Params | None = None, piece: int = 1 << 20,
                      timeout: float | None = None) -> AsyncIterator[bytes]:
-        async with self.transport.send(Request("GET", url, _str_params(params), timeout=timeout)) as resp:
+        request = Request("GET", url, _str_params(params), timeout=timeout)
+        _sign(request)
+        async with self.transport.send(request) as resp:
             await self._raise_for(resp)
             async for chunk in resp.iter_chunked(piece):
                 yield chunk
+
+
+def _sign(request: Request) -> None:
+    """Add the process's signature (`libs.rpc.auth`), if it signs."""
+    signer = auth.installed()
+    if signer is not None and AUTH_HEADER not in request.headers:
+        request.headers[AUTH_HEADER] = signer.header(request.method, request.url, request.params, request.body)
 
 
 def _str_params(params: Params | None) -> dict[str, str] | None:

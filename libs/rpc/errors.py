@@ -38,6 +38,13 @@ class LengthMismatch(BadRequest):
     status = 400
 
 
+class Unauthorized(RpcError):
+    """The request is not signed, or its signature is wrong or too old."""
+
+    code = "unauthorized"
+    status = 401
+
+
 class Forbidden(RpcError):
     """The caller may not do this (e.g. a forged Location)."""
 
