@@ -5,10 +5,14 @@ change nothing; the CLI and the services keep working; a rotation with an overla
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import random
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -20,6 +24,7 @@ from blobstore.launcher import SECRET_FILE, ClusterInfo, down, up
 from blobstore.plan import ClusterShape
 from libs.proto.cluster import DiskStatus
 from libs.proto.ids import Vuid
+from libs.proto.scheduler import LEADER_KEY, LeaderRecord
 from libs.rpc import auth
 from libs.rpc.auth import AUTH_HEADER, AuthConfig, Role, Signer, new_secret
 from services.blobnode.client import BlobnodeClient
@@ -143,3 +148,119 @@ def test_rotation_with_an_overlap_loses_no_request(blobnode_factory: BlobnodeFac
         assert asyncio.run(burst(new)) == 50
     finally:
         auth.install(before)
+
+
+# Bad input, signed (so it reaches the routes): every answer is a 4xx with a reason, or 503 where a dependency
+# is away (a follower, no elected scheduler); never a 500; nothing stored changes.
+
+ROUTES: dict[str, list[tuple[str, str]]] = {
+    "blobnode": [("GET", "/stat"), ("GET", "/disk/stat"), ("POST", "/chunk/create"), ("POST", "/chunk/release"),
+                 ("POST", "/chunk/readonly"), ("POST", "/chunk/compact"), ("GET", "/chunk/list"),
+                 ("GET", "/chunk/stat"), ("GET", "/shard/stat"), ("GET", "/shard/list"), ("POST", "/shard/delete"),
+                 ("POST", "/shard/markdelete"), ("POST", "/shard/put"), ("GET", "/shard/get"),
+                 ("POST", "/inspect/export")],
+    "clustermgr": [("POST", "/disk/add"), ("POST", "/disk/heartbeat"), ("POST", "/disk/set"), ("POST", "/disk/broken"),
+                   ("GET", "/disk/get"), ("GET", "/volume/get"), ("GET", "/volume/list"), ("POST", "/volume/alloc"),
+                   ("POST", "/volume/retain"), ("POST", "/volume/lock"), ("POST", "/volume/unit/alloc"),
+                   ("POST", "/volume/unit/update"), ("POST", "/scope/alloc"), ("POST", "/service/register"),
+                   ("POST", "/config/set"), ("POST", "/kv/cas"), ("GET", "/kv/list"), ("POST", "/raft/member/add"),
+                   ("POST", "/raft/member/remove")],
+    "allocator": [("POST", "/volume/alloc")],
+    "mqproxy": [("POST", "/repairmsg"), ("POST", "/deletemsg")],
+    "worker": [("POST", "/shard/repair")],
+    "scheduler": [("POST", "/task/acquire"), ("POST", "/task/renew"), ("POST", "/task/report"),
+                  ("POST", "/task/complete"), ("POST", "/task/cancel"), ("POST", "/task/migrate")],
+    "access": [("PUT", "/blob"), ("POST", "/blob/alloc"), ("PUT", "/blob/putat"), ("GET", "/blob/{token}"),
+               ("GET", "/blob/{token}/stat"), ("DELETE", "/blob/{token}")],
+}
+FIELDS = ["vid", "bid", "disk_id", "vuid", "index", "size", "count", "code_mode", "key", "value", "status", "name",
+          "host", "holder", "messages", "bad_indexes", "ref", "worker", "node_id", "expected", "disks", "volumes"]
+WRONG = [-1, -(2**70), 2**70, 1.5, "x" * 300, "", None, [], {}, [1, "a"], {"a": {"b": []}}, True, "NaN", "1e999"]
+QUERIES = ["disk_id=-1", "disk_id=abc&vuid=1&bid=1", "vuid=99999999999999999999999999", "count=0&start_bid=-5",
+           "disk_id=1&vuid=1&bid=1&offset=-3", "bid=1&bid=2", "%zz=%zz", "disk_id=1&vuid=0&bid=0&size=99999999999",
+           "token=AAAA", "token=" + "A" * 5000, "disk_id=1&vuid=4294967297&bid=1"]
+RANGES = ["bytes=5-1", "bytes=abc", "bytes=-0", "bytes=999999999-", "bytes=0-0,5-9", "items=0-1", "bytes=--1"]
+
+
+def bad_bodies(rng: random.Random) -> list[bytes]:
+    wrong = {f: rng.choice(WRONG) for f in rng.sample(FIELDS, 4)}
+    return [b"", b"{", b"[]", b"null", b'"text"', json.dumps(wrong).encode(), json.dumps(wrong).encode()[:-3],
+            bytes(rng.getrandbits(8) for _ in range(300)), json.dumps({**wrong, "unknown": 1}).encode()]
+
+
+def forged_tokens(real: str, rng: random.Random) -> list[str]:
+    flipped = list(real)
+    flipped[len(real) // 2] = "A" if flipped[len(real) // 2] != "A" else "B"
+    return [real[:-4], "".join(flipped), "A" * 54, real + "AAAA", "..%2f..%2fetc", "".join(rng.choices("ab-_", k=60))]
+
+
+def snapshot(cluster: ClusterInfo) -> dict[str, object]:
+    async def take() -> dict[str, object]:
+        async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as bn:
+            disks = await cm.list_disks()
+            chunks = {d.disk_id: sorted((c.vuid, c.status) for c in await bn.list_chunks(d.host, d.disk_id))
+                      for d in disks}
+            volatile = ("scheduler/", "volume_inspect/", "task/", "raft_member_http/")
+            return {"disks": [(d.disk_id, d.status, d.readonly) for d in disks],
+                    "volumes": [(v.vid, v.status, [u.vuid for u in v.units]) for v in await cm.list_volumes()],
+                    "config": await cm.list_config(),
+                    "kv": {k: v for k, v in (await cm.kv_list()).items() if not k.startswith(volatile)},
+                    "chunks": chunks}
+
+    return asyncio.run(take())
+
+
+async def _leaders(cluster: ClusterInfo) -> tuple[str, str]:
+    async with ClusterClient(cluster.clustermgr_urls) as cm:
+        leader = (await cm.raft_status()).leader or 1
+        raw = await cm.kv_get(LEADER_KEY)
+    return cluster.clustermgr_urls[leader - 1], LeaderRecord.model_validate_json(raw or "").host
+
+
+def truncated(url: str, method: str, signer: Signer) -> None:
+    """A body cut short of its declared length, the connection then closed: the service stays up."""
+    parts = urlsplit(url)
+    head = f"{method} {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-length: 5000\r\n"
+    head += f"{AUTH_HEADER}: {signer.header(method, url, None, b'x' * 5000)}\r\n"
+    with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+        sock.sendall(head.encode() + b"\r\n" + b"x" * 100)
+    assert httpx.get(f"{parts.scheme}://{parts.netloc}/health", timeout=5).status_code == 200
+
+
+def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterInfo) -> None:
+    rng = random.Random(13)
+    with Client(cluster.access_url) as client:
+        real = client.put(os.urandom(3000))
+    before = snapshot(cluster)
+    hosts = {role: urls(cluster, role)[0] for role in ROUTES}
+    hosts["clustermgr"], hosts["scheduler"] = asyncio.run(_leaders(cluster))  # past the "not the leader" answer
+    signer = auth.installed()
+    assert signer is not None
+    failures: list[str] = []
+    with httpx.Client(timeout=30) as raw:
+        def send(method: str, url: str, body: bytes, headers: dict[str, str]) -> None:
+            if not url.startswith(cluster.access_url):
+                headers = {**headers, AUTH_HEADER: signer.header(method, url, None, body if body else None)}
+            answer = raw.request(method, url, content=body, headers=headers)
+            text = answer.text[:200]
+            reason = answer.headers.get("content-type", "").startswith("application/json") and (
+                "error" in answer.json() or "detail" in answer.json())
+            if (answer.status_code >= 500 and answer.status_code != 503) or (answer.status_code >= 400 and not reason):
+                failures.append(f"{method} {url[:120]} {body[:60]!r} -> {answer.status_code} {text}")
+
+        for role, routes in ROUTES.items():
+            for method, path in routes:
+                for token in [real, *forged_tokens(real, rng)] if "{token}" in path else [""]:
+                    target = f"{hosts[role]}{path.replace('{token}', token)}"
+                    if token == real:
+                        for value in RANGES:
+                            send("GET", target, b"", {"range": value})
+                        continue
+                    for query in rng.sample(QUERIES, 4):
+                        send(method, f"{target}?{query}", b"", {})
+                    for body in bad_bodies(rng):
+                        send(method, target, body, {"content-type": "application/json"})
+                    send("PATCH", target, b"{}", {})  # a method the route does not take
+                    truncated(target, method, signer)
+    assert not failures, "\n".join(failures[:20])
+    assert snapshot(cluster) == before
