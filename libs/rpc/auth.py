@@ -82,12 +82,6 @@ class AuthConfig(BaseModel):
                    previous={r: role_key(previous_secret, r) for r in roles} if previous_secret else {})
 
 
-class Secured(BaseModel):
-    """Mixed into a service's config: with `auth` set, every route but the open ones checks signatures."""
-
-    auth: AuthConfig | None = None
-
-
 def body_digest(body: Buffer | None, streamed: bool = False) -> str:
     if streamed:
         return f"{UNSIGNED}{0 if body is None else memoryview(body).nbytes}"

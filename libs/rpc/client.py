@@ -11,6 +11,7 @@ timeout is `Unavailable`.
 from __future__ import annotations
 
 import json as jsonlib
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -56,6 +57,16 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+_trusted: ssl.SSLContext | None = None
+
+
+def trust(ca_file: str | None) -> None:
+    """Verify `https://` peers against `ca_file` (the cluster's CA) instead of the system's roots, in every
+    transport created from now on; None: the system's roots again."""
+    global _trusted
+    _trusted = ssl.create_default_context(cafile=ca_file) if ca_file else None
+
+
 class AiohttpTransport:
     """aiohttp with one session created lazily inside the running loop; safe to share across tasks."""
 
@@ -66,7 +77,8 @@ class AiohttpTransport:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, ttl_dns_cache=300,
+                                             ssl=_trusted if _trusted is not None else True)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
         return self._session
 

@@ -136,6 +136,27 @@ class TooLarge(RpcError):
     status = 413
 
 
+class RequestTimeout(RpcError):
+    """The client paused too long while sending its request."""
+
+    code = "request_timeout"
+    status = 408
+
+
+class TooManyRequests(RpcError):
+    """The client sent more requests than its rate allows; try again shortly."""
+
+    code = "too_many_requests"
+    status = 429
+
+
+class HeadersTooLarge(RpcError):
+    """The request's headers are larger than the service takes."""
+
+    code = "headers_too_large"
+    status = 431
+
+
 class RangeNotSatisfiable(RpcError):
     """The byte range lies outside the object."""
 

@@ -26,9 +26,11 @@ from pydantic import BaseModel
 
 from libs.rpc import auth
 from libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
-from libs.rpc.auth import AUTH_HEADER, STREAMED, Secured, Signer, Verifier, required_role
-from libs.rpc.config import load_config
+from libs.rpc.auth import AUTH_HEADER, STREAMED, Signer, Verifier, required_role
+from libs.rpc.client import trust
+from libs.rpc.config import ServiceSettings, TLSConfig, load_config
 from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge
+from libs.rpc.limits import limited
 from libs.rpc.metrics import SERVICE, Instrumented, Observer, instrument, measuring
 
 log = logging.getLogger(__name__)
@@ -237,19 +239,21 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     """The `python -m services.<name> -c conf.json` entry point of every service: parse the flag,
     load and validate the config, set up logging, build the app and serve it on its address. With `auth` in
     the config, every request the service makes is signed and, unless its API is `public`, every request it
-    serves is checked (`authenticated`)."""
+    serves is checked (`authenticated`); the config's `limits` apply to every request (`libs.rpc.limits`)."""
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
     parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
     args = parser.parse_args()
     config = load_config(args.config, model)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
-    keys = config.auth if isinstance(config, Secured) else None
-    if keys is not None:
-        auth.install(Signer(keys.keys))
+    settings = config if isinstance(config, ServiceSettings) else ServiceSettings()
+    if settings.auth is not None:
+        auth.install(Signer(settings.auth.keys))
+    if settings.tls is not None:
+        trust(settings.tls.ca_file)
     app, bind_addr = build(config)
-    if keys is not None and not public:
-        app = authenticated(app, Verifier(keys))
-    serve(app, bind_addr)
+    if settings.auth is not None and not public:
+        app = authenticated(app, Verifier(settings.auth))
+    serve(limited(app, settings.limits, _send_error), bind_addr, settings.tls)
 
 
 def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_BODY) -> ASGIApp:
@@ -272,11 +276,15 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
             verifier.check(scope["method"], path, scope.get("query_string", b"").decode("latin-1"),
                            headers.get(AUTH_HEADER), body, declared)
         except RpcError as exc:
-            await send_json(send, exc.status, exc.to_json())
+            await _send_error(send, exc)
             return
         await app(scope, receive if body is None else _replay(body, receive), send)
 
     return guard
+
+
+async def _send_error(send: Send, exc: RpcError) -> None:
+    await send_json(send, exc.status, exc.to_json())
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -308,10 +316,11 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def serve(app: ASGIApp, bind_addr: str) -> None:
-    """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT."""
+def serve(app: ASGIApp, bind_addr: str, tls: TLSConfig | None = None) -> None:
+    """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT, over HTTPS with `tls`."""
     host, _, port = bind_addr.rpartition(":")
     config = uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), http="httptools",
                             loop="uvloop", access_log=False, log_level="warning",
-                            timeout_keep_alive=30)
+                            timeout_keep_alive=30, ssl_certfile=tls.cert_file if tls else None,
+                            ssl_keyfile=tls.key_file if tls else None)
     asyncio.run(uvicorn.Server(config).serve())

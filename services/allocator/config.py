@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from libs.rpc.auth import Secured
+from libs.rpc.config import ServiceSettings
 
 
-class AllocatorConfig(Secured):
+class AllocatorConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9100"
     host: str = ""  # advertised URL; defaults to http://<bind_addr>; also the lease holder name
     clustermgr_hosts: list[str] = Field(min_length=1)
