@@ -264,3 +264,15 @@ def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterI
                     truncated(target, method, signer)
     assert not failures, "\n".join(failures[:20])
     assert snapshot(cluster) == before
+
+
+def test_the_raft_port_admits_only_members(cluster: ClusterInfo) -> None:
+    config = json.loads(Path(next(p.config for p in cluster.processes if p.name == "clustermgr1")).read_text())
+    host, port = config["members"]["1"]["raft_addr"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        assert len(sock.recv(64)) == 16  # the challenge
+        sock.sendall(b"\0" * 32 + b"\0\0\0\x05hello")  # a wrong answer, then a frame
+        sock.settimeout(5)
+        assert sock.recv(64) == b""  # hung up on
+    with Client(cluster.access_url) as client:  # the replicas still talk to each other
+        assert client.get(client.put(b"after the intruder")) == b"after the intruder"
