@@ -26,7 +26,7 @@ from typer.core import TyperGroup
 
 from blobstore.client import Client
 from blobstore.errors import BlobstoreError, NotFound
-from blobstore.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, down, status, up
+from blobstore.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, down, sign_as_operator, status, up
 from blobstore.plan import ClusterShape
 from blobstore.procs import poll
 from blobstore.shards import inspect_shards
@@ -83,7 +83,12 @@ def _access(root: Path, access: str) -> list[str]:
 
 
 def _clustermgr(root: Path, clustermgr: str) -> list[str]:
-    return clustermgr.split(",") if clustermgr else ClusterInfo.load(root).clustermgr_urls
+    """The clustermgr URLs given, or the local cluster's; requests are signed with the secret of $BLOBSTORE_SECRET
+    or the cluster folder (never one given on the command line, where other users could read it)."""
+    if clustermgr:
+        sign_as_operator(root if root.exists() else None)
+        return clustermgr.split(",")
+    return ClusterInfo.load(root).clustermgr_urls
 
 
 def _kafka(root: Path, kafka: str) -> str:

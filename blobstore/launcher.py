@@ -28,9 +28,13 @@ from blobstore.client import Client
 from blobstore.errors import BlobstoreError
 from blobstore.plan import STAGES, ClusterShape, KafkaSpec, ProcessSpec, cluster_prefix, plan_cluster, port_count
 from blobstore.procs import free_ports, healthy, poll, running, spawn, start_time, stop
+from libs.rpc import auth
+from libs.rpc.auth import AUTH_HEADER, AuthConfig, Role, Signer, new_secret
 
 DEFAULT_DIR = Path("run")
 STATE_FILE = "cluster.json"
+SECRET_FILE = "cluster.secret"  # the secret every role key derives from; mode 0600, like the configs
+SECRET_ENV = "BLOBSTORE_SECRET"  # the same, for a CLI pointed at a cluster by URL
 SOURCE_ROOT = Path(__file__).resolve().parents[1]  # holds services/ and libs/ next to blobstore/
 Say = Callable[[str], object]
 
@@ -88,6 +92,8 @@ class ClusterInfo:
 
     @classmethod
     def load(cls, root: Path) -> ClusterInfo:
+        """The cluster recorded under `root`; from now on this process signs its requests as the operator."""
+        sign_as_operator(root)
         path = root / STATE_FILE
         try:
             raw = json.loads(path.read_text())
@@ -138,9 +144,29 @@ def _clear_stopped(root: Path, say: Say) -> None:
     say(f"wiped the stopped cluster's data in {root}/")
 
 
+def sign_as_operator(root: Path | None) -> bool:
+    """Sign every request of this process with every role (the operator's CLI, a test, a benchmark), the
+    secret read from $BLOBSTORE_SECRET or the cluster folder; whether one was found."""
+    secret = os.environ.get(SECRET_ENV)
+    if secret is None and root is not None and (root / SECRET_FILE).exists():
+        secret = (root / SECRET_FILE).read_text().strip()
+    if secret is None:
+        return False
+    auth.install(Signer(AuthConfig.for_roles(secret, Role).keys))
+    return True
+
+
+def _private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds keys)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+
+
 def _start(spec: ProcessSpec, env: dict[str, str]) -> ProcessRecord:
     spec.workdir.mkdir(parents=True, exist_ok=True)
-    spec.config_path.write_text(spec.config_text)
+    _private(spec.config_path, spec.config_text)
     pid, started = spawn(spec.command, spec.log_path, spec.workdir, env)
     return ProcessRecord(spec.role, spec.name, pid, started, spec.port, spec.url, str(spec.config_path),
                          str(spec.log_path))
@@ -212,7 +238,11 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
     _clear_stopped(root, say)
-    plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16))
+    auth_secret = new_secret()
+    _private(root / SECRET_FILE, auth_secret)
+    sign_as_operator(root)
+    plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16),
+                        auth_secret)
     specs = plan.processes
     by_role = {spec.role: spec for spec in specs}
     clustermgrs = plan.clustermgr_urls()
@@ -248,11 +278,18 @@ def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessR
     return [(p, outcome[p.name]) for p in info.processes]
 
 
+def _signed(method: str, url: str) -> dict[str, str]:
+    """The headers of a bodiless request signed as this process signs (none if it does not)."""
+    signer = auth.installed()
+    return {} if signer is None else {AUTH_HEADER: signer.header(method, url, None, None)}
+
+
 def _leader(urls: list[str], cluster_id: int) -> str | None:
     """The clustermgr named by a replica's Raft status (node ids are 1..3 in member order)."""
     for url in urls:
         try:
-            leader = httpx.get(f"{url}/raft/status", timeout=1.0).json().get("leader")
+            leader = httpx.get(f"{url}/raft/status", timeout=1.0, headers=_signed("GET", f"{url}/raft/status")).json(
+                ).get("leader")
         except (httpx.HTTPError, ValueError):
             continue
         if leader:

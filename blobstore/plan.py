@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from libs.rpc.auth import AuthConfig, Role
+
 HOST = "127.0.0.1"
 CLUSTERMGR_COUNT = 3
 KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stats` stays short
@@ -81,11 +83,24 @@ class ClusterPlan:
         return by_cluster
 
 
-def _service(role: str, name: str, port: int, root: Path, python: str, config: dict[str, Any],
+# The role keys each kind of process signs and checks requests with (libs/rpc/auth.py). Besides clustermgr,
+# only the scheduler holds the admin key: it sets disk statuses as an operator would (the operator's CLI
+# derives every key from the cluster secret).
+ROLE_KEYS: dict[str, tuple[Role, ...]] = {
+    "clustermgr": (Role.DATA, Role.CONTROL, Role.ADMIN), "blobnode": (Role.DATA, Role.CONTROL),
+    "access": (Role.DATA, Role.CONTROL), "worker": (Role.DATA, Role.CONTROL), "tinker": (Role.DATA, Role.CONTROL),
+    "scheduler": (Role.DATA, Role.CONTROL, Role.ADMIN), "allocator": (Role.CONTROL,), "mqproxy": (Role.CONTROL,),
+    "dashboard": (Role.CONTROL,),
+}
+
+
+def _service(role: str, name: str, port: int, root: Path, python: str, config: dict[str, Any], auth_secret: str,
              cluster_id: int = 1) -> ProcessSpec:
     workdir = root / name
     conf = workdir / "conf.json"
-    return ProcessSpec(role, name, port, f"http://{HOST}:{port}", workdir, conf, json.dumps(config, indent=2),
+    keys = AuthConfig.for_roles(auth_secret, ROLE_KEYS[role]).model_dump(mode="json")
+    return ProcessSpec(role, name, port, f"http://{HOST}:{port}", workdir, conf,
+                       json.dumps({**config, "auth": keys}, indent=2),
                        (python, "-m", f"services.{role}", "-c", str(conf)), cluster_id)
 
 
@@ -111,7 +126,7 @@ def cluster_prefix(cluster_id: int) -> str:
 
 
 def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, kafka: KafkaSpec,
-              cluster_id: int) -> list[ProcessSpec]:
+              cluster_id: int, auth_secret: str) -> list[ProcessSpec]:
     """The processes of one cluster: clustermgrs, blobnodes, allocator, schedulers, worker, mqproxy, tinker."""
     name = cluster_prefix(cluster_id)
     members = {str(n): {"raft_addr": f"{HOST}:{next(ports)}", "http_addr": f"{HOST}:{next(ports)}"}
@@ -122,7 +137,8 @@ def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str
                      "code_modes": policy, "chunk_size": shape.chunk_size, "volume_check_interval": 0.5,
                      # no volume before every disk started here registered: each one spreads over all hosts
                      "first_volume_after_disks": shape.blobnodes * shape.disks_per_node,
-                     "disk_heartbeat_timeout": 10.0, "disk_broken_after": shape.disk_broken_after}, cluster_id)
+                     "disk_heartbeat_timeout": 10.0, "disk_broken_after": shape.disk_broken_after}, auth_secret,
+                    cluster_id)
            for n, m in members.items()]
     cm_urls = [cm.url for cm in cms]
     blobnodes = []
@@ -132,12 +148,13 @@ def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str
                  for d in range(1, shape.disks_per_node + 1)]
         blobnodes.append(_service("blobnode", f"{name}blobnode{i}", port, root, python,
                                   {"bind_addr": f"{HOST}:{port}", "disks": disks, "clustermgr_hosts": cm_urls,
-                                   "heartbeat_interval": 1.0}, cluster_id))
+                                   "heartbeat_interval": 1.0}, auth_secret, cluster_id))
 
     def service(role: str, instance: str = "", **config: Any) -> ProcessSpec:
         port = next(ports)
         return _service(role, f"{name}{role}{instance}", port, root, python,
-                        {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls, **config}, cluster_id)
+                        {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls, **config}, auth_secret,
+                        cluster_id)
 
     allocator = service("allocator", code_modes=[shape.code_mode])
     schedulers = [service("scheduler", str(n)) for n in (1, 2)]
@@ -149,12 +166,14 @@ def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str
     return [*cms, *blobnodes, allocator, *schedulers, worker, mqproxy, tinker]
 
 
-def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str) -> ClusterPlan:
-    """Every process of a local cluster (or region) under `root`; `ports` hands out `port_count(shape)` ports."""
+def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str,
+                 auth_secret: str) -> ClusterPlan:
+    """Every process of a local cluster (or region) under `root`; `ports` hands out `port_count(shape)` ports.
+    `secret` signs Locations, `auth_secret` internal requests (each process gets its role keys)."""
     root = root.resolve()
     redis = _redis(next(ports), root)
     kafka = KafkaSpec(root / "kafka", next(ports), next(ports))
-    clusters = {k: _plan_one(root, shape, ports, python, kafka, k) for k in range(1, shape.clusters + 1)}
+    clusters = {k: _plan_one(root, shape, ports, python, kafka, k, auth_secret) for k in range(1, shape.clusters + 1)}
 
     def urls(k: int, role: str) -> list[str]:
         return [p.url for p in clusters[k] if p.role == role]
@@ -168,11 +187,11 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
                        "region_refresh": 2.0,
                        "secret": secret, "redis_url": redis.url, "default_code_mode": shape.code_mode,
                        "orphan_log": str(root / "access" / "orphans.jsonl"),
-                       "audit_log": str(root / "access" / "audit.jsonl") if shape.audit_log else ""})
+                       "audit_log": str(root / "access" / "audit.jsonl") if shape.audit_log else ""}, auth_secret)
     scraped = [*(p for k in clusters for p in clusters[k]), access]
     port = next(ports)
     dashboard = _service("dashboard", "dashboard", port, root, python,
                          {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": urls(1, "clustermgr"),
                           "kafka_bootstrap": kafka.bootstrap,
-                          "targets": [{"name": p.name, "role": p.role, "url": p.url} for p in scraped]})
+                          "targets": [{"name": p.name, "role": p.role, "url": p.url} for p in scraped]}, auth_secret)
     return ClusterPlan(kafka, [redis, *scraped, dashboard])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -89,8 +90,9 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
         raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
-def healthy(url: str, timeout: float = 1.0) -> bool:
-    """An HTTP service answers 200 on /health; Redis answers PONG; Kafka accepts a connection."""
+def healthy(url: str, timeout: float = 1.0, verify: ssl.SSLContext | bool = True) -> bool:
+    """An HTTP service answers 200 on /health (an HTTPS one with a certificate `verify` accepts); Redis
+    answers PONG; Kafka accepts a connection."""
     scheme, _, rest = url.partition("://")
     if scheme in ("redis", "kafka"):
         host, port = rest.split("/", 1)[0].rsplit(":", 1)
@@ -103,6 +105,6 @@ def healthy(url: str, timeout: float = 1.0) -> bool:
         except OSError:
             return False
     try:
-        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+        return httpx.get(f"{url}/health", timeout=timeout, verify=verify).status_code == 200
     except httpx.HTTPError:
         return False

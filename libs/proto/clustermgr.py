@@ -90,6 +90,10 @@ class DiskHeartbeat(BaseModel):
     disks: list[DiskBeat]
 
 
+class DiskRef(BaseModel):
+    disk_id: int = DISK_ID
+
+
 class DiskSet(BaseModel):
     disk_id: int = DISK_ID
     status: DiskStatus | None = None

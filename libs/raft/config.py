@@ -27,6 +27,7 @@ class RaftConfig(BaseModel):
     checksum_interval: int = Field(default=1000, description="compare state checksums at multiples of this index")
     fsync: bool = True
     propose_timeout: float = 5.0
+    member_key: str | None = Field(default=None, description="hex; peers must prove they hold it to connect")
 
     @model_validator(mode="after")
     def _check(self) -> RaftConfig:

@@ -63,7 +63,8 @@ class RaftServer:
         self._snapshotting = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._fatal: BaseException | None = None
-        self.transport = Transport(config.node_id, config.listen_addr, self._on_message)
+        key = bytes.fromhex(config.member_key) if config.member_key else None
+        self.transport = Transport(config.node_id, config.listen_addr, self._on_message, key)
         self.snapshots = SnapshotStore(config.data_dir / "snap")
         self.storage: RaftLog | None = None
 

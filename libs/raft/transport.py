@@ -4,13 +4,19 @@ Each node dials one connection per peer it knows of and sends on it. Frames flow
 every connection, so a node that does not know a peer's address yet (a joining learner) answers
 on the connection that peer dialed in on. Sending never blocks: a message to an unreachable or
 congested peer is dropped, which Raft tolerates (the leader retries on the next heartbeat).
+
+With a `key`, a node accepting a connection first sends a random challenge and reads nothing from the
+dialer until it answered with the challenge's HMAC under the key: only members can speak Raft.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import logging
+import os
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -22,6 +28,13 @@ log = logging.getLogger(__name__)
 _LEN = struct.Struct("!I")
 MAX_FRAME = 64 << 20
 MAX_BUFFERED = 32 << 20  # per peer: beyond this, drop instead of queueing without bound
+
+
+CHALLENGE = 16
+
+
+def _answer(key: bytes, challenge: bytes) -> bytes:
+    return hmac.new(key, b"raft member " + challenge, hashlib.sha256).digest()
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -62,9 +75,11 @@ class FrameWriter:
 class _Peer:
     """The outbound connection to one peer, re-dialed in the background while it is down."""
 
-    def __init__(self, addr: str, on_frame: Callable[[bytes, FrameWriter], Awaitable[None]]) -> None:
+    def __init__(self, addr: str, on_frame: Callable[[bytes, FrameWriter], Awaitable[None]],
+                 key: bytes | None) -> None:
         self.addr = addr
         self.on_frame = on_frame
+        self.key = key
         self.writer: FrameWriter | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -74,7 +89,10 @@ class _Peer:
             try:
                 host, port = split_addr(self.addr)
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
-            except (OSError, TimeoutError):
+                if self.key is not None:
+                    challenge = await asyncio.wait_for(reader.readexactly(CHALLENGE), 1.0)
+                    writer.write(_answer(self.key, challenge))
+            except (OSError, TimeoutError, asyncio.IncompleteReadError):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 0.2)
                 continue
@@ -97,7 +115,9 @@ class _Peer:
 
 
 class Transport:
-    def __init__(self, node_id: int, listen: str, on_message: Callable[[Message], Awaitable[None] | None]) -> None:
+    def __init__(self, node_id: int, listen: str, on_message: Callable[[Message], Awaitable[None] | None],
+                 key: bytes | None = None) -> None:
+        self.key = key
         self.node_id = node_id
         self.listen = listen
         self.on_message = on_message
@@ -116,7 +136,7 @@ class Transport:
             self.peers.pop(pid).close()
         for pid, addr in addrs.items():
             if pid != self.node_id and pid not in self.peers:
-                peer = self.peers[pid] = _Peer(addr, self._on_frame)
+                peer = self.peers[pid] = _Peer(addr, self._on_frame, self.key)
                 peer.task = asyncio.get_running_loop().create_task(peer.keep_connected())
 
     def send(self, msg: Message) -> bool:
@@ -141,6 +161,8 @@ class Transport:
         self._inbound.add(task)
         fw = FrameWriter(writer)
         try:
+            if self.key is not None and not await self._admitted(reader, writer):
+                return
             while True:
                 await self._on_frame(await read_frame(reader), fw)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -148,6 +170,19 @@ class Transport:
         finally:
             self._inbound.discard(task)
             writer.close()
+
+    async def _admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        assert self.key is not None
+        challenge = os.urandom(CHALLENGE)
+        writer.write(challenge)
+        try:
+            answer = await asyncio.wait_for(reader.readexactly(32), 2.0)
+        except TimeoutError:
+            answer = b""
+        if hmac.compare_digest(answer, _answer(self.key, challenge)):
+            return True
+        log.warning("refused a Raft connection from %s: not a member", writer.get_extra_info("peername"))
+        return False
 
     async def close(self) -> None:
         for peer in self.peers.values():

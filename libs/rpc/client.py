@@ -11,6 +11,7 @@ timeout is `Unavailable`.
 from __future__ import annotations
 
 import json as jsonlib
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any, Protocol, Self, TypeVar
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
+from libs.rpc import auth
+from libs.rpc.auth import AUTH_HEADER
 from libs.rpc.errors import Internal, Unavailable, error_from_response
 
 Params = Mapping[str, str | int]
@@ -54,6 +57,16 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+_trusted: ssl.SSLContext | None = None
+
+
+def trust(ca_file: str | None) -> None:
+    """Verify `https://` peers against `ca_file` (the cluster's CA) instead of the system's roots, in every
+    transport created from now on; None: the system's roots again."""
+    global _trusted
+    _trusted = ssl.create_default_context(cafile=ca_file) if ca_file else None
+
+
 class AiohttpTransport:
     """aiohttp with one session created lazily inside the running loop; safe to share across tasks."""
 
@@ -64,7 +77,8 @@ class AiohttpTransport:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, ttl_dns_cache=300,
+                                             ssl=_trusted if _trusted is not None else True)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, auto_decompress=False)
         return self._session
 
@@ -136,6 +150,7 @@ class HttpClient:
             request.body = json.model_dump_json().encode() if isinstance(json, BaseModel) else jsonlib.dumps(
                 json).encode()
             request.headers["content-type"] = JSON_TYPE
+        _sign(request)
         async with self.transport.send(request) as resp:
             await self._raise_for(resp)
             return await resp.read()
@@ -156,10 +171,19 @@ class HttpClient:
 
     async def stream(self, url: str, *, params: Params | None = None, piece: int = 1 << 20,
                      timeout: float | None = None) -> AsyncIterator[bytes]:
-        async with self.transport.send(Request("GET", url, _str_params(params), timeout=timeout)) as resp:
+        request = Request("GET", url, _str_params(params), timeout=timeout)
+        _sign(request)
+        async with self.transport.send(request) as resp:
             await self._raise_for(resp)
             async for chunk in resp.iter_chunked(piece):
                 yield chunk
+
+
+def _sign(request: Request) -> None:
+    """Add the process's signature (`libs.rpc.auth`), if it signs."""
+    signer = auth.installed()
+    if signer is not None and AUTH_HEADER not in request.headers:
+        request.headers[AUTH_HEADER] = signer.header(request.method, request.url, request.params, request.body)
 
 
 def _str_params(params: Params | None) -> dict[str, str] | None:

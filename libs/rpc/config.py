@@ -6,9 +6,29 @@ import json
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
+
+from libs.rpc.auth import AuthConfig
+from libs.rpc.limits import Limits
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+class TLSConfig(BaseModel):
+    """HTTPS for a service's listener (its certificate and key), and the CA its clients trust for peers."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+
+
+class ServiceSettings(BaseModel):
+    """What every service's config has: signing keys (with `auth` set, the service signs what it sends and,
+    unless its API is public, checks what it serves), per-request limits, and optional TLS."""
+
+    auth: AuthConfig | None = None
+    limits: Limits = Field(default_factory=Limits)
+    tls: TLSConfig | None = None  # set `host` to the https:// URL others reach the service at
 
 
 class ConfigError(Exception):

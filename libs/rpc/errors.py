@@ -38,6 +38,13 @@ class LengthMismatch(BadRequest):
     status = 400
 
 
+class Unauthorized(RpcError):
+    """The request is not signed, or its signature is wrong or too old."""
+
+    code = "unauthorized"
+    status = 401
+
+
 class Forbidden(RpcError):
     """The caller may not do this (e.g. a forged Location)."""
 
@@ -127,6 +134,27 @@ class TooLarge(RpcError):
 
     code = "too_large"
     status = 413
+
+
+class RequestTimeout(RpcError):
+    """The client paused too long while sending its request."""
+
+    code = "request_timeout"
+    status = 408
+
+
+class TooManyRequests(RpcError):
+    """The client sent more requests than its rate allows; try again shortly."""
+
+    code = "too_many_requests"
+    status = 429
+
+
+class HeadersTooLarge(RpcError):
+    """The request's headers are larger than the service takes."""
+
+    code = "headers_too_large"
+    status = 431
 
 
 class RangeNotSatisfiable(RpcError):

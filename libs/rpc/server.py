@@ -24,15 +24,20 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from libs.rpc import auth
 from libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
-from libs.rpc.config import load_config
-from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError
+from libs.rpc.auth import AUTH_HEADER, STREAMED, Signer, Verifier, required_role
+from libs.rpc.client import trust
+from libs.rpc.config import ServiceSettings, TLSConfig, load_config
+from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge
+from libs.rpc.limits import limited
 from libs.rpc.metrics import SERVICE, Instrumented, Observer, instrument, measuring
 
 log = logging.getLogger(__name__)
 ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
 
 FastRoute = Callable[[Scope, Receive, Send], Awaitable[None]]
+MAX_SIGNED_BODY = 16 << 20  # a control request's JSON; shard bytes are streamed, signed by length
 
 
 def _validation_reason(exc: RequestValidationError) -> str:
@@ -229,22 +234,93 @@ class Lifecycle:
             await close()
 
 
-def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigModel], tuple[ASGIApp, str]]) -> None:
+def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigModel], tuple[ASGIApp, str]], *,
+                public: bool = False) -> None:
     """The `python -m services.<name> -c conf.json` entry point of every service: parse the flag,
-    load and validate the config, set up logging, build the app and serve it on its address."""
+    load and validate the config, set up logging, build the app and serve it on its address. With `auth` in
+    the config, every request the service makes is signed and, unless its API is `public`, every request it
+    serves is checked (`authenticated`); the config's `limits` apply to every request (`libs.rpc.limits`)."""
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
     parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
     args = parser.parse_args()
     config = load_config(args.config, model)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
+    settings = config if isinstance(config, ServiceSettings) else ServiceSettings()
+    if settings.auth is not None:
+        auth.install(Signer(settings.auth.keys))
+    if settings.tls is not None:
+        trust(settings.tls.ca_file)
     app, bind_addr = build(config)
-    serve(app, bind_addr)
+    if settings.auth is not None and not public:
+        app = authenticated(app, Verifier(settings.auth))
+    serve(limited(app, settings.limits, _send_error), bind_addr, settings.tls)
 
 
-def serve(app: ASGIApp, bind_addr: str) -> None:
-    """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT."""
+def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_BODY) -> ASGIApp:
+    """`app` behind signature checks, made before the body reaches a route: the body is read (at most
+    `max_body` bytes) to check its digest, then handed on; a streamed shard body is not read here."""
+
+    async def guard(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or required_role(path) is None:
+            await app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        try:
+            declared = int(headers["content-length"]) if "content-length" in headers else None
+            body: bytes | None = None
+            if path not in STREAMED:
+                if declared is not None and declared > max_body:
+                    raise TooLarge(f"a signed request body may hold {max_body} bytes, not {declared}")
+                body = await _read_body(receive, max_body)
+            verifier.check(scope["method"], path, scope.get("query_string", b"").decode("latin-1"),
+                           headers.get(AUTH_HEADER), body, declared)
+        except RpcError as exc:
+            await _send_error(send, exc)
+            return
+        await app(scope, receive if body is None else _replay(body, receive), send)
+
+    return guard
+
+
+async def _send_error(send: Send, exc: RpcError) -> None:
+    await send_json(send, exc.status, exc.to_json())
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    parts, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BadRequest("the client went away before sending its body")
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise TooLarge(f"a signed request body may hold {limit} bytes")
+        parts.append(part)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the already read body once, then waits on the connection as before."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def serve(app: ASGIApp, bind_addr: str, tls: TLSConfig | None = None) -> None:
+    """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT, over HTTPS with `tls`."""
     host, _, port = bind_addr.rpartition(":")
     config = uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), http="httptools",
                             loop="uvloop", access_log=False, log_level="warning",
-                            timeout_keep_alive=30)
+                            timeout_keep_alive=30, ssl_certfile=tls.cert_file if tls else None,
+                            ssl_keyfile=tls.key_file if tls else None)
     asyncio.run(uvicorn.Server(config).serve())

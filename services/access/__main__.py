@@ -83,4 +83,4 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("access", AccessConfig, build)
+    run_service("access", AccessConfig, build, public=True)

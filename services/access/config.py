@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
+from libs.rpc.config import ServiceSettings
+
 
 class ClusterHosts(BaseModel):
     """Another cluster of the region (seeds/004): its id and where its services answer."""
@@ -14,7 +16,7 @@ class ClusterHosts(BaseModel):
     mqproxy_hosts: list[str] = Field(default_factory=list)  # empty: the mqproxies registered in its clustermgr
 
 
-class AccessConfig(BaseModel):
+class AccessConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9500"
     cluster_id: int = Field(1, ge=0, lt=2**32)
     secret: str = Field(min_length=8)  # signs Locations; the same on every access node of a cluster

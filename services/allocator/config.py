@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from libs.rpc.config import ServiceSettings
 
 
-class AllocatorConfig(BaseModel):
+class AllocatorConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9100"
     host: str = ""  # advertised URL; defaults to http://<bind_addr>; also the lease holder name
     clustermgr_hosts: list[str] = Field(min_length=1)

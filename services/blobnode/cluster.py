@@ -6,7 +6,6 @@ import asyncio
 import logging
 from pathlib import Path
 
-from libs.proto.cluster import DiskStatus
 from libs.proto.clustermgr import DiskAdd, DiskBeat
 from libs.rpc.errors import Conflict, RpcError
 from libs.rpc.server import Lifecycle
@@ -63,7 +62,7 @@ class ClusterLink:
                 continue
             log.error("disk %d failed %d system calls: reporting it broken", disk_id, failures)
             try:
-                await self.cluster.set_disk(disk_id, status=DiskStatus.BROKEN)
+                await self.cluster.report_broken(disk_id)
             except Conflict as exc:  # not normal any more: broken already, or being dropped
                 log.info("disk %d: %s", disk_id, exc)
             self.reported.add(disk_id)

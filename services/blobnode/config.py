@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from libs.rpc.config import ServiceSettings
+
 
 class DiskConfig(BaseModel):
     path: str
@@ -13,7 +15,7 @@ class DiskConfig(BaseModel):
     disk_id: int | None = Field(None, ge=1, lt=2**32)
 
 
-class BlobnodeConfig(BaseModel):
+class BlobnodeConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:8889"
     cluster_id: int = Field(1, ge=0, lt=2**32)
     idc: str = "z0"

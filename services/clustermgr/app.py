@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Query
 
 from libs.ec import UnknownCodeMode, parse_code_mode
-from libs.proto.cluster import DiskInfo, ServiceInfo, Unit, VolumeInfo, VolumeStatus
+from libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from libs.proto.clustermgr import (
     KV_PAGE,
     POLICY_KEY,
@@ -26,6 +26,7 @@ from libs.proto.clustermgr import (
     DiskId,
     DiskIds,
     DiskList,
+    DiskRef,
     DiskSet,
     DiskView,
     DropReplies,
@@ -125,6 +126,11 @@ def build_app(cm: ClusterManager) -> ASGIApp:
             raise BadRequest("give a status, readonly, or both")
         return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=req.status, readonly=req.readonly),
                                caller)
+
+    @app.post("/disk/broken")
+    async def disk_broken(req: DiskRef, caller: Caller) -> DiskInfo:
+        """A blobnode reporting its own disk failing: the one status change a data-path service may make."""
+        return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=DiskStatus.BROKEN), caller)
 
     @app.get("/disk/get")
     async def disk_get(disk_id: int = Query(ge=1)) -> DiskView:

@@ -40,6 +40,7 @@ from libs.proto.clustermgr import (
     DiskId,
     DiskIds,
     DiskList,
+    DiskRef,
     DiskSet,
     DiskView,
     KeyCas,
@@ -202,6 +203,10 @@ class ClusterClient(ServiceClient):
                        readonly: bool | None = None) -> DiskInfo:
         return await self.call("POST", "/disk/set", DiskInfo,
                                body=DiskSet(disk_id=disk_id, status=status, readonly=readonly))
+
+    async def report_broken(self, disk_id: int) -> DiskInfo:
+        """A blobnode's report that its disk fails (`set_disk` is the operator's, an admin route)."""
+        return await self.call("POST", "/disk/broken", DiskInfo, body=DiskRef(disk_id=disk_id))
 
     async def get_disk(self, disk_id: int) -> DiskView:
         return await self.call("GET", "/disk/get", DiskView, params={"disk_id": disk_id})

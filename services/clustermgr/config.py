@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from libs.ec import DEFAULT_BACKEND
 from libs.proto.clustermgr import CodeModeRule
+from libs.rpc.config import ServiceSettings
 
 
 class Member(BaseModel):
@@ -13,7 +14,7 @@ class Member(BaseModel):
     http_addr: str  # host:port of the HTTP API
 
 
-class ClusterMgrConfig(BaseModel):
+class ClusterMgrConfig(ServiceSettings):
     node_id: int = Field(ge=1)
     members: dict[int, Member] = Field(min_length=1)  # the initial voters, and this node itself
     join: bool = False  # this node is not an initial voter: it waits to be added (/raft/member/add)

@@ -36,6 +36,7 @@ from libs.raft.config import RaftConfig
 from libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from libs.raft.errors import NotLeader as RaftNotLeader
 from libs.raft.server import RaftServer
+from libs.rpc.auth import Role
 from libs.rpc.errors import Conflict, NotLeader, Unavailable
 from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
@@ -73,6 +74,8 @@ class ClusterManager:
             election_ms=config.election_timeout_ms,
             snapshot_threshold=config.snapshot_threshold,
             snapshot_keep=config.snapshot_keep,
+            # replicas prove membership with the admin key (only clustermgr, the scheduler and the operator hold it)
+            member_key=config.auth.keys.get(Role.ADMIN) if config.auth else None,
         )
         self.raft = RaftServer(raft_config, self.state)
         self.session = SessionClock(f"cm{config.node_id}-{secrets.token_hex(4)}")  # this replica's own commands

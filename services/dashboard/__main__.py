@@ -22,4 +22,4 @@ def build(config: DashboardConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("dashboard", DashboardConfig, build)
+    run_service("dashboard", DashboardConfig, build, public=True)

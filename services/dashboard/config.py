@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from libs.rpc.config import ServiceSettings
+
 
 class Target(BaseModel):
     """A process whose /metrics the dashboard scrapes."""
@@ -13,7 +15,7 @@ class Target(BaseModel):
     url: str
 
 
-class DashboardConfig(BaseModel):
+class DashboardConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9900"
     clustermgr_hosts: list[str] = Field(min_length=1)
     # The processes to show; blobnodes found in clustermgr's disk table are added to them.

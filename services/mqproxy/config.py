@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from libs.rpc.config import ServiceSettings
 
 
-class MqProxyConfig(BaseModel):
+class MqProxyConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9600"
     host: str = ""  # advertised URL; defaults to http://<bind_addr>
     idc: str = "z0"

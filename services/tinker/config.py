@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from libs.rpc.config import ServiceSettings
 
 
-class TinkerConfig(BaseModel):
+class TinkerConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9700"
     cluster_id: int = Field(1, ge=0, lt=2**32)  # messages of other clusters sharing the Kafka are skipped
     clustermgr_hosts: list[str] = Field(min_length=1)

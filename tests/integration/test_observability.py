@@ -32,6 +32,8 @@ from libs.proto.location import Location
 from libs.proto.mqproxy import RepairIn
 from libs.proto.scheduler import TaskRecord, TaskState
 from libs.proto.switches import TaskType
+from libs.rpc import auth
+from libs.rpc.auth import AUTH_HEADER
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.mqproxy.client import MqProxyClient
@@ -107,7 +109,11 @@ def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo)
         assert client.get(token) == data
     assert httpx.get(f"{cluster.access_url}/no/such/route", timeout=5).status_code == 404
     a_blobnode = next(p.url for p in cluster.processes if p.name == "blobnode1")
-    missing_disk = httpx.get(f"{a_blobnode}/shard/get", params={"disk_id": 999, "vuid": 1, "bid": 1}, timeout=5)
+    query = {"disk_id": "999", "vuid": "1", "bid": "1"}
+    signer = auth.installed()  # the launcher signs this process's requests as the operator
+    assert signer is not None
+    signature = {AUTH_HEADER: signer.header("GET", f"{a_blobnode}/shard/get", query, None)}
+    missing_disk = httpx.get(f"{a_blobnode}/shard/get", params=query, headers=signature, timeout=5)
     assert missing_disk.status_code == 404
     texts = {p.name: httpx.get(f"{p.url}/metrics", timeout=5) for p in _scraped(cluster)}
     roles = {p.name: p.role for p in _scraped(cluster)}

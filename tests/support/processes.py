@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
@@ -27,6 +28,7 @@ class Service:
     config: dict[str, Any]
     workdir: Path
     url: str
+    verify: ssl.SSLContext | bool = True  # for an https:// url: what its certificate is checked against
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
 
@@ -47,7 +49,7 @@ class Service:
                                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         proc = self.proc
         try:
-            wait_until(lambda: proc.poll() is not None or healthy(self.url),
+            wait_until(lambda: proc.poll() is not None or healthy(self.url, verify=self.verify),
                        timeout, f"{self.module} at {self.url}")
         except TimeoutError:
             self.stop()

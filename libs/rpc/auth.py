@@ -1,0 +1,170 @@
+"""Signed internal requests: who may call which route, and proof that they did, recently.
+
+One cluster secret (made by `cluster up`) yields one key per role, HMAC-SHA256(secret, role). A process
+holds the keys of the roles it signs and verifies as (`AuthConfig.keys`), never the secret; only the
+operator's CLI derives every key. A request carries `x-blobstore-auth: v1 role=R ts=T sig=S`, S being the
+HMAC under R's key of the method, path, sorted query, a body digest (SHA-256, or `unsigned:<length>` for
+shard bytes, whose length the blobnode checks) and T. The server takes a signature only within `window`
+seconds of its clock (so a captured request cannot be replayed later) and only from a role at or above the
+route's (data < control < admin): a missing, stale or wrong signature is 401, a good one from a role below
+the route's 403. During a rotation the `previous` keys are accepted too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from enum import StrEnum
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from pydantic import BaseModel, Field
+
+from libs.rpc.errors import Forbidden, Unauthorized
+
+AUTH_HEADER = "x-blobstore-auth"
+Buffer = bytes | bytearray | memoryview
+UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: only their length is signed
+
+
+class Role(StrEnum):
+    DATA = "data"  # shard and chunk calls to blobnodes
+    CONTROL = "control"  # one service asking another (clustermgr, allocator, mqproxy, scheduler, ...)
+    ADMIN = "admin"  # an operator changing the cluster: config, disk status, Raft membership
+
+    @property
+    def rank(self) -> int:
+        return list(Role).index(self)
+
+
+# Routes that need more (or less) than `control`; every other route needs `control`. Health and metrics
+# are open. The access node's public API is not here: its Location and upload tokens are the capability.
+PUBLIC = frozenset({"/health", "/metrics"})
+ADMIN_ROUTES = frozenset({"/config/set", "/disk/set", "/raft/member/add", "/raft/member/remove",
+                          "/fault/drop_reply"})
+DATA_PREFIXES = ("/shard/", "/chunk/")
+STREAMED = frozenset({"/shard/put"})  # bodies signed by length only
+
+
+def required_role(path: str) -> Role | None:
+    """The least role a route takes; None for an open route."""
+    if path in PUBLIC:
+        return None
+    if path in ADMIN_ROUTES:
+        return Role.ADMIN
+    if path.startswith(DATA_PREFIXES):
+        return Role.DATA
+    return Role.CONTROL
+
+
+def role_key(secret: str, role: Role) -> str:
+    return hmac.new(bytes.fromhex(secret), f"blobstore role {role}".encode(), hashlib.sha256).hexdigest()
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+class AuthConfig(BaseModel):
+    """The role keys a process signs and verifies with (hex), those of the last rotation still accepted, and
+    how old a signature may be."""
+
+    keys: dict[Role, str] = Field(min_length=1)
+    previous: dict[Role, str] = Field(default_factory=dict)
+    window: float = Field(60.0, gt=0)
+
+    @classmethod
+    def for_roles(cls, secret: str, roles: Iterable[Role], previous_secret: str | None = None) -> AuthConfig:
+        roles = list(roles)
+        return cls(keys={r: role_key(secret, r) for r in roles},
+                   previous={r: role_key(previous_secret, r) for r in roles} if previous_secret else {})
+
+
+def body_digest(body: Buffer | None, streamed: bool = False) -> str:
+    if streamed:
+        return f"{UNSIGNED}{0 if body is None else memoryview(body).nbytes}"
+    return hashlib.sha256(b"" if body is None else body).hexdigest()
+
+
+def canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
+    return urlencode(sorted(pairs))
+
+
+def _mac(key: str, method: str, path: str, query: str, digest: str, ts: str, role: Role) -> str:
+    text = "\n".join((method.upper(), path, query, digest, ts, role))
+    return hmac.new(bytes.fromhex(key), text.encode(), hashlib.sha256).hexdigest()
+
+
+class Signer:
+    """Signs each request with the least role it holds that the route takes (or its highest, which the
+    server then refuses with 403)."""
+
+    def __init__(self, keys: Mapping[Role, str], clock: Callable[[], float] = time.time) -> None:
+        self.keys = dict(keys)
+        self.clock = clock
+
+    def role_for(self, path: str) -> Role:
+        needed = required_role(path) or Role.DATA
+        held = sorted(self.keys, key=lambda r: r.rank)
+        return next((r for r in held if r.rank >= needed.rank), held[-1])
+
+    def header(self, method: str, url: str, params: Mapping[str, str] | None, body: Buffer | None) -> str:
+        parts = urlsplit(url)
+        pairs = [*parse_qsl(parts.query, keep_blank_values=True), *(params or {}).items()]
+        role = self.role_for(parts.path)
+        ts = str(int(self.clock()))
+        digest = body_digest(body, streamed=parts.path in STREAMED)
+        sig = _mac(self.keys[role], method, parts.path, canonical_query(pairs), digest, ts, role)
+        return f"v1 role={role} ts={ts} sig={sig}"
+
+
+class Verifier:
+    def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.time) -> None:
+        self.keys: dict[Role, list[str]] = {r: [k] for r, k in config.keys.items()}
+        for role, key in config.previous.items():
+            self.keys.setdefault(role, []).append(key)
+        self.window = config.window
+        self.clock = clock
+
+    def check(self, method: str, path: str, query_string: str, header: str | None, body: bytes | None,
+              content_length: int | None) -> Role | None:
+        """The caller's role, or Unauthorized / Forbidden saying why not. `body` is None for a streamed
+        route (only its declared length is signed)."""
+        needed = required_role(path)
+        if needed is None:
+            return None
+        if not header:
+            raise Unauthorized(f"{method} {path} needs a signed request ({AUTH_HEADER})")
+        fields = dict(part.partition("=")[::2] for part in header.split()[1:]) if header.startswith("v1 ") else {}
+        try:
+            role, ts, sig = Role(fields["role"]), fields["ts"], fields["sig"]
+            age = abs(self.clock() - int(ts))
+        except (KeyError, ValueError):
+            raise Unauthorized(f"malformed {AUTH_HEADER} header") from None
+        if age > self.window:
+            raise Unauthorized(f"signature {age:.0f}s old, outside the {self.window:.0f}s window")
+        if role not in self.keys:
+            raise Unauthorized(f"this service takes no {role} signatures")
+        digest = f"{UNSIGNED}{content_length or 0}" if body is None else body_digest(body)
+        query = canonical_query(parse_qsl(query_string, keep_blank_values=True))
+        if not any(hmac.compare_digest(sig, _mac(key, method, path, query, digest, ts, role))
+                   for key in self.keys[role]):
+            raise Unauthorized(f"bad signature for {method} {path}")
+        if role.rank < needed.rank:
+            raise Forbidden(f"{method} {path} takes a {needed} caller, not {role}")
+        return role
+
+
+_installed: Signer | None = None
+
+
+def install(signer: Signer | None) -> None:
+    """Sign every request this process makes through `libs.rpc.client` with `signer` (None: stop)."""
+    global _installed
+    _installed = signer
+
+
+def installed() -> Signer | None:
+    return _installed
