@@ -62,6 +62,8 @@ bench: setup
 	$(PY) bench/metrics_cost.py
 	$(PY) bench/inspection.py
 	$(PY) bench/availability.py
+	$(PY) bench/signing.py
+	$(PY) bench/repair.py --node-loss-only
 
 clean:
 	rm -rf .venv run bench/results

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from libs.ec import parse_code_mode
+from libs.proto.body import RequestBody
 from libs.proto.location import MAX_OBJECT_SIZE, Location
 
 
@@ -48,7 +49,7 @@ class DeleteResult(BaseModel):
     queued_blobs: int
 
 
-class AllocRequest(BaseModel):
+class AllocRequest(RequestBody):
     """A multipart upload: allocate the whole object's blobs at once."""
 
     model_config = ConfigDict(extra="forbid")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from libs.proto.body import RequestBody
 from libs.proto.cluster import VolumeHealth
 from libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
 
 MAX_EXCLUDED = 4096
 
 
-class AllocRequest(BaseModel):
+class AllocRequest(RequestBody):
     code_mode: int | str
     size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
     blob_size: int = Field(4 << 20, ge=1, le=MAX_BLOB_SIZE)

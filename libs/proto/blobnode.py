@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from libs.proto.body import RequestBody
 from libs.rpc.errors import (
     ChunkNotFound,
     RpcError,
@@ -41,7 +42,7 @@ class ChunkStatus(StrEnum):
     RELEASED = "released"
 
 
-class ChunkRef(BaseModel):
+class ChunkRef(RequestBody):
     disk_id: int = U32
     vuid: int = U64
 
@@ -162,7 +163,7 @@ def shard_state(outcome: object) -> ShardState:
 # the offline inspection's input: each disk's shard index and chunk list as Parquet, with a manifest
 
 
-class ExportRequest(BaseModel):
+class ExportRequest(RequestBody):
     """Export every disk (or `disk_ids`) into `target`: an absolute path every Spark executor can read, or a
     filesystem URI pyarrow knows (file://, s3://, hdfs://, gs://)."""
 

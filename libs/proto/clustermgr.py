@@ -11,6 +11,7 @@ import json
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
 from libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
+from libs.proto.body import RequestBody
 from libs.proto.cluster import U32, DiskInfo, DiskStatus, ServiceInfo, VolumeHealth, VolumeInfo, VolumeStatus
 
 U64 = Field(ge=0, lt=2**64)
@@ -68,7 +69,7 @@ class LeaderView(BaseModel):
 # disks
 
 
-class DiskAdd(BaseModel):
+class DiskAdd(RequestBody):
     disk_id: int = DISK_ID
     host: str
     idc: str
@@ -79,22 +80,22 @@ class DiskAdd(BaseModel):
     max_chunks: int = Field(1024, ge=0)
 
 
-class DiskBeat(BaseModel):
+class DiskBeat(RequestBody):
     disk_id: int = DISK_ID
     size: int = Field(ge=0)
     free: int = Field(ge=0)
     chunks: int = Field(0, ge=0)
 
 
-class DiskHeartbeat(BaseModel):
+class DiskHeartbeat(RequestBody):
     disks: list[DiskBeat]
 
 
-class DiskRef(BaseModel):
+class DiskRef(RequestBody):
     disk_id: int = DISK_ID
 
 
-class DiskSet(BaseModel):
+class DiskSet(RequestBody):
     disk_id: int = DISK_ID
     status: DiskStatus | None = None
     readonly: bool | None = None
@@ -121,7 +122,7 @@ class DiskList(BaseModel):
 # volumes
 
 
-class VolumeAlloc(BaseModel):
+class VolumeAlloc(RequestBody):
     code_mode: int | str
     holder: str = Field(min_length=1)
     count: int = Field(1, ge=1, le=1000)
@@ -136,12 +137,12 @@ class VolumeList(BaseModel):
     volumes: list[VolumeView]
 
 
-class RetainItem(BaseModel):
+class RetainItem(RequestBody):
     vid: int = U32
     used: int = Field(0, ge=0)
 
 
-class VolumeRetain(BaseModel):
+class VolumeRetain(RequestBody):
     holder: str = Field(min_length=1)
     volumes: list[RetainItem]
 
@@ -163,7 +164,7 @@ class RetainResult(BaseModel):
     refused: list[Refused]
 
 
-class VolumeRef(BaseModel):
+class VolumeRef(RequestBody):
     vid: int = U32
 
 
@@ -188,7 +189,7 @@ class UnitUpdate(UnitRef):
 # scopes, services, config, kv
 
 
-class ScopeAlloc(BaseModel):
+class ScopeAlloc(RequestBody):
     name: str = Field(min_length=1, max_length=64)
     count: int = Field(ge=1, le=1 << 32)
 
@@ -201,14 +202,14 @@ class ScopeRange(BaseModel):
     end: int
 
 
-class ServiceRegister(BaseModel):
+class ServiceRegister(RequestBody):
     name: str = Field(min_length=1)
     host: str = Field(min_length=1)
     idc: str = ""
     ttl: float = Field(30.0, gt=0)
 
 
-class ServiceRef(BaseModel):
+class ServiceRef(RequestBody):
     name: str
     host: str
 
@@ -217,16 +218,16 @@ class ServiceList(BaseModel):
     services: list[ServiceInfo]
 
 
-class KeyValue(BaseModel):
+class KeyValue(RequestBody):
     key: str = Field(min_length=1)
     value: str
 
 
-class KeyRef(BaseModel):
+class KeyRef(RequestBody):
     key: str = Field(min_length=1)
 
 
-class KeyCas(BaseModel):
+class KeyCas(RequestBody):
     """Set `key` to `value` (None: delete it) only if it now holds `expected` (None: absent)."""
 
     key: str = Field(min_length=1)
@@ -256,14 +257,14 @@ KV_PAGE = 1000  # the most keys one /kv/list answers
 # raft
 
 
-class MemberAdd(BaseModel):
+class MemberAdd(RequestBody):
     node_id: int = Field(ge=1)
     raft_addr: str
     http_addr: str
     learner: bool = True
 
 
-class MemberRemove(BaseModel):
+class MemberRemove(RequestBody):
     node_id: int = Field(ge=1)
 
 
@@ -292,7 +293,7 @@ class ReplicaStatus(RaftStatus):
     applied_index: int
 
 
-class DropReplies(BaseModel):
+class DropReplies(RequestBody):
     """Fault hook (off unless clustermgr runs with `fault_hooks`): cut the next `count` successful
     replies on `path` after their command committed, as a connection lost at that moment would."""
 

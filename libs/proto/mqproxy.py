@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from libs.proto.body import RequestBody
 from libs.proto.messages import UploadSlice
 
 MAX_BATCH = 10_000
 
 
-class RepairIn(BaseModel):
+class RepairIn(RequestBody):
     vid: int = Field(ge=1, lt=2**32)
     bid: int = Field(ge=0, lt=2**64)
     bad_indexes: list[int] = Field(min_length=1)
@@ -17,18 +18,18 @@ class RepairIn(BaseModel):
     priority: bool = False
 
 
-class DeleteIn(BaseModel):
+class DeleteIn(RequestBody):
     vid: int = Field(ge=1, lt=2**32)
     bid: int = Field(ge=0, lt=2**64)
     after: float = Field(0.0, ge=0, le=31 * 86400)  # seconds from now before the delete begins
     upload: list[UploadSlice] = Field(default_factory=list, max_length=4)  # see DeleteMsg.upload
 
 
-class RepairBatch(BaseModel):
+class RepairBatch(RequestBody):
     messages: list[RepairIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class DeleteBatch(BaseModel):
+class DeleteBatch(RequestBody):
     messages: list[DeleteIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from libs.proto.body import RequestBody
 from libs.proto.cluster import Unit
 from libs.proto.switches import TaskType
 
@@ -88,7 +89,7 @@ def task_key(task_type: TaskType, task_id: str) -> str:
 # so a worker that lost its task can never report progress for it or complete it.
 
 
-class TaskRef(BaseModel):
+class TaskRef(RequestBody):
     """What a worker holds: the task, and the units it was handed (the fencing token)."""
 
     task_type: TaskType
@@ -98,7 +99,7 @@ class TaskRef(BaseModel):
     destination_vuid: int = Field(ge=0, lt=2**64)
 
 
-class AcquireRequest(BaseModel):
+class AcquireRequest(RequestBody):
     worker: str = Field(min_length=1)
     task_types: list[TaskType] = Field(default_factory=list)  # empty: any; disk repair is handed out first
 
@@ -123,7 +124,7 @@ class AcquireResult(BaseModel):
     task: WorkTask | None = None  # None: nothing to do now
 
 
-class TaskProgress(BaseModel):
+class TaskProgress(RequestBody):
     ref: TaskRef
     done_bytes: int = Field(ge=0)
     done_shards: int = Field(ge=0)
@@ -131,7 +132,7 @@ class TaskProgress(BaseModel):
     total_shards: int = Field(ge=0)
 
 
-class TaskCancel(BaseModel):
+class TaskCancel(RequestBody):
     """The worker gives the task back; `destination_failed` makes the reclaim pick another destination."""
 
     ref: TaskRef
@@ -144,7 +145,7 @@ class TaskAck(BaseModel):
     state: TaskState
 
 
-class ManualMigrate(BaseModel):
+class ManualMigrate(RequestBody):
     """Move unit `index` of volume `vid` to `disk_id`, or to a disk the placement policy picks."""
 
     vid: int = Field(ge=1, lt=2**32)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from libs.proto.body import RequestBody
 
-class ShardRepair(BaseModel):
+
+class ShardRepair(RequestBody):
     vid: int = Field(ge=1, lt=2**32)
     bid: int = Field(ge=0, lt=2**64)
     bad_indexes: list[int] = Field(min_length=1)
