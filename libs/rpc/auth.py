@@ -82,19 +82,22 @@ class AuthConfig(BaseModel):
                    previous={r: role_key(previous_secret, r) for r in roles} if previous_secret else {})
 
 
+EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
+
+
 def body_digest(body: Buffer | None, streamed: bool = False) -> str:
     if streamed:
         return f"{UNSIGNED}{0 if body is None else memoryview(body).nbytes}"
-    return hashlib.sha256(b"" if body is None else body).hexdigest()
+    return EMPTY_DIGEST if not body else hashlib.sha256(body).hexdigest()
 
 
 def canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
     return urlencode(sorted(pairs))
 
 
-def _mac(key: str, method: str, path: str, query: str, digest: str, ts: str, role: Role) -> str:
+def _mac(key: bytes, method: str, path: str, query: str, digest: str, ts: str, role: Role) -> str:
     text = "\n".join((method.upper(), path, query, digest, ts, role))
-    return hmac.new(bytes.fromhex(key), text.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 class Signer:
@@ -102,7 +105,7 @@ class Signer:
     server then refuses with 403)."""
 
     def __init__(self, keys: Mapping[Role, str], clock: Callable[[], float] = time.time) -> None:
-        self.keys = dict(keys)
+        self.keys = {role: bytes.fromhex(key) for role, key in keys.items()}
         self.clock = clock
 
     def role_for(self, path: str) -> Role:
@@ -122,9 +125,9 @@ class Signer:
 
 class Verifier:
     def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.time) -> None:
-        self.keys: dict[Role, list[str]] = {r: [k] for r, k in config.keys.items()}
+        self.keys: dict[Role, list[bytes]] = {r: [bytes.fromhex(k)] for r, k in config.keys.items()}
         for role, key in config.previous.items():
-            self.keys.setdefault(role, []).append(key)
+            self.keys.setdefault(role, []).append(bytes.fromhex(key))
         self.window = config.window
         self.clock = clock
 

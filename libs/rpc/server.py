@@ -269,16 +269,20 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
         try:
             declared = int(headers["content-length"]) if "content-length" in headers else None
             body: bytes | None = None
+            read = False
             if path not in STREAMED:
                 if declared is not None and declared > max_body:
                     raise TooLarge(f"a signed request body may hold {max_body} bytes, not {declared}")
-                body = await _read_body(receive, max_body)
+                if declared is None and "transfer-encoding" not in headers:
+                    body = b""  # no body by HTTP's rules: nothing to read (most GETs)
+                else:
+                    body, read = await _read_body(receive, max_body), True
             verifier.check(scope["method"], path, scope.get("query_string", b"").decode("latin-1"),
                            headers.get(AUTH_HEADER), body, declared)
         except RpcError as exc:
             await _send_error(send, exc)
             return
-        await app(scope, receive if body is None else _replay(body, receive), send)
+        await app(scope, _replay(body, receive) if read and body is not None else receive, send)
 
     return guard
 
