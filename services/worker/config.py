@@ -15,7 +15,7 @@ class WorkerConfig(ServiceSettings):
     shard_timeout: float = Field(30.0, gt=0)
     register_ttl: float = Field(10.0, gt=0)
     # unit migration (disk repair, drop, balance): shards moved at once, bytes per piece, progress reports
-    migrate_concurrency: int = Field(4, ge=1, le=64)
+    migrate_concurrency: int = Field(8, ge=1, le=64)
     migrate_piece_bytes: int = Field(16 << 20, ge=1 << 16)
     migrate_report_interval: float = Field(3.0, gt=0)
     # MiB/s all of this worker's migrations write together; None: only the blobnodes' background caps apply.
@@ -23,7 +23,7 @@ class WorkerConfig(ServiceSettings):
     migrate_mb_per_sec: float | None = Field(None, gt=0)
     # scheduler tasks (disk repair, drop, balance, manual migrate) worked at once, and how often to ask
     task_runners: int = Field(2, ge=0, le=16)
-    task_poll: float = Field(2.0, gt=0)
+    task_poll: float = Field(0.5, gt=0)
 
     @property
     def advertised_host(self) -> str:

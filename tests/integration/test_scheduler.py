@@ -185,7 +185,8 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
 
 
 def test_repair_survives_kill_9_of_worker_and_scheduler(cluster_factory: ClusterFactory) -> None:
-    slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 0.25}  # a unit takes seconds: killed midway
+    # one shard at a time, slowly: progress shows after the first shard, and the kill comes with more to move
+    slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 0.25, "migrate_concurrency": 1}
     cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=2, worker=slow,
                               scheduler={"election_ttl": 3.0, "task_lease_ttl": 4.0})
     cm_urls = [c.url for c in cluster.clustermgr]
@@ -198,7 +199,7 @@ def test_repair_survives_kill_9_of_worker_and_scheduler(cluster_factory: Cluster
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
 
             async def moving() -> bool:
-                return any(t.done_bytes > 0 and t.open for t in await tasks_of(cm))
+                return any(t.open and 0 < t.done_shards < t.total_shards for t in await tasks_of(cm))
 
             await until(moving, 60, "a repair task under way")
             leader = LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
