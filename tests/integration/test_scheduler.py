@@ -262,10 +262,11 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
             finally:
                 os.kill(worker.pid, signal.SIGCONT)
 
-            async def migrated() -> bool:
-                return (await cm.get_volume(volume.vid)).units[2].disk_id == target
+            async def migrated() -> bool:  # the record is final only after the unit switched and the old chunk went
+                return any(t.task_id == task.task_id and not t.open for t in await tasks_of(cm))
 
             await until(migrated, 60, "the manual migration")
+            assert (await cm.get_volume(volume.vid)).units[2].disk_id == target
             record = next(t for t in await tasks_of(cm) if t.task_id == task.task_id)
             assert record.state is TaskState.FINISHED and record.destination is not None
             assert record.destination.disk_id == target
@@ -296,10 +297,11 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
                 os.kill(worker.pid, signal.SIGCONT)
 
             async def reclaimed() -> bool:
-                unit = (await cm.get_volume(other.vid)).units[0]
-                return unit.disk_id not in (other.units[0].disk_id, first_try.destination.disk_id)
+                return any(t.task_id == second.task_id and not t.open for t in await tasks_of(cm))
 
             await until(reclaimed, 60, "the reclaimed migration")
+            unit = (await cm.get_volume(other.vid)).units[0]
+            assert unit.disk_id not in (other.units[0].disk_id, first_try.destination.disk_id)
 
             dropped = busiest_disk(await cm.list_volumes())
             await cm.set_disk(dropped, readonly=True)
