@@ -12,6 +12,25 @@ from libs.rpc.limits import ClientRates
 from tests.support.processes import BlobnodeFactory
 
 
+def _read_answer(sock: socket.socket) -> str:
+    """The whole answer: the server may send its headers and its body in separate packets."""
+    received = b""
+    while b"\r\n\r\n" not in received or len(received.partition(b"\r\n\r\n")[2]) < _length(received):
+        piece = sock.recv(4096)
+        if not piece:
+            break
+        received += piece
+    return received.decode()
+
+
+def _length(received: bytes) -> int:
+    for line in received.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
+
+
 def test_client_rates_admit_a_burst_then_the_rate() -> None:
     now = [0.0]
     rates = ClientRates(rate=2.0, burst=3, clock=lambda: now[0])
@@ -38,6 +57,6 @@ def test_rate_header_and_slow_body_limits(blobnode_factory: BlobnodeFactory) -> 
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(b"POST /chunk/create HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                      b"content-length: 100\r\n\r\n{\"disk_id\"")  # then nothing more
-        answer = sock.recv(4096).decode()
+        answer = _read_answer(sock)
     assert answer.startswith("HTTP/1.1 408") and "request_timeout" in answer
     assert httpx.get(f"{node.url}/health").status_code == 200
