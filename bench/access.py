@@ -1,9 +1,12 @@
 """PUT and GET through access on a whole local cluster, next to plain file I/O of the same bytes.
 
-Brings a cluster up with the launcher (3 clustermgr, 6 blobnodes x 2 disks, EC3P3, fsync on) in a
-temp dir, then for 10 KiB, 1 MiB and 64 MiB objects with 1 and 8 concurrent clients measures ops/s,
-MB/s and p50/p99 latency; the baseline writes (with fdatasync) and reads the same objects as plain
-files in the same temp dir with the same concurrency. Writes JSON and prints one summary line.
+Brings the default cluster up with the launcher (3 clustermgr, 6 blobnodes x 2 disks, EC3P3, fsync on)
+in a temp dir and measures the four workloads of issue 15: 10 KiB objects with 8 clients and 16 MiB
+objects with 2 clients, PUT then GET. The baseline writes (with fdatasync) and reads the same bytes as
+plain files in the same temp dir with the same concurrency, right after each workload, so the ratio
+compares two runs on the same noisy box minutes apart, not days. For each workload it also reports the
+CPU seconds every cluster process spent per operation (from /proc), summed by role, and the client's.
+Writes JSON and prints one summary line.
 CubeFS publishes ~620-740 PUT op/s and ~1.3k GET op/s for 10 KiB EC3P3 objects with 2 client threads.
 """
 
@@ -15,6 +18,9 @@ import json
 import os
 import sys
 import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -23,16 +29,59 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import drive, summarize
 from blobstore import launcher
+from blobstore.launcher import ProcessRecord
 from blobstore.plan import ClusterShape
 
-SIZES = {"10KiB": 10 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20}
-COUNTS = {"10KiB": 1500, "1MiB": 200, "64MiB": 6}
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
-async def bench_access(url: str, name: str, size: int, count: int, concurrency: int) -> dict[str, object]:
-    data = os.urandom(size)
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    size: int
+    clients: int
+    count: int
+    target_put: float  # issue 15's target ratio to plain files
+    target_get: float
+
+
+WORKLOADS = (Workload("10KiB", 10 << 10, 8, 3000, 0.10, 0.08), Workload("16MiB", 16 << 20, 2, 40, 0.35, 0.12))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class CpuMeter:
+    """CPU per role of the cluster's processes (and this client) between `start` and `per_op`."""
+
+    def __init__(self, processes: list[ProcessRecord]) -> None:
+        self.processes = [p for p in processes if p.role != "kafka"]
+        self._before: dict[int, float] = {}
+        self._client = 0.0
+
+    def start(self) -> None:
+        self._before = {p.pid: cpu_seconds(p.pid) for p in self.processes}
+        self._client = time.process_time()
+
+    def per_op(self, ops: int) -> dict[str, float]:
+        """Milliseconds of CPU per operation, by role."""
+        used: dict[str, float] = defaultdict(float)
+        for p in self.processes:
+            used[p.role] += cpu_seconds(p.pid) - self._before[p.pid]
+        used["client"] = time.process_time() - self._client
+        return {role: round(seconds * 1e3 / ops, 3) for role, seconds in sorted(used.items()) if seconds > 0}
+
+
+async def bench_access(url: str, load: Workload, meter: CpuMeter) -> dict[str, dict[str, object]]:
+    data = os.urandom(load.size)
     tokens: dict[int, str] = {}
-    connector = aiohttp.TCPConnector(limit=concurrency)
+    connector = aiohttp.TCPConnector(limit=load.clients)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
 
         async def put(i: int) -> None:
@@ -46,15 +95,18 @@ async def bench_access(url: str, name: str, size: int, count: int, concurrency: 
                 got = 0
                 async for chunk in resp.content.iter_chunked(1 << 20):
                     got += len(chunk)
-                assert got == size
+                assert got == load.size
 
-        puts = await drive(count, concurrency, put)
-        gets = await drive(count, concurrency, get)
-    return {"put": summarize(*puts, size), "get": summarize(*gets, size)}
+        results: dict[str, dict[str, object]] = {}
+        for name, op in (("put", put), ("get", get)):
+            meter.start()
+            run = await drive(load.count, load.clients, op)
+            results[name] = {**summarize(*run, load.size), "cpu_ms_per_op": meter.per_op(load.count)}
+    return results
 
 
-async def bench_files(directory: Path, size: int, count: int, concurrency: int) -> dict[str, object]:
-    data = os.urandom(size)
+async def bench_files(directory: Path, load: Workload) -> dict[str, dict[str, float]]:
+    data = os.urandom(load.size)
 
     def write(i: int) -> None:
         fd = os.open(directory / f"obj{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -65,13 +117,13 @@ async def bench_files(directory: Path, size: int, count: int, concurrency: int) 
             os.close(fd)
 
     def read(i: int) -> None:
-        assert len((directory / f"obj{i}").read_bytes()) == size
+        assert len((directory / f"obj{i}").read_bytes()) == load.size
 
-    results: dict[str, object] = {}
-    for op_name, fn in (("put", write), ("get", read)):
-        run = await drive(count, concurrency, lambda i, fn=fn: asyncio.to_thread(fn, i))  # type: ignore[misc]
-        results[op_name] = summarize(*run, size)
-    for i in range(count):
+    results: dict[str, dict[str, float]] = {}
+    for name, fn in (("put", write), ("get", read)):
+        run = await drive(load.count, load.clients, lambda i, fn=fn: asyncio.to_thread(fn, i))  # type: ignore[misc]
+        results[name] = summarize(*run, load.size)
+    for i in range(load.count):
         (directory / f"obj{i}").unlink()
     return results
 
@@ -85,25 +137,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-access-") as tmp:
         root = Path(tmp)
         info = launcher.up(root / "cluster", ClusterShape(chunk_size=8 << 30))
+        meter = CpuMeter(info.processes)
         try:
             files = root / "files"
             files.mkdir()
-            for name, size in SIZES.items():
-                for concurrency in (1, 8):
-                    count = max(concurrency, int(COUNTS[name] * args.scale))
-                    key = f"{name} c={concurrency}"
-                    ours = asyncio.run(bench_access(info.access_url, name, size, count, concurrency))
-                    plain = asyncio.run(bench_files(files, size, count, concurrency))
-                    results[key] = {"count": count, "access": ours, "plain_files": plain}
+            for load in WORKLOADS:
+                load = Workload(**{**load.__dict__, "count": max(load.clients, int(load.count * args.scale))})
+                ours = asyncio.run(bench_access(info.access_url, load, meter))
+                plain = asyncio.run(bench_files(files, load))
+                for op, target in (("put", load.target_put), ("get", load.target_get)):
+                    ratio = float(ours[op]["ops_per_s"]) / plain[op]["ops_per_s"]  # type: ignore[arg-type]
+                    results[f"{load.name} {op.upper()} c={load.clients}"] = {
+                        "count": load.count, "ratio": round(ratio, 3), "target_ratio": target,
+                        "access": ours[op], "plain_files": plain[op]}
         finally:
             launcher.down(root / "cluster")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
-    line = "; ".join(f"{k} put {v['access']['put']['ops_per_s']:.0f}/s get {v['access']['get']['ops_per_s']:.0f}/s"  # type: ignore[index]
-                     f" (files {v['plain_files']['put']['ops_per_s']:.0f}/{v['plain_files']['get']['ops_per_s']:.0f})"  # type: ignore[index]
-                     for k, v in results.items())
-    print(f"access (EC3P3, fsync): {line}")
+    line = "; ".join(f"{key} {row['ratio']:.3f}x (target {row['target_ratio']}x, "  # type: ignore[index]
+                     f"{row['access']['ops_per_s']:.0f}/s vs {row['plain_files']['ops_per_s']:.0f}/s)"  # type: ignore[index]
+                     for key, row in results.items())
+    print(f"access vs plain files (EC3P3, fsync): {line}")
 
 
 if __name__ == "__main__":

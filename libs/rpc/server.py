@@ -96,18 +96,56 @@ def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None
     return app
 
 
+class _Template:
+    """A fast route's key: `/exact/path` (any method; the handler checks it) or `METHOD /path/{name}`, whose
+    `{name}` segments match one non-empty path segment each and reach the handler in `scope["path_params"]`."""
+
+    def __init__(self, key: str) -> None:
+        method, _, path = key.rpartition(" ")
+        self.method = method or None
+        self.path = path
+        self.segments = path.split("/")
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if self.method is not None and method != self.method:
+            return None
+        if path == self.path:
+            return {}
+        parts = path.split("/")
+        if len(parts) != len(self.segments):
+            return None
+        params = {}
+        for want, got in zip(self.segments, parts, strict=True):
+            if want.startswith("{") and want.endswith("}") and got:
+                params[want[1:-1]] = got
+            elif want != got:
+                return None
+        return params
+
+
 def with_fast_routes(app: FastAPI, routes: Mapping[str, FastRoute]) -> ASGIApp:
-    """Serve `routes` (exact paths) as bare ASGI handlers, measured like `app`'s own routes, and
-    everything else through `app`."""
-    served = {path: instrument(_rendering_errors(handler), path, app.state.observers)
-              for path, handler in routes.items()}
+    """Serve `routes` (see `_Template` for their keys) as bare ASGI handlers, measured like `app`'s own routes,
+    and everything else through `app`."""
+    observers = app.state.observers
+    exact = {key: instrument(_rendering_errors(handler), key, observers)
+             for key, handler in routes.items() if " " not in key}
+    templated = [(_Template(key), instrument(_rendering_errors(handler), _Template(key).path, observers))
+                 for key, handler in routes.items() if " " in key]
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-        handler = served.get(scope.get("path", "")) if scope["type"] == "http" else None
-        if handler is None:
-            await app(scope, receive, send)
-            return
-        await handler(scope, receive, send)
+        if scope["type"] == "http":
+            path = scope.get("path", "")
+            handler = exact.get(path)
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+            for template, served in templated:
+                params = template.match(scope["method"], path)
+                if params is not None:
+                    scope["path_params"] = params
+                    await served(scope, receive, send)
+                    return
+        await app(scope, receive, send)
 
     return dispatch
 
@@ -138,6 +176,27 @@ def _rendering_errors(handler: FastRoute) -> ASGIApp:
 
 def query_params(scope: Scope) -> dict[str, str]:
     return dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (`name` in lower case, as ASGI gives them); None when absent."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def body_stream(receive: Receive) -> AsyncIterator[bytes]:
+    """A request body as its pieces arrive; a client that goes away mid-body is a `LengthMismatch`."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise LengthMismatch("the client went away before its body ended")
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
 
 
 def int_param(params: Mapping[str, str], name: str, default: int | None = None) -> int:
@@ -185,14 +244,15 @@ async def send_json(send: Send, status: int, payload: BaseModel | dict[str, obje
 
 
 async def send_stream(send: Send, length: int, pieces: AsyncIterator[bytes],
-                      headers: Mapping[str, str] | None = None) -> None:
-    """Stream `length` bytes. An error after the headers went out aborts the connection,
-    so a client can never mistake a truncated body for a whole one."""
+                      headers: Mapping[str, str] | None = None, status: int = 200) -> None:
+    """Stream `length` bytes. The first piece is read before the status goes out, so most failures still
+    get a clean error answer; one after the headers went out aborts the connection, so a client can never
+    mistake a truncated body for a whole one."""
     raw_headers = [(b"content-type", b"application/octet-stream"),
                    (b"content-length", str(length).encode())]
     raw_headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     first = await anext(pieces, None)
-    await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     if first is None:
         await send({"type": "http.response.body", "body": b""})
         return
@@ -324,7 +384,7 @@ def serve(app: ASGIApp, bind_addr: str, tls: TLSConfig | None = None) -> None:
     """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT, over HTTPS with `tls`."""
     host, _, port = bind_addr.rpartition(":")
     config = uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), http="httptools",
-                            loop="uvloop", access_log=False, log_level="warning",
+                            loop="uvloop", access_log=False, log_level="warning", proxy_headers=False,
                             timeout_keep_alive=30, ssl_certfile=tls.cert_file if tls else None,
                             ssl_keyfile=tls.key_file if tls else None)
-    asyncio.run(uvicorn.Server(config).serve())
+    uvicorn.Server(config).run()  # runs on uvloop (asyncio.run of serve() would not: the loop is chosen in run)

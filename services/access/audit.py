@@ -22,18 +22,17 @@ from logging.handlers import QueueListener, RotatingFileHandler
 from pathlib import Path
 from typing import Any
 
-from fastapi import Request
-
 from libs.proto.location import Location
+from libs.rpc.asgi import Scope
 from libs.rpc.metrics import Exchange
 
 LOCATION_KEY = "blobstore.location"  # where a route leaves the location it served, in the request's scope
 UNAUDITED = frozenset({"/health", "/metrics"})  # probes and scrapes, not operations on objects
 
 
-def note_location(request: Request, location: Location) -> Location:
-    """Tell the audit log which location this request served."""
-    request.scope[LOCATION_KEY] = location
+def note_location(scope: Scope, location: Location) -> Location:
+    """Tell the audit log which location this request (its ASGI scope) served."""
+    scope[LOCATION_KEY] = location
     return location
 
 
