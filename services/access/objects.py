@@ -24,7 +24,7 @@ from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob
 from services.access.config import AccessConfig
 from services.access.metrics import VOLUME_RETRIES
 from services.access.putplan import PutPlan, RetryRefused
-from services.access.stripes import plan_range, split_object
+from services.access.stripes import BlobRange, plan_range, split_object
 from services.allocator.client import AllocatorClient
 from services.clustermgr.client import VolumeCache
 from services.mqproxy.client import MqProxyClient
@@ -60,6 +60,15 @@ class BodyReader:
                 raise LengthMismatch(f"body is longer than its Content-Length {self._declared}")
 
 
+def _drop(task: asyncio.Task[bytes]) -> None:
+    """Stop a read ahead nobody will wait for; one that already failed has its error taken, not logged."""
+    if task.done():
+        if not task.cancelled():
+            task.exception()
+    else:
+        task.cancel()
+
+
 class ObjectStore:
     def __init__(self, config: AccessConfig, io: ShardIO, volumes: VolumeCache, allocator: AllocatorClient,
                  mq: MqProxyClient | None = None, cluster_id: int | None = None) -> None:
@@ -89,17 +98,25 @@ class ObjectStore:
         plan = PutPlan(len(lengths), tries=self.config.put_tries, retry_window=self.config.put_retry_window)
         crc = 0
         written: list[BlobWrite] = []
+        reading: asyncio.Task[bytes] | None = None
         try:
             if lengths:
                 plan.allocated(await self._allocate(mode, size))
-            for index, blob_len in enumerate(lengths):
-                data = await reader.read(blob_len)
+                reading = asyncio.create_task(reader.read(lengths[0]))
+            for index in range(len(lengths)):
+                assert reading is not None
+                data = await reading
+                # The next blob arrives from the client while this one is encoded and written.
+                reading = asyncio.create_task(reader.read(lengths[index + 1])) if index + 1 < len(lengths) else None
                 crc = isal_zlib.crc32(data, crc)
                 written.append(await self._write_blob(plan, mode, data, size - index * blob_size))
             await reader.finish()
         except (RpcError, ValueError) as exc:
             self._discard(written, str(exc))
             raise
+        finally:
+            if reading is not None:
+                _drop(reading)
         return Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
                         crc=crc, blobs=plan.slices())
 
@@ -202,19 +219,33 @@ class ObjectStore:
                                            "shards": outcome.written, "reason": reason}) + "\n")
 
     async def read(self, location: Location, offset: int, length: int) -> AsyncIterator[bytes]:
-        """Stream bytes [offset, offset + length) of the object, one blob range at a time."""
+        """Stream bytes [offset, offset + length) of the object, one blob range at a time; the next blob is
+        read from the blobnodes while this one goes out to the client."""
         ids = list(location.blob_ids())
-        mode = location.code_mode
-        for part in plan_range(location.size, location.blob_size, offset, length):
+        parts = plan_range(location.size, location.blob_size, offset, length)
+
+        async def read_part(part: BlobRange) -> bytes:
             vid, bid = ids[part.blob_index]
             volume = await self.volumes.get(vid)
-            result = await read_blob(self.io, codec_for(mode, volume.backend), volume, bid,
+            result = await read_blob(self.io, codec_for(location.code_mode, volume.backend), volume, bid,
                                      location.blob_len(part.blob_index), part.start, part.end,
                                      self.config.hedge_after)
             if result.to_repair():
                 self._queue_repair(RepairIn(vid=vid, bid=bid, bad_indexes=result.to_repair(),
                                             reason="get found these shards missing or corrupt"))
-            yield result.data
+            return result.data
+
+        if not parts:
+            return
+        reading = asyncio.create_task(read_part(parts[0]))
+        try:
+            for index in range(len(parts)):
+                data = await reading
+                if index + 1 < len(parts):
+                    reading = asyncio.create_task(read_part(parts[index + 1]))
+                yield data
+        finally:
+            _drop(reading)
 
     async def delete(self, location: Location) -> int:
         """Queue every blob of the object for deletion; returns once Kafka holds the messages."""
