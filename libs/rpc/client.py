@@ -67,6 +67,11 @@ def trust(ca_file: str | None) -> None:
     _trusted = ssl.create_default_context(cafile=ca_file) if ca_file else None
 
 
+def trusted() -> ssl.SSLContext | None:
+    """The context `trust` set up; None: the system's roots."""
+    return _trusted
+
+
 class AiohttpTransport:
     """aiohttp with one session created lazily inside the running loop; safe to share across tasks."""
 

@@ -26,8 +26,9 @@ from libs.proto.blobnode import (
     ShardRef,
     ShardStatusResult,
 )
-from libs.rpc.client import ServiceClient
+from libs.rpc.client import HttpClient, ServiceClient
 from libs.rpc.errors import RpcError
+from libs.rpc.lean import LeanTransport
 
 Params = dict[str, str | int]
 
@@ -40,6 +41,16 @@ def _with_class(params: Params, io_class: IOClass) -> Params:
 
 
 class BlobnodeClient(ServiceClient):
+    """Shard puts and whole-shard gets go over the lean transport (`libs.rpc.lean`), the rest over aiohttp."""
+
+    def __init__(self, http: HttpClient | None = None, timeout: float = 30.0, shards: HttpClient | None = None) -> None:
+        super().__init__(http, timeout)
+        self.shards = shards or HttpClient(LeanTransport(timeout=timeout))
+
+    async def close(self) -> None:
+        await self.shards.close()
+        await super().close()
+
     # chunks
 
     async def create_chunk(self, host: str, disk_id: int, vuid: int, chunk_size: int | None = None) -> ChunkInfo:
@@ -71,8 +82,8 @@ class BlobnodeClient(ServiceClient):
                         io_class: IOClass = IOClass.USER) -> int:
         """Store one shard; returns its CRC32 once the blobnode holds it durably."""
         params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data)}, io_class)
-        answer = await self.http.call("PUT", f"{host}/shard/put", ShardPutResult, params=params, data=data,
-                                      timeout=timeout)
+        answer = await self.shards.call("PUT", f"{host}/shard/put", ShardPutResult, params=params, data=data,
+                                        timeout=timeout)
         return answer.crc
 
     @staticmethod
@@ -87,7 +98,7 @@ class BlobnodeClient(ServiceClient):
                         io_class: IOClass = IOClass.USER) -> bytes:
         """Read a shard or a range of it; corrupted bytes come back as `ShardCorrupted`, never data."""
         params = self._get_params(disk_id, vuid, bid, offset, size, io_class)
-        return await self.http.read(f"{host}/shard/get", params=params, timeout=timeout)
+        return await self.shards.request("GET", f"{host}/shard/get", params=params, timeout=timeout)
 
     def stream_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
                      size: int | None = None, io_class: IOClass = IOClass.USER) -> AsyncIterator[bytes]:
