@@ -9,6 +9,14 @@ from libs.proto.cluster import VolumeHealth
 from libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
 
 MAX_EXCLUDED = 4096
+MAX_RESERVED_BIDS = 65536
+
+
+class UnusedSpace(BaseModel):
+    """Bytes of volume `vid` an earlier allocation reserved and no object used."""
+
+    vid: int = Field(ge=0)
+    size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
 
 
 class AllocRequest(RequestBody):
@@ -18,6 +26,10 @@ class AllocRequest(RequestBody):
     # What access punished: never these volumes, and these disks' volumes only when nothing else has room.
     exclude_vids: list[int] = Field(default_factory=list, max_length=MAX_EXCLUDED)
     avoid_disks: list[int] = Field(default_factory=list, max_length=MAX_EXCLUDED)
+    # Consecutive bids wanted, when more than one per blob of `size`: access reserves bids and bytes for
+    # the small objects to come, and gives back what they did not use in `returned`.
+    bids: int | None = Field(None, ge=1, le=MAX_RESERVED_BIDS)
+    returned: list[UnusedSpace] = Field(default_factory=list, max_length=MAX_EXCLUDED)
 
 
 class BlobSlice(BaseModel):

@@ -36,6 +36,12 @@ class AccessConfig(ServiceSettings):
     disk_punish: float = Field(10.0, gt=0)  # seconds a failed disk is skipped by PUTs and read last
     volume_punish: float = Field(30.0, gt=0)  # seconds a volume where a blob missed its quorum is not used
     volume_cache_ttl: float = Field(60.0, gt=0)
+    # Small objects take bids and bytes from a reservation (services/access/reserve.py): this many bids and
+    # bytes per reservation (0 bids: an allocator call per object), used for at most `reserve_ttl` seconds,
+    # which must stay below the allocator's lease_margin (2 s by default).
+    reserve_bids: int = Field(64, ge=0, le=65536)
+    reserve_bytes: int = Field(4 << 20, ge=16)
+    reserve_ttl: float = Field(1.0, gt=0)
     upload_ttl: float = Field(86400.0, gt=0, le=30 * 86400)  # seconds a multipart upload's tokens are valid
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
     audit_log: str = "access-audit.jsonl"  # one JSON line per request; empty: no audit log

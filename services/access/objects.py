@@ -24,6 +24,7 @@ from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob
 from services.access.config import AccessConfig
 from services.access.metrics import VOLUME_RETRIES
 from services.access.putplan import PutPlan, RetryRefused
+from services.access.reserve import Reservations
 from services.access.stripes import BlobRange, plan_range, split_object
 from services.allocator.client import AllocatorClient
 from services.clustermgr.client import VolumeCache
@@ -80,6 +81,7 @@ class ObjectStore:
         self.volumes = volumes
         self.allocator = allocator
         self.policy = CodeModePolicy([], parse_code_mode(config.default_code_mode))
+        self.reserved = Reservations(config.reserve_bids, config.reserve_bytes, config.reserve_ttl)
 
     def load_policy(self, raw: str | None) -> None:
         """Take the size policy clustermgr publishes (None: none published yet, keep the default)."""
@@ -101,7 +103,7 @@ class ObjectStore:
         reading: asyncio.Task[bytes] | None = None
         try:
             if lengths:
-                plan.allocated(await self._allocate(mode, size))
+                plan.allocated(await self._allocate_object(mode, size, len(lengths)))
                 reading = asyncio.create_task(reader.read(lengths[0]))
             for index in range(len(lengths)):
                 assert reading is not None
@@ -196,10 +198,27 @@ class ObjectStore:
             raise
         self._repair_unwritten(outcome)
 
-    async def _allocate(self, mode: CodeMode, size: int) -> list[BlobSlice]:
+    async def _allocate_object(self, mode: CodeMode, size: int, blobs: int) -> list[BlobSlice]:
+        """Space for a new object: a small one from the mode's reservation (a fresh one when it cannot serve)."""
+        if not self.reserved.eligible(size, blobs):
+            return await self._allocate(mode, size)
+        now = time.monotonic()
+        excluded, avoided = self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now)
+        taken = self.reserved.take(int(mode), size, now, excluded, avoided)
+        if taken is None:
+            fresh = await self._allocate(mode, self.config.reserve_bytes, self.config.reserve_bids)
+            volume = await self.volumes.get(fresh[0].vid)
+            self.reserved.add(int(mode), fresh[0], [u.disk_id for u in volume.units], time.monotonic())
+            taken = self.reserved.take(int(mode), size, time.monotonic(), excluded, avoided)
+            if taken is None:  # its volume is on a disk access avoids: the allocator had nothing better
+                return await self._allocate(mode, size)
+        return [taken]
+
+    async def _allocate(self, mode: CodeMode, size: int, bids: int | None = None) -> list[BlobSlice]:
         now = time.monotonic()
         return await self.allocator.alloc(int(mode), size, self.config.blob_size,
-                                          self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now))
+                                          self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now),
+                                          bids, self.reserved.returned())
 
     def _discard(self, written: list[BlobWrite], reason: str) -> None:
         """Blobs no Location will name: note their shards in the orphan log and queue their deletion."""

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from libs.ec import CodeMode, parse_code_mode
-from libs.proto.allocator import AllocatorStat, BlobSlice, LeasedVolume
+from libs.proto.allocator import AllocatorStat, BlobSlice, LeasedVolume, UnusedSpace
 from libs.proto.clustermgr import RetainItem, VolumeView
 from libs.rpc.errors import RpcError, Unavailable
 from libs.rpc.server import Lifecycle
@@ -90,17 +90,21 @@ class Allocator:
             self.pool.drop(refused.vid)
 
     async def allocate(self, code_mode: CodeMode, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
-                       avoid_disks: Sequence[int] = ()) -> list[BlobSlice]:
-        """Space in the best volume for access (see pool.py); when none fits, lease another one first."""
+                       avoid_disks: Sequence[int] = (), bids: int | None = None,
+                       returned: Sequence[UnusedSpace] = ()) -> list[BlobSlice]:
+        """Space in the best volume for access (see pool.py); when none fits, lease another one first.
+        Space `returned` unused by earlier allocations is given back first."""
+        for unused in returned:
+            self.pool.give_back(unused.vid, unused.size)
         excluded, avoided = set(exclude_vids), set(avoid_disks)
         for attempt in range(3):
             try:
-                return self.pool.allocate(int(code_mode), size, blob_size, time.time(), excluded, avoided)
+                return self.pool.allocate(int(code_mode), size, blob_size, time.time(), excluded, avoided, bids)
             except PoolEmpty as exc:
                 if attempt == 2:
                     raise Unavailable(f"cannot allocate {size} bytes of {code_mode.name}: {exc}") from None
                 no_volume = not self.pool.choices(int(code_mode), size, time.time(), excluded, avoided)
-                await self.refill(code_mode, bids_wanted=-(-size // blob_size), extra=int(no_volume),
+                await self.refill(code_mode, bids_wanted=max(-(-size // blob_size), bids or 0), extra=int(no_volume),
                                   avoid_disks=avoid_disks)
         raise AssertionError("unreachable")
 

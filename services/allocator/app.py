@@ -22,7 +22,8 @@ def build_app(allocator: Allocator) -> FastAPI:
             raise BadRequest(str(exc)) from None
         if mode not in allocator.modes:
             raise BadRequest(f"this allocator serves {[m.name for m in allocator.modes]}, not {mode.name}")
-        blobs = await allocator.allocate(mode, req.size, req.blob_size, req.exclude_vids, req.avoid_disks)
+        blobs = await allocator.allocate(mode, req.size, req.blob_size, req.exclude_vids, req.avoid_disks, req.bids,
+                                         req.returned)
         return AllocResult(code_mode=int(mode), blobs=blobs)
 
     @app.get("/stat")

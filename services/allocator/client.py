@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from libs.proto.allocator import AllocatorStat, AllocRequest, AllocResult, BlobSlice
+from libs.proto.allocator import AllocatorStat, AllocRequest, AllocResult, BlobSlice, UnusedSpace
 from libs.rpc.client import HttpClient, ServiceClient
 from libs.rpc.errors import Unavailable
 
@@ -20,10 +20,12 @@ class AllocatorClient(ServiceClient):
         self.hosts = [h.rstrip("/") for h in hosts]
 
     async def alloc(self, code_mode: int, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
-                    avoid_disks: Sequence[int] = ()) -> list[BlobSlice]:
-        """Space for an object: never in `exclude_vids`, and on `avoid_disks` only when nothing else has room."""
+                    avoid_disks: Sequence[int] = (), bids: int | None = None,
+                    returned: Sequence[UnusedSpace] = ()) -> list[BlobSlice]:
+        """Space for an object (or `bids` bids sharing `size` bytes): never in `exclude_vids`, and on `avoid_disks`
+        only when nothing else has room; `returned` is space earlier allocations did not use."""
         body = AllocRequest(code_mode=code_mode, size=size, blob_size=blob_size, exclude_vids=list(exclude_vids),
-                            avoid_disks=list(avoid_disks))
+                            avoid_disks=list(avoid_disks), bids=bids, returned=list(returned))
         last: Exception | None = None
         for host in random.sample(self.hosts, len(self.hosts)):
             try:

@@ -100,11 +100,18 @@ class VolumePool:
         survives = all(any(v.hosts.count(h) <= slack for v in good) for h in hosts)
         return 0 if survives else 1
 
+    def give_back(self, vid: int, size: int) -> None:
+        """Space an allocation reserved and did not use (a volume no longer leased here is not ours to fix)."""
+        volume = self.volumes.get(vid)
+        if volume is not None:
+            volume.used = max(0, volume.used - size)
+
     def allocate(self, code_mode: int, size: int, blob_size: int, now: float, exclude_vids: Collection[int] = (),
-                 avoid_disks: Collection[int] = ()) -> list[BlobSlice]:
-        """Space for an object of `size` bytes cut into blobs of `blob_size`: one volume, one bid
-        run. Bids are taken only once a volume has room, so a refusal consumes nothing."""
-        count = max(1, -(-size // blob_size))
+                 avoid_disks: Collection[int] = (), bids: int | None = None) -> list[BlobSlice]:
+        """Space for an object of `size` bytes cut into blobs of `blob_size` (or `size` bytes for the
+        objects of a reservation of `bids` bids): one volume, one bid run. Bids are taken only once a
+        volume has room, so a refusal consumes nothing."""
+        count = max(1, -(-size // blob_size), bids or 0)
         options = self.choices(code_mode, size, now, exclude_vids, avoid_disks)
         if not options:
             raise PoolEmpty(f"no leased volume of code mode {code_mode} that access may use has {size} bytes free")

@@ -112,3 +112,24 @@ def test_volume_info_is_shared_through_redis(cluster_factory: ClusterFactory, re
     fresh = cluster.add_access()
     with httpx.Client(base_url=fresh.url, timeout=60) as client:
         assert client.get(f"/blob/{token}").content == data
+
+
+def test_small_objects_share_a_reservation_and_its_unused_bytes_go_back(cluster_factory: ClusterFactory) -> None:
+    """Small PUTs take consecutive bids of one allocation; the bytes a reservation did not use are handed back
+    to the allocator, so the volumes' accounting stays within one reservation of what was written."""
+    cluster = cluster_factory(reserve_bids=16, reserve_bytes=64 << 10, reserve_ttl=0.5)
+    data = [random.Random(i).randbytes(1000) for i in range(21)]
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        time.sleep(0.6)  # the warm-up's reservation lapses
+        tokens = [client.put("/blob", content=d).json()["location"] for d in data[:20]]
+        time.sleep(0.6)
+        tokens.append(client.put("/blob", content=data[20]).json()["location"])  # returns the last one's rest
+        for token, expected in zip(tokens, data, strict=True):
+            assert client.get(f"/blob/{token}").content == expected
+        used = sum(v["used"] for v in httpx.get(f"{cluster.allocators[0].url}/stat").json()["volumes"])
+    placed = [Location.from_token(t, LocalCluster.secret.encode()).blobs[0] for t in tokens[:16]]
+    assert len({p.vid for p in placed}) == 1 and [p.min_bid for p in placed] == list(range(placed[0].min_bid,
+                                                                                       placed[0].min_bid + 16))
+    written = 7 + 21 * 1000  # the warm-up and the 21 objects
+    assert written <= used <= written + (64 << 10), used  # at most the open reservation beyond what was written

@@ -119,3 +119,15 @@ def test_a_returning_host_gets_writes_again_over_volumes_made_without_it() -> No
     assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 2  # host 6 is down: the under-spread volume
     pool.renewed(1, 50, VolumeHealth())  # host 6 is back
     assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 1
+
+
+def test_a_reservation_takes_its_bids_and_gets_unused_space_back() -> None:
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_expiry=50))
+    reserved = pool.allocate(MODE, 40, 10, now=0, bids=16)
+    assert (reserved[0].min_bid, reserved[0].count) == (1, 16)  # more bids than blobs of 40 bytes
+    assert pool.volumes[1].used == 40
+    pool.give_back(1, 25)
+    pool.give_back(7, 10)  # not leased here: nothing to fix
+    assert pool.volumes[1].used == 15
+    pool.give_back(1, 1000)
+    assert pool.volumes[1].used == 0
