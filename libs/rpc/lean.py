@@ -4,7 +4,7 @@ A 10 KiB access PUT makes six shard requests and a GET three; through aiohttp ea
 access CPU (URL objects, timers, tracing hooks, stream readers, a join of the body's pieces), more than
 the blobnode's own route. This transport does only what the blobnode's shard routes need: one request
 at a time per connection, a `Content-Length` on every answer, the body received by `BufferedProtocol`
-into a preallocated buffer (the kernel copies into it; nothing is joined). It implements
+into a preallocated buffer (the kernel copies into it; nothing is joined) and handed out as `bytes`. It implements
 `libs.rpc.client.Transport`, so policy (signing, typed errors) stays in `HttpClient`. A connection the
 peer closed while idle is noticed on reuse and the request sent once more on a fresh one; an answer
 without `Content-Length` is refused (`Internal`) rather than guessed at.
@@ -162,7 +162,7 @@ class _Answer:
         self._body = body
 
     async def read(self) -> bytes:
-        return self._body  # type: ignore[return-value]  # a bytearray, to spare a copy of shard bytes
+        return bytes(self._body)  # one copy: callers rely on shard bytes being immutable `bytes`
 
     async def iter_chunked(self, size: int) -> AsyncIterator[bytes]:
         view = memoryview(self._body)
