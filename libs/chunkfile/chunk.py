@@ -1,7 +1,8 @@
 """One chunk file: append shards, read verified ranges, mark/delete, compact.
 
-Durability rule: shard bytes are made durable (fdatasync, grouped across concurrent writers)
-before the index entry is written, so an index entry always points at complete bytes. On
+Durability rule: shard bytes are made durable (fdatasync) before the index entry is written, so an
+index entry always points at complete bytes; concurrent writers share one fdatasync and one synced
+index batch. On
 open, everything past the end of the last indexed shard is unacknowledged and is cut off.
 
 Concurrency: the write offset is reserved under a short lock and the bytes are written
@@ -101,13 +102,14 @@ class ChunkFile:
         self._users = 0
         self._closed = False
         self._readonly: str | None = None  # why writes are refused
-        self._broken: BaseException | None = None  # a failed fdatasync: nothing is durable anymore
+        self._broken: BaseException | None = None  # a failed sync: nothing is durable anymore
         self._meta_lock = threading.RLock()  # serialises index read-modify-writes
         # group commit: one fdatasync covers every pwrite finished before it started
         self._sync_cv = threading.Condition()
         self._sync_req = 0
         self._sync_done = 0
         self._syncing = False
+        self._to_index: list[ShardMeta] = []  # entries of writers waiting for the next group
 
     # ------------------------------------------------------------ lifecycle
 
@@ -231,8 +233,8 @@ class ChunkFile:
                              status=ShardStatus.NORMAL, written_at=int(time.time()))
             ok = False
             try:
-                self._write_durable(bufs, offset)
-                self._index.put(meta)
+                _pwritev_all(self._fd, bufs, offset)
+                self._durable(meta)
                 ok = True
             finally:
                 self._finish_put(meta, phys, ok)
@@ -265,38 +267,43 @@ class ChunkFile:
             self._pending.pop(meta.bid).set()
             self._cond.notify_all()
 
-    def _write_durable(self, bufs: list[memoryview | bytes], offset: int) -> None:
-        _pwritev_all(self._fd, bufs, offset)
-        self._datasync()
-
-    def _datasync(self) -> None:
-        """fdatasync, shared: a writer whose pwrite finished before a running sync began joins it."""
-        if not self.sync:
-            return
+    def _durable(self, entry: ShardMeta | None = None) -> None:
+        """Make what this thread wrote durable, then index `entry`, in a group: a writer whose pwrite finished
+        before a running group began joins the next one, whose leader runs one fdatasync for all of them and
+        then writes all their index entries in one synced batch (RocksDB holds the GIL through its WAL sync,
+        so one sync per group rather than per shard keeps the blobnode's event loop turning)."""
         with self._sync_cv:
             self._sync_req += 1
             ticket = self._sync_req
+            if entry is not None:
+                self._to_index.append(entry)
             while True:
                 if self._broken is not None:
-                    raise ChunkError(f"chunk {self.chunk_id}: fdatasync failed earlier") from self._broken
+                    raise ChunkError(f"chunk {self.chunk_id}: a sync failed earlier") from self._broken
                 if self._sync_done >= ticket:
                     return
                 if not self._syncing:
                     self._syncing = True
-                    target = self._sync_req
+                    target, entries, self._to_index = self._sync_req, self._to_index, []
                     break
                 self._sync_cv.wait()
-        started = time.perf_counter()
         try:
-            os.fdatasync(self._fd)
+            if self.sync:
+                started = time.perf_counter()
+                os.fdatasync(self._fd)
+                if self.on_sync is not None:
+                    self.on_sync(time.perf_counter() - started)
+            if entries:
+                batch = self.kv.batch()
+                for meta in entries:
+                    self._index.put_into(batch, meta)
+                self.kv.write(batch)
         except BaseException as exc:
             with self._sync_cv:
                 self._broken = exc
                 self._syncing = False
                 self._sync_cv.notify_all()
             raise
-        if self.on_sync is not None:
-            self.on_sync(time.perf_counter() - started)
         with self._sync_cv:
             self._sync_done = max(self._sync_done, target)
             self._syncing = False
@@ -513,7 +520,7 @@ class ChunkFile:
                         new._inflight -= phys
                     _pwritev_all(new._fd, bufs, offset)
                     moved.append(replace(meta, offset=offset))
-                new._datasync()
+                new._durable()
                 batch = self.kv.batch()
                 for meta in moved:
                     new._index.put_into(batch, meta)
