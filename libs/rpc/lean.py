@@ -27,10 +27,6 @@ from libs.rpc.errors import Internal, Unavailable
 MAX_HEAD = 64 << 10  # status line and headers of an answer
 
 
-class _Stale(Exception):
-    """A reused connection failed before any byte of the answer arrived: the peer had closed it."""
-
-
 @dataclass(frozen=True)
 class _Peer:
     host: str
@@ -135,8 +131,6 @@ class _Connection(asyncio.BufferedProtocol):
 
     async def exchange(self, head: bytes, body: client.Body | None) -> tuple[int, bytearray]:
         assert self.transport is not None
-        if self._lost is not None or self.transport.is_closing():
-            raise _Stale()
         self.reusable = False
         self._head_len, self._body, self._body_len, self._close_after = 0, None, 0, False
         self._done = asyncio.get_running_loop().create_future()
@@ -144,6 +138,9 @@ class _Connection(asyncio.BufferedProtocol):
         status, answer = await self._done
         self.reusable = not self._close_after
         return status, answer
+
+    def open(self) -> bool:
+        return self._lost is None and self.transport is not None and not self.transport.is_closing()
 
     def received_nothing(self) -> bool:
         return self._head_len == 0 and self._body is None
@@ -207,6 +204,16 @@ class LeanTransport:
             raise Unavailable(f"cannot connect to {peer.host}:{peer.port}: {type(exc).__name__}: {exc}") from exc
         return conn
 
+    def _reusable(self, peer: _Peer) -> _Connection | None:
+        """An idle connection still open; those the peer closed meanwhile are dropped."""
+        idle = self._idle.get(peer)
+        while idle:
+            conn = idle.pop()
+            if conn.open():
+                return conn
+            conn.close()
+        return None
+
     def _release(self, peer: _Peer, conn: _Connection) -> None:
         idle = self._idle.setdefault(peer, [])
         if conn.reusable and len(idle) < self._max_idle:
@@ -223,24 +230,22 @@ class LeanTransport:
                  *(f"{k}: {v}" for k, v in request.headers.items())]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         timeout = request.timeout if request.timeout is not None else self._timeout
-        answer: tuple[int, bytearray] | None = None
-        for _ in range(2):
-            idle = self._idle.get(peer)
-            reused = bool(idle)
-            conn = idle.pop() if idle else await self._connect(peer)
+        fresh = False  # after a reused connection failed: a new one, never another idle one
+        while True:
+            conn = None if fresh else self._reusable(peer)
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(peer)
             try:
                 async with asyncio.timeout(timeout):
                     answer = await conn.exchange(head, request.body)
-            except _Stale:
-                conn.close()
-                continue
             except TimeoutError:
                 conn.close()
                 raise Unavailable(f"{request.method} {request.url}: no answer within {timeout} s") from None
             except OSError as exc:
-                stale = reused and conn.received_nothing()
                 conn.close()
-                if stale:
+                if reused and conn.received_nothing():  # the peer had closed it while it was idle
+                    fresh = True
                     continue
                 raise Unavailable(f"{request.method} {request.url}: {type(exc).__name__}: {exc}") from exc
             except BaseException:
@@ -248,8 +253,6 @@ class LeanTransport:
                 raise
             self._release(peer, conn)
             break
-        if answer is None:
-            raise Unavailable(f"{request.method} {request.url}: the connection closed before an answer, twice")
         yield _Answer(*answer)
 
     async def close(self) -> None:

@@ -144,7 +144,8 @@ def test_kill9_tinker_during_1000_deletes_deletes_every_blob_exactly(cluster_fac
         wait_until(lambda: {(e["vid"], e["bid"]) for e in map(json.loads, log.read_text().splitlines())} >= wanted,
                    120, "every blob deleted")
         for token in random.Random(4).sample(tokens, 30):
-            assert client.get(f"/blob/{token}").status_code == 404
+            answer = client.get(f"/blob/{token}")
+            assert answer.status_code == 404, answer.text
         assert client.get(f"/blob/{keep}").content == b"keep me"
 
 

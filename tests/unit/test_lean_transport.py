@@ -98,3 +98,19 @@ def test_nobody_listening_is_unavailable() -> None:
                 await http.request("GET", f"http://127.0.0.1:{port}/shard/get")
 
     asyncio.run(test())
+
+
+def test_every_idle_connection_the_peer_closed_is_skipped() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line, _ = await _read_request(reader)
+        writer.write(_answer(200, line.encode()))
+        await writer.drain()
+        writer.close()  # as uvicorn does once a keep-alive connection idled too long
+
+    async def test(url: str) -> None:
+        async with HttpClient(LeanTransport()) as http:
+            await asyncio.gather(*(http.request("GET", f"{url}/shard/get", params={"bid": i}) for i in range(4)))
+            await asyncio.sleep(0.2)  # four idle connections, all closed by the peer
+            assert await http.request("GET", f"{url}/shard/get", params={"bid": 9}) == b"GET /shard/get?bid=9 HTTP/1.1"
+
+    asyncio.run(_serve(handler, test))
