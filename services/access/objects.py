@@ -206,7 +206,10 @@ class ObjectStore:
         excluded, avoided = self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now)
         taken = self.reserved.take(int(mode), size, now, excluded, avoided)
         if taken is None:
-            fresh = await self._allocate(mode, self.config.reserve_bytes, self.config.reserve_bids)
+            try:
+                fresh = await self._allocate(mode, self.config.reserve_bytes, self.config.reserve_bids)
+            except Unavailable:  # no volume has a reservation's room left: this object may still fit
+                return await self._allocate(mode, size)
             volume = await self.volumes.get(fresh[0].vid)
             self.reserved.add(int(mode), fresh[0], [u.disk_id for u in volume.units], time.monotonic())
             taken = self.reserved.take(int(mode), size, time.monotonic(), excluded, avoided)

@@ -133,3 +133,10 @@ def test_small_objects_share_a_reservation_and_its_unused_bytes_go_back(cluster_
                                                                                        placed[0].min_bid + 16))
     written = 7 + 21 * 1000  # the warm-up and the 21 objects
     assert written <= used <= written + (64 << 10), used  # at most the open reservation beyond what was written
+
+
+def test_a_small_object_is_stored_when_no_volume_has_room_for_a_reservation(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(clustermgr={"chunk_size": 4 << 20}, reserve_bytes=256 << 20)  # volumes of ~12 MiB
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        token = wait_for_put(client, b"small enough for any volume")
+        assert client.get(f"/blob/{token}").content == b"small enough for any volume"
