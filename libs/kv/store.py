@@ -52,7 +52,12 @@ class Batch:
 
 
 class KVStore:
-    """One RocksDB database. `sync=True` fsyncs the WAL on every write."""
+    """One RocksDB database. `sync=True` makes every write durable before `write` returns.
+
+    A synced write is an unsynced write followed by a WAL sync (`flush_wal`), not RocksDB's own
+    `sync=True` write: rocksdict holds the GIL through the latter's fsync, which stalled every other
+    thread of the process (a blobnode's event loop above all), and releases it through the former.
+    The one difference: other threads may read the update before the sync ends."""
 
     def __init__(self, path: str | os.PathLike[str], column_families: Iterable[str] = (),
                  *, sync: bool = True) -> None:
@@ -68,7 +73,7 @@ class KVStore:
             self._cfs[name] = self._db.get_column_family(name)
             self._handles[name] = self._db.get_column_family_handle(name)
         self._write_opts = WriteOptions()
-        self._write_opts.sync = sync
+        self._sync = sync
         self._closed = False
 
     @staticmethod
@@ -113,6 +118,8 @@ class KVStore:
         if self._closed:
             raise KVError(f"store {self.path} is closed")
         self._db.write(batch._batch, self._write_opts)
+        if self._sync:
+            self._db.flush_wal(True)
 
     def items(self, cf: str, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Pairs with start <= key < end, in key order."""
