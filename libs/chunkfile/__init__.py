@@ -1,6 +1,7 @@
 """Chunk files: shards with per-64 KiB-block CRCs, a KV shard index, punch-hole delete, compaction."""
 
 from libs.chunkfile.chunk import ChunkFile, ChunkStats
+from libs.chunkfile.commit import GroupCommit, StagedPut
 from libs.chunkfile.errors import (
     ChunkCorrupted,
     ChunkError,
@@ -29,6 +30,7 @@ __all__ = [
     "ChunkId",
     "ChunkReadOnly",
     "ChunkStats",
+    "GroupCommit",
     "PunchHoleError",
     "RangeError",
     "ShardCorrupted",
@@ -37,6 +39,7 @@ __all__ = [
     "ShardMeta",
     "ShardNotFound",
     "ShardStatus",
+    "StagedPut",
     "Vuid",
     "physical_size",
     "required_column_families",

@@ -1,8 +1,8 @@
 """One chunk file: append shards, read verified ranges, mark/delete, compact.
 
 Durability rule: shard bytes are made durable (fdatasync) before the index entry is written, so an
-index entry always points at complete bytes; concurrent writers share one fdatasync and one synced
-index batch. On
+index entry always points at complete bytes; concurrent writers to all chunks of a disk share one
+fdatasync per chunk and one synced index batch (`libs.chunkfile.commit`). On
 open, everything past the end of the last indexed shard is unacknowledged and is cut off.
 
 Concurrency: the write offset is reserved under a short lock and the bytes are written
@@ -25,6 +25,7 @@ from libs.kv import Batch, KVStore
 from libs.proto.ids import ChunkId
 
 from . import format as fmt
+from .commit import GroupCommit, StagedPut
 from .errors import (
     ChunkError,
     ChunkFull,
@@ -80,8 +81,9 @@ class ChunkFile:
     """A chunk file plus its slice of the disk's shard index. Thread-safe."""
 
     def __init__(self, path: Path, kv: KVStore, chunk_id: ChunkId, fd: int, header: fmt.ChunkHeader,
-                 *, sync: bool, max_size: int | None, on_sync: SyncObserver | None = None) -> None:
-        """Use `create` or `open`."""
+                 *, sync: bool, max_size: int | None, on_sync: SyncObserver | None = None,
+                 commits: GroupCommit | None = None) -> None:
+        """Use `create` or `open`. Chunks of one disk share its `commits` (else the chunk has its own)."""
         self.path = Path(path)
         self.on_sync = on_sync
         self.kv = kv
@@ -91,6 +93,7 @@ class ChunkFile:
         self.sync = sync
         self.max_size = max_size
         self._fd = fd
+        self.commits = commits or GroupCommit(kv)
         self._index = ShardIndex(kv, chunk_id)
         self._cond = threading.Condition()  # guards everything below
         self._write_off = fmt.CHUNK_HEADER_SIZE
@@ -104,18 +107,13 @@ class ChunkFile:
         self._readonly: str | None = None  # why writes are refused
         self._broken: BaseException | None = None  # a failed sync: nothing is durable anymore
         self._meta_lock = threading.RLock()  # serialises index read-modify-writes
-        # group commit: one fdatasync covers every pwrite finished before it started
-        self._sync_cv = threading.Condition()
-        self._sync_req = 0
-        self._sync_done = 0
-        self._syncing = False
-        self._to_index: list[ShardMeta] = []  # entries of writers waiting for the next group
 
     # ------------------------------------------------------------ lifecycle
 
     @classmethod
     def create(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, parent: ChunkId | None = None,
-               sync: bool = True, max_size: int | None = None, on_sync: SyncObserver | None = None) -> ChunkFile:
+               sync: bool = True, max_size: int | None = None, on_sync: SyncObserver | None = None,
+               commits: GroupCommit | None = None) -> ChunkFile:
         """Make a new, empty chunk file; fails if the file exists or the index has entries for it."""
         path = Path(path)
         if next(ShardIndex(kv, chunk_id).scan(), None) is not None:
@@ -132,17 +130,19 @@ class ChunkFile:
             with suppress(OSError):
                 path.unlink()
             raise
-        return cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync)
+        return cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync, commits=commits)
 
     @classmethod
     def open(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, sync: bool = True,
-             max_size: int | None = None, on_sync: SyncObserver | None = None) -> ChunkFile:
+             max_size: int | None = None, on_sync: SyncObserver | None = None,
+             commits: GroupCommit | None = None) -> ChunkFile:
         """Open an existing chunk, verify its header and cut off any unacknowledged tail."""
         path = Path(path)
         fd = os.open(path, os.O_RDWR)
         try:
             header = fmt.ChunkHeader.unpack(os.pread(fd, fmt.CHUNK_HEADER_SIZE, 0))
-            chunk = cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync)
+            chunk = cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync,
+                        commits=commits)
             chunk._recover()
         except BaseException:
             os.close(fd)
@@ -195,26 +195,47 @@ class ChunkFile:
     @contextmanager
     def _use(self) -> Iterator[None]:
         """Keep the fd open while an operation runs (close waits), so it is never reused under us."""
+        self._enter()
+        try:
+            yield
+        finally:
+            self._leave()
+
+    def _enter(self) -> None:
         with self._cond:
             if self._closed:
                 raise ChunkError(f"chunk {self.chunk_id} is closed")
             self._users += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._users -= 1
-                if self._closed and self._users == 0:
-                    self._cond.notify_all()
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._users -= 1
+            if self._closed and self._users == 0:
+                self._cond.notify_all()
 
     # ------------------------------------------------------------ writes
 
     def put_shard(self, bid: int, vuid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
         """Store a shard durably and index it. Same bid + same bytes returns the existing meta."""
+        staged = self.stage_put(bid, vuid, data)
+        assert staged is not None  # a blocking stage always ends
+        if isinstance(staged, ShardMeta):
+            return staged
+        self.commits.commit(staged)
+        return staged.meta
+
+    def stage_put(self, bid: int, vuid: int, data: bytes | bytearray | memoryview, *,
+                  blocking: bool = True) -> ShardMeta | StagedPut | None:
+        """Write a shard's bytes at a reserved offset; the caller then commits the `StagedPut` through
+        `self.commits`, which makes it durable and indexes it. An already stored equal shard is returned as
+        its meta. With `blocking` False, None instead of waiting for a concurrent put of the same bid or
+        reading a stored one back to compare (so an event loop can call it and fall back to a thread)."""
         check_bid(bid)
         view = memoryview(data).cast("B")
         bufs, crc, phys = fmt.encode_shard(bid, vuid, view)
-        with self._use():
+        self._enter()
+        staged: StagedPut | None = None
+        try:
             while True:
                 with self._cond:
                     self._check_writable()
@@ -224,6 +245,8 @@ class ChunkFile:
                         offset = self._reserve(phys)
                         self._pending[bid] = threading.Event()
                         break
+                if not blocking:
+                    return None
                 if waiting is not None:
                     waiting.wait()  # a concurrent put of the same bid; then compare with it
                     continue
@@ -231,14 +254,39 @@ class ChunkFile:
                 return self._same_or_exists(existing, vuid, view, crc)
             meta = ShardMeta(bid=bid, vuid=vuid, offset=offset, size=len(view), crc=crc,
                              status=ShardStatus.NORMAL, written_at=int(time.time()))
-            ok = False
+            written = StagedPut(self, meta, phys)
             try:
                 _pwritev_all(self._fd, bufs, offset)
-                self._durable(meta)
-                ok = True
-            finally:
-                self._finish_put(meta, phys, ok)
-            return meta
+            except BaseException:
+                self._settle(written, ok=False)
+                raise
+            staged = written
+            return staged
+        finally:
+            if staged is None:
+                self._leave()
+
+    def sync_data(self) -> None:
+        """fdatasync the chunk's bytes (a no-op without `sync`); after one failed, every later one fails too:
+        a retried fdatasync may report success for pages the failed one dropped."""
+        if self._broken is not None:
+            raise ChunkError(f"chunk {self.chunk_id}: a sync failed earlier") from self._broken
+        if self.sync:
+            started = time.perf_counter()
+            os.fdatasync(self._fd)
+            if self.on_sync is not None:
+                self.on_sync(time.perf_counter() - started)
+
+    def index_into(self, batch: Batch, meta: ShardMeta) -> None:
+        self._index.put_into(batch, meta)
+
+    def finish_put(self, staged: StagedPut, error: BaseException | None) -> None:
+        """End a staged put: counted when its commit succeeded, else the chunk takes no more writes."""
+        if error is not None:
+            with self._cond:
+                self._broken = self._broken or error
+        self._settle(staged, ok=error is None)
+        self._leave()
 
     def _check_writable(self) -> None:
         if self._broken is not None:
@@ -255,7 +303,8 @@ class ChunkFile:
         self._inflight += phys
         return offset
 
-    def _finish_put(self, meta: ShardMeta, phys: int, ok: bool) -> None:
+    def _settle(self, staged: StagedPut, ok: bool) -> None:
+        meta, phys = staged.meta, staged.phys
         with self._cond:
             self._inflight -= phys
             if ok:
@@ -266,48 +315,6 @@ class ChunkFile:
                 self._write_off = meta.offset  # the failed shard was last: reuse its space
             self._pending.pop(meta.bid).set()
             self._cond.notify_all()
-
-    def _durable(self, entry: ShardMeta | None = None) -> None:
-        """Make what this thread wrote durable, then index `entry`, in a group: a writer whose pwrite finished
-        before a running group began joins the next one, whose leader runs one fdatasync for all of them and
-        then writes all their index entries in one synced batch (RocksDB holds the GIL through its WAL sync,
-        so one sync per group rather than per shard keeps the blobnode's event loop turning)."""
-        with self._sync_cv:
-            self._sync_req += 1
-            ticket = self._sync_req
-            if entry is not None:
-                self._to_index.append(entry)
-            while True:
-                if self._broken is not None:
-                    raise ChunkError(f"chunk {self.chunk_id}: a sync failed earlier") from self._broken
-                if self._sync_done >= ticket:
-                    return
-                if not self._syncing:
-                    self._syncing = True
-                    target, entries, self._to_index = self._sync_req, self._to_index, []
-                    break
-                self._sync_cv.wait()
-        try:
-            if self.sync:
-                started = time.perf_counter()
-                os.fdatasync(self._fd)
-                if self.on_sync is not None:
-                    self.on_sync(time.perf_counter() - started)
-            if entries:
-                batch = self.kv.batch()
-                for meta in entries:
-                    self._index.put_into(batch, meta)
-                self.kv.write(batch)
-        except BaseException as exc:
-            with self._sync_cv:
-                self._broken = exc
-                self._syncing = False
-                self._sync_cv.notify_all()
-            raise
-        with self._sync_cv:
-            self._sync_done = max(self._sync_done, target)
-            self._syncing = False
-            self._sync_cv.notify_all()
 
     def _same_or_exists(self, existing: ShardMeta, vuid: int, view: memoryview, crc: int) -> ShardMeta:
         """Idempotent retry check: equal only if vuid, size, crc and every byte match."""
@@ -507,8 +514,8 @@ class ChunkFile:
                 self._cond.wait_for(lambda: not self._pending)
             new: ChunkFile | None = None
             try:
-                new = ChunkFile.create(path, self.kv, new_id, parent=self.chunk_id,
-                                       sync=self.sync, max_size=self.max_size, on_sync=self.on_sync)
+                new = ChunkFile.create(path, self.kv, new_id, parent=self.chunk_id, sync=self.sync,
+                                       max_size=self.max_size, on_sync=self.on_sync, commits=self.commits)
                 moved: list[ShardMeta] = []
                 for meta in self._index.scan():
                     data = self._read_range(meta, 0, meta.size)
@@ -520,7 +527,7 @@ class ChunkFile:
                         new._inflight -= phys
                     _pwritev_all(new._fd, bufs, offset)
                     moved.append(replace(meta, offset=offset))
-                new._durable()
+                new.sync_data()
                 batch = self.kv.batch()
                 for meta in moved:
                     new._index.put_into(batch, meta)

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from libs.chunkfile import ChunkFile, ChunkId, ShardMeta, ShardStatus, required_column_families
+from libs.chunkfile import ChunkFile, ChunkId, GroupCommit, ShardMeta, ShardStatus, StagedPut, required_column_families
 from libs.kv import KVStore
 from libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from libs.proto.ids import Vuid
@@ -102,6 +102,7 @@ class Disk:
         self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
         self.background_executor = ThreadPoolExecutor(background_threads, thread_name_prefix=f"disk{disk_id}-bg")
         self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
+        self.commits = GroupCommit(self.kv)
         self._lock = threading.Lock()  # guards the chunk tables
         self._records: dict[bytes, ChunkInfo] = {}
         self._chunks: dict[bytes, ChunkFile] = {}
@@ -112,7 +113,8 @@ class Disk:
             self._unit_locks[key] = RWLock()
             if record.status is not ChunkStatus.RELEASED:
                 self._chunks[key] = ChunkFile.open(self._data_path(record.chunk_id), self.kv,
-                                                   ChunkId.parse(record.chunk_id), sync=sync, on_sync=self.on_sync)
+                                                   ChunkId.parse(record.chunk_id), sync=sync, on_sync=self.on_sync,
+                                                   commits=self.commits)
 
     @classmethod
     def load(cls, path: Path, *, cluster_id: int, disk_id: int | None, auto_format: bool,
@@ -180,7 +182,7 @@ class Disk:
                 raise NoSpace(f"disk {self.disk_id} has its maximum of {self.max_chunks} chunks")
             chunk_id = ChunkId(vuid, time.time_ns())
             chunk = ChunkFile.create(self._data_path(str(chunk_id)), self.kv, chunk_id, sync=self.sync,
-                                     max_size=chunk_size, on_sync=self.on_sync)
+                                     max_size=chunk_size, on_sync=self.on_sync, commits=self.commits)
             record = ChunkInfo(chunk_id=str(chunk_id), vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=chunk_size,
                                created=time.time())
             self.kv.put(CHUNK_CF, key, _record_bytes(record))
@@ -241,8 +243,24 @@ class Disk:
     # shards
 
     def put_shard(self, vuid: int, bid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
-        with self.unit_lock(vuid).shared():
-            return self.chunk_for(vuid, write=True).put_shard(bid, vuid, data)
+        staged = self.stage_put(vuid, bid, data)
+        assert staged is not None  # a blocking stage always ends
+        if isinstance(staged, ShardMeta):
+            return staged
+        self.commits.commit(staged)
+        return staged.meta
+
+    def stage_put(self, vuid: int, bid: int, data: bytes | bytearray | memoryview, *,
+                  blocking: bool = True) -> ShardMeta | StagedPut | None:
+        """`ChunkFile.stage_put` on the unit's chunk. The unit lock is held only while staging: a compaction
+        that starts after it still waits for the staged put (it waits for every pending put)."""
+        lock = self.unit_lock(vuid)
+        if not lock.acquire_shared(blocking):
+            return None
+        try:
+            return self.chunk_for(vuid, write=True).stage_put(bid, vuid, data, blocking=blocking)
+        finally:
+            lock.release_shared()
 
     def read_chunk(self, vuid: int) -> ChunkFile:
         """The chunk to read from; a compaction swapping it waits for reads started under the lock."""

@@ -16,16 +16,26 @@ class RWLock:
 
     @contextmanager
     def shared(self) -> Iterator[None]:
-        with self._cond:
-            # Waiting writers go first so a stream of puts cannot starve compaction.
-            self._cond.wait_for(lambda: not self._writer and not self._writers_waiting)
-            self._readers += 1
+        self.acquire_shared()
         try:
             yield
         finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
+            self.release_shared()
+
+    def acquire_shared(self, blocking: bool = True) -> bool:
+        """Take a shared hold; without `blocking`, False instead of waiting."""
+        with self._cond:
+            # Waiting writers go first so a stream of puts cannot starve compaction.
+            if not self._cond.wait_for(lambda: not self._writer and not self._writers_waiting,
+                                       None if blocking else 0):
+                return False
+            self._readers += 1
+            return True
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -1,0 +1,142 @@
+"""Group commit across the chunk files of one disk (libs/chunkfile/commit.py), on real files and RocksDB."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from libs.chunkfile import (
+    ChunkError,
+    ChunkFile,
+    ChunkId,
+    ChunkReadOnly,
+    GroupCommit,
+    ShardMeta,
+    StagedPut,
+    Vuid,
+    required_column_families,
+)
+from libs.kv import Batch, KVStore
+
+
+class CountingStore(KVStore):
+    """A real store that counts its batch writes."""
+
+    writes = 0
+
+    def write(self, batch: Batch) -> None:
+        self.writes += 1
+        super().write(batch)
+
+
+class FailingSync(ChunkFile):
+    """FAKE fault: a chunk whose fdatasync reports EIO (a dying disk cannot be produced for real here)."""
+
+    def sync_data(self) -> None:
+        raise OSError(errno.EIO, "injected: fdatasync failed")
+
+
+@pytest.fixture
+def kv(tmp_path: Path) -> Iterator[CountingStore]:
+    with CountingStore(tmp_path / "meta", required_column_families()) as store:
+        yield store
+
+
+def make_chunk(tmp_path: Path, kv: KVStore, commits: GroupCommit, disk_unit: int,
+               kind: type[ChunkFile] = ChunkFile) -> ChunkFile:
+    cid = ChunkId.new(Vuid.make(disk_unit, 0, 1))
+    return kind.create(tmp_path / str(cid), kv, cid, commits=commits)
+
+
+def staged(chunk: ChunkFile, bid: int, data: bytes = b"shard bytes") -> StagedPut:
+    result = chunk.stage_put(bid, chunk.chunk_id.vuid, data)
+    assert isinstance(result, StagedPut)
+    return result
+
+
+def test_puts_to_several_chunks_commit_in_one_index_batch(tmp_path: Path, kv: CountingStore) -> None:
+    commits = GroupCommit(kv)
+    chunks = [make_chunk(tmp_path, kv, commits, unit) for unit in (1, 2, 3)]
+    ended: list[BaseException | None] = []
+    queued = [staged(chunk, bid) for bid, chunk in enumerate(chunks * 2, start=1)]
+    leads = [commits.enqueue(put, ended.append) for put in queued]
+    assert leads == [True] + [False] * 5  # the first to queue leads; the others only wait
+    before = kv.writes
+    commits.lead()
+    assert ended == [None] * 6 and kv.writes == before + 1
+    for bid, chunk in enumerate(chunks * 2, start=1):
+        assert chunk.read_shard(bid) == b"shard bytes"
+        assert chunk.stats().shard_count == 2
+    for chunk in chunks:
+        chunk.close()
+
+
+def test_a_staged_put_is_neither_readable_nor_counted_before_its_commit(tmp_path: Path, kv: KVStore) -> None:
+    commits = GroupCommit(kv)
+    chunk = make_chunk(tmp_path, kv, commits, 1)
+    put = staged(chunk, 5)
+    with pytest.raises(ChunkError):
+        chunk.read_shard(5)
+    assert chunk.stats().shard_count == 0
+    commits.commit(put)
+    assert chunk.read_shard(5) == b"shard bytes" and chunk.stats().shard_count == 1
+    chunk.close()
+
+
+def test_a_failed_sync_fails_only_that_chunks_puts_and_retires_it(tmp_path: Path, kv: CountingStore) -> None:
+    commits = GroupCommit(kv)
+    good = make_chunk(tmp_path, kv, commits, 1)
+    bad = make_chunk(tmp_path, kv, commits, 2, FailingSync)
+    ended: dict[int, BaseException | None] = {}
+    for bid, chunk in ((1, good), (2, bad), (3, good)):
+        commits.enqueue(staged(chunk, bid), lambda error, bid=bid: ended.__setitem__(bid, error))
+    commits.lead()
+    assert ended[1] is None and ended[3] is None
+    assert isinstance(ended[2], OSError) and ended[2].errno == errno.EIO
+    assert good.read_shard(3) == b"shard bytes"
+    with pytest.raises(ChunkError):
+        bad.read_shard(2)  # never indexed
+    with pytest.raises(ChunkReadOnly, match="broken"):
+        bad.put_shard(4, bad.chunk_id.vuid, b"later")
+    good.close()
+    bad.close()
+
+
+def test_non_blocking_stage_declines_a_bid_being_written_or_already_stored(tmp_path: Path, kv: KVStore) -> None:
+    commits = GroupCommit(kv)
+    chunk = make_chunk(tmp_path, kv, commits, 1)
+    vuid = chunk.chunk_id.vuid
+    put = staged(chunk, 9)
+    assert chunk.stage_put(9, vuid, b"shard bytes", blocking=False) is None  # pending
+    commits.commit(put)
+    assert chunk.stage_put(9, vuid, b"shard bytes", blocking=False) is None  # stored: compare on a thread
+    again = chunk.stage_put(9, vuid, b"shard bytes")
+    assert isinstance(again, ShardMeta) and again == put.meta
+    chunk.close()
+
+
+def test_many_threads_share_groups_and_every_put_is_indexed(tmp_path: Path, kv: CountingStore) -> None:
+    commits = GroupCommit(kv)
+    chunks = [make_chunk(tmp_path, kv, commits, unit) for unit in (1, 2)]
+    before = kv.writes
+
+    def writer(first: int) -> None:
+        for bid in range(first, first + 50):
+            chunks[bid % 2].put_shard(bid, chunks[bid % 2].chunk_id.vuid, bid.to_bytes(8, "big") * 100)
+
+    threads = [threading.Thread(target=writer, args=(n * 1000,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert kv.writes - before < 300  # groups formed: one index write per put would be 400 (seen: 127-153)
+    for n in range(8):
+        for bid in range(n * 1000, n * 1000 + 50):
+            assert chunks[bid % 2].read_shard(bid) == bid.to_bytes(8, "big") * 100
+    assert sum(c.stats().shard_count for c in chunks) == 400
+    for chunk in chunks:
+        chunk.close()
