@@ -220,33 +220,40 @@ def test_disk_of_another_cluster_is_refused(blobnode_factory: BlobnodeFactory) -
 
 
 def test_kill9_during_put_stream_loses_no_acknowledged_shard(blobnode_factory: BlobnodeFactory) -> None:
+    """Small shards (written from the event loop, synced in the disk's groups) and large ones (written on a
+    disk thread), into two chunks of one disk that share its group commit."""
     bn = blobnode_factory(disks=1)
+    vuids = (VUID, Vuid.make(Vuid(VUID).vid() + 1, 0, 1))
     acked: list[int] = []
 
+    def size_of(bid: int) -> int:
+        return 70_000 + bid if bid % 3 == 0 else 1_000 + bid
+
     async def stream(c: BlobnodeClient) -> None:
-        await c.create_chunk(bn.url, 1, VUID)
+        for vuid in vuids:
+            await c.create_chunk(bn.url, 1, vuid)
 
         async def writer(first: int) -> None:
             bid = first
             while True:
                 try:
-                    await c.put_shard(bn.url, 1, VUID, bid, payload(bid, 70_000 + bid))
+                    await c.put_shard(bn.url, 1, vuids[bid % 2], bid, payload(bid, size_of(bid)))
                 except errors.RpcError:
                     return
                 acked.append(bid)
-                bid += 4
-                if len(acked) == 200:
+                bid += 8
+                if len(acked) == 300:
                     bn.kill9()
 
-        await asyncio.gather(*(writer(first) for first in range(1, 5)))
+        await asyncio.gather(*(writer(first) for first in range(1, 9)))
 
     run(with_client(stream))
-    assert len(acked) >= 200
+    assert len(acked) >= 300
     bn.start()
 
     async def verify(c: BlobnodeClient) -> None:
         for bid in acked:
-            assert await c.get_shard(bn.url, 1, VUID, bid) == payload(bid, 70_000 + bid)
+            assert await c.get_shard(bn.url, 1, vuids[bid % 2], bid) == payload(bid, size_of(bid))
         await c.put_shard(bn.url, 1, VUID, 10**9, b"after restart")
 
     run(with_client(verify))
