@@ -97,7 +97,7 @@ class ChunkFile:
         self._index = ShardIndex(kv, chunk_id)
         self._cond = threading.Condition()  # guards everything below
         self._write_off = fmt.CHUNK_HEADER_SIZE
-        self._pending: dict[int, threading.Event] = {}  # bids being written
+        self._pending: set[int] = set()  # bids being written; a put of one waits on _cond
         self._inflight = 0  # physical bytes reserved by unfinished puts
         self._count = 0
         self._live = 0
@@ -236,22 +236,18 @@ class ChunkFile:
         self._enter()
         staged: StagedPut | None = None
         try:
-            while True:
-                with self._cond:
-                    self._check_writable()
-                    waiting = self._pending.get(bid)
-                    existing = None if waiting is not None else self._index.get(bid)
-                    if waiting is None and existing is None:
-                        offset = self._reserve(phys)
-                        self._pending[bid] = threading.Event()
-                        break
-                if not blocking:
-                    return None
-                if waiting is not None:
-                    waiting.wait()  # a concurrent put of the same bid; then compare with it
-                    continue
-                assert existing is not None
-                return self._same_or_exists(existing, vuid, view, crc)
+            with self._cond:
+                if bid in self._pending:
+                    if not blocking:
+                        return None
+                    self._cond.wait_for(lambda: bid not in self._pending)  # then compare with what it stored
+                self._check_writable()
+                existing = self._index.get(bid)
+                if existing is None:
+                    offset = self._reserve(phys)
+                    self._pending.add(bid)
+            if existing is not None:
+                return None if not blocking else self._same_or_exists(existing, vuid, view, crc)
             meta = ShardMeta(bid=bid, vuid=vuid, offset=offset, size=len(view), crc=crc,
                              status=ShardStatus.NORMAL, written_at=int(time.time()))
             written = StagedPut(self, meta, phys)
@@ -313,7 +309,7 @@ class ChunkFile:
                 self._live_phys += phys
             elif self._write_off == meta.offset + phys:
                 self._write_off = meta.offset  # the failed shard was last: reuse its space
-            self._pending.pop(meta.bid).set()
+            self._pending.discard(meta.bid)
             self._cond.notify_all()
 
     def _same_or_exists(self, existing: ShardMeta, vuid: int, view: memoryview, crc: int) -> ShardMeta:

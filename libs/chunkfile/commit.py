@@ -3,9 +3,9 @@ index batch per group, whichever chunks its puts went to.
 
 A put first writes its bytes (`ChunkFile.stage_put`), then joins the next group. Whoever finds no group
 being committed leads: it commits groups until none is waiting. A blocking caller leads in its own
-thread (`commit`); an event loop queues with a callback and, only when `enqueue` says so, hands the lead
-to a disk thread, so a busy disk costs one thread wakeup per group instead of several per shard (the
-blobnode's profile was a third thread switching before this).
+thread (`commit`); an event loop queues with a callback (`submit`) and, when nobody leads, wakes the
+commit's own thread to lead, so a busy disk costs one thread wakeup per group instead of several per
+shard (the blobnode's profile was a third thread switching before this).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._queue: list[tuple[StagedPut, Done]] = []
         self._leading = False
+        self._wake = threading.Condition(self._lock)  # the committer thread waits here for a lead to take
+        self._handoff = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
 
     def enqueue(self, staged: StagedPut, done: Done) -> bool:
         """Queue `staged`; `done` is called from the leading thread. True: the caller must run `lead`."""
@@ -49,6 +53,36 @@ class GroupCommit:
                 return False
             self._leading = True
             return True
+
+    def submit(self, staged: StagedPut, done: Done) -> None:
+        """Queue `staged` without blocking the caller (an event loop): when nobody leads, this commit's own
+        thread does. `done` is called from the leading thread."""
+        if not self.enqueue(staged, done):
+            return
+        with self._wake:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="group-commit", daemon=True)
+                self._thread.start()
+            self._handoff = True
+            self._wake.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._handoff or self._closed)
+                if not self._handoff:
+                    return
+                self._handoff = False
+            self.lead()
+
+    def close(self) -> None:
+        """Stop the committer thread once it has led what was handed to it."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
     def lead(self) -> None:
         """Commit groups until none is waiting."""

@@ -140,6 +140,7 @@ class Disk:
     def close(self) -> None:
         self.executor.shutdown(wait=True)
         self.background_executor.shutdown(wait=True)
+        self.commits.close()
         for chunk in self._chunks.values():
             chunk.close()
         self.kv.close()

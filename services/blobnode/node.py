@@ -205,8 +205,7 @@ class Blobnode:
         return meta
 
     async def _commit(self, disk: Disk, staged: StagedPut) -> ShardMeta:
-        """Wait for `staged` to be durable: queued on the disk's group commit, led from a disk thread when no
-        group is being committed."""
+        """Wait for `staged` to be durable: queued on the disk's group commit."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
 
@@ -220,8 +219,7 @@ class Blobnode:
 
         self.io_pending[disk.disk_id] += 1
         try:
-            if disk.commits.enqueue(staged, report):
-                loop.run_in_executor(disk.executor, disk.commits.lead)
+            disk.commits.submit(staged, report)
             with _translated(disk.disk_id, self.io_errors):
                 await ended
         except errors.RpcError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -140,3 +140,26 @@ def test_many_threads_share_groups_and_every_put_is_indexed(tmp_path: Path, kv: 
     assert sum(c.stats().shard_count for c in chunks) == 400
     for chunk in chunks:
         chunk.close()
+
+
+def test_submitted_puts_are_led_by_the_commits_own_thread(tmp_path: Path, kv: CountingStore) -> None:
+    commits = GroupCommit(kv)
+    chunk = make_chunk(tmp_path, kv, commits, 1)
+    ended: dict[int, tuple[BaseException | None, str]] = {}
+    all_done = threading.Event()
+
+    def done_for(bid: int) -> Callable[[BaseException | None], None]:
+        def done(error: BaseException | None) -> None:
+            ended[bid] = (error, threading.current_thread().name)
+            if len(ended) == 20:
+                all_done.set()
+        return done
+
+    for bid in range(20):
+        commits.submit(staged(chunk, bid), done_for(bid))  # returns at once: the caller never leads
+    assert all_done.wait(10)
+    assert {error for error, _ in ended.values()} == {None}
+    assert {name for _, name in ended.values()} == {"group-commit"}
+    assert chunk.stats().shard_count == 20
+    commits.close()
+    chunk.close()
