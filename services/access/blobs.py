@@ -21,7 +21,7 @@ from libs.rpc.errors import RpcError, ShardExists, Unavailable
 from services.access.health import HealthTable
 from services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
 from services.access.quorum import decide_put, units_to_skip, unreadable
-from services.access.stripes import ShardRead, assemble, shard_reads
+from services.access.stripes import Piece, ShardRead, assemble, shard_reads
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import VolumeCache
 
@@ -112,7 +112,7 @@ class BlobWriteFailed(Unavailable):
 
 @dataclass
 class BlobRead:
-    data: bytes
+    data: list[Piece]  # to send in order
     bad: dict[int, ShardState]  # shard index -> what its blobnode said
 
     def to_repair(self) -> list[int]:
@@ -128,7 +128,7 @@ async def read_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, blo
     vid = volume.vid
     plan = shard_reads(codec.tactic, blob_len, start, end)
     if not plan:
-        return BlobRead(b"", {})
+        return BlobRead([], {})
     now = time.monotonic()
     late = {i for i, u in enumerate(volume.units) if io.health.read_last(u.disk_id, now)}
     if len(late) > codec.tactic.total - codec.tactic.n:

@@ -31,6 +31,7 @@ class AccessConfig(ServiceSettings):
     default_code_mode: str = "EC3P3"  # when clustermgr publishes no size policy
     shard_timeout: float = Field(10.0, gt=0)
     hedge_after: float = Field(0.5, gt=0)  # a data shard slower than this triggers a degraded read
+    read_ahead: int = Field(2, ge=1, le=16)  # blobs of an object read from blobnodes ahead of the one being sent
     put_tries: int = Field(3, ge=1)  # a blob that misses its quorum is tried on this many volumes in all
     put_retry_window: float = Field(20.0, gt=0)  # no new try of a blob once its first began this long ago
     disk_punish: float = Field(10.0, gt=0)  # seconds a failed disk is skipped by PUTs and read last

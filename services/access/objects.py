@@ -7,8 +7,10 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from isal import isal_zlib
 
@@ -25,7 +27,7 @@ from services.access.config import AccessConfig
 from services.access.metrics import VOLUME_RETRIES
 from services.access.putplan import PutPlan, RetryRefused
 from services.access.reserve import Reservations
-from services.access.stripes import BlobRange, plan_range, split_object
+from services.access.stripes import BlobRange, Piece, plan_range, split_object
 from services.allocator.client import AllocatorClient
 from services.clustermgr.client import VolumeCache
 from services.mqproxy.client import MqProxyClient
@@ -61,7 +63,7 @@ class BodyReader:
                 raise LengthMismatch(f"body is longer than its Content-Length {self._declared}")
 
 
-def _drop(task: asyncio.Task[bytes]) -> None:
+def _drop(task: asyncio.Task[Any]) -> None:
     """Stop a read ahead nobody will wait for; one that already failed has its error taken, not logged."""
     if task.done():
         if not task.cancelled():
@@ -241,12 +243,12 @@ class ObjectStore:
                                            "shards": outcome.written, "reason": reason}) + "\n")
 
     async def read(self, location: Location, offset: int, length: int) -> AsyncIterator[bytes]:
-        """Stream bytes [offset, offset + length) of the object, one blob range at a time; the next blob is
-        read from the blobnodes while this one goes out to the client."""
+        """Stream bytes [offset, offset + length) of the object, one blob range at a time; the next
+        `read_ahead` blobs are read from the blobnodes while this one goes out to the client."""
         ids = list(location.blob_ids())
         parts = plan_range(location.size, location.blob_size, offset, length)
 
-        async def read_part(part: BlobRange) -> bytes:
+        async def read_part(part: BlobRange) -> list[Piece]:
             vid, bid = ids[part.blob_index]
             volume = await self.volumes.get(vid)
             result = await read_blob(self.io, codec_for(location.code_mode, volume.backend), volume, bid,
@@ -257,17 +259,26 @@ class ObjectStore:
                                             reason="get found these shards missing or corrupt"))
             return result.data
 
-        if not parts:
-            return
-        reading = asyncio.create_task(read_part(parts[0]))
+        ahead: deque[asyncio.Task[list[Piece]]] = deque()
+        started = 0
+
+        def read_ahead() -> None:
+            nonlocal started
+            while started < len(parts) and len(ahead) < self.config.read_ahead:
+                ahead.append(asyncio.create_task(read_part(parts[started])))
+                started += 1
+
         try:
-            for index in range(len(parts)):
-                data = await reading
-                if index + 1 < len(parts):
-                    reading = asyncio.create_task(read_part(parts[index + 1]))
-                yield data
+            read_ahead()
+            while ahead:
+                pieces = await ahead[0]
+                ahead.popleft()
+                read_ahead()
+                for piece in pieces:
+                    yield piece
         finally:
-            _drop(reading)
+            for task in ahead:
+                _drop(task)
 
     async def delete(self, location: Location) -> int:
         """Queue every blob of the object for deletion; returns once Kafka holds the messages."""

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from libs.ec import ALIGN_2KB, Codec, CodeMode, tactic
 from libs.rpc.errors import BadRequest, RangeNotSatisfiable
 from services.access.stripes import (
+    JOIN_BELOW,
     BlobRange,
     ShardRead,
     assemble,
@@ -47,7 +48,7 @@ def read_through_shards(mode: CodeMode, obj: bytes, blob_size: int, offset: int,
             assert 0 <= r.shard_index < t.n  # data shards only
             assert r.length > 0 and r.offset + r.length <= s
             assert r.shard_index * s + r.offset + r.length <= len(blob)  # never the zero padding
-        out.append(assemble(reads, [shards[r.shard_index][r.offset : r.offset + r.length] for r in reads]))
+        out.append(b"".join(assemble(reads, [shards[r.shard_index][r.offset : r.offset + r.length] for r in reads])))
     return b"".join(out)
 
 
@@ -94,7 +95,7 @@ def test_shard_reads_at_every_shard_boundary(mode: CodeMode, blob_len: int) -> N
     for start, end in combinations_with_replacement(marks, 2):
         reads = shard_reads(t, blob_len, start, end)
         pieces = [shards[r.shard_index][r.offset : r.offset + r.length] for r in reads]
-        assert assemble(reads, pieces) == blob[start:end]
+        assert b"".join(assemble(reads, pieces)) == blob[start:end]
         assert sum(r.length for r in reads) == end - start
         assert all(r.length > 0 for r in reads)
 
@@ -153,7 +154,10 @@ def test_plan_range_negative_is_bad_request(offset: int, length: int) -> None:
 
 def test_assemble_refuses_pieces_that_do_not_match() -> None:
     reads = [ShardRead(0, 0, 2), ShardRead(1, 0, 3)]
-    assert assemble(reads, [b"ab", memoryview(b"cde")]) == b"abcde"
+    assert assemble(reads, [b"ab", memoryview(b"cde")]) == [b"abcde"]  # small: one piece
+    big = [ShardRead(0, 0, JOIN_BELOW), ShardRead(1, 0, 3)]
+    pieces = [bytes(JOIN_BELOW), b"cde"]
+    assert all(a is b for a, b in zip(assemble(big, pieces), pieces, strict=True))  # large: as they are, no copy
     with pytest.raises(ValueError, match="shard 1 piece is 2 bytes, expected 3"):
         assemble(reads, [b"ab", b"cd"])
     with pytest.raises(ValueError, match="1 pieces for 2 reads"):
