@@ -60,11 +60,14 @@ class GroupCommit:
         if not self.enqueue(staged, done):
             return
         with self._wake:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="group-commit", daemon=True)
-                self._thread.start()
-            self._handoff = True
-            self._wake.notify()
+            if not self._closed:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._serve, name="group-commit", daemon=True)
+                    self._thread.start()
+                self._handoff = True
+                self._wake.notify()
+                return
+        self.lead()  # closed (the disk is shutting down): nobody else will, and the chunk's close waits for it
 
     def _serve(self) -> None:
         while True:

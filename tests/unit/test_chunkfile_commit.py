@@ -163,3 +163,16 @@ def test_submitted_puts_are_led_by_the_commits_own_thread(tmp_path: Path, kv: Co
     assert chunk.stats().shard_count == 20
     commits.close()
     chunk.close()
+
+
+def test_a_put_submitted_after_close_still_commits(tmp_path: Path, kv: CountingStore) -> None:
+    commits = GroupCommit(kv)
+    chunk = make_chunk(tmp_path, kv, commits, 1)
+    first = threading.Event()
+    commits.submit(staged(chunk, 1), lambda error: first.set())  # starts the committer thread
+    assert first.wait(10)
+    commits.close()  # the thread ends
+    ended: list[BaseException | None] = []
+    commits.submit(staged(chunk, 2), ended.append)  # led inline: a chunk's close would wait for it forever
+    assert ended == [None] and chunk.read_shard(2) == b"shard bytes"
+    chunk.close()
