@@ -54,3 +54,14 @@ def test_unknown_family_and_closed_store_raise(tmp_path: Path) -> None:
     kv.close()
     with pytest.raises(KVError, match="closed"):
         kv.get("a", b"k")
+
+
+def test_every_column_family_has_a_bloom_filter(tmp_path: Path) -> None:
+    """A blobnode looks new bids up from its event loop: absent keys must not need a data block read."""
+    with KVStore(tmp_path / "db", ["a", "b"]):
+        pass
+    with KVStore(tmp_path / "db"):
+        pass  # reopened: the options hold for the families found on disk too
+    newest = max(tmp_path.glob("db/OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    sections = newest.read_text().split("[TableOptions/BlockBasedTable")[1:]
+    assert len(sections) == 3 and all("filter_policy=bloomfilter" in s for s in sections)
