@@ -27,12 +27,10 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import drive, summarize
+from bench.common import cpu_seconds, drive, summarize
 from blobstore import launcher
 from blobstore.launcher import ProcessRecord
 from blobstore.plan import ClusterShape
-
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -46,15 +44,6 @@ class Workload:
 
 
 WORKLOADS = (Workload("10KiB", 10 << 10, 8, 3000, 0.10, 0.08), Workload("16MiB", 16 << 20, 2, 40, 0.35, 0.12))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process so far (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 class CpuMeter:

@@ -2,7 +2,9 @@
 
 Starts one blobnode (fsync on) on a temp dir, drives it with `--concurrency` concurrent requests per
 size, then does the same count of os.pwrite+fdatasync / os.pread of the same sizes with the same
-concurrency (threads) to a file in the same temp dir. Writes JSON and prints one summary line.
+concurrency (threads) to a file in the same temp dir. Also reports the blobnode's CPU (user + system)
+per operation, the figure its group commit and event-loop writes of small shards cut. Writes JSON and prints
+one summary line.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import drive, summarize
+from bench.common import cpu_seconds, drive, summarize
 from libs.proto.ids import Vuid
 from services.blobnode.client import BlobnodeClient
 from tests.support.processes import Service, free_port
@@ -36,7 +39,15 @@ async def get_one(client: BlobnodeClient, url: str, vuid: int, bid: int) -> byte
     return await client.get_shard(url, 1, vuid, bid)
 
 
-async def bench_blobnode(url: str, count_for: dict[str, int], concurrency: int) -> dict[str, dict[str, object]]:
+async def measured(pid: int, count: int, run: Awaitable[tuple[list[float], float]], size: int) -> dict[str, float]:
+    """`run`'s summary plus the blobnode's CPU milliseconds per operation."""
+    before = cpu_seconds(pid)
+    summary = summarize(*await run, size)
+    return {**summary, "server_cpu_ms_per_op": round((cpu_seconds(pid) - before) / count * 1e3, 3)}
+
+
+async def bench_blobnode(url: str, pid: int, count_for: dict[str, int],
+                         concurrency: int) -> dict[str, dict[str, object]]:
     results: dict[str, dict[str, object]] = {}
     async with BlobnodeClient() as client:
         for vid, (name, size) in enumerate(SIZES.items(), start=1):
@@ -44,9 +55,11 @@ async def bench_blobnode(url: str, count_for: dict[str, int], concurrency: int) 
             await client.create_chunk(url, 1, vuid)
             data = os.urandom(size)
             count = count_for[name]
-            put = await drive(count, concurrency, functools.partial(put_one, client, url, vuid, data))
-            get = await drive(count, concurrency, functools.partial(get_one, client, url, vuid))
-            results[name] = {"put": summarize(*put, size), "get": summarize(*get, size)}
+            put = await measured(pid, count, drive(count, concurrency, functools.partial(put_one, client, url, vuid,
+                                                                                          data)), size)
+            get = await measured(pid, count, drive(count, concurrency, functools.partial(get_one, client, url, vuid)),
+                                 size)
+            results[name] = {"put": put, "get": get}
     return results
 
 
@@ -96,7 +109,7 @@ def main() -> None:
         service = Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}")
         service.start()
         try:
-            node = asyncio.run(bench_blobnode(service.url, count_for, args.concurrency))
+            node = asyncio.run(bench_blobnode(service.url, service.pid, count_for, args.concurrency))
         finally:
             service.stop()
         raw = bench_raw(workdir, count_for, args.concurrency)
@@ -107,8 +120,10 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    parts = [f"{name} put {node[name]['put']['ops_per_s']:.0f}/s ({ratios[name]['put']}x raw) "  # type: ignore[index]
-             f"get {node[name]['get']['ops_per_s']:.0f}/s ({ratios[name]['get']}x raw)"  # type: ignore[index]
+    parts = [f"{name} put {node[name]['put']['ops_per_s']:.0f}/s ({ratios[name]['put']}x raw, "  # type: ignore[index]
+             f"{node[name]['put']['server_cpu_ms_per_op']} ms CPU) "  # type: ignore[index]
+             f"get {node[name]['get']['ops_per_s']:.0f}/s ({ratios[name]['get']}x raw, "  # type: ignore[index]
+             f"{node[name]['get']['server_cpu_ms_per_op']} ms CPU)"  # type: ignore[index]
              for name in SIZES]
     print(f"blobnode (c={args.concurrency}, fsync): " + "; ".join(parts))
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 async def drive(count: int, concurrency: int, op: Callable[[int], Awaitable[object]]) -> tuple[list[float], float]:
@@ -30,3 +34,12 @@ def summarize(latencies: list[float], elapsed: float, size: int) -> dict[str, fl
     return {"ops_per_s": round(ops, 1), "mb_per_s": round(ops * size / 1e6, 1),
             "p50_ms": round(statistics.median(ordered) * 1e3, 3),
             "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3, 3)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (Linux /proc; 0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK

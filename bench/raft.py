@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.clustermgr import rate, start_clustermgr  # noqa: E402
+from bench.common import cpu_seconds  # noqa: E402
 from libs.raft.kvclient import KVClient  # noqa: E402
 from libs.raft.kvcluster import LocalCluster, free_port, wait_for  # noqa: E402
 from services.clustermgr.client import ClusterClient  # noqa: E402
@@ -226,12 +227,8 @@ async def _one_pause(cms: list[Service], writers: list[ClusterClient], k: int, s
 
 
 def _cpu_seconds(services: list[Service]) -> float:
-    """User + system CPU the processes have used (Linux /proc)."""
-    total = 0
-    for service in services:
-        fields = Path(f"/proc/{service.pid}/stat").read_text().rpartition(")")[2].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+    """User + system CPU the processes have used."""
+    return sum(cpu_seconds(service.pid) for service in services)
 
 
 async def _session_cost(cms: list[Service], clients: int, seconds: float, rounds: int) -> dict[str, Any]:
