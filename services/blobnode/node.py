@@ -56,7 +56,8 @@ _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
 _CHECKSUM_ERRORS = (chunkfile.ShardCorrupted, chunkfile.ChunkCorrupted)
 # A user shard up to this size is written into the page cache from the event loop (tens of microseconds)
 # and only its sync runs on a disk thread, in a group with the disk's other puts; a larger one is written
-# on a disk thread.
+# on a disk thread. The trade-off: a buffered write can sleep in the kernel's dirty-page throttling, and
+# ext4 refuses RWF_NOWAIT for buffered writes; every put is synced within its group, so little stays dirty.
 INLINE_PUT_BYTES = 64 << 10
 _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
 
