@@ -217,12 +217,7 @@ class ChunkFile:
 
     def put_shard(self, bid: int, vuid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
         """Store a shard durably and index it. Same bid + same bytes returns the existing meta."""
-        staged = self.stage_put(bid, vuid, data)
-        assert staged is not None  # a blocking stage always ends
-        if isinstance(staged, ShardMeta):
-            return staged
-        self.commits.commit(staged)
-        return staged.meta
+        return self.commits.stored(self.stage_put(bid, vuid, data))
 
     def stage_put(self, bid: int, vuid: int, data: bytes | bytearray | memoryview, *,
                   blocking: bool = True) -> ShardMeta | StagedPut | None:

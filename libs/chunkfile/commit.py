@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from libs.kv import KVStore
 
+from .errors import ChunkError
 from .index import ShardMeta
 
 if TYPE_CHECKING:
@@ -112,6 +113,14 @@ class GroupCommit:
         if outcome[0] is not None:
             raise outcome[0]
 
+    def stored(self, staged: ShardMeta | StagedPut | None) -> ShardMeta:
+        """The meta of what a blocking `stage_put` gave: committed first when it was staged."""
+        assert staged is not None  # a blocking stage always ends
+        if isinstance(staged, ShardMeta):
+            return staged
+        self.commit(staged)
+        return staged.meta
+
     def _commit(self, group: list[tuple[StagedPut, Done]]) -> None:
         failed: dict[ChunkFile, BaseException] = {}
         chunks = list(dict.fromkeys(staged.chunk for staged, _ in group))
@@ -129,7 +138,23 @@ class GroupCommit:
                 self.kv.write(batch)
             except BaseException as exc:  # handed to every writer of the group
                 failed.update(dict.fromkeys(chunks, exc))
+        reported: set[int] = set()
         for staged, done in group:
             error = failed.get(staged.chunk)
             staged.chunk.finish_put(staged, error)
-            done(error)
+            done(error if error is None or _first(error, reported) else _shared(error, staged.chunk))
+
+
+def _first(error: BaseException, reported: set[int]) -> bool:
+    """Whether `error` goes out for the first time: that writer gets the failed call's own error (a blobnode counts
+    each against its disk), the others of the group a `ChunkError` naming it."""
+    if id(error) in reported:
+        return False
+    reported.add(id(error))
+    return True
+
+
+def _shared(error: BaseException, chunk: ChunkFile) -> ChunkError:
+    shared = ChunkError(f"chunk {chunk.chunk_id}: the commit of its group failed: {error}")
+    shared.__cause__ = error
+    return shared

@@ -244,12 +244,7 @@ class Disk:
     # shards
 
     def put_shard(self, vuid: int, bid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
-        staged = self.stage_put(vuid, bid, data)
-        assert staged is not None  # a blocking stage always ends
-        if isinstance(staged, ShardMeta):
-            return staged
-        self.commits.commit(staged)
-        return staged.meta
+        return self.commits.stored(self.stage_put(vuid, bid, data))
 
     def stage_put(self, vuid: int, bid: int, data: bytes | bytearray | memoryview, *,
                   blocking: bool = True) -> ShardMeta | StagedPut | None:

@@ -92,11 +92,12 @@ def test_a_failed_sync_fails_only_that_chunks_puts_and_retires_it(tmp_path: Path
     good = make_chunk(tmp_path, kv, commits, 1)
     bad = make_chunk(tmp_path, kv, commits, 2, FailingSync)
     ended: dict[int, BaseException | None] = {}
-    for bid, chunk in ((1, good), (2, bad), (3, good)):
+    for bid, chunk in ((1, good), (2, bad), (3, good), (5, bad)):
         commits.enqueue(staged(chunk, bid), lambda error, bid=bid: ended.__setitem__(bid, error))
     commits.lead()
     assert ended[1] is None and ended[3] is None
-    assert isinstance(ended[2], OSError) and ended[2].errno == errno.EIO
+    assert isinstance(ended[2], OSError) and ended[2].errno == errno.EIO  # the failed call's own error, once
+    assert isinstance(ended[5], ChunkError) and ended[5].__cause__ is ended[2]  # a disk counts one failure
     assert good.read_shard(3) == b"shard bytes"
     with pytest.raises(ChunkError):
         bad.read_shard(2)  # never indexed
