@@ -20,8 +20,12 @@ def test_shared_holds_coexist_and_a_try_fails_only_while_a_writer_holds_or_waits
 
     writer = threading.Thread(target=compact)
     writer.start()
-    time.sleep(0.1)  # the writer now waits for the two readers
-    assert not lock.acquire_shared(blocking=False)  # a waiting writer goes first
+    deadline = time.monotonic() + 5
+    while lock.acquire_shared(blocking=False):  # granted until the writer waits for the two readers
+        lock.release_shared()
+        assert time.monotonic() < deadline, "the writer never queued up"
+        time.sleep(0.01)
+    assert not writer_in.is_set()  # a waiting writer goes first, and waits for the readers already in
     lock.release_shared()
     lock.release_shared()
     assert writer_in.wait(2)
