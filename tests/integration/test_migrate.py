@@ -69,6 +69,17 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             async def listed(unit: Unit) -> dict[int, ShardInfo]:
                 return {s.bid: s for s in await bn.list_shards(unit.host, unit.disk_id, unit.vuid)}
 
+            async def settled(unit: Unit) -> dict[int, ShardInfo]:
+                """The unit's shards once puts still under way there have landed: a client that stops waiting
+                does not stop a put the blobnode already took (it commits with its disk's next group)."""
+                now = await listed(unit)
+                for _ in range(50):
+                    await asyncio.sleep(0.2)
+                    before, now = now, await listed(unit)
+                    if now == before:
+                        return now
+                raise AssertionError(f"{unit.vuid} kept changing")
+
             async def new_destination(index: int) -> Unit:
                 unit = await cm.alloc_unit(vid, index)
                 await bn.create_chunk(unit.host, unit.disk_id, unit.vuid)
@@ -93,7 +104,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
 
             with pytest.raises(Interrupted):
                 await migrator.migrate(task, stop_after_three)
-            moved_before = await listed(destination)
+            moved_before = await settled(destination)
             first_run = len(moved_before)
             assert 3 <= first_run < len(live)
             # Meanwhile two blobs are deleted: one the destination already holds, one it does not.
