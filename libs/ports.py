@@ -20,21 +20,28 @@ def _listen_range() -> tuple[int, int]:
     return (10_000, ephemeral_low) if ephemeral_low > 12_000 else (1024, ephemeral_low)
 
 
+_handed_out: set[int] = set()  # never handed out twice by one process: the first taker may not have bound it yet
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct ports free right now (all held open together, so none repeats), drawn at random
-    outside the ephemeral range."""
+    outside the ephemeral range, none of them handed out by this process before (CI once saw a clustermgr
+    fail to bind a port an earlier draw had given to a process not yet listening)."""
     low, high = _listen_range()
     draw = random.Random(os.getpid() ^ time.time_ns())
     with ExitStack() as stack:
         ports: list[int] = []
         while len(ports) < count:
             port = draw.randrange(low, high)
+            if port in _handed_out:
+                continue
             sock = stack.enter_context(socket.socket())
             try:
                 sock.bind((host, port))
             except OSError:
                 continue
             ports.append(port)
+        _handed_out.update(ports)
         return ports
 
 
