@@ -10,15 +10,18 @@ PYTEST_ARGS ?=
 	.venv/bin/pip install --quiet -e '.[dev]'
 	touch $@
 
-# Debian packages, as command:package[,package...]: redis-server (the volume cache), chromium with a font and
-# chromium-driver (the dashboard test's headless browser), prometheus (scrapes a cluster in one test).
-# Only what is missing is installed.
-DEBIAN_TOOLS := redis-server:redis-server chromium:chromium,fonts-liberation chromedriver:chromium-driver \
-	prometheus:prometheus
+# Debian packages, as command:package[,package...]: redis-server (the volume cache), a JDK and Maven (Kafka and
+# Spark run on Java 17; Maven fetches their jars), chromium with a font and chromium-driver (the dashboard test's
+# headless browser), prometheus (scrapes a cluster in one test). Only what is missing is installed.
+DEBIAN_TOOLS := redis-server:redis-server java:openjdk-17-jre-headless mvn:maven \
+	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus
 
+# Then the jars (Kafka's broker, Spark's Kafka source) into ~/.cache/blobstore, once: nothing downloads at run time.
 setup: .venv/.installed
 	@missing="$$(for pair in $(DEBIAN_TOOLS); do command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done)"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$(echo $$missing | tr , ' '); fi
+	$(PY) deploy/kafka/broker.py fetch
+	$(PY) deploy/spark/jars.py
 
 run: setup
 	$(PY) -m services.blobnode -c deploy/blobnode.json

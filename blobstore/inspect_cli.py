@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from blobstore.cli import DEFAULT_DIR, CmOpt, DirOpt, JsonOpt, _clustermgr, _emit, _kafka, _on_cluster, err, out
 from blobstore.launcher import ClusterInfo, LauncherError
 from libs.proto.switches import TaskType
+from libs.rpc import auth
+from libs.rpc.auth import Role
+from libs.rpc.errors import Forbidden, Unauthorized
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.mqproxy.client import MqProxyClient
@@ -24,6 +29,7 @@ inspect_app = typer.Typer(help="Offline checks on Spark: volume inspection and t
                           no_args_is_help=True, pretty_exceptions_show_locals=False)
 
 UNRECOVERABLE_EXIT = 2
+REFUSED_EXIT = 3  # a request of the job (export, shard reads, queued repairs, task records) was refused
 OutOpt = Annotated[str, typer.Option("--out", help="Output folder or URI [default: DIR/inspect or DIR/backlog].")]
 MasterOpt = Annotated[str, typer.Option("--master", help="Spark master: local[*], spark://HOST:PORT, ...")]
 ConfOpt = Annotated[list[str] | None, typer.Option("--conf", help="Spark setting KEY=VALUE (repeatable).")]
@@ -37,6 +43,29 @@ def _conf(pairs: list[str] | None) -> dict[str, str]:
             raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--conf")
         conf[key] = value
     return conf
+
+
+def _refused(why: str) -> NoReturn:
+    err.print(f"refused: {why}; nothing was concluded (the cluster's secret, the services' keys or --grant-ttl?)",
+              style="red", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(REFUSED_EXIT)
+
+
+@contextmanager
+def _refusals_fail() -> Iterator[None]:
+    """A refused request anywhere in a job (here or in its executors) ends it with REFUSED_EXIT and the reason:
+    a refused read must never look like a shard that is fine."""
+    from spark.deep import refusal
+
+    try:
+        yield
+    except (Unauthorized, Forbidden) as exc:
+        _refused(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:
+        why = refusal(exc)
+        if why is None:
+            raise
+        _refused(why)
 
 
 def _absolute(path_or_uri: str) -> str:
@@ -70,10 +99,20 @@ def inspect_run(out_: OutOpt = "", master: MasterOpt = "local[*]",
                 input_: Annotated[str, typer.Option(
                     "--input", help="Inspect an existing export instead of exporting anew.")] = "",
                 export_timeout: Annotated[float, typer.Option(help="Seconds a blobnode may take to export.")] = 600.0,
+                grant_ttl: Annotated[float, typer.Option(
+                    help="Seconds the executors' read grant (--deep) lasts.")] = 86400.0,
                 conf: ConfOpt = None, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Export every disk's shard index and clustermgr's tables, then classify every blob on Spark: missing
     shards, unrecoverable, size mismatch, partial delete, not purged, orphan units. Exits 2 when anything is
-    unrecoverable."""
+    unrecoverable, 3 when the cluster refused a request of the job."""
+    with _refusals_fail():
+        _inspect_run(out_, master, deep, repair, settle, delete_delay, repair_rate, deep_rate, input_, export_timeout,
+                     grant_ttl, conf, dir, clustermgr)
+
+
+def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float, delete_delay: float,
+                 repair_rate: float, deep_rate: float, input_: str, export_timeout: float, grant_ttl: float,
+                 conf: list[str] | None, dir: Path, clustermgr: str) -> None:
     from spark.inputs import export_all, load_inputs
     from spark.inspect import InspectOptions, inspect, write_text
     from spark.repair import queue_all, requests
@@ -93,7 +132,10 @@ def inspect_run(out_: OutOpt = "", master: MasterOpt = "local[*]",
         for host, why in report.failed_hosts.items():
             err.print(f"blobnode {host} did not export: {why}", style="yellow", markup=False)
     inputs = load_inputs(source)
-    options = InspectOptions(settle=settle, delete_delay=delete_delay, deep=deep, deep_rate=deep_rate * 1e6)
+    signer = auth.installed()
+    grant = signer.grant(Role.READ, grant_ttl) if deep and signer is not None else None
+    options = InspectOptions(settle=settle, delete_delay=delete_delay, deep=deep, deep_rate=deep_rate * 1e6,
+                             deep_grant=grant)
     with spark_session(master, "blobstore-inspect", _conf(conf)) as spark:
         summary = inspect(spark, inputs, target, options)
         if repair:
@@ -150,9 +192,10 @@ def inspect_backlog(out_: OutOpt = "", master: MasterOpt = "local[*]",
                              group_prefix=group_prefix or str(tinker.get("group_prefix", "tinker")),
                              window=window, stall_after=stall_after)
     target = _absolute(out_ or str(dir / "backlog"))
-    gathered = _on_cluster(dir, clustermgr, lambda cm: gather(cm, options, target))
-    with spark_session(master, "blobstore-backlog", _conf(conf)) as spark:
-        summary = backlog(spark, gathered, target, options)
+    with _refusals_fail():
+        gathered = _on_cluster(dir, clustermgr, lambda cm: gather(cm, options, target))
+        with spark_session(master, "blobstore-backlog", _conf(conf), kafka_source=True) as spark:
+            summary = backlog(spark, gathered, target, options)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
         return

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -29,12 +29,11 @@ from blobstore.errors import BlobstoreError
 from blobstore.plan import STAGES, ClusterShape, KafkaSpec, ProcessSpec, cluster_prefix, plan_cluster, port_count
 from blobstore.procs import free_ports, healthy, poll, running, spawn, start_time, stop
 from libs.rpc import auth
-from libs.rpc.auth import AUTH_HEADER, AuthConfig, Role, Signer, new_secret
+from libs.rpc.auth import AUTH_HEADER, SECRET_ENV, new_secret, operator_signer
 
 DEFAULT_DIR = Path("run")
 STATE_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"  # the secret every role key derives from; mode 0600, like the configs
-SECRET_ENV = "BLOBSTORE_SECRET"  # the same, for a CLI pointed at a cluster by URL
 SOURCE_ROOT = Path(__file__).resolve().parents[1]  # holds services/ and libs/ next to blobstore/
 Say = Callable[[str], object]
 
@@ -67,6 +66,7 @@ class ProcessRecord:
     url: str
     config: str
     log: str
+    command: list[str] = field(default_factory=list)  # empty in a cluster.json written before it was kept
 
     @property
     def running(self) -> bool:
@@ -149,10 +149,11 @@ def sign_as_operator(root: Path | None) -> bool:
     secret read from $BLOBSTORE_SECRET or the cluster folder; whether one was found."""
     secret = os.environ.get(SECRET_ENV)
     if secret is None and root is not None and (root / SECRET_FILE).exists():
-        secret = (root / SECRET_FILE).read_text().strip()
-    if secret is None:
+        secret = (root / SECRET_FILE).read_text()
+    signer = operator_signer(secret)
+    if signer is None:
         return False
-    auth.install(Signer(AuthConfig.for_roles(secret, Role).keys))
+    auth.install(signer)
     return True
 
 
@@ -169,7 +170,7 @@ def _start(spec: ProcessSpec, env: dict[str, str]) -> ProcessRecord:
     _private(spec.config_path, spec.config_text)
     pid, started = spawn(spec.command, spec.log_path, spec.workdir, env)
     return ProcessRecord(spec.role, spec.name, pid, started, spec.port, spec.url, str(spec.config_path),
-                         str(spec.log_path))
+                         str(spec.log_path), list(spec.command))
 
 
 def _start_kafka(spec: KafkaSpec) -> ProcessRecord:
@@ -269,6 +270,25 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
         raise
     say(f"a first PUT succeeded; access at {info.access_url}, dashboard at {info.dashboard_url}")
     return info
+
+
+def restart(root: Path, name: str, timeout: float = 30.0) -> ProcessRecord:
+    """Start the stopped (or killed) process `name` of the cluster in `root` again, with the command and config
+    it was started with, as a supervisor would; returns once it answers."""
+    info = ClusterInfo.load(root)
+    index = next((i for i, p in enumerate(info.processes) if p.name == name), None)
+    if index is None:
+        raise LauncherError(f"no process {name!r} in {root}/ (see blobstore cluster status)")
+    old = info.processes[index]
+    if old.running:
+        raise LauncherError(f"{name} still runs (pid {old.pid}); stop it first")
+    if not old.command:
+        raise LauncherError(f"{name} cannot be restarted: {STATE_FILE} does not say how it was started")
+    pid, started = spawn(old.command, Path(old.log), Path(old.config).parent, _child_env())
+    info.processes[index] = record = replace(old, pid=pid, started=started)
+    info.save()
+    _wait_healthy([record], timeout)
+    return record
 
 
 def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessRecord, str]]:

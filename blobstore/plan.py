@@ -85,9 +85,9 @@ class ClusterPlan:
 
 # The role keys each kind of process signs and checks requests with (libs/rpc/auth.py). Besides clustermgr,
 # only the scheduler holds the admin key: it sets disk statuses as an operator would (the operator's CLI
-# derives every key from the cluster secret).
+# derives every key from the cluster secret). Blobnodes check read grants (the inspection's executors).
 ROLE_KEYS: dict[str, tuple[Role, ...]] = {
-    "clustermgr": (Role.DATA, Role.CONTROL, Role.ADMIN), "blobnode": (Role.DATA, Role.CONTROL),
+    "clustermgr": (Role.DATA, Role.CONTROL, Role.ADMIN), "blobnode": (Role.READ, Role.DATA, Role.CONTROL),
     "access": (Role.DATA, Role.CONTROL), "worker": (Role.DATA, Role.CONTROL), "tinker": (Role.DATA, Role.CONTROL),
     "scheduler": (Role.DATA, Role.CONTROL, Role.ADMIN), "allocator": (Role.CONTROL,), "mqproxy": (Role.CONTROL,),
     "dashboard": (Role.CONTROL,),

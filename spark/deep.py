@@ -3,8 +3,13 @@
 The blobnode verifies each 64 KiB block's CRC as it reads, so a flipped byte comes back as `ShardCorrupted`
 (a corrupt_shards finding). When more than n shards of a stripe read, the blob is rebuilt from n of them and
 encoded again: every shard read must equal its re-encoded self (parity_mismatch: some shard holds
-valid-CRC bytes of something else).
-Reads are background work: each executor task keeps under `rate` bytes per second.
+valid-CRC bytes of something else). A shard that cannot be read (its node is down, it moved) is an
+unread_shards finding: it was not verified.
+
+Reads are background I/O on the blobnodes (their per-disk cap applies), and each executor task keeps under
+`rate` bytes per second. Executors sign with a read grant (libs/rpc/auth.py) that travels inside the job's
+tasks, never in Spark's configuration; a blobnode refusing it fails the job (`ReadRefused`), since a refused
+read says nothing about the shard.
 """
 
 from __future__ import annotations
@@ -18,10 +23,29 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from libs.ec import codec_for, parse_code_mode
-from libs.proto.blobnode import ShardState, shard_state
+from libs.proto.blobnode import IOClass, ShardState, shard_state
 from libs.proto.ids import Vuid
+from libs.rpc import auth
+from libs.rpc.auth import Grant, Signer
+from libs.rpc.errors import Forbidden, Unauthorized
 from services.blobnode.client import BlobnodeClient
 from spark.rules import FINDING_DDL, BlobState, Finding
+
+REFUSED = "blobstore: shard reads refused"  # how the driver tells a refused read from any other job failure
+
+
+class ReadRefused(Exception):
+    """A blobnode refused an executor's read (401/403): the job must fail, not report the shard as fine."""
+
+    def __init__(self, host: str, why: Exception) -> None:
+        super().__init__(f"{REFUSED}: {host} answered {type(why).__name__}: {why}")
+
+
+def refusal(error: BaseException) -> str | None:
+    """The refusal line carried by a failed Spark job (the executors' exception text), if it was one."""
+    text = str(error)
+    start = text.find(REFUSED)
+    return None if start < 0 else text[start:].splitlines()[0]
 
 
 class Pacer:
@@ -41,21 +65,28 @@ class Pacer:
 async def _check_blob(client: BlobnodeClient, blob: Row, pacer: Pacer) -> list[tuple[object, ...]]:
     shards = sorted(blob["shards"], key=lambda s: s["unit_index"])
     reads = await asyncio.gather(*(client.get_shard(s["host"], s["disk_id"],
-                                                    Vuid.make(blob["vid"], s["unit_index"], s["epoch"]), blob["bid"])
+                                                    Vuid.make(blob["vid"], s["unit_index"], s["epoch"]), blob["bid"],
+                                                    io_class=IOClass.BACKGROUND)
                                    for s in shards), return_exceptions=True)
+    for shard, outcome in zip(shards, reads, strict=True):
+        if isinstance(outcome, Unauthorized | Forbidden):
+            raise ReadRefused(shard["host"], outcome)
     await asyncio.sleep(pacer.delay(sum(len(r) for r in reads if isinstance(r, bytes)), time.monotonic()))
     found: list[tuple[object, ...]] = []
     for shard, outcome in zip(shards, reads, strict=True):
-        if shard_state(outcome) is ShardState.CORRUPT:
-            found.append((Finding.CORRUPT_SHARDS.value, blob["vid"], blob["bid"], shard["unit_index"], shard["disk_id"],
-                          shard["host"], blob["code_mode"], shard["size"], str(outcome)))
+        state = shard_state(outcome)
+        if state is not ShardState.PRESENT:
+            kind = Finding.CORRUPT_SHARDS if state is ShardState.CORRUPT else Finding.UNREAD_SHARDS
+            found.append((kind.value, blob["vid"], blob["bid"], shard["unit_index"], shard["disk_id"],
+                          shard["host"], blob["code_mode"], shard["size"], f"{state.value}: {outcome!s}"))
     codec = codec_for(parse_code_mode(blob["code_mode"]), blob["backend"])
     by_index: list[bytes | None] = [None] * codec.tactic.total
     for shard, outcome in zip(shards, reads, strict=True):
         if isinstance(outcome, bytes):
             by_index[shard["unit_index"]] = outcome
     readable = [data for data in by_index if data is not None]
-    if found or len(readable) <= codec.tactic.n or len({len(d) for d in readable}) != 1:
+    if any(f[0] == Finding.CORRUPT_SHARDS.value for f in found) or len(readable) <= codec.tactic.n \
+            or len({len(d) for d in readable}) != 1:
         return found  # nothing to cross-check beyond what the CRCs said
     # Rebuild the data from n shards, encode it again: every shard read must equal its re-encoded self.
     n, size = codec.tactic.n, len(readable[0])
@@ -67,8 +98,10 @@ async def _check_blob(client: BlobnodeClient, blob: Row, pacer: Pacer) -> list[t
     return found
 
 
-def check_partition(rate: float, blobs: Iterable[Row]) -> Iterator[tuple[object, ...]]:
-    """Runs in an executor: one client and one event loop per partition."""
+def check_partition(rate: float, grant: Grant | None, blobs: Iterable[Row]) -> Iterator[tuple[object, ...]]:
+    """Runs in an executor: one client and one event loop per partition, signing with `grant` (None: the
+    cluster does not sign)."""
+    auth.install(Signer.from_grant(grant) if grant is not None else None)
 
     async def run() -> list[tuple[object, ...]]:
         pacer = Pacer(rate)
@@ -81,12 +114,13 @@ def check_partition(rate: float, blobs: Iterable[Row]) -> Iterator[tuple[object,
     yield from asyncio.run(run())
 
 
-def deep_findings(blobs: DataFrame, current: DataFrame, rate: float) -> DataFrame:
-    """Findings of reading the shards of every blob that has at least n shards and is not being deleted."""
+def deep_findings(blobs: DataFrame, current: DataFrame, rate: float, grant: Grant | None) -> DataFrame:
+    """Findings of reading the shards of every blob that has at least n shards and is not being deleted;
+    `grant` signs the executors' reads."""
     readable = blobs.filter(F.col("state").isin(BlobState.HEALTHY.value, BlobState.MISSING.value))
     shard = F.struct("unit_index", "epoch", "disk_id", "host", "size")
     keys = readable.select("vid", "bid", "code_mode", "backend")
     rows = (current.filter(~F.col("deleted")).join(keys, ["vid", "bid"])
             .groupBy("vid", "bid", "code_mode", "backend").agg(F.collect_list(shard).alias("shards")))
-    found = rows.rdd.mapPartitions(partial(check_partition, rate))
+    found = rows.rdd.mapPartitions(partial(check_partition, rate, grant))
     return blobs.sparkSession.createDataFrame(found, FINDING_DDL)

@@ -29,7 +29,7 @@ from libs.proto.blobnode import DiskExport
 from libs.proto.cluster import VolumeInfo, VolumeStatus
 from libs.proto.clustermgr import DiskView
 from libs.proto.ids import Vuid
-from libs.rpc.errors import RpcError
+from libs.rpc.errors import Forbidden, RpcError, Unauthorized
 from services.blobnode.client import BlobnodeClient
 from services.blobnode.export import manifest_path, open_target
 from services.clustermgr.client import ClusterClient
@@ -86,7 +86,8 @@ class ExportReport:
 async def export_all(cluster: ClusterClient, blobnodes: BlobnodeClient, target: str,
                      timeout: float = 600.0) -> ExportReport:
     """clustermgr's tables, then every blobnode's disks at once into `target`. A blobnode that fails or does not
-    answer within `timeout` is reported; its disks stay unavailable."""
+    answer within `timeout` is reported; its disks stay unavailable. A refusal (401, 403) is raised: it is the
+    caller's credentials, not the node, that failed."""
     filesystem, base = open_target(target)
     filesystem.create_dir(f"{base}/cluster", recursive=True)
     exported_at = time.time()
@@ -100,6 +101,8 @@ async def export_all(cluster: ClusterClient, blobnodes: BlobnodeClient, target: 
     outcomes = await asyncio.gather(*(blobnodes.export(host, target, timeout=timeout) for host in hosts),
                                     return_exceptions=True)
     for host, outcome in zip(hosts, outcomes, strict=True):
+        if isinstance(outcome, Unauthorized | Forbidden):
+            raise outcome
         if isinstance(outcome, RpcError):
             report.failed_hosts[host] = f"{type(outcome).__name__}: {outcome}"
         elif isinstance(outcome, BaseException):

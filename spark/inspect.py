@@ -11,6 +11,7 @@ or marked deleted after the cutoff (export time less `settle` seconds): a PUT or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -20,10 +21,12 @@ from pyarrow import fs as pafs
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from libs.rpc.auth import Grant
 from services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA, open_target
 from spark.inputs import UNIT_SCHEMA, Inputs, load_inputs, spark_ddl
 from spark.rules import (
     AT_RISK,
+    DEEP,
     FINDING_DDL,
     BlobState,
     Finding,
@@ -44,6 +47,7 @@ class InspectOptions:
     delete_delay: float = 4 * 3600.0  # tinker's safe delay: mark-deleted for longer than this is "not purged"
     deep: bool = False
     deep_rate: float = 32 << 20  # bytes/s of shard reads per executor task in --deep
+    deep_grant: Grant | None = None  # signs the executors' shard reads (None: the cluster does not sign)
 
 
 def _read(spark: SparkSession, files: list[str], ddl: str) -> DataFrame:
@@ -151,7 +155,11 @@ def _counts(rows: list[Any], key: str) -> dict[str, dict[str, int]]:
 
 
 def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptions) -> dict[str, Any]:
-    """Run the inspection; writes findings and summary.json under `out` and returns the summary."""
+    """Run the inspection; writes findings and summary.json under `out` and returns the summary. A summary left by
+    an earlier run goes first: a job that fails leaves none, never an old one that could pass for its own."""
+    filesystem, base = open_target(out)
+    with contextlib.suppress(FileNotFoundError):
+        filesystem.delete_file(f"{base}/summary.json")
     cutoff = inputs.exported_at - options.settle
     purge_before = inputs.exported_at - options.delete_delay
     units = spark.read.schema(spark_ddl(UNIT_SCHEMA)).parquet(inputs.units_file)
@@ -168,7 +176,7 @@ def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptio
     if options.deep:
         from spark.deep import deep_findings
 
-        parts.append(_findings(deep_findings(blobs, current, options.deep_rate), F.col("finding"),
+        parts.append(_findings(deep_findings(blobs, current, options.deep_rate, options.deep_grant), F.col("finding"),
                                **{c: F.col(c) for c in FINDING_COLUMNS if c != "finding"}))
     findings_path = f"{out.rstrip('/')}/findings"
     union = parts[0]
@@ -188,7 +196,7 @@ def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptio
     skipped = units.filter(F.col("migrating")).select("vid").distinct().count()
     blobs.unpersist()
     summary: dict[str, Any] = {finding.value: by_type.get(finding.value, 0) for finding in Finding
-                               if options.deep or finding not in (Finding.CORRUPT_SHARDS, Finding.PARITY_MISMATCH)}
+                               if options.deep or finding not in DEEP}
     volumes_all = volume_counts["all"] if volume_counts else 0
     volumes_partial = (volume_counts["partial"] or 0) if volume_counts else 0
     summary.update({

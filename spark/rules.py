@@ -33,6 +33,7 @@ class Finding(StrEnum):
     ORPHAN_UNITS = "orphan_units"  # a chunk row: a chunk no volume unit (nor unit being moved in) names
     CORRUPT_SHARDS = "corrupt_shards"  # --deep, a shard row: its bytes fail their CRC
     PARITY_MISMATCH = "parity_mismatch"  # --deep, a blob row: every shard reads, but parity does not match data
+    UNREAD_SHARDS = "unread_shards"  # --deep, a shard row: it could not be read (node down, moved), so unverified
 
 
 class BlobState(StrEnum):
@@ -49,6 +50,7 @@ class BlobState(StrEnum):
 # The findings table (one schema for every type; fields a type has no use for are null).
 FINDING_DDL = ("finding string, vid long, bid long, unit_index int, disk_id long, host string, code_mode string, "
                "bytes long, detail string")
+DEEP = frozenset({Finding.CORRUPT_SHARDS, Finding.PARITY_MISMATCH, Finding.UNREAD_SHARDS})  # only with --deep
 # Findings the repair flag acts on: a repair message per blob, or a delete message.
 REPAIRABLE = frozenset({Finding.MISSING_SHARDS, Finding.CORRUPT_SHARDS})
 DELETABLE = frozenset({Finding.PARTIAL_DELETE})

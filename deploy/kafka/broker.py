@@ -1,8 +1,8 @@
 """Fetch, start and stop one local Kafka broker (KRaft, broker+controller in one JVM) on 127.0.0.1.
 
-The jars come from Maven Central through `pom.xml` beside this file and are cached outside git, so a
-fresh clone fetches them once on first use. The broker runs detached and is stopped by the PID in
-`DIR/kafka.pid`, never by name.
+The jars come from Maven Central through `pom.xml` beside this file and are cached outside git: `make setup`
+fetches them once (`fetch`). The broker runs detached and is stopped by the PID in `DIR/kafka.pid`, never by
+name.
 
     python deploy/kafka/broker.py fetch
     python deploy/kafka/broker.py start --dir DIR [--port P] [--controller-port C]
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from blobstore.maven import cache_root, fetch_jars
+from libs.maven import cache_root, fetch_jars
 
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"

@@ -6,8 +6,8 @@ Layout under the export's target (the same for every blobnode, so one Spark job 
     chunks/disk-<id>.parquet     one row per live chunk (orphan units are chunks clustermgr does not know)
     manifests/disk-<id>.json     `DiskExport`, written last and removed first
 
-Every method blocks and does a bounded amount of work, so the caller runs each on the disk's own thread
-pool as a separate job: user reads and writes queued on that pool get their turn between two pieces.
+Every method blocks and does a bounded amount of work, so the caller runs each as a separate background
+operation of the disk (its capped lane): user I/O never waits behind an export.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from services.blobnode.disk import Disk
 
 # Spark has no unsigned types: u32 fields are int64; bids are int64 (clustermgr's bid scope stays far below
 # 2^63); a vuid is (vid, unit_index, epoch).
+INDEX_ENTRY_BYTES = 64  # what one exported index entry reads (key and value), charged to the background rate
 SHARD_SCHEMA = pa.schema([("disk_id", pa.int64()), ("vid", pa.int64()), ("unit_index", pa.int32()),
                           ("epoch", pa.int32()), ("bid", pa.int64()), ("size", pa.int64()), ("crc", pa.int64()),
                           ("deleted", pa.bool_()), ("written_at", pa.int64()), ("marked_at", pa.int64())])
@@ -86,8 +87,13 @@ class DiskExporter:
         self._todo = list(self._chunks)
         self._writer = pq.ParquetWriter(self._path(self.shard_file), SHARD_SCHEMA, filesystem=self.filesystem)
 
-    def step(self) -> bool:
-        """Export up to `piece_rows` index entries as one row group; False once every chunk is done."""
+    @property
+    def done(self) -> bool:
+        """Every chunk listed by `begin` is exported."""
+        return not self._todo
+
+    def step(self) -> int:
+        """Export up to `piece_rows` index entries as one row group; how many it exported."""
         columns: dict[str, list[int | bool]] = {name: [] for name in SHARD_SCHEMA.names}
         while self._todo and len(columns["bid"]) < self.piece_rows:
             record, want = self._todo[0], self.piece_rows - len(columns["bid"])
@@ -112,7 +118,7 @@ class DiskExporter:
             assert self._writer is not None
             self._writer.write_table(pa.table(columns, schema=SHARD_SCHEMA))
             self.rows += len(columns["bid"])
-        return bool(self._todo)
+        return len(columns["bid"])
 
     def finish(self) -> DiskExport:
         """Close the shard file, write the chunk list, then the manifest: from now on the export counts."""

@@ -283,9 +283,9 @@ class Blobnode:
                                     bid, status)
 
     async def export(self, req: ExportRequest) -> list[DiskExport]:
-        """Write the shard index and chunk list of each disk under `req.target` (all disks at once, each on its
-        own pool, one bounded piece per trip so user I/O keeps its turn); see services/blobnode/export.py."""
-        from services.blobnode.export import DiskExporter, open_target  # pyarrow: loaded only when exporting
+        """Write the shard index and chunk list of each disk under `req.target` (all disks at once), each bounded
+        piece a background operation of its disk; see services/blobnode/export.py."""
+        from services.blobnode.export import INDEX_ENTRY_BYTES, DiskExporter, open_target  # pyarrow: when exporting
 
         disk_ids = sorted(self.disks) if req.disk_ids is None else req.disk_ids
         for disk_id in disk_ids:
@@ -294,13 +294,18 @@ class Blobnode:
 
         async def one(disk_id: int) -> DiskExport:
             exporter = DiskExporter(self.disk(disk_id), filesystem, base, self.config.advertised_host, req.piece_rows)
+
+            async def piece(fn: Callable[[], T]) -> T:
+                async with self.background(disk_id, IOClass.BACKGROUND):
+                    return await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id, fn)
+
             try:
-                await self._run(disk_id, exporter.begin)
-                while await self._run(disk_id, exporter.step):
-                    pass
-                return await self._run(disk_id, exporter.finish)
+                await piece(exporter.begin)
+                while not exporter.done:
+                    self.charge(disk_id, IOClass.BACKGROUND, INDEX_ENTRY_BYTES * await piece(exporter.step))
+                return await piece(exporter.finish)
             except BaseException:
-                await self._run(disk_id, exporter.abort)
+                await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id, exporter.abort)
                 raise
 
         return list(await asyncio.gather(*(one(disk_id) for disk_id in disk_ids)))

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner, Result
@@ -21,7 +22,7 @@ LOCAL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    with spark_session("local[2]", "blobstore-tests", LOCAL_CONF) as session:
+    with spark_session("local[2]", "blobstore-tests", LOCAL_CONF, kafka_source=True) as session:
         yield session
 
 
@@ -37,3 +38,11 @@ def cluster_args(cluster: LocalCluster) -> list[str]:
 def summary(out: Path) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads((out / "summary.json").read_text())
     return loaded
+
+
+def found(out: Path, finding: str) -> set[tuple[int, int, int]]:
+    """(vid, bid, unit index) of every finding of a type (None where the type has no such field)."""
+    folder = out / "findings" / f"finding={finding}"
+    if not folder.exists():
+        return set()
+    return {(r["vid"], r["bid"], r["unit_index"]) for r in pq.read_table(folder).to_pylist()}

@@ -1,24 +1,29 @@
 """Inspection and backlog against a real cluster with Kafka: shards missed while a blobnode was frozen are
-found exactly, counted as queued repairs while repair is switched off, and gone after `--repair` + on.
+found exactly, counted as queued repairs while repair is switched off, and gone after `--repair` + on; the
+scheduler's task records (one stuck, one finished, one unreadable) are counted beside them.
 
 Every job runs in this process through the CLI, on the test session's one SparkSession."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from libs.proto.scheduler import TaskRecord, TaskState
+from libs.proto.switches import TaskType
 from libs.proto.tinker import TinkerStats
+from services.clustermgr.client import ClusterClient
 from tests.integration.test_access import wait_for_put
 from tests.integration.test_pipeline import blobs_of, states
-from tests.spark.conftest import blobstore, cluster_args, summary
+from tests.spark.conftest import blobstore, cluster_args, found, summary
 from tests.support.processes import LocalCluster, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -29,18 +34,27 @@ def repair_paused(cluster: LocalCluster) -> bool:
     return stats.pipelines["repair"].paused and stats.pipelines["repair_prior"].paused
 
 
+def record_tasks(cluster: LocalCluster) -> None:
+    """A disk repair stuck for 15 minutes, one finished a minute ago, and a record that is not JSON (this cluster
+    runs no scheduler that would act on them)."""
+    now = time.time()
+    stuck = TaskRecord(task_id="repair-1", task_type=TaskType.DISK_REPAIR, state=TaskState.PREPARED, disk_id=1,
+                       vid=1, unit_index=0, source_vuid=1 << 32 | 1, ctime=now - 900, mtime=now - 900)
+    done = stuck.model_copy(update={"task_id": "repair-0", "state": TaskState.FINISHED, "mtime": now - 60})
+
+    async def put() -> None:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm:
+            for record in (stuck, done):
+                await cm.kv_set(record.key, record.model_dump_json())
+            await cm.kv_set("task/disk_repair/garbage", "{not json")
+
+    asyncio.run(put())
+
+
 def missing_by_blob(cluster: LocalCluster, blobs: list[tuple[int, int]]) -> set[tuple[int, int, int]]:
     """(vid, bid, unit index) of every shard its blobnode does not hold, asked one by one."""
     return {(vid, bid, index) for vid, bid in blobs for index, state in enumerate(states(cluster, vid, bid))
             if state == "missing"}
-
-
-def found(out: Path, finding: str) -> set[tuple[int, int, int]]:
-    folder = out / "findings" / f"finding={finding}"
-    if not folder.exists():
-        return set()
-    rows = pq.read_table(folder).to_pylist()
-    return {(r["vid"], r["bid"], r["unit_index"]) for r in rows}
 
 
 def test_frozen_node_shards_are_found_queued_and_repaired(cluster_factory: ClusterFactory, spark: SparkSession,
@@ -68,6 +82,7 @@ def test_frozen_node_shards_are_found_queued_and_repaired(cluster_factory: Clust
     lost = missing_by_blob(cluster, blobs)
     assert {(vid, bid) for vid, bid, _ in lost} == set(blobs)  # each object lacks its frozen node's shard
 
+    record_tasks(cluster)
     backlog_out = tmp_path / "backlog"
     result = blobstore("inspect", "backlog", "--out", str(backlog_out), *kafka, *args)
     assert result.exit_code == 0, result.output
@@ -75,6 +90,10 @@ def test_frozen_node_shards_are_found_queued_and_repaired(cluster_factory: Clust
     assert repairs["backlog"] == len(blobs) and repairs["paused"] and repairs["disks"] == 1
     assert repairs["rate_per_s"] == 0 and repairs["eta_s"] is None
     assert summary(backlog_out)["blob_delete"]["backlog"] == 0
+    tasks = summary(backlog_out)["disk_repair"]
+    assert tasks["backlog"] == 1 and tasks["stuck_tasks"] == 1 and tasks["disks"] == 1
+    assert tasks["rate_per_s"] == 1 / 3600 and tasks["eta_s"] == 3600
+    assert summary(backlog_out)["invalid_task_records"] == 1
 
     first = tmp_path / "inspect1"
     result = blobstore("inspect", "run", "--out", str(first), "--settle", "0", "--repair", *args)

@@ -20,8 +20,8 @@ from services.clustermgr.client import ClusterClient
 from spark.inputs import export_all
 from tests.integration.test_access import wait_for_put
 from tests.integration.test_pipeline import blobs_of
-from tests.spark.conftest import blobstore, cluster_args, summary
-from tests.spark.test_inspect_cluster import found
+from tests.spark.conftest import blobstore, cluster_args, found, summary
+from tests.support.damage import flip_a_byte
 from tests.support.processes import LocalCluster, Service
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -37,22 +37,6 @@ def units_of(cluster: LocalCluster, vid: int) -> list[Unit]:
 
 def node_of(cluster: LocalCluster, unit: Unit) -> Service:
     return next(node for node in cluster.blobnodes if node.url == unit.host)
-
-
-def flip_a_byte(unit: Unit, bid: int) -> None:
-    async def locate() -> tuple[Path, int]:
-        async with BlobnodeClient() as bn:
-            shard = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
-            chunk = next(c for c in await bn.list_chunks(unit.host, unit.disk_id) if c.vuid == unit.vuid)
-            disk = await bn.disk_stat(unit.host, unit.disk_id)
-            return Path(disk.path, "data", chunk.chunk_id), shard.offset
-
-    path, offset = asyncio.run(locate())
-    with open(path, "r+b") as f:
-        f.seek(offset + 32 + 4 + 100)  # past the shard header and the first block's CRC
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 def blobnode_call(call: Callable[[BlobnodeClient], Awaitable[object]]) -> None:

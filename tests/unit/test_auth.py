@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from libs.rpc.auth import AuthConfig, Role, Signer, Verifier, new_secret, required_role
+from libs.rpc.auth import MAX_GRANT, AuthConfig, Grant, Role, Signer, Verifier, new_secret, required_role
 from libs.rpc.errors import Forbidden, Unauthorized
 
 SECRET = new_secret()
@@ -50,7 +50,8 @@ def test_missing_malformed_stale_and_unknown_role_signatures_are_401() -> None:
 def test_roles_below_the_route_are_403_and_signers_pick_the_least_role_that_fits() -> None:
     operator = Signer(AuthConfig.for_roles(SECRET, Role).keys, clock=lambda: NOW)
     service = Signer(AuthConfig.for_roles(SECRET, [Role.DATA, Role.CONTROL]).keys, clock=lambda: NOW)
-    assert operator.role_for("/config/set") is Role.ADMIN and operator.role_for("/shard/get") is Role.DATA
+    assert operator.role_for("/config/set") is Role.ADMIN and operator.role_for("/shard/get") is Role.READ
+    assert operator.role_for("/shard/put") is Role.DATA and service.role_for("/shard/get") is Role.DATA
     assert operator.role_for("/volume/list") is Role.CONTROL and service.role_for("/config/set") is Role.CONTROL
     clustermgr = verifier(tuple(Role))
     header = signed(service, "POST", "http://h/config/set")
@@ -83,3 +84,43 @@ def test_rotation_accepts_old_and_new_keys_during_the_overlap() -> None:
     stale = Signer(AuthConfig.for_roles(SECRET, [Role.CONTROL]).keys, clock=lambda: NOW)
     with pytest.raises(Unauthorized):
         after.check("GET", "/volume/list", "", signed(stale, "GET", "http://h/volume/list", body=None), b"", 0)
+
+
+def test_a_read_grant_reads_until_it_expires_and_can_do_nothing_else() -> None:
+    blobnode = Verifier(AuthConfig.for_roles(SECRET, [Role.READ, Role.DATA, Role.CONTROL]), clock=lambda: NOW)
+    operator = Signer(AuthConfig.for_roles(SECRET, Role).keys, clock=lambda: NOW)
+    grant = operator.grant(Role.READ, 3600)
+    assert grant.expires == NOW + 3600 and grant.key not in repr(grant)  # never printed by accident
+    executor = Signer.from_grant(grant, clock=lambda: NOW)
+    for path in ("/shard/get", "/shard/list", "/shard/stat", "/chunk/list", "/chunk/stat"):
+        header = signed(executor, "GET", f"http://h{path}?vid=1", body=None)
+        assert blobnode.check("GET", path, "vid=1", header, b"", 0) is Role.READ
+    for path in ("/shard/put", "/shard/delete", "/shard/markdelete", "/chunk/create", "/chunk/release", "/stat"):
+        body = None if path == "/shard/put" else b"{}"  # shard bytes are signed by their length
+        with pytest.raises(Forbidden, match="not read"):
+            blobnode.check("POST", path, "", signed(executor, "POST", f"http://h{path}"), body, 2)
+    later = Verifier(AuthConfig.for_roles(SECRET, [Role.READ]), clock=lambda: NOW + 3601)
+    with pytest.raises(Unauthorized, match="grant expired 1s ago"):
+        later.check("GET", "/shard/get", "", signed(Signer.from_grant(grant, clock=lambda: NOW + 3601), "GET",
+                                                    "http://h/shard/get", body=None), b"", 0)
+
+
+def test_a_grant_cannot_be_stretched_forged_or_pushed_past_the_limit() -> None:
+    blobnode = Verifier(AuthConfig.for_roles(SECRET, [Role.READ]), clock=lambda: NOW)
+    operator = Signer(AuthConfig.for_roles(SECRET, Role).keys, clock=lambda: NOW)
+    grant = operator.grant(Role.READ, 60)
+    stretched = Signer.from_grant(Grant(Role.READ, grant.expires + 86400, grant.key), clock=lambda: NOW)
+    promoted = Signer.from_grant(Grant(Role.DATA, grant.expires, grant.key), clock=lambda: NOW)
+    stranger = Signer.from_grant(Signer(AuthConfig.for_roles(new_secret(), Role).keys, clock=lambda: NOW).grant(
+        Role.READ, 60),
+                                 clock=lambda: NOW)
+    for signer in (stretched, stranger):
+        with pytest.raises(Unauthorized, match="bad signature"):
+            blobnode.check("GET", "/shard/get", "", signed(signer, "GET", "http://h/shard/get", body=None), b"", 0)
+    with pytest.raises(Unauthorized, match="takes no data"):
+        blobnode.check("GET", "/shard/get", "", signed(promoted, "GET", "http://h/shard/get", body=None), b"", 0)
+    too_long = Signer.from_grant(operator.grant(Role.READ, MAX_GRANT + 60), clock=lambda: NOW)
+    with pytest.raises(Unauthorized, match="may reach"):
+        blobnode.check("GET", "/shard/get", "", signed(too_long, "GET", "http://h/shard/get", body=None), b"", 0)
+    with pytest.raises(KeyError):  # a signer can only hand on a role it holds
+        Signer(AuthConfig.for_roles(SECRET, [Role.DATA]).keys).grant(Role.READ, 60)

@@ -1,0 +1,15 @@
+"""Fetch Spark's Kafka source (and what it needs beside pyspark's jars) into the cache, once: `make setup` runs
+this, so that no job downloads anything. Needs Maven; later runs return at once.
+
+    python deploy/spark/jars.py
+"""
+
+from __future__ import annotations
+
+import sys
+
+from spark.session import fetch_kafka_source
+
+if __name__ == "__main__":
+    print(f"Spark's Kafka source: {fetch_kafka_source()}")
+    sys.exit(0)

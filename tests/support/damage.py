@@ -1,0 +1,45 @@
+"""Damage a stored shard on disk, as bit rot or a buggy write would: behind its blobnode's back."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+
+from isal.isal_zlib import crc32
+
+from libs.chunkfile.format import BLOCK_CRC_SIZE, BLOCK_SIZE, SHARD_HEADER_SIZE
+from libs.proto.cluster import Unit
+from services.blobnode.client import BlobnodeClient
+
+FLIPPED_AT = 100  # the byte of the shard's first block that is flipped
+
+
+def shard_on_disk(unit: Unit, bid: int) -> tuple[Path, int, int]:
+    """(chunk file, offset of the shard in it, shard size), asked of the unit's blobnode."""
+
+    async def locate() -> tuple[Path, int, int]:
+        async with BlobnodeClient() as bn:
+            shard = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
+            chunk = next(c for c in await bn.list_chunks(unit.host, unit.disk_id) if c.vuid == unit.vuid)
+            disk = await bn.disk_stat(unit.host, unit.disk_id)
+            return Path(disk.path, "data", chunk.chunk_id), shard.offset, shard.size
+
+    return asyncio.run(locate())
+
+
+def flip_a_byte(unit: Unit, bid: int, keep_crc: bool = False) -> None:
+    """Invert one byte of the shard's first block; with `keep_crc` the block's CRC is rewritten to match, so only
+    the stripe's parity can tell."""
+    path, offset, size = shard_on_disk(unit, bid)
+    crc_at = offset + SHARD_HEADER_SIZE
+    block_at = crc_at + BLOCK_CRC_SIZE
+    with open(path, "r+b") as f:
+        f.seek(block_at)
+        block = bytearray(f.read(min(size, BLOCK_SIZE)))
+        block[FLIPPED_AT] ^= 0xFF
+        f.seek(block_at)
+        f.write(block)
+        if keep_crc:
+            f.seek(crc_at)
+            f.write(struct.pack("<I", crc32(block)))
