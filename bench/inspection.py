@@ -1,32 +1,56 @@
-"""Rows per second of the offline inspection over a synthetic 10-million-shard index, on local[1] and local[2].
+"""The offline inspection: how fast it scales with cores, and what it does to users while it runs.
 
-The index is generated as the blobnodes export it (per-disk Parquet files with manifests, clustermgr's unit and
-disk tables): EC6P3 volumes over 90 disks, 0.1% of blobs missing a shard, 0.05% partially deleted. Each master
-runs in a fresh process (its own JVM); the time is the job alone (session start excluded), best of `--runs`.
-local[1] is the baseline of the same run; the goal is >= 1.6x from 1 to 2 cores.
+scaling: rows per second over a synthetic `--shards` index (generated as the blobnodes export it: per-disk
+Parquet files with manifests, clustermgr's unit and disk tables; EC6P3 volumes over 90 disks, 0.1% of blobs
+missing a shard, 0.05% partially deleted), on one core (local[1], the process pinned to one CPU) and two
+(local[2]), `--pairs` times in turn. Each run is a fresh process (its own JVM: cold, as a real job is); the time
+is the job alone (session start excluded). The baseline is the one-core run of the same pair; the goal is >= 1.6x.
+Also the JVM's CPU seconds (JIT, GC and planning included) and the driver's peak RSS.
 
-    python bench/inspection.py [--shards 10000000] [--runs 1] [--out bench/results/inspect.json]
+live: a default `cluster up` cluster holding `--fill-mb` of 1 MiB objects serves an open loop of 64 KiB
+PUT + GET at `--load` of its measured capacity. User p99 is measured for `--window` seconds alone before and
+after (together the baseline), for `--window` seconds beside a control (a CPU-bound process in the idle
+scheduling class: on this 2-core VM any neighbour using the spare core inflates p99, whatever it does), and
+while `blobstore inspect run --deep --master local[1]` runs, also in the idle class (the export and every shard
+read are background I/O on the blobnodes; a real deployment runs Spark on other machines). The goal is p99
+during <= 1.5x the baseline; the ratio to the control tells what the inspection's cluster traffic adds.
+
+    python bench/inspection.py [--part scaling|live|both] [--shards 10000000] [--pairs 2]
+                               [--out bench/results/inspect.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.availability import Op, phase, stream
+from bench.common import cpu_seconds
+from bench.repair import MiB, fill, paced_load, under_load, until
+from blobstore import launcher
+from blobstore.plan import ClusterShape
 from libs.proto.blobnode import DiskExport
 from services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA
 from spark.inputs import DISK_SCHEMA, UNIT_SCHEMA
 
 DISKS, UNITS, N = 90, 9, 6  # EC6P3
+SETTLE = 10.0  # live: the fill ended longer ago than this before the inspection starts (capacity + baseline)
 
 
 def generate(root: Path, shards: int, seed: int = 1) -> None:
@@ -84,56 +108,171 @@ def generate(root: Path, shards: int, seed: int = 1) -> None:
         (root / "manifests" / f"disk-{d}.json").write_text(manifest.model_dump_json())
 
 
-def measure(master: str, source: str, out: str, runs: int) -> dict[str, float]:
-    """In this process: the job's wall time on `master`, best of `runs`."""
+def _driver_jvm() -> int:
+    """The JVM pyspark started for this process."""
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text() if proc.name.isdigit() else ""
+        except OSError:
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and "(java)" in stat:
+            return int(proc.name)
+    raise RuntimeError("no JVM child found")
+
+
+def _peak_rss(pid: int) -> int:
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) << 10
+
+
+def measure(master: str, source: str, out: str) -> dict[str, float]:
+    """In this process (a fresh JVM, so the run is cold as a real job's is): the job's wall time and the CPU the
+    JVM spent (tasks, and the JIT compilers, GC and planning that run beside them); local[1] is pinned to one CPU,
+    or those threads would take the second core for free and it would not be a one-core run."""
     from spark.inputs import load_inputs
     from spark.inspect import InspectOptions, inspect
     from spark.session import spark_session
 
+    if master == "local[1]":
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     inputs = load_inputs(source)
-    best = float("inf")
     with spark_session(master, "bench-inspect", {"spark.ui.enabled": "false", "spark.driver.memory": "3g",
                                                  "spark.ui.showConsoleProgress": "false",
                                                  "spark.sql.shuffle.partitions": "16"}) as spark:
         spark.range(1000).count()  # the session is up before the clock starts
-        for _ in range(runs):
-            start = time.perf_counter()
-            summary = inspect(spark, inputs, out, InspectOptions(settle=0))
-            best = min(best, time.perf_counter() - start)
-    return {"seconds": round(best, 2), "rows": summary["shards_scanned"], "missing": summary["missing_shards"]}
+        jvm = _driver_jvm()
+        cpu, start = cpu_seconds(jvm), time.perf_counter()
+        summary = inspect(spark, inputs, out, InspectOptions(settle=0))
+        seconds, cpu = time.perf_counter() - start, cpu_seconds(jvm) - cpu
+        rss = _peak_rss(jvm)
+    return {"seconds": round(seconds, 2), "jvm_cpu_s": round(cpu, 1), "driver_peak_rss_mb": rss >> 20,
+            "rows": summary["shards_scanned"], "missing": summary["missing_shards"]}
+
+
+def scaling(shards: int, pairs: int) -> dict[str, Any]:
+    """`pairs` alternating cold runs on one core (local[1]) and two (local[2]); the median of each pair's ratio."""
+    runs: dict[str, list[dict[str, Any]]] = {"local[1]": [], "local[2]": []}
+    with tempfile.TemporaryDirectory(prefix="bench-inspect-") as tmp:
+        t0 = time.perf_counter()
+        generate(Path(tmp, "input"), shards)
+        generated = round(time.perf_counter() - t0, 1)
+        for _ in range(pairs):
+            for master, done in runs.items():
+                child = subprocess.run([sys.executable, __file__, "--measure",
+                                        f"{master},{tmp}/input,{tmp}/out-{master[6]}"], capture_output=True, text=True)
+                if child.returncode != 0:
+                    raise SystemExit(f"{master} failed:\n{child.stderr[-3000:]}")
+                done.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    results: dict[str, Any] = {"shards": shards, "generate_s": generated, "pairs": pairs}
+    for master, done in runs.items():
+        cores = int(master[6])
+        seconds = statistics.median(r["seconds"] for r in done)
+        results[master] = {"runs": done, "median_s": seconds, "rows_per_s": round(done[0]["rows"] / seconds),
+                           "rows_per_s_per_core": round(done[0]["rows"] / seconds / cores),
+                           "rows_per_cpu_s": round(done[0]["rows"] / statistics.median(r["jvm_cpu_s"] for r in done)),
+                           "driver_peak_rss_mb": max(r["driver_peak_rss_mb"] for r in done)}
+    results["scaling"] = round(statistics.median(one["seconds"] / two["seconds"] for one, two in zip(
+        runs["local[1]"], runs["local[2]"], strict=True)), 2)
+    return results
+
+
+def _idle() -> None:
+    """Run the calling (child) process in the idle scheduling class: it gets a core only when nothing else wants it."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def _inspection(root: Path, out: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`inspect run --deep` in the idle class; blobs written in the last SETTLE seconds (the user load's) are
+    skipped."""
+    command = [str(Path(sys.executable).with_name("blobstore")), "inspect", "run", "--deep", "--settle", str(SETTLE),
+               "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=4", "--conf",
+               "spark.ui.showConsoleProgress=false", "--out", str(out), "--dir", str(root)]
+    with open(log, "wb") as stderr:
+        return subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT, preexec_fn=_idle)
+
+
+def live(fill_mb: int, load: float, window: float) -> dict[str, Any]:
+    """User p99 without anything else (before and after: the baseline), beside a CPU-bound idle-class process
+    (the control: what any neighbour using the spare core does to latency on this box), and during the
+    inspection."""
+    size = 64 << 10
+    with tempfile.TemporaryDirectory(prefix="bench-inspect-live-") as tmp:
+        root = Path(tmp) / "cluster"
+        info = launcher.up(root, ClusterShape())
+        try:
+            stored = asyncio.run(fill(info.access_url, fill_mb * MiB, MiB))
+            filled = time.monotonic()
+            closed, _ = asyncio.run(stream(info.access_url, 4, size, 4.0, 0.0, lambda: None))
+            rate = load * sum(o.kind == "put" for o in closed) / 4.0
+
+            def load_for(seconds: float) -> list[Op]:
+                return asyncio.run(paced_load(info.access_url, rate, size, partial(until, time.monotonic() + seconds)))
+
+            baseline = load_for(window)
+            hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_idle)
+            try:
+                control = load_for(window)
+            finally:
+                hog.kill()
+                hog.wait()
+            time.sleep(max(0.0, filled + SETTLE + 1 - time.monotonic()))
+            started = time.monotonic()
+            log = Path(tmp) / "inspect.log"
+            job = _inspection(root, Path(tmp) / "inspect", log)
+            during = asyncio.run(paced_load(info.access_url, rate, size, lambda: job.poll() is None))
+            seconds = time.monotonic() - started
+            if job.returncode != 0:
+                raise SystemExit(f"the inspection exited {job.returncode}:\n{log.read_text()[-3000:]}")
+            baseline += load_for(window)
+            report = json.loads((Path(tmp) / "inspect" / "summary.json").read_text())
+        finally:
+            launcher.down(root)
+    result = under_load({"stored_objects": stored, "object_size": MiB, "shards_read": report["shards_scanned"],
+                         "inspection_s": round(seconds, 1), "user_size": size,
+                         "user_load_pairs_per_s": round(rate, 1), "corrupt_shards": report["corrupt_shards"]},
+                        baseline, during)
+    for kind in ("put", "get"):
+        result["user"][kind]["control"] = phase(control, kind, -1e9, 1e9)
+    result["control_over_baseline"] = {k: round(result["user"][k]["control"]["p99_ms"] /
+                                                result["user"][k]["baseline"]["p99_ms"], 2) for k in ("put", "get")}
+    result["p99_during_over_control"] = {k: round(result["user"][k]["during"]["p99_ms"] /
+                                                  result["user"][k]["control"]["p99_ms"], 2) for k in ("put", "get")}
+    return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["scaling", "live", "both"], default="both")
     parser.add_argument("--shards", type=int, default=10_000_000)
-    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--pairs", type=int, default=2, help="alternating local[1] / local[2] runs (scaling)")
+    parser.add_argument("--fill-mb", type=int, default=400)
+    parser.add_argument("--load", type=float, default=0.33, help="user load as a share of the measured capacity")
+    parser.add_argument("--window", type=float, default=15.0, help="seconds of each baseline and control window")
     parser.add_argument("--out", default="bench/results/inspect.json")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # internal: MASTER,INPUT,OUT in a child process
     args = parser.parse_args()
     if args.measure:
         master, source, out = args.measure.split(",")
-        print(json.dumps(measure(master, source, out, args.runs)))
+        print(json.dumps(measure(master, source, out)))
         return 0
-    with tempfile.TemporaryDirectory(prefix="bench-inspect-") as tmp:
-        t0 = time.perf_counter()
-        generate(Path(tmp, "input"), args.shards)
-        generated = time.perf_counter() - t0
-        results: dict[str, object] = {"shards": args.shards, "generate_s": round(generated, 1)}
-        for master in ("local[1]", "local[2]"):
-            child = subprocess.run([sys.executable, __file__, "--runs", str(args.runs), "--measure",
-                                    f"{master},{tmp}/input,{tmp}/out-{master[6]}"], capture_output=True, text=True)
-            if child.returncode != 0:
-                raise SystemExit(f"{master} failed:\n{child.stderr[-3000:]}")
-            found = json.loads(child.stdout.strip().splitlines()[-1])
-            found["rows_per_s"] = round(found["rows"] / found["seconds"])
-            results[master] = found
-    one, two = results["local[1]"], results["local[2]"]
-    assert isinstance(one, dict) and isinstance(two, dict)
-    results["scaling"] = round(two["rows_per_s"] / one["rows_per_s"], 2)
+    results: dict[str, Any] = {}
+    lines = []
+    if args.part in ("scaling", "both"):
+        results["scaling"] = found = scaling(args.shards, args.pairs)
+        one, two = found["local[1]"], found["local[2]"]
+        lines.append(f"{args.shards:,} shards: one core {one['rows_per_s']:,} rows/s, two {two['rows_per_s']:,} "
+                     f"rows/s, scaling x{found['scaling']} (goal >= 1.6); driver peak {two['driver_peak_rss_mb']} MB")
+    if args.part in ("live", "both"):
+        results["live"] = run = live(args.fill_mb, args.load, args.window)
+        ratio, control, net = (run[k] for k in ("p99_during_over_baseline", "control_over_baseline",
+                                                 "p99_during_over_control"))
+        lines.append(f"--deep over {run['shards_read']:,} shards took {run['inspection_s']:.0f} s; user p99 during "
+                     f"it: PUT {ratio['put']:.2f}x GET {ratio['get']:.2f}x the baseline (goal <= 1.5), "
+                     f"{net['put']:.2f}x / {net['get']:.2f}x the control (an idle-class CPU hog: "
+                     f"{control['put']:.2f}x / {control['get']:.2f}x)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    print(f"inspect: {args.shards} shards, local[1] {one['rows_per_s']:,} rows/s, local[2] {two['rows_per_s']:,} "
-          f"rows/s, scaling x{results['scaling']} (goal >= 1.6)")
+    print("inspect: " + "; ".join(lines))
     return 0
 
 

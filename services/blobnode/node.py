@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import importlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
@@ -285,7 +286,9 @@ class Blobnode:
     async def export(self, req: ExportRequest) -> list[DiskExport]:
         """Write the shard index and chunk list of each disk under `req.target` (all disks at once), each bounded
         piece a background operation of its disk; see services/blobnode/export.py."""
-        from services.blobnode.export import INDEX_ENTRY_BYTES, DiskExporter, open_target  # pyarrow: when exporting
+        # pyarrow loads on first export only, and off the event loop (it takes a few hundred ms of CPU)
+        await asyncio.to_thread(importlib.import_module, "services.blobnode.export")
+        from services.blobnode.export import INDEX_ENTRY_BYTES, DiskExporter, open_target
 
         disk_ids = sorted(self.disks) if req.disk_ids is None else req.disk_ids
         for disk_id in disk_ids:
