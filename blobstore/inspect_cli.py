@@ -136,7 +136,8 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
     grant = signer.grant(Role.READ, grant_ttl) if deep and signer is not None else None
     options = InspectOptions(settle=settle, delete_delay=delete_delay, deep=deep, deep_rate=deep_rate * 1e6,
                              deep_grant=grant)
-    with spark_session(master, "blobstore-inspect", _conf(conf)) as spark:
+    sized = {"spark.sql.shuffle.partitions": str(inputs.shuffle_partitions()), **_conf(conf)}
+    with spark_session(master, "blobstore-inspect", sized) as spark:
         summary = inspect(spark, inputs, target, options)
         if repair:
             loop = asyncio.new_event_loop()

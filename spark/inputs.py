@@ -124,6 +124,15 @@ class Inputs:
     unavailable: dict[int, str]  # disk id -> why
     hosts: dict[int, str]  # disk id -> blobnode URL
 
+    @property
+    def shards(self) -> int:
+        return sum(manifest.shards for manifest in self.available.values())
+
+    def shuffle_partitions(self, rows_each: int = 1_000_000) -> int:
+        """Spark's shuffle partitions for this input: about `rows_each` shard rows each, at least 4 (Spark's default
+        of 200 makes a small cluster's job wait on thousands of empty tasks)."""
+        return max(4, self.shards // rows_each)
+
 
 def _spark_path(target: str, base: str, relative: str) -> str:
     return f"{target.rstrip('/')}/{relative}" if "://" in target else f"{base}/{relative}"

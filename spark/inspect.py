@@ -209,7 +209,7 @@ def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptio
         "volumes_skipped": skipped,  # under migration
         "blobs_scanned": sum(count for state, (count, _) in states.items() if state != BlobState.RECENT.value),
         "blobs_recent": states.get(BlobState.RECENT.value, (0, 0))[0],
-        "shards_scanned": sum(m.shards for m in inputs.available.values()),
+        "shards_scanned": inputs.shards,
         "disks_unavailable": [{"disk_id": disk_id, "host": inputs.hosts.get(disk_id, ""), "reason": reason}
                               for disk_id, reason in sorted(inputs.unavailable.items())],
         "exported_at": inputs.exported_at,

@@ -16,6 +16,7 @@ from kafka.structs import OffsetAndMetadata
 from libs.mq.offsets import TopicPartition as TP
 
 T = TypeVar("T")
+FETCH_WAIT_MS = 100  # the longest the broker holds a fetch for data to arrive; polls must not be shorter
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,11 @@ class Consumer:
                                     "auto_offset_reset": "earliest", "client_id": f"blobstore-{group}",
                                     # A topic created after we subscribed (or re-created) is noticed at the
                                     # next metadata refresh: every 5 s, not kafka-python's default 5 min.
-                                    "metadata_max_age_ms": 5000, **config}
+                                    "metadata_max_age_ms": 5000,
+                                    # Shorter than any poll's timeout: kafka-python 3.0 spins while a poll ends
+                                    # before the broker answers its fetch (two consumers in one process polling
+                                    # every 0.2 s with the default 500 ms wait took 90% of a core, idle).
+                                    "fetch_max_wait_ms": FETCH_WAIT_MS, **config}
         names = [str(t) for t in topics]
 
         def subscribed() -> KafkaConsumer:
@@ -69,7 +74,8 @@ class Consumer:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def poll(self, timeout: float = 0.5, max_records: int = 500, *, paused: bool = False) -> list[Record]:
-        """The next batch (possibly empty after `timeout`), in offset order within each partition.
+        """The next batch (possibly empty after `timeout`, at least FETCH_WAIT_MS), in offset order within each
+        partition.
 
         `paused` fetches nothing new while the consumer stays in its group: the messages wait in Kafka. It
         is applied on every call because a rebalance hands out partitions unpaused; a partition assigned
