@@ -33,11 +33,13 @@ class AllocRequest(RequestBody):
 
 
 class BlobSlice(BaseModel):
-    """`count` consecutive bids from `min_bid`, all in volume `vid`."""
+    """`count` consecutive bids from `min_bid`, all in volume `vid`, to be written within `usable_for` seconds
+    of the answer: until the allocator's lease on the volume ends, less its lease margin."""
 
     vid: int
     min_bid: int
     count: int
+    usable_for: float = 0.0
 
 
 class AllocResult(BaseModel):

@@ -127,6 +127,9 @@ class VolumeAlloc(RequestBody):
     holder: str = Field(min_length=1)
     count: int = Field(1, ge=1, le=1000)
     avoid_disks: list[int] = Field(default_factory=list, max_length=4096)  # lease volumes on these last
+    # Also the volumes `holder` still leases: a restarted allocator (its name is its URL) takes back what its
+    # previous run held instead of waiting for those leases to lapse. Only a holder that holds none yet asks.
+    reclaim: bool = False
 
 
 class VolumeView(VolumeInfo, VolumeHealth):

@@ -5,7 +5,7 @@ real transport is aiohttp with a shared pool: it sustains ~10k req/s at 32 concu
 against ~400 for httpx's own pool (NOTES.md), and an access PUT fans out to N+M blobnodes at once.
 `libs.rpc.testing.FakeTransport` answers in-process, so policy above a client is tested in
 milliseconds. Non-2xx answers come back as the typed error the peer raised; a connection failure or
-timeout is `Unavailable`.
+timeout is `Unreachable` (an `Unavailable`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from libs.rpc import auth
 from libs.rpc.auth import AUTH_HEADER
-from libs.rpc.errors import Internal, Unavailable, error_from_response
+from libs.rpc.errors import Internal, Unreachable, error_from_response
 
 Params = Mapping[str, str | int]
 Body = bytes | bytearray | memoryview
@@ -49,7 +49,7 @@ class Response(Protocol):
 
 
 class Transport(Protocol):
-    """Sends one request; raises `Unavailable` when the peer cannot be reached or times out, also while
+    """Sends one request; raises `Unreachable` when the peer cannot be reached or times out, also while
     the body is being read."""
 
     def send(self, request: Request) -> AbstractAsyncContextManager[Response]: ...
@@ -98,7 +98,7 @@ class AiohttpTransport:
             async with self._get_session().request(request.method, request.url, **kwargs) as resp:
                 yield _AiohttpResponse(resp)
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise Unavailable(f"{request.method} {request.url}: {type(exc).__name__}: {exc}") from exc
+            raise Unreachable(f"{request.method} {request.url}: {type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
         if self._session is not None:

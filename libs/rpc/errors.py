@@ -6,6 +6,7 @@ the class's status, and `libs.rpc.client` turns such a body back into the same c
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 
@@ -22,6 +23,13 @@ class RpcError(Exception):
 
     def to_json(self) -> dict[str, object]:
         return {"code": self.code, "error": self.message, **self.details}
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers of the answer besides its body: `Retry-After` when the error says when to try again."""
+        retry_after = self.details.get("retry_after")
+        if isinstance(retry_after, int | float) and not isinstance(retry_after, bool):
+            return {"retry-after": str(max(1, math.ceil(retry_after)))}
+        return {}
 
 
 class BadRequest(RpcError):
@@ -179,7 +187,16 @@ class ShardCorrupted(RpcError):
 
 
 class Unavailable(RpcError):
-    """The service or a dependency cannot serve right now."""
+    """The service or a dependency cannot serve right now; `details["retry_after"]` (seconds) says when it
+    expects to again, sent as the `Retry-After` header."""
+
+    code = "unavailable"
+    status = 503
+
+
+class Unreachable(Unavailable):
+    """No answer at all: the connection failed or timed out. On the wire (a service passing it on) it is plain
+    `unavailable`: the peer that answered is reachable."""
 
     code = "unavailable"
     status = 503
@@ -208,6 +225,7 @@ def _subclasses(cls: type[RpcError]) -> list[type[RpcError]]:
 
 _BY_CODE: dict[str, type[RpcError]] = {cls.code: cls for cls in _subclasses(RpcError)}
 _BY_CODE["internal"] = Internal
+_BY_CODE["unavailable"] = Unavailable
 _BY_STATUS: dict[int, type[RpcError]] = {
     cls.status: cls for cls in reversed(_subclasses(RpcError)) if cls.__base__ is RpcError
 }

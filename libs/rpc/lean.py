@@ -22,7 +22,7 @@ from urllib.parse import urlencode, urlsplit
 
 from libs.rpc import client
 from libs.rpc.client import Request
-from libs.rpc.errors import Internal, Unavailable
+from libs.rpc.errors import Internal, Unreachable
 
 MAX_HEAD = 64 << 10  # status line and headers of an answer
 
@@ -201,7 +201,7 @@ class LeanTransport:
             async with asyncio.timeout(self._connect_timeout):
                 _, conn = await loop.create_connection(_Connection, peer.host, peer.port, ssl=context)
         except (OSError, TimeoutError) as exc:
-            raise Unavailable(f"cannot connect to {peer.host}:{peer.port}: {type(exc).__name__}: {exc}") from exc
+            raise Unreachable(f"cannot connect to {peer.host}:{peer.port}: {type(exc).__name__}: {exc}") from exc
         return conn
 
     def _reusable(self, peer: _Peer) -> _Connection | None:
@@ -241,13 +241,13 @@ class LeanTransport:
                     answer = await conn.exchange(head, request.body)
             except TimeoutError:
                 conn.close()
-                raise Unavailable(f"{request.method} {request.url}: no answer within {timeout} s") from None
+                raise Unreachable(f"{request.method} {request.url}: no answer within {timeout} s") from None
             except OSError as exc:
                 conn.close()
                 if reused and conn.received_nothing():  # the peer had closed it while it was idle
                     fresh = True
                     continue
-                raise Unavailable(f"{request.method} {request.url}: {type(exc).__name__}: {exc}") from exc
+                raise Unreachable(f"{request.method} {request.url}: {type(exc).__name__}: {exc}") from exc
             except BaseException:
                 conn.close()
                 raise

@@ -83,7 +83,7 @@ def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None
 
     @app.exception_handler(RpcError)
     async def _rpc_error(_: Request, exc: RpcError) -> JSONResponse:
-        return JSONResponse(exc.to_json(), status_code=exc.status)
+        return JSONResponse(exc.to_json(), status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -169,7 +169,7 @@ def _rendering_errors(handler: FastRoute) -> ASGIApp:
             if not isinstance(exc, RpcError):
                 log.exception("fast route %s failed", scope.get("path"))
                 exc = Internal(f"{type(exc).__name__}: {exc}")
-            await send_json(send, exc.status, exc.to_json())
+            await send_json(send, exc.status, exc.to_json(), exc.headers())
 
     return serve
 
@@ -235,11 +235,12 @@ async def read_exact_body(receive: Receive, size: int) -> bytearray:
     return buf
 
 
-async def send_json(send: Send, status: int, payload: BaseModel | dict[str, object]) -> None:
+async def send_json(send: Send, status: int, payload: BaseModel | dict[str, object],
+                    headers: Mapping[str, str] | None = None) -> None:
     body = payload.model_dump_json().encode() if isinstance(payload, BaseModel) else json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *((k.encode(), v.encode()) for k, v in (headers or {}).items())]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -348,7 +349,7 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
 
 
 async def _send_error(send: Send, exc: RpcError) -> None:
-    await send_json(send, exc.status, exc.to_json())
+    await send_json(send, exc.status, exc.to_json(), exc.headers())
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:

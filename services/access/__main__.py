@@ -42,6 +42,19 @@ def _policy_loop(store: ObjectStore, cluster: ClusterClient) -> Callable[[], Cor
     return refresh_policy
 
 
+def _standby_loop(store: ObjectStore, interval: float) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Keep the stock that rides out an allocator outage (standby.py) filled."""
+    async def refill_standby() -> None:
+        while True:
+            try:
+                await store.refill_standby()
+            except Exception:  # the loop must outlive any one failure: PUTs depend on it in an outage
+                log.exception("cluster %d: refilling the standby stock failed", store.cluster_id)
+            await asyncio.sleep(interval)
+
+    return refill_standby
+
+
 def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
     redis = None
@@ -56,7 +69,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     for hosts in config.clusters():
         cluster = ClusterClient(hosts.clustermgr_hosts)
         volumes = VolumeCache(cluster, config.volume_cache_ttl, redis, hosts.cluster_id)
-        allocator = AllocatorClient(hosts.allocator_hosts)
+        allocator = AllocatorClient(hosts.allocator_hosts, attempt_timeout=config.allocator_timeout,
+                                    punish=config.allocator_punish)
         mq = MqProxyClient(hosts.mqproxy_hosts, cluster)
         # Volume and disk ids are per cluster: so is what failed lately.
         health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
@@ -64,6 +78,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, mq, hosts.cluster_id)
         managers[hosts.cluster_id] = cluster
         life.loop(_policy_loop(stores[hosts.cluster_id], cluster))
+        if config.standby_ride_out > 0:
+            life.loop(_standby_loop(stores[hosts.cluster_id], config.standby_refill))
         life.close(cluster.close, allocator.close, mq.close)
     region = Region(stores, managers, config.secret.encode())
 

@@ -43,6 +43,19 @@ class AccessConfig(ServiceSettings):
     reserve_bids: int = Field(64, ge=0, le=65536)
     reserve_bytes: int = Field(4 << 20, ge=16)
     reserve_ttl: float = Field(1.0, gt=0)
+    allocator_timeout: float = Field(1.0, gt=0)  # seconds an allocator has to answer before the next is tried
+    allocator_punish: float = Field(10.0, gt=0)  # seconds an allocator that did not answer is passed over
+    # Space held to ride out an allocator outage (services/access/standby.py): `standby_ride_out` seconds of
+    # the recent PUT rate, `standby_headroom` times over, in grants of these bounds, looked after every
+    # `standby_refill` seconds. clustermgr's volume_lease_ttl must exceed ride_out + refill + the allocator's
+    # retain_interval and lease_margin. 0 s turns it off.
+    standby_ride_out: float = Field(40.0, ge=0)  # a 30 s outage, and the allocators' restart after it
+    standby_headroom: float = Field(2.0, ge=1)
+    standby_min_bids: int = Field(128, ge=1, le=65536)
+    standby_max_bids: int = Field(16384, ge=1, le=65536)
+    standby_min_bytes: int = Field(16 << 20, ge=1)
+    standby_max_bytes: int = Field(512 << 20, ge=1)
+    standby_refill: float = Field(2.0, gt=0)
     upload_ttl: float = Field(86400.0, gt=0, le=30 * 86400)  # seconds a multipart upload's tokens are valid
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
     audit_log: str = "access-audit.jsonl"  # one JSON line per request; empty: no audit log

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from libs.rpc.metrics import Exchange
 
@@ -14,6 +14,11 @@ VOLUME_RETRIES = Counter("blobstore_access_put_volume_retries",
 DEGRADED_READS = Counter("blobstore_access_degraded_reads", "Blob reads rebuilt from parity shards")
 HEDGED_READS = Counter("blobstore_access_hedged_reads",
                        "Blob reads that also asked parity shards because a data shard was slower than hedge_after")
+
+STANDBY_ALLOCATIONS = Counter("blobstore_access_standby_allocations",
+                              "Objects (or retried blobs) given space from the standby stock: no allocator answered")
+STANDBY_HELD = Gauge("blobstore_access_standby_held", "The standby stock per code mode: bids, bytes, and seconds "
+                     "until the last of it can no longer be written", ["code_mode", "what"])
 
 
 def count_bytes(exchange: Exchange) -> None:

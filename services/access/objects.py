@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +24,17 @@ from libs.proto.uploads import BlobToken
 from libs.rpc.errors import Conflict, LengthMismatch, RpcError, TooLarge, Unavailable
 from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob, write_blob
 from services.access.config import AccessConfig
-from services.access.metrics import VOLUME_RETRIES
+from services.access.metrics import STANDBY_ALLOCATIONS, STANDBY_HELD, VOLUME_RETRIES
 from services.access.putplan import PutPlan, RetryRefused
 from services.access.reserve import Reservations
+from services.access.standby import Standby
 from services.access.stripes import BlobRange, Piece, plan_range, split_object
 from services.allocator.client import AllocatorClient
 from services.clustermgr.client import VolumeCache
 from services.mqproxy.client import MqProxyClient
 
 log = logging.getLogger(__name__)
+RETRY_AFTER = 5.0  # seconds: what a PUT refused for want of space is told to wait
 
 
 class BodyReader:
@@ -84,6 +86,8 @@ class ObjectStore:
         self.allocator = allocator
         self.policy = CodeModePolicy([], parse_code_mode(config.default_code_mode))
         self.reserved = Reservations(config.reserve_bids, config.reserve_bytes, config.reserve_ttl)
+        self.standby = Standby(config.standby_ride_out, config.standby_headroom, config.standby_min_bids,
+                               config.standby_min_bytes, config.standby_max_bids, config.standby_max_bytes)
 
     def load_policy(self, raw: str | None) -> None:
         """Take the size policy clustermgr publishes (None: none published yet, keep the default)."""
@@ -105,6 +109,7 @@ class ObjectStore:
         reading: asyncio.Task[bytes] | None = None
         try:
             if lengths:
+                self.standby.record(int(mode), len(lengths), size, time.monotonic())
                 plan.allocated(await self._allocate_object(mode, size, len(lengths)))
                 reading = asyncio.create_task(reader.read(lengths[0]))
             for index in range(len(lengths)):
@@ -142,7 +147,7 @@ class ObjectStore:
                 log.warning("retrying on another volume: %s", exc)
                 VOLUME_RETRIES.inc()
                 try:
-                    plan.allocated(await self._allocate(mode, rest))
+                    plan.allocated(await self._allocate(mode, rest, standby=True))
                 except Unavailable as no_space:
                     raise BlobWriteFailed(exc.outcome, f"{exc.reason}; no other volume to retry on: {no_space}"
                                           ) from None
@@ -203,27 +208,66 @@ class ObjectStore:
     async def _allocate_object(self, mode: CodeMode, size: int, blobs: int) -> list[BlobSlice]:
         """Space for a new object: a small one from the mode's reservation (a fresh one when it cannot serve)."""
         if not self.reserved.eligible(size, blobs):
-            return await self._allocate(mode, size)
+            return await self._allocate(mode, size, standby=True)
         now = time.monotonic()
         excluded, avoided = self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now)
         taken = self.reserved.take(int(mode), size, now, excluded, avoided)
         if taken is None:
             try:
                 fresh = await self._allocate(mode, self.config.reserve_bytes, self.config.reserve_bids)
-            except Unavailable:  # no volume has a reservation's room left: this object may still fit
-                return await self._allocate(mode, size)
+            except Unavailable:  # no volume has a reservation's room left (this object may still fit), or no
+                return await self._allocate(mode, size, standby=True)  # allocator answers
             volume = await self.volumes.get(fresh[0].vid)
             self.reserved.add(int(mode), fresh[0], [u.disk_id for u in volume.units], time.monotonic())
             taken = self.reserved.take(int(mode), size, time.monotonic(), excluded, avoided)
             if taken is None:  # its volume is on a disk access avoids: the allocator had nothing better
-                return await self._allocate(mode, size)
+                return await self._allocate(mode, size, standby=True)
         return [taken]
 
-    async def _allocate(self, mode: CodeMode, size: int, bids: int | None = None) -> list[BlobSlice]:
+    async def _allocate(self, mode: CodeMode, size: int, bids: int | None = None, standby: bool = False,
+                        exclude_vids: Collection[int] = (), probe: bool = False) -> list[BlobSlice]:
+        """Space from an allocator; when none answers and `standby`, from the stock held for that."""
         now = time.monotonic()
-        return await self.allocator.alloc(int(mode), size, self.config.blob_size,
-                                          self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now),
-                                          bids, self.reserved.returned())
+        excluded, avoided = self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now)
+        try:
+            return await self.allocator.alloc(int(mode), size, self.config.blob_size, [*excluded, *exclude_vids],
+                                              avoided, bids, [*self.reserved.returned(), *self.standby.returned()],
+                                              probe=probe)
+        except Unavailable as exc:
+            if not standby:
+                raise
+            taken = self.standby.take(int(mode), size, len(split_object(size, self.config.blob_size)),
+                                      time.monotonic(), excluded, avoided)
+            if taken is None:
+                raise Unavailable(f"{exc}; this access node holds no space to ride that out",
+                                  retry_after=RETRY_AFTER) from None
+            STANDBY_ALLOCATIONS.inc()
+            return [taken]
+
+    async def refill_standby(self) -> None:
+        """Fetch the grants the standby stock misses (see standby.py); also how allocators that stopped
+        answering are found back."""
+        taken: dict[int, set[int]] = {}
+        for want in self.standby.wanted([int(self.policy.default)], time.monotonic()):
+            asked_at = time.monotonic()
+            exclude = want.exclude_vids | taken.get(want.mode, set())
+            mode = parse_code_mode(want.mode)
+            try:
+                try:
+                    granted = await self._allocate(mode, want.bytes, want.bids, exclude_vids=exclude, probe=True)
+                except Unavailable:
+                    if not exclude:
+                        raise
+                    granted = await self._allocate(mode, want.bytes, want.bids, probe=True)  # one volume is all
+                volume = await self.volumes.get(granted[0].vid)
+            except RpcError as exc:
+                log.debug("no standby grant of %s now: %s", mode.name, exc)
+                continue
+            self.standby.add(want.mode, granted[0], want.bytes, [u.disk_id for u in volume.units], asked_at)
+            taken.setdefault(want.mode, set()).add(granted[0].vid)
+        for held_mode, held in self.standby.held(time.monotonic()).items():
+            for what, value in zip(("bids", "bytes", "seconds"), held, strict=True):
+                STANDBY_HELD.labels(parse_code_mode(held_mode).name, what).set(value)
 
     def _discard(self, written: list[BlobWrite], reason: str) -> None:
         """Blobs no Location will name: note their shards in the orphan log and queue their deletion."""

@@ -5,6 +5,8 @@ units are on live, in-service disks (one judgement, clustermgr's, from the heart
 pool stops preferring a volume within one retain interval of clustermgr declaring its disk dead, and takes
 it back as soon as the disk heartbeats again. The lease is kept meanwhile: such a volume is still the
 fallback when no writable one is left (every volume of a 6-host EC3P3 cluster has a unit on a dead host).
+A restarted allocator first takes back the leases its previous run held (`reclaim`): otherwise it would have
+nothing to allocate from until they lapsed, when clustermgr keeps no spare volumes.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Allocator:
         self.pool = VolumePool(config.lease_margin)
         self._lock = asyncio.Lock()  # one refill at a time
         self._short_until: dict[CodeMode, float] = {}  # clustermgr had no more volumes of the mode until then
+        self._leased_modes: set[CodeMode] = set()  # leased before by this process: nothing left to reclaim
         self.life = Lifecycle()
         self.life.loop(lambda: self._every(config.retain_interval, self.retain))
         self.life.loop(lambda: self._every(config.refill_interval, self.refill))
@@ -68,7 +71,9 @@ class Allocator:
                 missing = min(self.pool.wanted(int(m), now, self.config.volumes_per_mode) + extra,
                               self.config.max_volumes_per_mode - held)
                 if missing > 0 and now >= self._short_until.get(m, 0.0):
-                    leased = await self.cluster.alloc_volumes(int(m), self.holder, missing, avoid_disks)
+                    leased = await self.cluster.alloc_volumes(int(m), self.holder, missing, avoid_disks,
+                                                              reclaim=m not in self._leased_modes)
+                    self._leased_modes.add(m)
                     for volume in leased:
                         self.pool.add(_leased(volume))
                     if len(leased) < missing:  # clustermgr has no more to give: not again on every request

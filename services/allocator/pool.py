@@ -118,4 +118,5 @@ class VolumePool:
         volume = options[0]
         first = self.bids.take(count)
         volume.used += size
-        return [BlobSlice(vid=volume.vid, min_bid=first, count=count)]
+        return [BlobSlice(vid=volume.vid, min_bid=first, count=count,
+                          usable_for=volume.lease_expiry - self.lease_margin - now)]

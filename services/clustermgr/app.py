@@ -157,7 +157,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
         alloc = cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder, count=req.count,
                                    lease_ttl=lease_ttl, heartbeat_timeout=heartbeat_timeout,
-                                   avoid_disks=req.avoid_disks)
+                                   avoid_disks=req.avoid_disks, reclaim=req.reclaim)
         return await cm.submit(alloc, caller)
 
     @app.post("/volume/retain")

@@ -230,9 +230,11 @@ class ClusterClient(ServiceClient):
         return (await self.call("GET", "/volume/list", VolumeList, params=params)).volumes
 
     async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1,
-                            avoid_disks: Sequence[int] = ()) -> list[VolumeView]:
-        """Lease up to `count` volumes, those with every unit up and none on `avoid_disks` first."""
-        body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count, avoid_disks=list(avoid_disks))
+                            avoid_disks: Sequence[int] = (), reclaim: bool = False) -> list[VolumeView]:
+        """Lease up to `count` volumes, those with every unit up and none on `avoid_disks` first; with `reclaim`,
+        also those `holder` leases already."""
+        body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count, avoid_disks=list(avoid_disks),
+                           reclaim=reclaim)
         return (await self.call("POST", "/volume/alloc", VolumeList, body=body)).volumes
 
     async def retain_volumes(self, holder: str, volumes: list[RetainItem]) -> RetainResult:

@@ -278,17 +278,20 @@ class VolumeAllocCmd(Command[VolumeList]):
     # existed): in vid order, as then.
     heartbeat_timeout: float | None = None
     avoid_disks: list[int] = Field(default_factory=list)
+    reclaim: bool = False  # also the volumes `holder` leases already (see VolumeAlloc)
 
 
 @command(VolumeAllocCmd)
 def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd) -> VolumeList:
-    """Lease up to `count` idle (or lapsed) volumes of a mode to `holder`."""
+    """Lease up to `count` idle (or lapsed, or with `reclaim` the holder's own) volumes of a mode to `holder`."""
     mode = CodeMode(cmd.code_mode)
     disks = {d.disk_id: d for d in s.disks()} if cmd.heartbeat_timeout is not None else {}
     ranked: list[tuple[tuple[int, bool, int], VolumeInfo, VolumeHealth]] = []
     for volume in s.volumes():
-        lapsed = volume.status is VolumeStatus.ACTIVE and volume.lease_expiry < now
-        if volume.code_mode != mode or volume.free < cmd.min_free or not (volume.status is VolumeStatus.IDLE or lapsed):
+        active = volume.status is VolumeStatus.ACTIVE
+        leasable = (volume.status is VolumeStatus.IDLE or (active and volume.lease_expiry < now)
+                    or (active and cmd.reclaim and volume.lease_holder == cmd.holder))
+        if volume.code_mode != mode or volume.free < cmd.min_free or not leasable:
             continue
         if cmd.heartbeat_timeout is None:
             ranked.append(((0, False, volume.vid), volume, VolumeHealth()))

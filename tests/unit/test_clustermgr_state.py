@@ -174,6 +174,26 @@ def test_leases_are_exclusive_renewable_and_lapse(cm: Driver) -> None:
     assert cm.state.volume(1).status == VolumeStatus.IDLE
 
 
+def test_a_restarted_holder_reclaims_its_own_leases_and_nobody_elses(cm: Driver) -> None:
+    add_disks(cm)
+    cm(c.ScopeAlloc(name="vid", count=3))
+    for vid in (1, 2, 3):
+        create_volume(cm, vid)
+
+    def alloc(holder: str, reclaim: bool = False) -> list[int]:
+        got = cm(c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10,
+                                  reclaim=reclaim))
+        return [v.vid for v in got.volumes]
+
+    assert alloc("a1") == [1, 2, 3]
+    cm(c.VolumeRelease(vid=3, holder="a1"))
+    assert alloc("a2") == [3]
+    assert alloc("a1") == []  # without reclaim a holder's own leases are not handed out again
+    cm.now += 5
+    assert alloc("a1", reclaim=True) == [1, 2]  # a2's lease stays a2's
+    assert cm.state.volume(1).lease_expiry == cm.now + 10 and cm.state.volume(1).lease_holder == "a1"
+
+
 def test_unit_moves_bump_the_epoch_and_refuse_stale_updates(cm: Driver) -> None:
     add_disks(cm, hosts=8)
     cm(c.ScopeAlloc(name="vid", count=1))

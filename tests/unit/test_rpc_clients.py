@@ -4,6 +4,7 @@ what is retried, and what an answer becomes. Real processes test the same client
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 
@@ -205,3 +206,56 @@ def test_the_allocator_client_tries_every_allocator_once() -> None:
 
     with pytest.raises(errors.Unavailable, match="no allocator could allocate"):
         asyncio.run(AllocatorClient(["http://a1", "http://a2"], http=fake(all_down)[0]).alloc(1, 100, 4096))
+
+
+def test_an_allocator_that_does_not_answer_is_passed_over_until_a_probe_finds_it_back() -> None:
+    reachable = {"http://a1": False, "http://a2": True}
+    granted = AllocResult(code_mode=1, blobs=[BlobSlice(vid=3, min_bid=7, count=1)])
+
+    async def handler(request: Request) -> FakeReply:
+        assert request.timeout == 0.5  # each attempt is bounded, not the client's 10 s
+        if not reachable[host_of(request)]:
+            raise errors.Unreachable("connection refused")
+        return FakeReply.of(granted)
+
+    http, transport = fake(handler)
+    client = AllocatorClient(["http://a1", "http://a2"], http=http, attempt_timeout=0.5, punish=60.0)
+    for _ in range(10):
+        assert asyncio.run(client.alloc(1, 100, 4096)) == granted.blobs
+    assert [host_of(r) for r in transport.requests].count("http://a1") <= 1  # once seen down, not asked again
+
+    reachable["http://a2"] = False
+    with pytest.raises(errors.Unavailable):
+        asyncio.run(client.alloc(1, 100, 4096))
+    transport.requests.clear()
+    with pytest.raises(errors.Unavailable, match="none of 2 answered lately"):
+        asyncio.run(client.alloc(1, 100, 4096))  # every allocator passed over: fails at once, asks nobody
+    assert transport.requests == []
+
+    reachable["http://a1"] = True
+    assert asyncio.run(client.alloc(1, 100, 4096, probe=True)) == granted.blobs  # a probe asks them all
+    transport.requests.clear()
+    assert asyncio.run(client.alloc(1, 100, 4096)) == granted.blobs
+    assert {host_of(r) for r in transport.requests} == {"http://a1"}
+
+
+def test_an_allocator_that_answers_it_cannot_allocate_is_not_passed_over() -> None:
+    async def handler(request: Request) -> FakeReply:
+        return FakeReply.of(errors.Unavailable("no volume has room"))
+
+    http, transport = fake(handler)
+    client = AllocatorClient(["http://a1", "http://a2"], http=http)
+    for _ in range(3):
+        with pytest.raises(errors.Unavailable, match="no volume has room"):
+            asyncio.run(client.alloc(1, 100, 4096))
+    assert len(transport.requests) == 6
+
+
+def test_an_unavailable_error_says_when_to_retry_in_its_header() -> None:
+    assert errors.Unavailable("busy", retry_after=4.2).headers() == {"retry-after": "5"}
+    assert errors.Unavailable("busy", retry_after=0.1).headers() == {"retry-after": "1"}
+    assert errors.Unavailable("busy").headers() == {}
+    reply = FakeReply.of(errors.Unavailable("busy", retry_after=5))
+    rebuilt = errors.error_from_response(reply.status, json.loads(reply.body))
+    assert type(rebuilt) is errors.Unavailable and rebuilt.details["retry_after"] == 5
+    assert type(errors.error_from_response(503, errors.Unreachable("x").to_json())) is errors.Unavailable
