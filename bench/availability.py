@@ -1,7 +1,8 @@
 """PUT/GET availability when a blobnode dies, measured as a user sees it.
 
-Brings a cluster up with the launcher (`make demo`'s shape: 3 clustermgr, 6 blobnodes x 2 disks, EC3P3;
-`--blobnodes 8 --kill 2` for the issue's second case), runs a steady stream of `--clients` concurrent loops,
+Brings a cluster up with the launcher (`make demo`'s shape: 3 clustermgr, 6 blobnodes x 2 disks, two
+allocators, two access nodes, EC3P3; `--blobnodes 8 --kill 2` for the issue's second case), runs a steady
+stream of `--clients` concurrent loops, spread over the access nodes (loop i talks to access node i mod n),
 each doing a PUT of `--size` random bytes and a GET of an earlier acknowledged object, for `--before`
 seconds; then kill -9 the `--kill` blobnodes whose loss hurts writes most (they hold two or more units of
 the most volumes) and keeps the stream going for `--after` seconds. The phase before the kill is the
@@ -80,9 +81,10 @@ def worst_victims(info: launcher.ClusterInfo, count: int) -> tuple[list[launcher
     return list(worst), spread
 
 
-async def stream(access: str, clients: int, size: int, before: float, after: float,
+async def stream(access: list[str], clients: int, size: int, before: float, after: float,
                  kill: Callable[[], None]) -> tuple[list[Op], dict[str, bytes]]:
-    """Run the PUT/GET loops; calls `kill()` after `before` seconds and stops `after` seconds later.
+    """Run the PUT/GET loops, loop i through access node i mod len(access) (a GET may read what another
+    node stored); calls `kill()` after `before` seconds and stops `after` seconds later.
     Each op's start is given in seconds relative to the kill."""
     raw: list[tuple[str, float, float, bool]] = []
     acked: dict[str, bytes] = {}
@@ -97,23 +99,24 @@ async def stream(access: str, clients: int, size: int, before: float, after: flo
         raw.append((kind, t0, time.monotonic() - t0, ok))
         return ok
 
-    async def put(session: aiohttp.ClientSession, data: bytes) -> bool:
-        async with session.put(f"{access}/blob", data=data) as resp:
+    async def put(session: aiohttp.ClientSession, url: str, data: bytes) -> bool:
+        async with session.put(f"{url}/blob", data=data) as resp:
             if resp.status != 200:
                 return False
             acked[(await resp.json())["location"]] = data
             return True
 
-    async def get(session: aiohttp.ClientSession, token: str) -> bool:
-        async with session.get(f"{access}/blob/{token}") as resp:
+    async def get(session: aiohttp.ClientSession, url: str, token: str) -> bool:
+        async with session.get(f"{url}/blob/{token}") as resp:
             return resp.status == 200 and await resp.read() == acked[token]
 
     async def loop(session: aiohttp.ClientSession, seed: int) -> None:
         rng = random.Random(seed)
+        url = access[seed % len(access)]
         while time.monotonic() < stop_at:
-            await timed("put", partial(put, session, rng.randbytes(size)))
+            await timed("put", partial(put, session, url, rng.randbytes(size)))
             if acked:
-                await timed("get", partial(get, session, rng.choice(list(acked))))
+                await timed("get", partial(get, session, url, rng.choice(list(acked))))
 
     killed_at = 0.0
 
@@ -128,19 +131,19 @@ async def stream(access: str, clients: int, size: int, before: float, after: flo
     return [Op(kind, t0 - killed_at, latency, ok) for kind, t0, latency, ok in raw], acked
 
 
-async def read_back(access: str, acked: dict[str, bytes]) -> int:
-    """How many acknowledged objects do not read back byte for byte."""
+async def read_back(access: list[str], acked: dict[str, bytes]) -> int:
+    """How many acknowledged objects do not read back byte for byte (read through the access nodes in turn)."""
     bad = 0
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         sem = asyncio.Semaphore(8)
 
-        async def one(token: str, data: bytes) -> None:
+        async def one(url: str, token: str, data: bytes) -> None:
             nonlocal bad
-            async with sem, session.get(f"{access}/blob/{token}") as resp:
+            async with sem, session.get(f"{url}/blob/{token}") as resp:
                 if resp.status != 200 or await resp.read() != data:
                     bad += 1
 
-        await asyncio.gather(*(one(t, d) for t, d in acked.items()))
+        await asyncio.gather(*(one(access[i % len(access)], t, d) for i, (t, d) in enumerate(acked.items())))
     return bad
 
 
@@ -164,9 +167,9 @@ def main() -> None:
                 for victim in victims:
                     os.kill(victim.pid, signal.SIGKILL)
 
-            ops, acked = asyncio.run(stream(info.access_url, args.clients, args.size, args.before, args.after,
+            ops, acked = asyncio.run(stream(info.access_urls, args.clients, args.size, args.before, args.after,
                                             kill))
-            unreadable = asyncio.run(read_back(info.access_url, acked))
+            unreadable = asyncio.run(read_back(info.access_urls, acked))
         finally:
             launcher.down(root)
     result = {

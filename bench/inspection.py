@@ -200,13 +200,13 @@ def live(fill_mb: int, load: float, window: float) -> dict[str, Any]:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape())
         try:
-            stored = asyncio.run(fill(info.access_url, fill_mb * MiB, MiB))
+            stored = asyncio.run(fill(info.access_urls, fill_mb * MiB, MiB))
             filled = time.monotonic()
-            closed, _ = asyncio.run(stream(info.access_url, 4, size, 4.0, 0.0, lambda: None))
+            closed, _ = asyncio.run(stream(info.access_urls, 4, size, 4.0, 0.0, lambda: None))
             rate = load * sum(o.kind == "put" for o in closed) / 4.0
 
             def load_for(seconds: float) -> list[Op]:
-                return asyncio.run(paced_load(info.access_url, rate, size, partial(until, time.monotonic() + seconds)))
+                return asyncio.run(paced_load(info.access_urls, rate, size, partial(until, time.monotonic() + seconds)))
 
             baseline = load_for(window)
             hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_idle)
@@ -219,7 +219,7 @@ def live(fill_mb: int, load: float, window: float) -> dict[str, Any]:
             started = time.monotonic()
             log = Path(tmp) / "inspect.log"
             job = _inspection(root, Path(tmp) / "inspect", log)
-            during = asyncio.run(paced_load(info.access_url, rate, size, lambda: job.poll() is None))
+            during = asyncio.run(paced_load(info.access_urls, rate, size, lambda: job.poll() is None))
             seconds = time.monotonic() - started
             if job.returncode != 0:
                 raise SystemExit(f"the inspection exited {job.returncode}:\n{log.read_text()[-3000:]}")

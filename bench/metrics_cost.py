@@ -3,8 +3,9 @@ audit log on, with metrics on but no audit log, and with both off, in the same r
 box's noise, the time the request instrumentation adds to one request (a bare ASGI request handled
 in-process with and without `Instrumented`, also in this run).
 
-Brings up one launcher cluster per variant (3 clustermgr, 6 blobnodes x 2 disks, EC3P3, fsync on) in a
-temp dir: "off" runs every process with BLOBSTORE_METRICS=off and access without an audit log. The
+Brings up one launcher cluster per variant (3 clustermgr, 6 blobnodes x 2 disks, two allocators, two access
+nodes, EC3P3, fsync on) in a temp dir: "off" runs every process with BLOBSTORE_METRICS=off and access without
+an audit log. The PUTs go through each cluster's access1 alone (what one access node does per second). The
 dashboards are stopped first (scraping is not on the PUT path). Then `--rounds` rounds each PUT
 `--count` objects of `--size` bytes at concurrency 8 into every variant, the order rotating per round so
 drift on this shared 2-core box spreads over all variants; the ratio reported is the median over the
@@ -48,9 +49,10 @@ def start(root: Path, metrics: bool, audit: bool) -> launcher.ClusterInfo:
         os.environ.pop("BLOBSTORE_METRICS")
     dashboards = [p for p in info.processes if p.role == "dashboard"]
     stop([(p.pid, p.started) for p in dashboards])
-    requests_measured = "blobstore_http_requests_total{" in httpx.get(f"{info.access_url}/metrics").text
-    if requests_measured != metrics:
-        raise RuntimeError(f"access in {root} measures requests: {requests_measured}, expected {metrics}")
+    for url in info.access_urls:
+        requests_measured = "blobstore_http_requests_total{" in httpx.get(f"{url}/metrics").text
+        if requests_measured != metrics:
+            raise RuntimeError(f"access {url} in {root} measures requests: {requests_measured}, expected {metrics}")
     return info
 
 
@@ -112,6 +114,7 @@ def main() -> None:
             names = list(VARIANTS)
             for round_no in range(args.rounds):
                 for name in names[round_no % len(names):] + names[:round_no % len(names)]:
+                    # one access node, deliberately (access_url is access1): the cost per request on one node
                     got, took = asyncio.run(put_round(clusters[name].access_url, args.count, args.size))
                     latencies[name] += got
                     elapsed[name] += took

@@ -1,11 +1,11 @@
 """Repair and delete throughput through Kafka, next to the raw Kafka produce/consume rate of the same
 message count in the same run.
 
-Brings a cluster up with the launcher (Kafka, mqproxy, tinker, worker; EC3P3; delete safe delay 0),
-stores `--blobs` objects of `--size` bytes, then:
+Brings a cluster up with the launcher (Kafka, mqproxy, tinker, worker, two allocators, two access nodes; EC3P3;
+delete safe delay 0), stores `--blobs` objects of `--size` bytes through the SDK given every access node, then:
   repair: drops shard 0 of every blob on its blobnode, queues one repair message per blob through
           mqproxy and times until tinker reports them all done (shards/s, MB/s rebuilt);
-  delete: DELETEs every object through access and times until tinker's delete log holds them all
+  delete: DELETEs every object through the access nodes and times until tinker's delete log holds them all
           (blobs/s reclaimed);
   raw:    produces the same number of messages with libs/mq and consumes them in a fresh group.
 Writes JSON and prints one summary line.
@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from blobstore import launcher
+from blobstore import AsyncClient, launcher
 from blobstore.plan import ClusterShape
 from libs.mq.consumer import Consumer
 from libs.mq.producer import Producer
@@ -40,16 +40,14 @@ def url_of(info: launcher.ClusterInfo, role: str) -> str:
     return next(p.url for p in info.processes if p.role == role)
 
 
-async def store(access: str, count: int, size: int) -> list[str]:
+async def store(access: list[str], count: int, size: int) -> list[str]:
     data = os.urandom(size)
-    async with httpx.AsyncClient(base_url=access, timeout=60) as client:
+    async with AsyncClient(access, timeout=60) as client:
         sem = asyncio.Semaphore(8)
 
         async def one() -> str:
             async with sem:
-                resp = await client.put("/blob", content=data)
-                resp.raise_for_status()
-                return str(resp.json()["location"])
+                return await client.put(data)
 
         return list(await asyncio.gather(*(one() for _ in range(count))))
 
@@ -90,12 +88,12 @@ async def bench_delete(info: launcher.ClusterInfo, tokens: list[str]) -> dict[st
     log = Path(info.dir) / "tinker" / "deletes.jsonl"
     already = len(log.read_text().splitlines()) if log.exists() else 0
     start = time.perf_counter()
-    async with httpx.AsyncClient(base_url=info.access_url, timeout=60) as client:
+    async with AsyncClient(info.access_urls, timeout=60) as client:
         sem = asyncio.Semaphore(8)
 
         async def one(token: str) -> None:
             async with sem:
-                (await client.delete(f"/blob/{token}")).raise_for_status()
+                await client.delete(token)
 
         await asyncio.gather(*(one(t) for t in tokens))
 
@@ -134,9 +132,10 @@ def main() -> None:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape(delete_delay=0.0))
         try:
-            secret = json.loads(next(Path(p.config).read_text() for p in info.processes if p.role == "access"))
+            # every access node signs Locations with the same secret: access1's will do
+            secret = json.loads(next(Path(p.config).read_text() for p in info.processes if p.name == "access1"))
             key = secret["secret"].encode()
-            tokens = asyncio.run(store(info.access_url, args.blobs, args.size))
+            tokens = asyncio.run(store(info.access_urls, args.blobs, args.size))
             blobs = [next(Location.from_token(t, key).blob_ids()) for t in tokens]
             repair = asyncio.run(bench_repair(info, blobs))
             delete = asyncio.run(bench_delete(info, tokens))

@@ -1,8 +1,8 @@
 """Rebuild throughput of one disk, next to the raw write bandwidth of the same filesystem, and what the
 rebuild does to user PUT/GET latency.
 
-Brings a cluster up with the launcher (3 clustermgr, `--blobnodes` x 2 disks, EC3P3), stores `--fill-mb`
-of `--fill-size` objects, then:
+Brings a cluster up with the launcher (3 clustermgr, `--blobnodes` x 2 disks, two allocators, two access
+nodes, EC3P3; user requests spread over both access nodes), stores `--fill-mb` of `--fill-size` objects, then:
 1. raw: `--raw-mb` of 1 MiB os.pwrite + fdatasync, 4 threads, into a file beside the cluster's disks;
 2. alone: every unit of the fullest disk is rebuilt onto a new chunk (clustermgr unit alloc + blobnode
    chunk create, then the worker's `UnitMigrator` with the source unreadable, as for a broken disk), all
@@ -83,8 +83,9 @@ def raw_write(directory: Path, total: int, piece: int = MiB, threads: int = 4) -
     return summarize(latencies, elapsed, piece)
 
 
-async def fill(access: str, total: int, size: int, clients: int = 8) -> int:
-    """PUT `total` bytes of `size`-byte objects; returns how many were stored."""
+async def fill(access: list[str], total: int, size: int, clients: int = 8) -> int:
+    """PUT `total` bytes of `size`-byte objects, loop i through access node i mod len(access); returns how many
+    were stored."""
     count = total // size
     stored = 0
     todo = iter(range(count))
@@ -92,8 +93,9 @@ async def fill(access: str, total: int, size: int, clients: int = 8) -> int:
     async def loop(session: aiohttp.ClientSession, seed: int) -> None:
         nonlocal stored
         rng = random.Random(seed)
+        url = access[seed % len(access)]
         for _ in todo:
-            async with session.put(f"{access}/blob", data=rng.randbytes(size)) as resp:
+            async with session.put(f"{url}/blob", data=rng.randbytes(size)) as resp:
                 stored += resp.status == 200
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
@@ -104,21 +106,22 @@ async def fill(access: str, total: int, size: int, clients: int = 8) -> int:
 Held = list[tuple[int, int, Unit]]  # (vid, index, unit)
 
 
-async def paced_load(access: str, rate: float, size: int, running: Callable[[], bool]) -> list[Op]:
-    """Open loop: a PUT of `size` bytes then a GET of it, started every 1/`rate` seconds while `running()`."""
+async def paced_load(access: list[str], rate: float, size: int, running: Callable[[], bool]) -> list[Op]:
+    """Open loop: a PUT of `size` bytes then a GET of it, started every 1/`rate` seconds while `running()`, each
+    pair through the next access node in turn."""
     ops: list[Op] = []
     rng = random.Random(7)
     start = time.monotonic()
 
-    async def pair(session: aiohttp.ClientSession) -> None:
+    async def pair(session: aiohttp.ClientSession, url: str) -> None:
         t0 = time.monotonic()
-        async with session.put(f"{access}/blob", data=rng.randbytes(size)) as resp:
+        async with session.put(f"{url}/blob", data=rng.randbytes(size)) as resp:
             ok = resp.status == 200
             token = (await resp.json())["location"] if ok else ""
         ops.append(Op("put", t0 - start, time.monotonic() - t0, ok))
         if ok:
             t1 = time.monotonic()
-            async with session.get(f"{access}/blob/{token}") as resp:
+            async with session.get(f"{url}/blob/{token}") as resp:
                 ops.append(Op("get", t1 - start, time.monotonic() - t1, resp.status == 200 and len(await resp.read())
                               == size))
 
@@ -126,7 +129,7 @@ async def paced_load(access: str, rate: float, size: int, running: Callable[[], 
         pending: set[asyncio.Task[None]] = set()
         tick = 0
         while running():
-            pending.add(asyncio.create_task(pair(session)))
+            pending.add(asyncio.create_task(pair(session, access[tick % len(access)])))
             tick += 1
             await asyncio.sleep(max(0.0, start + tick / rate - time.monotonic()))
         await asyncio.gather(*pending)
@@ -231,21 +234,21 @@ def main() -> None:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape(blobnodes=args.blobnodes))
         try:
-            stored = asyncio.run(fill(info.access_url, args.fill_mb * MiB, args.fill_size))
+            stored = asyncio.run(fill(info.access_urls, args.fill_mb * MiB, args.fill_size))
             raw = raw_write(root, args.raw_mb * MiB)
             disks = asyncio.run(fullest_disks(info.clustermgr_urls, 3))
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                 alone = pool.submit(rebuild_disk, info.clustermgr_urls, disks[0], None).result()
-                closed, _ = asyncio.run(stream(info.access_url, args.clients, args.size, 4.0, 0.0, lambda: None))
+                closed, _ = asyncio.run(stream(info.access_urls, args.clients, args.size, 4.0, 0.0, lambda: None))
                 rate = args.load * sum(o.kind == "put" for o in closed) / 4.0
-                baseline = asyncio.run(paced_load(info.access_url, rate, args.size,
+                baseline = asyncio.run(paced_load(info.access_urls, rate, args.size,
                                                   partial(until, time.monotonic() + args.baseline)))
                 runs = []
                 for units, cap in ((disks[1], None), (disks[2], args.worker_cap)):
                     rebuild = pool.submit(rebuild_disk, info.clustermgr_urls, units, cap)
-                    during = asyncio.run(paced_load(info.access_url, rate, args.size, partial(running, rebuild)))
+                    during = asyncio.run(paced_load(info.access_urls, rate, args.size, partial(running, rebuild)))
                     runs.append((rebuild.result(), during))
-                baseline += asyncio.run(paced_load(info.access_url, rate, args.size,
+                baseline += asyncio.run(paced_load(info.access_urls, rate, args.size,
                                                    partial(until, time.monotonic() + args.baseline)))
                 loaded = [under_load(rebuilt, baseline, during) for rebuilt, during in runs]
             lost = asyncio.run(node_loss(info, args.broken_after))
@@ -281,7 +284,7 @@ def only_node_loss(args: argparse.Namespace) -> None:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape(blobnodes=args.blobnodes))
         try:
-            stored = asyncio.run(fill(info.access_url, args.fill_mb * MiB, args.fill_size))
+            stored = asyncio.run(fill(info.access_urls, args.fill_mb * MiB, args.fill_size))
             raw = raw_write(root, args.raw_mb * MiB)
             lost = asyncio.run(node_loss(info, args.broken_after))
         finally:

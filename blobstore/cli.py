@@ -79,7 +79,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _access(root: Path, access: str) -> list[str]:
-    return access.split(",") if access else [ClusterInfo.load(root).access_url]
+    """The access URLs given, or every access node of the local cluster."""
+    return access.split(",") if access else ClusterInfo.load(root).access_urls
 
 
 def _clustermgr(root: Path, clustermgr: str) -> list[str]:
@@ -152,19 +153,20 @@ def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: in
                delete_delay: Annotated[float, typer.Option(
                    help="Seconds from a delete to its space coming back (tinker's safe delay).")] = 60.0,
                clusters: Annotated[int, typer.Option(
-                   min=1, max=8, help="A region: K clusters behind one access node, sharing Kafka and Redis.")] = 1,
+                   min=1, max=8, help="A region: K clusters behind the access nodes, sharing Kafka and Redis.")] = 1,
                disk_broken_after: Annotated[float | None, typer.Option(
                    min=0.1, help="Seconds without a heartbeat before a disk is repaired unattended [default: off]."
                )] = None,
                timeout: float = 60.0) -> None:
-    """Start redis, Kafka, 3 clustermgr, blobnodes, an allocator, two schedulers (one stands by), a worker,
-    mqproxy, tinker and access on 127.0.0.1, detached."""
+    """Start redis, Kafka, 3 clustermgr, blobnodes, two allocators, two schedulers (one stands by), a worker,
+    mqproxy, tinker, two access nodes and a dashboard on 127.0.0.1, detached; print the access URLs, one a line."""
     shape = ClusterShape(blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters,
                          disk_broken_after=disk_broken_after)
     info = up(dir, shape, timeout=timeout, say=err.print)
     err.print(f"{len(info.processes)} processes in {info.dir}/ (cluster.json, one folder each with its log)")
     err.print(f"stop it with: blobstore cluster down --dir {dir}")
-    typer.echo(info.access_url)
+    for url in info.access_urls:  # the first line is the first access node's, as when there was one
+        typer.echo(url)
 
 
 @cluster_app.command("down")
@@ -184,7 +186,7 @@ def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
         return
     _emit([{"role": p.role, "name": p.name, "pid": p.pid, "port": p.port,
             "healthy": "yes" if p.healthy else ("no" if p.running else "stopped")} for p in state.processes], False)
-    out.print(f"leader: {state.leader or 'none'}    access: {state.access_url}")
+    out.print(f"leader: {state.leader or 'none'}    access: {', '.join(state.access_urls)}")
     for cluster_id, leader in state.leaders.items():
         out.print(f"cluster {cluster_id}: leader {leader or 'none'}")
     out.print(f"dashboard: {state.dashboard or 'none'}")

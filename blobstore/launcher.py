@@ -2,10 +2,10 @@
 
 Kafka is one of them: deploy/kafka/broker.py starts its JVM and stops it (by the PID in DIR/kafka/kafka.pid).
 
-`up` starts it stage by stage and returns once a first PUT succeeds (clustermgr creates volumes and the
-allocator leases them in the background; the plan tells clustermgr to create none before every disk it
-starts has registered, so no volume doubles up on the hosts that came first); `down` stops what `up`
-started; `status` says what runs.
+`up` starts it stage by stage and returns once a first PUT succeeds through every access node (clustermgr
+creates volumes and the allocators lease them in the background; the plan tells clustermgr to create none
+before every disk it starts has registered, so no volume doubles up on the hosts that came first); `down`
+stops what `up` started; `status` says what runs.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -76,7 +77,7 @@ class ProcessRecord:
 @dataclass
 class ClusterInfo:
     dir: str
-    access_url: str
+    access_url: str  # the first access node's, for callers that want one; `access_urls` names them all
     clustermgr_urls: list[str]
     redis_url: str
     code_mode: str
@@ -84,6 +85,7 @@ class ClusterInfo:
     processes: list[ProcessRecord] = field(default_factory=list)
     dashboard_url: str = ""  # empty in a cluster.json written before the launcher started a dashboard
     region: dict[str, list[str]] = field(default_factory=dict)  # cluster id -> its clustermgr URLs, when several
+    access_urls: list[str] = field(default_factory=list)  # every access node's, in order (access1, access2, ...)
 
     def save(self) -> None:
         path = Path(self.dir) / STATE_FILE
@@ -100,6 +102,7 @@ class ClusterInfo:
         except FileNotFoundError:
             raise LauncherError(f"no cluster in {root}/ (no {STATE_FILE}): run `blobstore cluster up`") from None
         raw["processes"] = [ProcessRecord(**p) for p in raw["processes"]]
+        raw["access_urls"] = raw.get("access_urls") or [raw["access_url"]]  # written when `up` started one access
         return cls(**raw)
 
 
@@ -117,11 +120,12 @@ class ProcessStatus:
 @dataclass(frozen=True)
 class ClusterStatus:
     dir: str
-    access_url: str
+    access_url: str  # the first of `access_urls`
     leader: str | None  # name of the clustermgr that leads, None while there is none
     processes: list[ProcessStatus]
     dashboard: str | None  # the dashboard's URL, None in a cluster started without one
     leaders: dict[str, str | None] = field(default_factory=dict)  # per cluster id, in a region
+    access_urls: list[str] = field(default_factory=list)  # every access node's
 
 
 def _child_env() -> dict[str, str]:
@@ -213,8 +217,9 @@ def _wait_healthy(records: list[ProcessRecord], timeout: float) -> None:
                             + ", ".join(f"{r.name} (log {r.log})" for r in pending))
 
 
-def _wait_first_put(access_url: str, timeout: float) -> None:
-    """Volumes are created and leased in the background: poll until a PUT and its read-back succeed."""
+def _wait_first_put(access_urls: list[str], timeout: float) -> None:
+    """Volumes are created and leased in the background: poll until a PUT and its read-back succeed through
+    each access node in turn (each one's client talks to that node only), waiting up to `timeout` for each."""
     probe = b"blobstore cluster up probe"
     failure: list[str] = []
 
@@ -225,9 +230,11 @@ def _wait_first_put(access_url: str, timeout: float) -> None:
             failure[:] = [str(exc)]
             return False
 
-    with Client(access_url, timeout=10.0) as client:
-        if not poll(lambda: put_ok(client), timeout, interval=0.25):
-            raise LauncherError(f"no PUT succeeded within {timeout:.0f}s: {failure[0] if failure else '?'}")
+    for url in access_urls:
+        with Client([url], timeout=10.0) as client:
+            if not poll(lambda: put_ok(client), timeout, interval=0.25):
+                raise LauncherError(f"no PUT through {url} succeeded within {timeout:.0f}s: "
+                                    f"{failure[0] if failure else '?'}")
 
 
 def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: float = 60.0,
@@ -245,11 +252,12 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
     plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16),
                         auth_secret)
     specs = plan.processes
-    by_role = {spec.role: spec for spec in specs}
+    access_urls = [spec.url for spec in plan.of_role("access")]
     clustermgrs = plan.clustermgr_urls()
-    info = ClusterInfo(str(root), by_role["access"].url, clustermgrs[1], by_role["redis"].url, shape.code_mode,
-                       plan.kafka.bootstrap, dashboard_url=by_role["dashboard"].url,
-                       region={str(k): urls for k, urls in clustermgrs.items()} if len(clustermgrs) > 1 else {})
+    info = ClusterInfo(str(root), access_urls[0], clustermgrs[1], plan.of_role("redis")[0].url, shape.code_mode,
+                       plan.kafka.bootstrap, dashboard_url=plan.of_role("dashboard")[0].url,
+                       region={str(k): urls for k, urls in clustermgrs.items()} if len(clustermgrs) > 1 else {},
+                       access_urls=access_urls)
     env = _child_env()
     try:
         for stage in STAGES:
@@ -263,12 +271,13 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
                 info.save()
             say(f"started {', '.join(r.name for r in started)}")
             _wait_healthy(started, timeout)
-        _wait_first_put(info.access_url, timeout)
+        _wait_first_put(info.access_urls, timeout)
     except BaseException:
         _stop_all(info, 10.0)
         broker.stop(plan.kafka.workdir)  # a broker interrupted before it was recorded; a no-op otherwise
         raise
-    say(f"a first PUT succeeded; access at {info.access_url}, dashboard at {info.dashboard_url}")
+    say(f"a first PUT succeeded through each access node; access at {', '.join(info.access_urls)}, "
+        f"dashboard at {info.dashboard_url}")
     return info
 
 
@@ -282,10 +291,17 @@ def restart(root: Path, name: str, timeout: float = 30.0) -> ProcessRecord:
     old = info.processes[index]
     if old.running:
         raise LauncherError(f"{name} still runs (pid {old.pid}); stop it first")
-    if not old.command:
+    if old.role == "kafka":  # broker.py starts it again on its directory and ports, topics and offsets kept
+        controller = re.search(r"CONTROLLER://[^:,\s]+:(\d+)", Path(old.config).read_text())
+        if controller is None:
+            raise LauncherError(f"{name} cannot be restarted: {old.config} names no controller port")
+        record = _start_kafka(KafkaSpec(Path(old.config).parent, old.port, int(controller.group(1))))
+    elif old.command:
+        pid, started = spawn(old.command, Path(old.log), Path(old.config).parent, _child_env())
+        record = replace(old, pid=pid, started=started)
+    else:
         raise LauncherError(f"{name} cannot be restarted: {STATE_FILE} does not say how it was started")
-    pid, started = spawn(old.command, Path(old.log), Path(old.config).parent, _child_env())
-    info.processes[index] = record = replace(old, pid=pid, started=started)
+    info.processes[index] = record
     info.save()
     _wait_healthy([record], timeout)
     return record
@@ -325,4 +341,4 @@ def status(root: Path = DEFAULT_DIR) -> ClusterStatus:
         processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive, alive and healthy(p.url)))
     leaders = {k: _leader(urls, int(k)) for k, urls in info.region.items()}
     return ClusterStatus(info.dir, info.access_url, _leader(info.clustermgr_urls, 1), processes,
-                         info.dashboard_url or None, leaders)
+                         info.dashboard_url or None, leaders, list(info.access_urls))

@@ -29,12 +29,21 @@ class ClusterShape:
     blobnodes: int = 6
     disks_per_node: int = 2
     code_mode: str = "EC3P3"
-    min_volumes: int = 8  # writable volumes clustermgr keeps: the allocator leases 4, the rest are spares
+    # writable volumes clustermgr keeps: each allocator leases 4, so two lease all 8 of them and clustermgr makes
+    # another as soon as one fills up or loses a disk
+    min_volumes: int = 8
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
-    audit_log: bool = True  # access writes access/audit.jsonl
-    clusters: int = 1  # a region: this many clusters (ids 1..K) behind one access node, sharing Kafka and Redis
+    audit_log: bool = True  # each access node writes accessN/audit.jsonl
+    clusters: int = 1  # a region: this many clusters (ids 1..K) behind the access nodes, sharing Kafka and Redis
     disk_broken_after: float | None = None  # seconds of silence before a disk is repaired unattended; None: off
+    allocators: int = 2  # per cluster: allocator1..N, any of which serves any access node
+    access_nodes: int = 2  # access1..N, each given every allocator of every cluster
+
+    def __post_init__(self) -> None:
+        if self.allocators < 1 or self.access_nodes < 1:
+            raise ValueError(f"a cluster needs at least one allocator and one access node, not "
+                             f"{self.allocators} and {self.access_nodes}")
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ class ProcessSpec:
     config_path: Path
     config_text: str
     command: tuple[str, ...]
-    cluster_id: int = 1  # of a region's cluster; shared processes (access, Kafka, Redis) say 1
+    cluster_id: int = 1  # of a region's cluster; shared processes (access nodes, Kafka, Redis) say 1
 
     @property
     def log_path(self) -> Path:
@@ -81,6 +90,10 @@ class ClusterPlan:
             if p.role == "clustermgr":
                 by_cluster.setdefault(p.cluster_id, []).append(p.url)
         return by_cluster
+
+    def of_role(self, role: str) -> list[ProcessSpec]:
+        """Every process of `role`, in start order (access1, access2, ...)."""
+        return [p for p in self.processes if p.role == role]
 
 
 # The role keys each kind of process signs and checks requests with (libs/rpc/auth.py). Besides clustermgr,
@@ -115,9 +128,11 @@ def _redis(port: int, root: Path) -> ProcessSpec:
 
 def port_count(shape: ClusterShape) -> int:
     """How many ports `plan_cluster` takes from its iterator."""
-    # clustermgrs, blobnodes, allocator, two schedulers (one stands by), worker, mqproxy, tinker
-    per_cluster = 2 * CLUSTERMGR_COUNT + shape.blobnodes + 6
-    return 1 + 2 + shape.clusters * per_cluster + 2  # redis, kafka, the clusters, access, dashboard
+    # clustermgrs (a Raft and an HTTP port each), blobnodes, allocators, two schedulers (one stands by), worker,
+    # mqproxy, tinker
+    per_cluster = 2 * CLUSTERMGR_COUNT + shape.blobnodes + shape.allocators + 5
+    # redis, kafka (a broker and a controller port), the clusters, the access nodes, dashboard
+    return 1 + 2 + shape.clusters * per_cluster + shape.access_nodes + 1
 
 
 def cluster_prefix(cluster_id: int) -> str:
@@ -127,7 +142,7 @@ def cluster_prefix(cluster_id: int) -> str:
 
 def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, kafka: KafkaSpec,
               cluster_id: int, auth_secret: str) -> list[ProcessSpec]:
-    """The processes of one cluster: clustermgrs, blobnodes, allocator, schedulers, worker, mqproxy, tinker."""
+    """The processes of one cluster: clustermgrs, blobnodes, allocators, schedulers, worker, mqproxy, tinker."""
     name = cluster_prefix(cluster_id)
     members = {str(n): {"raft_addr": f"{HOST}:{next(ports)}", "http_addr": f"{HOST}:{next(ports)}"}
                for n in range(1, CLUSTERMGR_COUNT + 1)}
@@ -156,14 +171,14 @@ def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str
                         {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls, **config}, auth_secret,
                         cluster_id)
 
-    allocator = service("allocator", code_modes=[shape.code_mode])
+    allocators = [service("allocator", str(n), code_modes=[shape.code_mode]) for n in range(1, shape.allocators + 1)]
     schedulers = [service("scheduler", str(n)) for n in (1, 2)]
     worker = service("worker")
     mqproxy = service("mqproxy", kafka_bootstrap=kafka.bootstrap, partitions=KAFKA_PARTITIONS, cluster_id=cluster_id)
     tinker = service("tinker", kafka_bootstrap=kafka.bootstrap, delete_safe_delay=shape.delete_delay,
                      delete_log=str(root / f"{name}tinker" / "deletes.jsonl"), cluster_id=cluster_id,
                      group_prefix=f"{name}tinker")
-    return [*cms, *blobnodes, allocator, *schedulers, worker, mqproxy, tinker]
+    return [*cms, *blobnodes, *allocators, *schedulers, worker, mqproxy, tinker]
 
 
 def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str,
@@ -178,17 +193,22 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     def urls(k: int, role: str) -> list[str]:
         return [p.url for p in clusters[k] if p.role == role]
 
-    port = next(ports)
     region = [{"cluster_id": k, "clustermgr_hosts": urls(k, "clustermgr"), "allocator_hosts": urls(k, "allocator"),
                "mqproxy_hosts": urls(k, "mqproxy")} for k in clusters if k != 1]
-    access = _service("access", "access", port, root, python,
-                      {"bind_addr": f"{HOST}:{port}", "cluster_id": 1, "clustermgr_hosts": urls(1, "clustermgr"),
-                       "allocator_hosts": urls(1, "allocator"), "mqproxy_hosts": urls(1, "mqproxy"), "region": region,
-                       "region_refresh": 2.0,
-                       "secret": secret, "redis_url": redis.url, "default_code_mode": shape.code_mode,
-                       "orphan_log": str(root / "access" / "orphans.jsonl"),
-                       "audit_log": str(root / "access" / "audit.jsonl") if shape.audit_log else ""}, auth_secret)
-    scraped = [*(p for k in clusters for p in clusters[k]), access]
+
+    def access(name: str) -> ProcessSpec:
+        """One access node: all of them alike (same secret, every allocator), but for port and log folder."""
+        port = next(ports)
+        return _service("access", name, port, root, python,
+                        {"bind_addr": f"{HOST}:{port}", "cluster_id": 1, "clustermgr_hosts": urls(1, "clustermgr"),
+                         "allocator_hosts": urls(1, "allocator"), "mqproxy_hosts": urls(1, "mqproxy"),
+                         "region": region, "region_refresh": 2.0,
+                         "secret": secret, "redis_url": redis.url, "default_code_mode": shape.code_mode,
+                         "orphan_log": str(root / name / "orphans.jsonl"),
+                         "audit_log": str(root / name / "audit.jsonl") if shape.audit_log else ""}, auth_secret)
+
+    access_nodes = [access(f"access{n}") for n in range(1, shape.access_nodes + 1)]
+    scraped = [*(p for k in clusters for p in clusters[k]), *access_nodes]
     port = next(ports)
     dashboard = _service("dashboard", "dashboard", port, root, python,
                          {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": urls(1, "clustermgr"),

@@ -1,6 +1,7 @@
 """What an operator watches, against a real cluster started by the launcher (6 blobnodes x 1 disk, Kafka,
-tinker, a dashboard): every process's /metrics in Prometheus text, a real Prometheus (Debian's) scraping
-them all, access's audit log, and the dashboard page loaded in headless Chromium.
+tinker, two allocators, two access nodes, a dashboard): every process's /metrics in Prometheus text, a real
+Prometheus (Debian's) scraping them all, an access node's audit log, and the dashboard page loaded in headless
+Chromium. What one access node counts is read from access1, with requests sent through it alone.
 
 The browser test changes the cluster (a broken disk, tinker stopped), so it runs last.
 """
@@ -76,6 +77,11 @@ def _scraped(cluster: ClusterInfo) -> list[ProcessRecord]:
     return [p for p in cluster.processes if p.role in SCRAPED]
 
 
+def _access1(cluster: ClusterInfo) -> str:
+    """The first access node's URL: the one whose metrics and audit log these tests read."""
+    return next(p.url for p in cluster.processes if p.name == "access1")
+
+
 def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Every sample of a scrape by sample name, parsed by prometheus-client's own parser."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -103,11 +109,12 @@ def test_status_names_the_dashboard(cluster: ClusterInfo) -> None:
 
 
 def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo) -> None:
-    with Client(cluster.access_url) as client:
+    access1 = _access1(cluster)
+    with Client([access1]) as client:
         data = os.urandom(300_000)
         token = client.put(data)
         assert client.get(token) == data
-    assert httpx.get(f"{cluster.access_url}/no/such/route", timeout=5).status_code == 404
+    assert httpx.get(f"{access1}/no/such/route", timeout=5).status_code == 404
     a_blobnode = next(p.url for p in cluster.processes if p.name == "blobnode1")
     query = {"disk_id": "999", "vuid": "1", "bid": "1"}
     signer = auth.installed()  # the launcher signs this process's requests as the operator
@@ -128,7 +135,9 @@ def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo)
         assert not missing, f"{name} ({roles[name]}) lacks {sorted(missing)}"
         assert _total(parsed[name], "blobstore_service_info", service=roles[name]) == 1
 
-    access = parsed["access"]
+    assert {n for n, role in roles.items() if role in {"access", "allocator"}} == {
+        "access1", "access2", "allocator1", "allocator2"}
+    access = parsed["access1"]
     assert _total(access, "blobstore_http_requests_total", route="/blob", method="PUT", status="200") >= 1
     assert _total(access, "blobstore_http_requests_total", route="/blob/{token}", method="GET", status="200") >= 1
     assert _total(access, "blobstore_http_requests_total", route="unmatched", method="GET", status="404") == 1
@@ -154,16 +163,18 @@ def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo)
     leader = next(m for m in managers if _total(m, "blobstore_raft_role", role="leader") == 1)
     assert _total(leader, "blobstore_clustermgr_proposal_seconds_count", op="disk_heartbeat") >= 1
     assert _total(leader, "blobstore_clustermgr_volumes", status="active") >= 1
-    assert _total(parsed["allocator"], "blobstore_allocator_free_bids") > 0
-    assert _total(parsed["allocator"], "blobstore_allocator_leased_volumes", code_mode="EC3P3") >= 1
+    allocators = [parsed[n] for n, role in roles.items() if role == "allocator"]  # either may have served the PUT
+    assert sum(_total(a, "blobstore_allocator_free_bids") for a in allocators) > 0
+    assert sum(_total(a, "blobstore_allocator_leased_volumes", code_mode="EC3P3") for a in allocators) >= 1
 
 
 def test_a_degraded_read_is_counted(cluster: ClusterInfo) -> None:
-    """A GET that finds a data shard gone is rebuilt from parity, and access counts it."""
-    with Client(cluster.access_url) as client:
+    """A GET that finds a data shard gone is rebuilt from parity, and the access node that served it counts it."""
+    access1 = _access1(cluster)
+    with Client([access1]) as client:
         data = os.urandom(50_000)
         token = client.put(data)
-        before = _samples(httpx.get(f"{cluster.access_url}/metrics", timeout=5).text)
+        before = _samples(httpx.get(f"{access1}/metrics", timeout=5).text)
         blob = Location.from_token(token, _secret(cluster)).blobs[0]
 
         async def drop_shard_zero() -> None:
@@ -173,7 +184,7 @@ def test_a_degraded_read_is_counted(cluster: ClusterInfo) -> None:
 
         asyncio.run(drop_shard_zero())
         assert client.get(token) == data
-    after = _samples(httpx.get(f"{cluster.access_url}/metrics", timeout=5).text)
+    after = _samples(httpx.get(f"{access1}/metrics", timeout=5).text)
     name = "blobstore_access_degraded_reads_total"
     assert _total(after, name) == _total(before, name) + 1
 
@@ -183,10 +194,10 @@ def _audit_lines(path: Path) -> list[dict[str, object]]:
 
 
 def test_audit_log_has_a_line_per_request(cluster: ClusterInfo) -> None:
-    path = Path(cluster.dir) / "access" / "audit.jsonl"
+    path = Path(cluster.dir) / "access1" / "audit.jsonl"  # each access node logs the requests it served
     before = len(_audit_lines(path))
     data = os.urandom(5 << 20)  # two blobs
-    with Client(cluster.access_url) as client:
+    with Client([_access1(cluster)]) as client:
         token = client.put(data)
         assert client.get(token, 10, 100) == data[10:110]
         client.stat(token)
@@ -216,7 +227,7 @@ def test_audit_log_has_a_line_per_request(cluster: ClusterInfo) -> None:
 
 
 def _secret(cluster: ClusterInfo) -> bytes:
-    access = next(p for p in cluster.processes if p.role == "access")
+    access = next(p for p in cluster.processes if p.name == "access1")  # every access node has the same secret
     return str(json.loads(Path(access.config).read_text())["secret"]).encode()
 
 
@@ -277,7 +288,7 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
     """What a person sees: every blobnode, a disk marked broken shown as broken, the repair backlog
     growing while tinker is down, PUT/GET drawn as plots. Saves a screenshot in the test's temp dir."""
     blobnodes = [p.name for p in cluster.processes if p.role == "blobnode"]
-    with Client(cluster.access_url) as client:
+    with Client(cluster.access_urls) as client:
         deadline = time.monotonic() + 6  # a few scrape intervals of traffic, so the plots have lines
         while time.monotonic() < deadline:
             client.get(client.put(os.urandom(20_000)))

@@ -1,6 +1,7 @@
 """The SDK and the `blobstore` CLI against a real local cluster started by the launcher.
 
-One cluster (6 blobnodes x 1 disk, EC3P3, with Kafka, mqproxy, tinker and a worker) serves the whole module;
+One cluster (6 blobnodes x 1 disk, EC3P3, two allocators and two access nodes, with Kafka, mqproxy, tinker and a
+worker) serves the whole module;
 it is stopped by PID at the end whatever happens, and the last test checks that `cluster down` leaves no
 process behind, Kafka's JVM included.
 """
@@ -43,7 +44,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
 
 @pytest.fixture(scope="module")
 def client(cluster: ClusterInfo) -> Iterator[Client]:
-    with Client(cluster.access_url) as c:
+    with Client(cluster.access_urls) as c:
         yield c
 
 
@@ -90,7 +91,7 @@ def test_async_round_trip(cluster: ClusterInfo, tmp_path: Path, size: int) -> No
             yield data[i:i + 300_000]
 
     async def run() -> None:
-        async with AsyncClient([cluster.access_url]) as c:
+        async with AsyncClient(cluster.access_urls) as c:
             for kind in KINDS:
                 with _source(kind, data, tmp_path) as (source, size_arg):
                     location = await c.put(source, size=size_arg)
@@ -168,7 +169,7 @@ def test_delete(client: Client) -> None:
 
 def test_dead_host_is_skipped(cluster: ClusterInfo) -> None:
     dead = f"http://127.0.0.1:{free_ports(1)[0]}"
-    with Client([dead, cluster.access_url], connect_timeout=1.0) as c:
+    with Client([dead, *cluster.access_urls], connect_timeout=1.0) as c:
         for _ in range(4):  # hosts are drawn at random: the dead one comes first in some of these
             assert c.get(c.put(b"still works")) == b"still works"
             assert c.get(c.put(iter([b"a one-shot ", b"iterator"]), size=19)) == b"a one-shot iterator"
@@ -225,6 +226,20 @@ def test_cli_cluster_metadata(cluster: ClusterInfo) -> None:
     state = json.loads(_cli(cluster, "cluster", "status", "--json").stdout)
     assert state["leader"] in {"clustermgr1", "clustermgr2", "clustermgr3"}
     assert all(p["healthy"] for p in state["processes"])
+    assert state["access_urls"] == cluster.access_urls and state["access_url"] == cluster.access_urls[0]
+    assert [p["name"] for p in state["processes"] if p["role"] in {"allocator", "access"}] == [
+        "allocator1", "allocator2", "access1", "access2"]
+    assert all(url in _cli(cluster, "cluster", "status").stdout for url in cluster.access_urls)
+
+
+def test_each_access_node_serves_and_reads_the_others_objects(cluster: ClusterInfo) -> None:
+    """Both access nodes share the Location secret: an object stored through one reads back through the other."""
+    assert len(cluster.access_urls) == 2 and cluster.access_url == cluster.access_urls[0]
+    first, second = (Client([url]) for url in cluster.access_urls)
+    with first, second:
+        data = os.urandom(MiB + 1)
+        assert second.get(first.put(data)) == data
+        assert first.get(second.put(data)) == data
 
 
 def test_cli_delete_and_queue_stats(cluster: ClusterInfo, client: Client) -> None:
@@ -252,8 +267,8 @@ def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
     """Runs last in this module: it stops the shared cluster."""
     records = ClusterInfo.load(Path(cluster.dir)).processes
     assert sorted(p.role for p in records) == sorted(["redis", "kafka", *["clustermgr"] * 3, *["blobnode"] * 6,
-                                                      "allocator", *["scheduler"] * 2, "worker", "mqproxy", "tinker",
-                                                      "access", "dashboard"])
+                                                      *["allocator"] * 2, *["scheduler"] * 2, "worker", "mqproxy",
+                                                      "tinker", *["access"] * 2, "dashboard"])
     _cli(cluster, "cluster", "down")
     assert [p.name for p in records if p.running] == []
     assert _processes_mentioning(cluster.dir) == []  # every command line names a config under the cluster dir

@@ -89,7 +89,7 @@ def _damage(info: ClusterInfo) -> Damaged:
 
     asyncio.run(switch_off())
     wait_until(lambda: _repair_paused(info), 20, "tinker to pause its repair pipelines")
-    with Client(info.access_url) as client:
+    with Client(info.access_urls) as client:
         kept = [client.put(random.Random(i).randbytes(40_000)) for i in range(4)]
         victim = next(p for p in info.processes if p.name == "blobnode3")
         _kill(victim)

@@ -1,0 +1,122 @@
+"""What `blobstore cluster up` plans (blobstore/plan.py), without starting anything: two allocators per cluster,
+two access nodes each given every allocator, and exactly `port_count` ports drawn; and a cluster.json written
+before there were several access nodes still loads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blobstore.launcher import STATE_FILE, ClusterInfo
+from blobstore.plan import ClusterPlan, ClusterShape, ProcessSpec, plan_cluster, port_count
+from libs.rpc.auth import SECRET_ENV, new_secret
+
+
+class Ports:
+    """Hands out 20000, 20001, ... and counts how many were taken."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+    def __iter__(self) -> Iterator[int]:
+        while True:
+            self.taken += 1
+            yield 19999 + self.taken
+
+
+def _plan(tmp_path: Path, shape: ClusterShape) -> tuple[ClusterPlan, int]:
+    ports = Ports()
+    plan = plan_cluster(tmp_path, shape, iter(ports), "python", "location-secret", new_secret())
+    return plan, ports.taken
+
+
+def _config(spec: ProcessSpec) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads(spec.config_text)
+    return config
+
+
+def _named(plan: ClusterPlan) -> dict[str, ProcessSpec]:
+    return {p.name: p for p in plan.processes}
+
+
+def test_the_default_plan_runs_two_allocators_and_two_access_nodes_each_given_both(tmp_path: Path) -> None:
+    shape = ClusterShape()
+    plan, _ = _plan(tmp_path, shape)
+    named = _named(plan)
+    assert [p.name for p in plan.of_role("allocator")] == ["allocator1", "allocator2"]
+    assert [p.name for p in plan.of_role("access")] == ["access1", "access2"]
+    assert len(named) == len(plan.processes)  # names are unique: restart, status and down go by name
+    allocator_urls = [named["allocator1"].url, named["allocator2"].url]
+    assert len(set(allocator_urls)) == 2
+    for name in ("allocator1", "allocator2"):
+        assert _config(named[name])["code_modes"] == [shape.code_mode]
+        assert named[name].workdir == tmp_path.resolve() / name
+    access = [_config(named[name]) for name in ("access1", "access2")]
+    for name, config in zip(("access1", "access2"), access, strict=True):
+        workdir = tmp_path.resolve() / name
+        assert named[name].workdir == workdir
+        assert config["allocator_hosts"] == allocator_urls
+        assert config["bind_addr"] == named[name].url.removeprefix("http://")
+        assert config["orphan_log"] == str(workdir / "orphans.jsonl")
+        assert config["audit_log"] == str(workdir / "audit.jsonl")
+        assert config["region"] == []
+    assert access[0]["bind_addr"] != access[1]["bind_addr"]
+    alike = ("bind_addr", "orphan_log", "audit_log")
+    assert {k: v for k, v in access[0].items() if k not in alike} == {
+        k: v for k, v in access[1].items() if k not in alike}  # the same secret, keys and hosts
+    assert access[0]["secret"] == "location-secret"
+    targets = {t["name"] for t in _config(named["dashboard"])["targets"]}
+    assert {"allocator1", "allocator2", "access1", "access2"} <= targets
+
+
+@pytest.mark.parametrize("shape", [ClusterShape(), ClusterShape(blobnodes=8, clusters=2),
+                                   ClusterShape(allocators=1, access_nodes=1),
+                                   ClusterShape(allocators=3, access_nodes=3, clusters=3)])
+def test_port_count_is_the_ports_the_plan_draws(tmp_path: Path, shape: ClusterShape) -> None:
+    plan, taken = _plan(tmp_path, shape)
+    assert taken == port_count(shape)
+    used = [p.port for p in plan.processes] + [plan.kafka.port, plan.kafka.controller_port]
+    raft = [int(m["raft_addr"].rsplit(":", 1)[1]) for p in plan.of_role("clustermgr")
+            for m in _config(p)["members"].values()]
+    assert len(set(used) | set(raft)) == taken  # every port drawn is used, by one process only
+
+
+def test_fewer_allocators_and_access_nodes_keep_their_numbered_names(tmp_path: Path) -> None:
+    plan, _ = _plan(tmp_path, ClusterShape(allocators=1, access_nodes=1))
+    assert [p.name for p in plan.of_role("allocator")] == ["allocator1"]
+    assert [p.name for p in plan.of_role("access")] == ["access1"]
+    assert _config(plan.of_role("access")[0])["allocator_hosts"] == [plan.of_role("allocator")[0].url]
+
+
+def test_a_regions_access_nodes_know_every_allocator_of_each_cluster(tmp_path: Path) -> None:
+    plan, _ = _plan(tmp_path, ClusterShape(clusters=2))
+    assert [p.name for p in plan.of_role("allocator")] == ["allocator1", "allocator2", "c2-allocator1",
+                                                           "c2-allocator2"]
+    by_cluster = {k: [p.url for p in plan.of_role("allocator") if p.cluster_id == k] for k in (1, 2)}
+    for access in plan.of_role("access"):
+        config = _config(access)
+        assert config["allocator_hosts"] == by_cluster[1]
+        assert [(r["cluster_id"], r["allocator_hosts"]) for r in config["region"]] == [(2, by_cluster[2])]
+
+
+@pytest.mark.parametrize("counts", [{"allocators": 0}, {"access_nodes": 0}])
+def test_a_cluster_needs_an_allocator_and_an_access_node(counts: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        ClusterShape(**counts)  # type: ignore[arg-type]
+
+
+def test_a_cluster_json_from_before_several_access_nodes_loads(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SECRET_ENV, raising=False)  # no secret anywhere: loading installs no signer
+    old = {"dir": str(tmp_path), "access_url": "http://127.0.0.1:9500", "clustermgr_urls": ["http://127.0.0.1:9001"],
+           "redis_url": "redis://127.0.0.1:6379/0", "code_mode": "EC3P3", "processes": []}
+    (tmp_path / STATE_FILE).write_text(json.dumps(old))
+    info = ClusterInfo.load(tmp_path)
+    assert info.access_urls == ["http://127.0.0.1:9500"] and info.access_url == "http://127.0.0.1:9500"
+    info.access_urls = ["http://127.0.0.1:9500", "http://127.0.0.1:9501"]
+    info.save()
+    assert ClusterInfo.load(tmp_path).access_urls == ["http://127.0.0.1:9500", "http://127.0.0.1:9501"]
