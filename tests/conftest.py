@@ -118,7 +118,10 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
             service = launch("services.access", name, secret=LocalCluster.secret, clustermgr_hosts=cm_urls,
                              allocator_hosts=[a.url for a in allocs],
                              orphan_log=str(tmp_path / f"{name}-orphans.jsonl"),
-                             audit_log=str(tmp_path / f"{name}-audit.jsonl"), **{**access_overrides, **overrides})
+                             audit_log=str(tmp_path / f"{name}-audit.jsonl"),
+                             # No standby stock unless a test asks: these clusters' 10 s leases could not carry
+                             # its 40 s, and what it holds would blur the allocators' accounting tests check.
+                             **{"standby_ride_out": 0.0, **access_overrides, **overrides})
             fronts.append(service)
             return service
 

@@ -8,12 +8,8 @@ import json
 import os
 import random
 import signal
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -29,50 +25,10 @@ from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from tests.integration.test_access import wait_for_put
+from tests.support.load import failures, put_stream, read_back, success_rate
 from tests.support.processes import LocalCluster, Service, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]
-
-
-@dataclass
-class PutStream:
-    """Writer threads PUTting random objects; every attempt is recorded with its start time."""
-
-    url: str
-    attempts: list[tuple[float, bool, str]] = field(default_factory=list)  # (started, ok, error)
-    acked: dict[str, bytes] = field(default_factory=dict)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def writer(self, seed: int) -> None:
-        rng = random.Random(seed)
-        with httpx.Client(base_url=self.url, timeout=60) as client:
-            while not self.stop.is_set():
-                data = rng.randbytes(rng.randrange(1, 64 << 10))
-                started = time.monotonic()
-                resp = client.put("/blob", content=data)
-                self.attempts.append((started, resp.status_code == 200, "" if resp.is_success else resp.text))
-                if resp.status_code == 200:
-                    self.acked[resp.json()["location"]] = data
-
-    def since(self, moment: float) -> list[tuple[float, bool, str]]:
-        return [a for a in list(self.attempts) if a[0] >= moment]
-
-    def wait_for(self, count: int, moment: float = 0.0, timeout: float = 60.0) -> None:
-        wait_until(lambda: len(self.since(moment)) >= count, timeout, f"{count} PUTs", interval=0.1)
-
-
-@contextmanager
-def put_stream(url: str, writers: int = 4) -> Iterator[PutStream]:
-    stream = PutStream(url)
-    threads = [threading.Thread(target=stream.writer, args=(seed,)) for seed in range(writers)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield stream
-    finally:
-        stream.stop.set()
-        for thread in threads:
-            thread.join()
 
 
 def volumes_of(cluster: LocalCluster) -> list[VolumeView]:
@@ -81,16 +37,6 @@ def volumes_of(cluster: LocalCluster) -> list[VolumeView]:
             return await cm.list_volumes()
 
     return asyncio.run(fetch())
-
-
-def read_back(url: str, acked: dict[str, bytes]) -> list[str]:
-    """Tokens of acknowledged objects that do not read back byte for byte."""
-    with httpx.Client(base_url=url, timeout=60) as client:
-        return [token for token, data in acked.items() if client.get(f"/blob/{token}").content != data]
-
-
-def success_rate(attempts: list[tuple[float, bool, str]]) -> float:
-    return sum(ok for _, ok, _ in attempts) / len(attempts)
 
 
 def test_one_of_six_blobnodes_killed_puts_keep_succeeding_and_it_is_used_again(cluster_factory: ClusterFactory
@@ -111,7 +57,7 @@ def test_one_of_six_blobnodes_killed_puts_keep_succeeding_and_it_is_used_again(c
         killed = time.monotonic()
         stream.wait_for(200, killed)
     after = stream.since(killed)
-    assert success_rate(after) >= 0.995, Counter(error for _, ok, error in after if not ok).most_common(3)
+    assert success_rate(after) >= 0.995, failures(after)
     assert read_back(access, stream.acked) == []  # with the node still down: degraded reads
 
     def replaced() -> bool:  # its volumes are unwritable now; new ones double up on the five hosts left
@@ -181,7 +127,7 @@ def test_two_of_eight_blobnodes_killed_mid_object_the_put_moves_on_and_puts_keep
         started = time.monotonic()
         stream.wait_for(200, started)
     after = stream.since(started)
-    assert success_rate(after) >= 0.99, Counter(error for _, ok, error in after if not ok).most_common(3)
+    assert success_rate(after) >= 0.99, failures(after)
     assert read_back(access.url, {token: data, **stream.acked}) == []
 
 

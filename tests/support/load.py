@@ -1,0 +1,77 @@
+"""A steady PUT stream through the SDK, as a user's application writes: every attempt recorded with its start
+time, every acknowledged object kept to read back."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from blobstore import BlobstoreError, Client
+from tests.support.processes import wait_until
+
+Attempt = tuple[float, bool, str]  # (started, ok, error)
+
+
+@dataclass
+class PutStream:
+    """Writer threads PUTting random objects of up to `max_size` bytes through a client of every URL in `urls`."""
+
+    urls: Sequence[str]
+    max_size: int = 64 << 10
+    attempts: list[Attempt] = field(default_factory=list)
+    acked: dict[str, bytes] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def writer(self, seed: int) -> None:
+        rng = random.Random(seed)
+        with Client(self.urls, timeout=60) as client:
+            while not self.stop.is_set():
+                data = rng.randbytes(rng.randrange(1, self.max_size))
+                started = time.monotonic()
+                try:
+                    token = client.put(data)
+                except BlobstoreError as exc:
+                    self.attempts.append((started, False, str(exc)))
+                    continue
+                self.attempts.append((started, True, ""))
+                self.acked[token] = data
+
+    def since(self, moment: float, until: float = float("inf")) -> list[Attempt]:
+        return [a for a in list(self.attempts) if moment <= a[0] < until]
+
+    def wait_for(self, count: int, moment: float = 0.0, timeout: float = 60.0) -> None:
+        wait_until(lambda: len(self.since(moment)) >= count, timeout, f"{count} PUTs", interval=0.1)
+
+
+@contextmanager
+def put_stream(urls: str | Sequence[str], writers: int = 4) -> Iterator[PutStream]:
+    stream = PutStream([urls] if isinstance(urls, str) else list(urls))
+    threads = [threading.Thread(target=stream.writer, args=(seed,)) for seed in range(writers)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield stream
+    finally:
+        stream.stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def read_back(urls: str | Sequence[str], acked: dict[str, bytes]) -> list[str]:
+    """Tokens of acknowledged objects that do not read back byte for byte."""
+    with Client(urls, timeout=60) as client:
+        return [token for token, data in acked.items() if client.get(token) != data]
+
+
+def success_rate(attempts: list[Attempt]) -> float:
+    return sum(ok for _, ok, _ in attempts) / len(attempts)
+
+
+def failures(attempts: list[Attempt]) -> list[tuple[str, int]]:
+    """The commonest errors among `attempts`, for an assertion's message."""
+    return Counter(error[:300] for _, ok, error in attempts if not ok).most_common(3)
