@@ -46,7 +46,7 @@ class Want:
 
 @dataclass
 class RateMeter:
-    """Objects and bytes allocated per second, per code mode, over the last `RATE_WINDOWS`."""
+    """Bids and bytes allocated per second, per code mode, over the last `RATE_WINDOWS`."""
 
     _events: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
 
@@ -61,7 +61,10 @@ class RateMeter:
         best = (0.0, 0.0)
         for window in RATE_WINDOWS:
             recent = [e for e in events if e[0] >= now - window]
-            best = max(best[0], sum(e[1] for e in recent) / window), max(best[1], sum(e[2] for e in recent) / window)
+            if recent:  # over the time the window saw PUTs: a stream that began 3 s ago is not a tenth as fast
+                seconds = max(1.0, min(window, now - recent[0][0]))
+                best = (max(best[0], sum(e[1] for e in recent) / seconds),
+                        max(best[1], sum(e[2] for e in recent) / seconds))
         return best
 
     def modes(self, now: float) -> list[int]:

@@ -31,6 +31,12 @@ def test_the_rate_is_the_higher_of_a_short_and_a_long_window() -> None:
     for tick in range(100):
         meter.record(MODE, 1, 1000, 60.0 + tick / 20)  # then 20/s for 5 s: the 10 s window sees it at once
     assert meter.rate(MODE, 65.0)[0] == pytest.approx((100 + 5) / 10)
+    fresh = RateMeter()
+    for tick in range(60):
+        fresh.record(MODE, 1, 1000, tick / 20)  # a stream that began 3 s ago, 20/s: not 6/s
+    assert fresh.rate(MODE, 3.0)[0] == pytest.approx(20.0)
+    fresh.record(13, 1, 1000, 3.0)
+    assert fresh.rate(13, 3.2) == (1.0, 1000.0)  # one PUT is no burst of thousands per second
     assert meter.rate(MODE, 200.0) == (0.0, 0.0) and meter.modes(200.0) == []  # all forgotten
     assert meter.rate(12, 0.0) == (0.0, 0.0)
 
