@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from redis.exceptions import RedisError
 
 from libs.proto.blobnode import MOVED_ERRORS
 from libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
@@ -74,6 +76,8 @@ from libs.rpc.client import HttpClient, Params, ServiceClient
 from libs.rpc.errors import NotFound, NotLeader, RpcError, Unavailable
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
+STALE_RETRY = 5.0  # seconds an expired volume entry serves on before clustermgr is asked again, while it is down
 T = TypeVar("T")
 
 
@@ -371,25 +375,43 @@ class VolumeCache:
         return f"{self._redis_prefix}{vid}"
 
     async def get(self, vid: int) -> VolumeInfo:
+        """The volume, fetched again once its entry expired; while neither Redis nor clustermgr answers, the
+        expired entry serves on (access keeps writing through an outage): a unit that moved meanwhile is
+        refused by its blobnode (stale epoch), never written in the wrong place."""
         hit = self._local.get(vid)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
-        volume = None
-        if self.redis is not None:
-            raw = await self.redis.get(self._key(vid))
-            if raw is not None:
-                volume = VolumeInfo.model_validate_json(raw)
-        if volume is None:
-            volume = await self.cluster.get_volume(vid)
-            if self.redis is not None:
-                await self.redis.set(self._key(vid), volume.model_dump_json(), ex=max(1, int(self.ttl)))
+        try:
+            volume = await self._from_redis(vid) or await self.cluster.get_volume(vid)
+        except Unavailable:
+            if hit is None:
+                raise
+            self._local[vid] = (time.monotonic() + STALE_RETRY, hit[1])  # not every PUT waits on clustermgr
+            return hit[1]
+        await self._to_redis(volume)
         self._local[vid] = (time.monotonic() + self.ttl, volume)
         return volume
+
+    async def _from_redis(self, vid: int) -> VolumeInfo | None:
+        if self.redis is None:
+            return None
+        try:
+            raw = await self.redis.get(self._key(vid))
+        except RedisError as exc:  # a cache: without it, clustermgr answers
+            log.warning("volume %d not read from the Redis cache: %s", vid, exc)
+            return None
+        return None if raw is None else VolumeInfo.model_validate_json(raw)
+
+    async def _to_redis(self, volume: VolumeInfo) -> None:
+        if self.redis is not None:
+            with contextlib.suppress(RedisError):
+                await self.redis.set(self._key(volume.vid), volume.model_dump_json(), ex=max(1, int(self.ttl)))
 
     async def invalidate(self, vid: int) -> None:
         self._local.pop(vid, None)
         if self.redis is not None:
-            await self.redis.delete(self._key(vid))
+            with contextlib.suppress(RedisError):
+                await self.redis.delete(self._key(vid))
 
     async def on_unit(self, vid: int, index: int, call: Callable[[Unit], Awaitable[T]]) -> T:
         """`call` on unit `index` of the volume; once more with the volume refetched if the unit moved."""

@@ -11,12 +11,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from libs.proto.allocator import AllocResult, BlobSlice
-from libs.proto.clustermgr import SESSION_HEADER, LeaderView, MaybeValue, ScopeRange
+from libs.proto.clustermgr import SESSION_HEADER, LeaderView, MaybeValue, ScopeRange, VolumeView
 from libs.rpc import errors
 from libs.rpc.client import HttpClient, Request
 from libs.rpc.testing import FakeReply, FakeTransport
 from services.allocator.client import AllocatorClient
-from services.clustermgr.client import ClusterClient
+from services.clustermgr.client import ClusterClient, VolumeCache
 
 Handler = Callable[[Request], Awaitable[FakeReply]]
 HOSTS = ["http://cm1", "http://cm2", "http://cm3"]
@@ -259,3 +259,34 @@ def test_an_unavailable_error_says_when_to_retry_in_its_header() -> None:
     rebuilt = errors.error_from_response(reply.status, json.loads(reply.body))
     assert type(rebuilt) is errors.Unavailable and rebuilt.details["retry_after"] == 5
     assert type(errors.error_from_response(503, errors.Unreachable("x").to_json())) is errors.Unavailable
+
+
+def test_the_volume_cache_serves_an_expired_entry_only_while_clustermgr_is_unreachable() -> None:
+    volume = VolumeView(vid=5, code_mode=11, backend="isal", units=[], capacity=100)
+    down = False
+
+    async def handler(request: Request) -> FakeReply:
+        if down:
+            raise errors.Unreachable("connection refused")
+        return FakeReply.of(volume)
+
+    async def scenario() -> None:
+        nonlocal down
+        http, transport = fake(handler)
+        cache = VolumeCache(ClusterClient(HOSTS, http=http, deadline=0.2), ttl=0.01)
+        assert (await cache.get(5)).vid == 5
+        await asyncio.sleep(0.02)
+        down = True
+        assert (await cache.get(5)).vid == 5  # expired, but nothing better can be had
+        asked = len(transport.requests)
+        await asyncio.sleep(0.02)
+        assert (await cache.get(5)).vid == 5 and len(transport.requests) == asked  # not asked again at once
+        with pytest.raises(errors.Unavailable):
+            await cache.get(6)  # never known: no guess
+        await cache.invalidate(5)  # a blobnode said a unit moved: the old units are never used again
+        with pytest.raises(errors.Unavailable):
+            await cache.get(5)
+        down = False
+        assert (await cache.get(5)).vid == 5
+
+    asyncio.run(scenario())
