@@ -1,0 +1,94 @@
+"""No single point of failure on the write path: under a steady PUT stream through the SDK (every access URL),
+each kind of process `cluster up` starts is killed -9 in turn and restarted 10 s later, as a supervisor would;
+every allocator is killed for 30 s. Each kill's failed PUTs are reported; allocators and access nodes may cost
+none, the whole run at most 0.1%, and every acknowledged object reads back. One real cluster for the module."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from blobstore import launcher
+from blobstore.launcher import ClusterInfo
+from tests.support.load import PutStream, failures, put_stream, read_back, success_rate
+from tests.support.processes import wait_until
+
+DOWN = 10.0  # seconds a killed process stays down before its supervisor restarts it
+OUTAGE = 30.0  # seconds every allocator stays down
+SETTLE = 3.0  # seconds of the stream counted after a restart
+WRITE_PATH = ("allocator", "access")  # stateless and doubled: a kill of one costs no PUT at all
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
+    root = tmp_path_factory.mktemp("failover")
+    info = launcher.up(root, timeout=120.0)
+    try:
+        yield info
+    finally:
+        launcher.down(root)
+
+
+def kill9(root: Path, name: str) -> None:
+    record = next(p for p in ClusterInfo.load(root).processes if p.name == name)
+    os.kill(record.pid, signal.SIGKILL)
+    wait_until(lambda: not record.running, 10, f"{name} to die")
+
+
+def through(stream: PutStream, kill: list[str], root: Path, down: float) -> tuple[int, int]:
+    """Kill `kill`, restart them `down` s later, and count (PUTs begun meanwhile until SETTLE s after, failed)."""
+    stream.wait_for(20, time.monotonic())
+    began = time.monotonic()
+    for name in kill:
+        kill9(root, name)
+    time.sleep(down)
+    for name in kill:
+        launcher.restart(root, name, timeout=120.0)
+    time.sleep(SETTLE)
+    window = stream.since(began, time.monotonic())
+    assert window, f"no PUT began while {kill} were down"
+    return len(window), sum(not ok for _, ok, _ in window)
+
+
+def test_every_allocator_down_for_30_s_costs_under_1_percent(cluster: ClusterInfo) -> None:
+    root = Path(cluster.dir)
+    allocators = [p.name for p in cluster.processes if p.role == "allocator"]
+    assert len(allocators) == 2
+    with put_stream(cluster.access_urls) as stream:
+        time.sleep(10)  # a steady stream: the standby stock is sized from its rate over the last 10 s
+        began = time.monotonic()
+        total, failed = through(stream, allocators, root, OUTAGE)
+    window = stream.since(began)
+    assert failed <= total * 0.01, (total, failed, failures(window))
+    assert read_back(cluster.access_urls, stream.acked) == []
+
+
+def test_each_kind_of_process_killed_in_turn(cluster: ClusterInfo) -> None:
+    root = Path(cluster.dir)
+    by_role: dict[str, list[str]] = {}
+    for process in cluster.processes:
+        by_role.setdefault(process.role, []).append(process.name)
+    assert {"allocator", "access", "blobnode", "clustermgr", "scheduler", "worker", "mqproxy", "tinker", "kafka",
+            "redis", "dashboard"} <= set(by_role)
+    # Both allocators and both access nodes in turn; of the others one each, of clustermgr its leader.
+    victims = [(role, name) for role in by_role for name in (by_role[role] if role in WRITE_PATH else
+                                                             by_role[role][:1])]
+    report: dict[str, tuple[int, int]] = {}
+    with put_stream(cluster.access_urls) as stream:
+        stream.wait_for(100)
+        began = time.monotonic()
+        for role, name in victims:
+            if role == "clustermgr":
+                name = launcher.status(root).leader or name
+            report[name] = through(stream, [name], root, DOWN)
+        whole = stream.since(began)
+    print("failed PUTs per kill:", {name: f"{failed}/{total}" for name, (total, failed) in report.items()})
+    write_path = {name: report[name] for role, name in victims if role in WRITE_PATH}
+    assert all(failed == 0 for _, failed in write_path.values()), (write_path, failures(whole))
+    assert success_rate(whole) >= 0.999, (report, failures(whole))
+    assert read_back(cluster.access_urls, stream.acked) == []
