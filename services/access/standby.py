@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from libs.proto.allocator import BlobSlice, UnusedSpace
 
 GRANTS = 2  # per code mode: each of its own volume when possible, so one bad volume leaves half the stock
+# After a grant came back already too short to cover `ride_out` (the allocator could not renew its lease: clustermgr
+# is unreachable), this long before the next is asked for: more of the same would only burn bids.
+SHORT_BACKOFF = 10.0
 RATE_WINDOWS = (10.0, 60.0)  # seconds: the PUT rate is the higher of these windows' averages
 
 
@@ -83,6 +86,7 @@ class Standby:
     meter: RateMeter = field(default_factory=RateMeter)
     _grants: dict[int, list[Grant]] = field(default_factory=dict, init=False)
     _unused: list[UnusedSpace] = field(default_factory=list, init=False)
+    _short_until: dict[int, float] = field(default_factory=dict, init=False)
 
     def record(self, mode: int, bids: int, size: int, now: float) -> None:
         """A PUT allocated `bids` bids and `size` bytes of `mode`: what sizes the stock."""
@@ -103,6 +107,8 @@ class Standby:
         wants = []
         for mode in dict.fromkeys([*modes, *self.meter.modes(now)]):
             self._expire(mode, now)
+            if now < self._short_until.get(mode, 0.0):
+                continue
             bids, size = self.share(mode, now)
             good = [g for g in self._grants.get(mode, []) if self._good(g, bids, size, now)]
             exclude = frozenset(g.vid for g in good)
@@ -110,16 +116,20 @@ class Standby:
         return wants
 
     def add(self, mode: int, granted: BlobSlice, size: int, disks: Collection[int], asked_at: float) -> None:
-        """Hold a grant the allocator answered to a request sent at `asked_at`; the grants that are no longer
-        good go back (the allocators answer: what they held is not needed)."""
+        """Hold a grant the allocator answered to a request sent at `asked_at`. A good one replaces the grants
+        that are no longer good (the allocators answer: what they held is not needed); one already too short
+        is only added, and no other is asked for during `SHORT_BACKOFF`."""
         bids, share_bytes = self.share(mode, asked_at)
-        kept = [g for g in self._grants.get(mode, []) if self._good(g, bids, share_bytes, asked_at)]
-        for old in self._grants.get(mode, []):
-            if old not in kept:
+        grant = Grant(vid=granted.vid, disks=frozenset(disks), next_bid=granted.min_bid, bids_left=granted.count,
+                      bytes_left=size, usable_until=asked_at + granted.usable_for)
+        held = self._grants.setdefault(mode, [])
+        if not self._good(grant, bids, share_bytes, asked_at):
+            self._short_until[mode] = asked_at + SHORT_BACKOFF
+        else:
+            for old in [g for g in held if not self._good(g, bids, share_bytes, asked_at)]:
+                held.remove(old)
                 self._give_back(old)
-        kept.append(Grant(vid=granted.vid, disks=frozenset(disks), next_bid=granted.min_bid, bids_left=granted.count,
-                          bytes_left=size, usable_until=asked_at + granted.usable_for))
-        self._grants[mode] = kept
+        held.append(grant)
 
     def take(self, mode: int, size: int, blobs: int, now: float, excluded_vids: Collection[int],
              avoided_disks: Collection[int]) -> BlobSlice | None:

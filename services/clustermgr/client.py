@@ -77,7 +77,10 @@ from libs.rpc.errors import NotFound, NotLeader, RpcError, Unavailable
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
-STALE_RETRY = 5.0  # seconds an expired volume entry serves on before clustermgr is asked again, while it is down
+# While clustermgr does not answer, an expired volume entry serves on after asking it for STALE_ASK seconds (not the
+# client's deadline: a PUT waits on it), and for STALE_RETRY seconds more before it is asked again.
+STALE_ASK = 1.0
+STALE_RETRY = 5.0
 T = TypeVar("T")
 
 
@@ -117,16 +120,18 @@ class ClusterClient(ServiceClient):
         self._leader = self.hosts[0]
 
     async def call(self, method: str, path: str, response: type[M], *, params: Params | None = None,
-                   body: BaseModel | None = None) -> M:
+                   body: BaseModel | None = None, deadline: float | None = None) -> M:
+        """One request to the leader, found and followed for at most `deadline` (the client's) seconds."""
+        deadline = self.deadline if deadline is None else deadline
         if method != "POST" or self.session is None:
-            return await self._call(method, path, response, params, body, None)
+            return await self._call(method, path, response, params, body, None, deadline)
         with self.session.command() as stamp:
-            return await self._call(method, path, response, params, body, stamp)
+            return await self._call(method, path, response, params, body, stamp, deadline)
 
     async def _call(self, method: str, path: str, response: type[M], params: Params | None,
-                    body: BaseModel | None, stamp: Callable[[], Session] | None) -> M:
+                    body: BaseModel | None, stamp: Callable[[], Session] | None, deadline: float) -> M:
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.deadline
+        give_up = loop.time() + deadline
         host: str | None = self._leader
         suspect: str | None = None  # the replica that last failed to answer
         timeout, delay, hops = self.attempt_timeout, 0.02, 0
@@ -134,7 +139,7 @@ class ClusterClient(ServiceClient):
         while True:
             left = give_up - loop.time()
             if left <= 0:
-                raise Unavailable(f"clustermgr {path}: no leader answered within {self.deadline}s: {last}")
+                raise Unavailable(f"clustermgr {path}: no leader answered within {deadline}s: {last}")
             if host is None:  # no leader known yet (an election): ask again shortly
                 await asyncio.sleep(min(delay, left))
                 delay = min(delay * 2, 0.2)
@@ -221,8 +226,8 @@ class ClusterClient(ServiceClient):
 
     # volumes
 
-    async def get_volume(self, vid: int) -> VolumeView:
-        return await self.call("GET", "/volume/get", VolumeView, params={"vid": vid})
+    async def get_volume(self, vid: int, deadline: float | None = None) -> VolumeView:
+        return await self.call("GET", "/volume/get", VolumeView, params={"vid": vid}, deadline=deadline)
 
     async def list_volumes(self, status: VolumeStatus | None = None, code_mode: int | None = None) -> list[VolumeView]:
         """Each volume with whether new blobs may go to it now, and why not."""
@@ -382,7 +387,8 @@ class VolumeCache:
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         try:
-            volume = await self._from_redis(vid) or await self.cluster.get_volume(vid)
+            volume = await self._from_redis(vid) or await self.cluster.get_volume(
+                vid, deadline=None if hit is None else STALE_ASK)
         except Unavailable:
             if hit is None:
                 raise

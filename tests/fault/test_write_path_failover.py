@@ -1,7 +1,8 @@
 """No single point of failure on the write path: under a steady PUT stream through the SDK (every access URL),
 each kind of process `cluster up` starts is killed -9 in turn and restarted 10 s later, as a supervisor would;
-every allocator is killed for 30 s. Each kill's failed PUTs are reported; allocators and access nodes may cost
-none, the whole run at most 0.1%, and every acknowledged object reads back. One real cluster for the module."""
+every allocator, and every clustermgr, is killed for 30 s. Each kill's failed PUTs are reported; a kill of an
+allocator or an access node may cost none, any other at most 0.1%, and every acknowledged object reads back.
+One real cluster for the module."""
 
 from __future__ import annotations
 
@@ -68,6 +69,17 @@ def test_every_allocator_down_for_30_s_costs_under_1_percent(cluster: ClusterInf
     assert read_back(cluster.access_urls, stream.acked) == []
 
 
+def test_every_clustermgr_down_for_30_s_costs_under_1_percent(cluster: ClusterInfo) -> None:
+    """The allocators allocate while their leases last, access writes with the volumes it knows."""
+    root = Path(cluster.dir)
+    with put_stream(cluster.access_urls) as stream:
+        time.sleep(5)
+        began = time.monotonic()
+        total, failed = through(stream, [p.name for p in cluster.processes if p.role == "clustermgr"], root, OUTAGE)
+    assert failed <= total * 0.01, (total, failed, failures(stream.since(began)))
+    assert read_back(cluster.access_urls, stream.acked) == []
+
+
 def test_each_kind_of_process_killed_in_turn(cluster: ClusterInfo) -> None:
     root = Path(cluster.dir)
     by_role: dict[str, list[str]] = {}
@@ -90,5 +102,6 @@ def test_each_kind_of_process_killed_in_turn(cluster: ClusterInfo) -> None:
     print("failed PUTs per kill:", {name: f"{failed}/{total}" for name, (total, failed) in report.items()})
     write_path = {name: report[name] for role, name in victims if role in WRITE_PATH}
     assert all(failed == 0 for _, failed in write_path.values()), (write_path, failures(whole))
+    assert all(failed <= total * 0.001 for total, failed in report.values()), (report, failures(whole))
     assert success_rate(whole) >= 0.999, (report, failures(whole))
     assert read_back(cluster.access_urls, stream.acked) == []

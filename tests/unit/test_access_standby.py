@@ -166,3 +166,16 @@ def test_no_bid_is_handed_out_twice_nor_after_its_grant_ends(seed: int) -> None:
         seen |= ids
         used[taken.vid] = used.get(taken.vid, 0) + size
         assert used[taken.vid] <= limit
+
+
+def test_grants_too_short_to_ride_out_are_not_fetched_again_and_again() -> None:
+    """While clustermgr cannot renew the allocators' leases, each grant comes back shorter than `ride_out`:
+    it is kept (it still serves), the others too, and no other is asked for during the backoff."""
+    stock = standby()
+    grant(stock, vid=1, usable_for=50.0)
+    grant(stock, vid=2, usable_for=50.0)
+    assert len(stock.wanted([MODE], 25.0)) == 2  # both have less than 30 s left
+    grant(stock, vid=3, usable_for=20.0, at=25.0)  # the allocator's lease lapses in 20 s: too short
+    assert stock.returned() == [] and stock.held(25.0)[MODE][0] == 300
+    assert stock.wanted([MODE], 30.0) == []
+    assert len(stock.wanted([MODE], 35.5)) == 2  # after the backoff, asked again
