@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -62,10 +63,11 @@ def put_stream(urls: str | Sequence[str], writers: int = 4) -> Iterator[PutStrea
             thread.join()
 
 
-def read_back(urls: str | Sequence[str], acked: dict[str, bytes]) -> list[str]:
-    """Tokens of acknowledged objects that do not read back byte for byte."""
-    with Client(urls, timeout=60) as client:
-        return [token for token, data in acked.items() if client.get(token) != data]
+def read_back(urls: str | Sequence[str], acked: dict[str, bytes], readers: int = 8) -> list[str]:
+    """Tokens of acknowledged objects that do not read back byte for byte (`readers` reads at a time)."""
+    with Client(urls, timeout=60) as client, ThreadPoolExecutor(readers) as pool:
+        same = pool.map(lambda item: client.get(item[0]) == item[1], acked.items())
+        return [token for token, ok in zip(acked, same, strict=True) if not ok]
 
 
 def success_rate(attempts: list[Attempt]) -> float:
