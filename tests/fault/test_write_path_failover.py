@@ -66,6 +66,7 @@ def test_every_allocator_down_for_30_s_costs_under_1_percent(cluster: ClusterInf
         began = time.monotonic()
         total, failed = through(stream, allocators, root, OUTAGE)
     window = stream.since(began)
+    print(f"every allocator down {OUTAGE:.0f} s: {failed} of {total} PUTs failed")
     assert failed <= total * 0.01, (total, failed, failures(window))
     assert read_back(cluster.access_urls, stream.acked) == []
 
@@ -77,6 +78,7 @@ def test_every_clustermgr_down_for_30_s_costs_under_1_percent(cluster: ClusterIn
         time.sleep(5)
         began = time.monotonic()
         total, failed = through(stream, [p.name for p in cluster.processes if p.role == "clustermgr"], root, OUTAGE)
+    print(f"every clustermgr down {OUTAGE:.0f} s: {failed} of {total} PUTs failed")
     assert failed <= total * 0.01, (total, failed, failures(stream.since(began)))
     assert read_back(cluster.access_urls, stream.acked) == []
 
