@@ -127,13 +127,13 @@ def test_a_blob_deleted_while_its_repair_is_queued_stays_deleted(cluster_factory
         assert client.get(f"/blob/{token}").status_code == 404
 
 
-def test_kill9_tinker_during_1000_deletes_deletes_every_blob_exactly(cluster_factory: ClusterFactory) -> None:
+def test_kill9_tinker_during_500_deletes_deletes_every_blob_exactly(cluster_factory: ClusterFactory) -> None:
     cluster = cluster_factory(pipelines=True, safe_delay=0.0)
     tinker = cluster.background["tinker"]
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
         with ThreadPoolExecutor(8) as pool:
-            tokens = list(pool.map(lambda i: put_ok(client, b"%d" % i), range(1000)))
+            tokens = list(pool.map(lambda i: put_ok(client, b"%d" % i), range(500)))
             keep = put_ok(client, b"keep me")
             assert set(pool.map(lambda t: client.delete(f"/blob/{t}").status_code, tokens)) == {202}
         log = Path(tinker.config["delete_log"])
