@@ -120,7 +120,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                              orphan_log=str(tmp_path / f"{name}-orphans.jsonl"),
                              audit_log=str(tmp_path / f"{name}-audit.jsonl"),
                              # No standby stock unless a test asks: these clusters' 10 s leases could not carry
-                             # its 40 s, and what it holds would blur the allocators' accounting tests check.
+                             # its 60 s, and what it holds would blur the allocators' accounting tests check.
                              **{"standby_ride_out": 0.0, **access_overrides, **overrides})
             fronts.append(service)
             return service

@@ -25,8 +25,8 @@ class ClusterMgrConfig(ServiceSettings):
     codec_backend: str = DEFAULT_BACKEND
     chunk_size: int = Field(16 << 30, ge=1 << 20)  # capacity of one unit's chunk
     # An allocator's lease on a volume; access writes to what it was granted until the lease ends, so this must
-    # outlast access's standby_ride_out (30 s) plus the allocator's retain_interval and lease_margin.
-    volume_lease_ttl: float = Field(60.0, gt=0)
+    # outlast access's standby_ride_out (60 s) plus the allocator's retain_interval and lease_margin.
+    volume_lease_ttl: float = Field(90.0, gt=0)
     disk_heartbeat_timeout: float = Field(30.0, gt=0)  # a disk not heard from for longer is dead
     # Seeds the replicated `disk_broken_after` config unless an operator set it: seconds without a heartbeat
     # after which the scheduler repairs a disk unattended. None ("off"): only an operator or the blobnode
