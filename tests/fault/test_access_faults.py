@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -118,38 +117,6 @@ def test_lying_or_missing_lengths_write_nothing(cluster_factory: ClusterFactory)
         orphans = Path(access.config["orphan_log"])
         assert not orphans.exists() or orphans.read_text() == ""
         assert client.get("/health").status_code == 200
-
-
-def test_two_access_nodes_and_concurrent_clients(cluster_factory: ClusterFactory) -> None:
-    cluster = cluster_factory(access=2)
-    results: list[tuple[str, bytes]] = []
-    errors: list[str] = []
-
-    def client_loop(seed: int) -> None:
-        rng = random.Random(seed)
-        urls = [a.url for a in cluster.access]
-        for _ in range(15):
-            data = rng.randbytes(rng.randrange(0, 300_000))
-            with httpx.Client(base_url=rng.choice(urls), timeout=60) as client:
-                resp = client.put("/blob", content=data)
-                if resp.status_code != 200:
-                    errors.append(resp.text)
-                    continue
-                token = resp.json()["location"]
-            with httpx.Client(base_url=rng.choice(urls), timeout=60) as other:
-                if other.get(f"/blob/{token}").content != data:
-                    errors.append(f"mismatch for {token}")
-            results.append((token, data))
-
-    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
-        wait_for_put(client, b"warm-up")
-    threads = [threading.Thread(target=client_loop, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    assert len({token for token, _ in results}) == 90
 
 
 def test_a_moved_unit_is_refetched_not_served_stale(cluster_factory: ClusterFactory) -> None:
