@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import CommitFailedError
+from kafka.errors import CommitFailedError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
 from libs.mq.offsets import TopicPartition as TP
@@ -103,7 +103,7 @@ class Consumer:
         kafka_offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
         try:
             await self._run(partial(self._consumer.commit, kafka_offsets))
-        except CommitFailedError:
+        except (CommitFailedError, RebalanceInProgressError):  # kafka-python 3 raises the latter mid-rebalance
             return False
         return True
 
