@@ -35,6 +35,7 @@ class DiskInfo(BaseModel):
     idc: str
     rack: str
     path: str
+    hostname: str = ""  # the machine's name, which placement spreads units over; "": the URL (a host is a port)
     status: DiskStatus = DiskStatus.NORMAL
     readonly: bool = False
     size: int = Field(0, ge=0)
@@ -42,6 +43,11 @@ class DiskInfo(BaseModel):
     max_chunks: int = Field(1024, ge=0)
     chunks: int = Field(0, ge=0)
     last_heartbeat: float = 0.0
+
+    @property
+    def machine(self) -> str:
+        """What two units of a volume should not share."""
+        return self.hostname or self.host
 
     @property
     def writable(self) -> bool:

@@ -75,6 +75,7 @@ class DiskAdd(RequestBody):
     idc: str
     rack: str
     path: str
+    hostname: str = ""  # the machine's name (blobnode config `hostname`); "": its URL stands for it
     size: int = Field(0, ge=0)
     free: int = Field(0, ge=0)
     max_chunks: int = Field(1024, ge=0)

@@ -18,8 +18,9 @@ class DiskConfig(BaseModel):
 class BlobnodeConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:8889"
     cluster_id: int = Field(1, ge=0, lt=2**32)
-    idc: str = "z0"
+    idc: str = "z0"  # the AZ
     rack: str = "r0"
+    hostname: str = ""  # the machine's name: no two units of a volume on one; "": the URL (one machine, a host a port)
     host: str = ""  # advertised URL; defaults to http://<bind_addr>
     disks: list[DiskConfig] = Field(min_length=1)
     sync: bool = True  # fdatasync shard bytes before acknowledging; off only for throwaway benchmarks

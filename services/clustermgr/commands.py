@@ -261,7 +261,7 @@ def volume_create(s: ClusterState, batch: Batch, now: float, cmd: VolumeCreate) 
     for disk in disks:
         s.put_disk(batch, disk.model_copy(update={"chunks": disk.chunks + 1}))
     volume = VolumeInfo(vid=cmd.vid, code_mode=int(mode), backend=cmd.backend, units=cmd.units,
-                        capacity=cmd.capacity, under_spread=shares_a_host(u.host for u in cmd.units))
+                        capacity=cmd.capacity, under_spread=shares_a_host(d.machine for d in disks))
     s.put_volume(batch, volume)
     return volume
 
@@ -438,7 +438,7 @@ def volume_unit_update(s: ClusterState, batch: Batch, now: float, cmd: UnitUpdat
                        f" reserved move (current epoch {Vuid(volume.units[cmd.index].vuid).epoch()})")
     volume.units[cmd.index] = pending
     del volume.pending_units[cmd.index]
-    volume.under_spread = shares_a_host(u.host for u in volume.units)
+    volume.under_spread = shares_a_host(s.disk(u.disk_id).machine for u in volume.units)
     s.put_volume(batch, volume)
     new_disk = s.disk(cmd.disk_id)
     s.put_disk(batch, new_disk.model_copy(update={"chunks": new_disk.chunks + 1}))

@@ -28,15 +28,16 @@ class Candidate:
     """A disk that may take a unit: healthy, writable, and with room for another chunk."""
 
     disk_id: int
-    host: str
+    host: str  # the machine (DiskInfo.machine): placement spreads over these
     idc: str
     rack: str
     free: int
     chunks: int = 0  # chunks it holds already: the load placement evens out
+    url: str = ""  # its blobnode's
 
 
 def as_candidate(disk: DiskInfo) -> Candidate:
-    return Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free, disk.chunks)
+    return Candidate(disk.disk_id, disk.machine, disk.idc, disk.rack, disk.free, disk.chunks, disk.host)
 
 
 def candidates(disks: Iterable[DiskInfo], now: float, heartbeat_timeout: float, *,

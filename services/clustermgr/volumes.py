@@ -78,7 +78,7 @@ class VolumeCreator:
         idcs = [idc for idc in self.idcs if any(c.idc == idc for c in pool)] if t.az_count > 1 else None
         placed = place_volume(t, pool, idcs=idcs, rng=self.rng)
         vid = (await self.propose(ScopeAlloc(name="vid", count=1))).start
-        intent = VolumeIntent(vid=vid, units=[Unit(vuid=Vuid.make(vid, i, 1), disk_id=c.disk_id, host=c.host)
+        intent = VolumeIntent(vid=vid, units=[Unit(vuid=Vuid.make(vid, i, 1), disk_id=c.disk_id, host=c.url)
                                               for i, c in enumerate(placed)])
         await self.propose(KvSet(key=f"{INTENT_PREFIX}{vid}", value=intent.model_dump_json()))
         try:

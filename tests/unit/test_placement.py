@@ -204,3 +204,20 @@ def test_a_burst_of_volumes_spreads_over_every_host_when_free_space_is_equal() -
             disks[c.disk_id] = Candidate(c.disk_id, c.host, c.idc, c.rack, c.free, c.chunks + 1)
     assert set(units.values()) == {6}  # 48 units over 8 hosts
     assert {c.chunks for c in disks.values()} == {3}
+
+
+def test_the_machine_not_the_url_is_what_units_spread_over() -> None:
+    """Nine machines in two racks, each with two blobnode processes (two URLs) of two disks: EC6P3 never puts two
+    units on one machine, though 36 disks behind 18 URLs would let it, and its racks hold 5 and 4 units."""
+    disks = [DiskInfo(disk_id=n * 4 + k + 1, host=f"http://10.0.0.{n}:{8889 + k // 2}", hostname=f"h{n}", idc="z0",
+                      rack=f"r{n % 2}", path=f"/d{k}", free=100, last_heartbeat=1000.0)
+             for n in range(9) for k in range(4)]
+    pool = candidates(disks, 1000.0, 10.0)
+    t = tactic(CodeMode.EC6P3)
+    for seed in range(50):
+        placed = place_volume(t, pool, rng=random.Random(seed))
+        assert len({c.host for c in placed}) == 9
+        assert sorted(Counter(c.rack for c in placed).values()) == [4, 5]
+        assert all(c.url.startswith("http://10.0.0.") for c in placed)  # what a unit's chunk is created through
+    lone = [d.model_copy(update={"hostname": ""}) for d in disks]  # unnamed: each URL stands for a host
+    assert {c.host for c in candidates(lone, 1000.0, 10.0)} == {d.host for d in disks}

@@ -32,10 +32,8 @@ def disk_info(disk_id: int, **changes: object) -> DiskInfo:
                     last_heartbeat=1000.0).model_copy(update=changes)
 
 
-def volume_on(vid: int, disk_ids: list[int], hosts: list[str] | None = None, **changes: object) -> VolumeInfo:
-    hosts = hosts or [f"http://h{d}" for d in disk_ids]
-    units = [Unit(vuid=Vuid.make(vid, i, 1), disk_id=d, host=h)
-             for i, (d, h) in enumerate(zip(disk_ids, hosts, strict=True))]
+def volume_on(vid: int, disk_ids: list[int], **changes: object) -> VolumeInfo:
+    units = [Unit(vuid=Vuid.make(vid, i, 1), disk_id=d, host=f"http://h{d}") for i, d in enumerate(disk_ids)]
     return VolumeInfo(vid=vid, code_mode=EC3P3, backend="isal", units=units, capacity=100).model_copy(update=changes)
 
 
@@ -77,8 +75,15 @@ def add_hosts(driver: Driver, count: int) -> None:
                                      free=100)))
 
 
-def create(driver: Driver, vid: int, disk_ids: list[int], hosts: list[str] | None = None) -> VolumeInfo:
-    volume = volume_on(vid, disk_ids, hosts)
+def add_a_second_disk_to_h1(driver: Driver) -> None:
+    """Disk 8, behind another blobnode (URL) on the machine whose URL names h1."""
+    driver(c.ScopeAlloc(name="disk_id", count=1))
+    driver(c.DiskAddCmd(disk=DiskAdd(disk_id=8, host="http://h8", hostname="http://h1", idc="z0", rack="r0",
+                                     path="/d", size=100, free=100)))
+
+
+def create(driver: Driver, vid: int, disk_ids: list[int]) -> VolumeInfo:
+    volume = volume_on(vid, disk_ids)
     return driver(c.VolumeCreate(vid=vid, code_mode=EC3P3, backend="isal", units=volume.units, capacity=1 << 20))
 
 
@@ -107,8 +112,9 @@ def test_leasing_takes_whole_volumes_first_and_never_one_past_the_slack(cm: Driv
 
 def test_old_log_leases_keep_their_vid_order(cm: Driver) -> None:  # noqa: F811
     add_hosts(cm, 7)
+    add_a_second_disk_to_h1(cm)
     cm(c.ScopeAlloc(name="vid", count=2))
-    assert create(cm, 1, [1, 2, 3, 4, 5, 6], [f"http://h{i}" for i in (1, 2, 3, 4, 5, 1)]).under_spread
+    assert create(cm, 1, [1, 2, 3, 4, 5, 8]).under_spread
     create(cm, 2, [2, 3, 4, 5, 6, 7])
     cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
     got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10))  # as logged before health
@@ -129,9 +135,9 @@ def test_renewals_carry_health(cm: Driver) -> None:  # noqa: F811
 
 def test_under_spread_is_recorded_at_creation_and_cleared_by_a_move(cm: Driver) -> None:  # noqa: F811
     add_hosts(cm, 7)
+    add_a_second_disk_to_h1(cm)
     cm(c.ScopeAlloc(name="vid", count=2))
-    hosts = [f"http://h{i}" for i in (1, 2, 3, 4, 5, 1)]  # disk 6 on host h1 too, as a 5-host cluster would
-    assert create(cm, 1, [1, 2, 3, 4, 5, 6], hosts).under_spread
+    assert create(cm, 1, [1, 2, 3, 4, 5, 8]).under_spread  # two units on h1's machine, as a 5-host cluster would
     assert not create(cm, 2, [1, 2, 3, 4, 5, 7]).under_spread
     got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10, heartbeat_timeout=TIMEOUT))
     assert [v.vid for v in got.volumes] == [2]  # the well-spread one first
