@@ -1,17 +1,26 @@
-"""Fetch, start and stop one local Kafka broker (KRaft, broker+controller in one JVM) on 127.0.0.1.
+"""Fetch, start and stop a Kafka broker (KRaft, broker+controller in one JVM): the one local broker on 127.0.0.1,
+or one member of a static three-node quorum on any address, possibly inside a network namespace.
 
 The jars come from Maven Central through `pom.xml` beside this file and are cached outside git: `make setup`
-fetches them once (`fetch`). The broker runs detached and is stopped by the PID in `DIR/kafka.pid`, never by
-name.
+fetches them once (`fetch`). A broker runs detached and is stopped by the PID in `DIR/kafka.pid`, never by
+name. A quorum member cannot serve before a majority of its voters runs: start every member with `--no-wait`
+(all formatted with one cluster id), then `wait` for the cluster.
 
     python deploy/kafka/broker.py fetch
     python deploy/kafka/broker.py start --dir DIR [--port P] [--controller-port C]
     python deploy/kafka/broker.py stop --dir DIR
+
+    id=$(python deploy/kafka/broker.py uuid)
+    python deploy/kafka/broker.py start --dir DIR1 --address 10.0.0.1 --node-id 1 \\
+        --voters 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093 --cluster-uuid $id --replication-factor 3 \\
+        --min-insync-replicas 2 [--netns NS] --no-wait          # and likewise nodes 2 and 3
+    python deploy/kafka/broker.py wait --bootstrap 10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import re
 import shutil
@@ -20,6 +29,9 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from libs.maven import cache_root, fetch_jars
@@ -28,6 +40,9 @@ HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 # C1 only and a small serial heap: the JVM starts ~1 s faster on 2 cores; plenty for tests and the demo.
 JVM_OPTS = ["-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
+EXEC_TIMEOUT = 10.0  # for a `wrap` command (`ip netns exec NS`) to become the JVM
+
+Voter = tuple[int, str, int]  # (node id, host, controller port): one entry of controller.quorum.voters
 
 LOG4J2 = """\
 rootLogger.level = WARN
@@ -41,25 +56,25 @@ appender.file.layout.pattern = [%d] %p %m (%c)%n
 
 SERVER_PROPERTIES = """\
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{cport}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+node.id={node_id}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://{address}:{port},CONTROLLER://{address}:{cport}
+advertised.listeners=PLAINTEXT://{address}:{port}
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 log.dirs={data}
 auto.create.topics.enable=false
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
+default.replication.factor={rf}
+min.insync.replicas={isr}
+offsets.topic.replication.factor={rf}
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={rf}
+transaction.state.log.min.isr={isr}
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor={rf}
+share.coordinator.state.topic.min.isr={isr}
 group.initial.rebalance.delay.ms=0
 """
 
@@ -81,6 +96,34 @@ def fetch() -> Path:
     return fetch_jars(POM, jar_dir(), "kafka_2.13-*.jar")
 
 
+def random_cluster_uuid() -> str:
+    """A fresh cluster id as Kafka's Uuid.randomUuid makes it (URL-safe base64 of 16 bytes, unpadded, never
+    starting with '-'), without the ~1 s JVM start of `StorageTool random-uuid`."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+
+
+def server_properties(*, node_id: int, address: str, port: int, controller_port: int, voters: Sequence[Voter],
+                      data_dir: Path | str, replication_factor: int = 1, min_insync_replicas: int = 1) -> str:
+    """The server.properties of one broker+controller node; pure, so a renderer for other machines can use it.
+
+    Every topic (internal ones too) gets `replication_factor` replicas, and an acks=all write needs
+    `min_insync_replicas` of them. Every node is a broker, so the factor cannot exceed the voters. Kafka 4.1
+    copies min.insync.replicas into its metadata log as the cluster-wide default when the quorum first starts,
+    so a later change here is shadowed (change it with kafka-configs instead).
+    """
+    if node_id not in {voter[0] for voter in voters}:
+        raise ValueError(f"node {node_id} is not among the voters {voters}: every node is a controller")
+    if not 1 <= min_insync_replicas <= replication_factor <= len(voters):
+        raise ValueError(f"need 1 <= min_insync_replicas ({min_insync_replicas}) <= replication_factor "
+                         f"({replication_factor}) <= brokers ({len(voters)})")
+    return SERVER_PROPERTIES.format(node_id=node_id, voters=",".join(f"{n}@{h}:{p}" for n, h, p in voters),
+                                    address=address, port=port, cport=controller_port, data=data_dir,
+                                    rf=replication_factor, isr=min_insync_replicas)
+
+
 def _java(libs: Path, log4j2: Path, main: str, *args: str) -> list[str]:
     java = shutil.which("java")
     if java is None:
@@ -88,25 +131,32 @@ def _java(libs: Path, log4j2: Path, main: str, *args: str) -> list[str]:
     return [java, *JVM_OPTS, f"-Dlog4j2.configurationFile={log4j2}", "-cp", f"{libs}/*", main, *args]
 
 
-def _port_open(port: int) -> bool:
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    return host, int(port)
+
+
+def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
-def _metadata_ok(bootstrap: str) -> bool:
+def _serving_brokers(bootstrap: str) -> int:
+    """How many unfenced brokers the cluster reports; 0 while it does not answer."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
     except KafkaError:
-        return False
+        return 0
     try:
-        admin.list_topics()
-        return True
+        # DescribeCluster v2 (Kafka 4) lists fenced brokers too; one that registered but has not caught up
+        # with the metadata log is fenced and gets no replicas yet.
+        return sum(not b.get("is_fenced", False) for b in admin.describe_cluster()["brokers"])
     except KafkaError:
-        return False
+        return 0
     finally:
         admin.close()
 
@@ -125,18 +175,67 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
 def _is_our_broker(pid: int, directory: Path) -> bool:
     """Guards against a recycled PID: only a kafka.Kafka JVM started on this DIR is ever signalled."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"kafka.Kafka" in cmdline and str(directory / "server.properties").encode() in cmdline
+    cmdline = _cmdline(pid)
+    return "kafka.Kafka" in cmdline and str(directory / "server.properties") in cmdline
 
 
-def start(directory: Path, port: int, controller_port: int, timeout: float = 90.0) -> tuple[int, str]:
-    """Start a broker with its data under `directory` (formatted on first start) and wait until it serves.
+def _running(directory: Path) -> bool:
+    pid_file = directory / "kafka.pid"
+    return pid_file.exists() and _alive(int(pid_file.read_text()))
 
+
+def _tails(directories: Sequence[Path]) -> str:
+    return "".join((d / name).read_text(errors="replace")[-2000:]
+                   for d in directories for name in ("kafka.out", "kafka.log") if (d / name).exists())
+
+
+def _format(libs: Path, log4j2: Path, props: Path, data: Path, cluster_uuid: str | None) -> None:
+    """Format `data` on first start; a quorum's members must all carry the same cluster id."""
+    meta = data / "meta.properties"
+    if meta.exists():
+        found = re.search(r"^cluster\.id=(\S+)$", meta.read_text(), re.MULTILINE)
+        if cluster_uuid is not None and (found is None or found.group(1) != cluster_uuid):
+            raise RuntimeError(f"{data} was formatted for another cluster than {cluster_uuid}: remove it to reformat")
+        return
+    subprocess.run(_java(libs, log4j2, "kafka.tools.StorageTool", "format", "-t",
+                         cluster_uuid or random_cluster_uuid(), "-c", str(props)),
+                   capture_output=True, text=True, check=True)
+
+
+def _await_exec(proc: subprocess.Popen[bytes], jvm: list[str], directory: Path) -> None:
+    """Make sure the recorded PID is the JVM's: a `wrap` must exec it (as `ip netns exec` does), not fork it,
+    or `stop` would signal the wrapper (whose argv names the JVM's too) and leave the JVM running."""
+    deadline = time.monotonic() + EXEC_TIMEOUT
+    while _cmdline(proc.pid) != jvm:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.returncode is None:
+                with suppress(ProcessLookupError):  # the group holds whatever it forked: start_new_session
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            (directory / "kafka.pid").unlink()
+            raise RuntimeError("the Kafka JVM exited at once, or a `wrap` forked it instead of exec'ing it:\n"
+                               + _tails([directory]))
+        time.sleep(0.01)
+
+
+def start(directory: Path, port: int, controller_port: int, timeout: float = 90.0, *, address: str = "127.0.0.1",
+          node_id: int = 1, voters: Sequence[Voter] | None = None, replication_factor: int = 1,
+          min_insync_replicas: int = 1, cluster_uuid: str | None = None, wrap: Sequence[str] = (),
+          wait: bool = True) -> tuple[int, str]:
+    """Start a broker with its data under `directory` (formatted on first start); returns (pid, bootstrap).
+
+    Without `voters` it is a quorum of its own. `wrap` prefixes the JVM's argv and must exec it, e.g.
+    ("ip", "netns", "exec", NS). With `wait` it returns once the broker serves, else at once: a quorum member
+    serves only once a majority of its voters runs, so start them all and then call `wait_serving`.
     Restarting on the same directory and ports keeps every topic and committed offset.
     """
     directory = directory.resolve()
@@ -145,29 +244,52 @@ def start(directory: Path, port: int, controller_port: int, timeout: float = 90.
     data = directory / "data"
     props = directory / "server.properties"
     log4j2 = directory / "log4j2.properties"
-    props.write_text(SERVER_PROPERTIES.format(port=port, cport=controller_port, data=data))
+    props.write_text(server_properties(node_id=node_id, address=address, port=port, controller_port=controller_port,
+                                       voters=voters or [(node_id, address, controller_port)], data_dir=data,
+                                       replication_factor=replication_factor,
+                                       min_insync_replicas=min_insync_replicas))
     log4j2.write_text(LOG4J2.format(log=directory / "kafka.log"))
-    if not (data / "meta.properties").exists():
-        cluster_id = subprocess.run(_java(libs, log4j2, "kafka.tools.StorageTool", "random-uuid"),
-                                    capture_output=True, text=True, check=True).stdout.strip()
-        subprocess.run(_java(libs, log4j2, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
-                       capture_output=True, text=True, check=True)
+    _format(libs, log4j2, props, data, cluster_uuid)  # writes files only: needs no `wrap`
+    pid = relaunch(directory, wrap)
+    bootstrap = f"{address}:{port}"
+    if wait:
+        wait_serving(bootstrap, timeout, directories=[directory])
+    return pid, bootstrap
+
+
+def relaunch(directory: Path, wrap: Sequence[str] = ()) -> int:
+    """Launch the JVM of the broker `start` set up in `directory`, its server.properties and data as they are (a
+    restarted quorum member rejoins with what it had); returns its pid at once."""
+    directory = directory.resolve()
+    jvm = _java(fetch(), directory / "log4j2.properties", "kafka.Kafka", str(directory / "server.properties"))
     with open(directory / "kafka.out", "ab") as out:
-        proc = subprocess.Popen(_java(libs, log4j2, "kafka.Kafka", str(props)), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([*wrap, *jvm], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     (directory / "kafka.pid").write_text(f"{proc.pid}\n")
-    bootstrap = f"127.0.0.1:{port}"
+    _await_exec(proc, jvm, directory)
+    return proc.pid
+
+
+def wait_serving(bootstrap: str, timeout: float = 90.0, *, brokers: int | None = None,
+                 directories: Sequence[Path] = ()) -> None:
+    """Wait until the cluster behind `bootstrap` ("host:port,...") answers with `brokers` unfenced brokers
+    (default: one per bootstrap address), so topics with that many replicas can be created.
+
+    `directories` are the members started here: one whose JVM exits ends the wait early, and if the cluster
+    does not come up they are all stopped (a quorum missing a member is of no use) and their logs quoted.
+    """
+    wanted = len(bootstrap.split(",")) if brokers is None else brokers
+    addresses = [_host_port(item) for item in bootstrap.split(",")]
+    members = [d.resolve() for d in directories]
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        if _port_open(port) and _metadata_ok(bootstrap):
-            return proc.pid, bootstrap
+    while time.monotonic() < deadline and all(_running(d) for d in members):
+        if any(_port_open(*a) for a in addresses) and _serving_brokers(bootstrap) >= wanted:
+            return
         time.sleep(0.1)
-    stop(directory)
-    tail = "".join((directory / name).read_text(errors="replace")[-2000:] for name in ("kafka.out", "kafka.log")
-                   if (directory / name).exists())
-    raise RuntimeError(f"Kafka did not start on {bootstrap} within {timeout}s:\n{tail}")
+    tails = _tails(members)
+    for d in members:
+        stop(d)
+    raise RuntimeError(f"Kafka did not serve {wanted} broker(s) on {bootstrap} within {timeout}s:\n{tails}")
 
 
 def stop(directory: Path, timeout: float = 30.0) -> None:
@@ -195,20 +317,52 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _voters(text: str) -> list[Voter]:
+    """`1@host:port,2@host:port,...`, the syntax of controller.quorum.voters."""
+    voters = []
+    for item in text.split(","):
+        node, _, address = item.partition("@")
+        voters.append((int(node), *_host_port(address)))
+    return voters
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["fetch", "start", "stop"])
+    parser.add_argument("command", choices=["fetch", "start", "stop", "wait", "uuid"])
     parser.add_argument("--dir", type=Path, help="broker data and log directory (start, stop)")
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--controller-port", type=int, help="default: a free port")
+    parser.add_argument("--address", default="127.0.0.1", help="where both listeners bind and are advertised")
+    parser.add_argument("--node-id", type=int, default=1)
+    parser.add_argument("--voters", type=_voters, help="ID@HOST:PORT,... (default: this node alone)")
+    parser.add_argument("--replication-factor", type=int, default=1)
+    parser.add_argument("--min-insync-replicas", type=int, default=1)
+    parser.add_argument("--cluster-uuid", help="the quorum's cluster id, from `uuid` (default: a random one)")
+    parser.add_argument("--netns", help="run the JVM inside this network namespace (ip netns exec)")
+    parser.add_argument("--no-wait", action="store_true", help="return once the JVM runs, without waiting")
+    parser.add_argument("--bootstrap", help="HOST:PORT,... of the cluster to wait for (wait)")
+    parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args(argv)
     if args.command == "fetch":
         print(fetch())
         return 0
+    if args.command == "uuid":
+        print(random_cluster_uuid())
+        return 0
+    if args.command == "wait":
+        if args.bootstrap is None:
+            parser.error("wait needs --bootstrap")
+        wait_serving(args.bootstrap, args.timeout)
+        return 0
     if args.dir is None:
         parser.error(f"{args.command} needs --dir")
     if args.command == "start":
-        pid, bootstrap = start(args.dir, args.port, args.controller_port or _free_port())
+        pid, bootstrap = start(args.dir, args.port, args.controller_port or _free_port(), args.timeout,
+                               address=args.address, node_id=args.node_id, voters=args.voters,
+                               replication_factor=args.replication_factor,
+                               min_insync_replicas=args.min_insync_replicas, cluster_uuid=args.cluster_uuid,
+                               wrap=("ip", "netns", "exec", args.netns) if args.netns else (),
+                               wait=not args.no_wait)
         print(f"kafka pid {pid} at {bootstrap}")
     else:
         stop(args.dir)
