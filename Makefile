@@ -12,9 +12,10 @@ PYTEST_ARGS ?=
 
 # Debian packages, as command:package[,package...]: redis-server (the volume cache), a JDK and Maven (Kafka and
 # Spark run on Java 17; Maven fetches their jars), chromium with a font and chromium-driver (the dashboard test's
-# headless browser), prometheus (scrapes a cluster in one test). Only what is missing is installed.
+# headless browser), prometheus (scrapes a cluster in one test), iproute2 and nftables (hosts as network
+# namespaces, `cluster up --hosts`, and cutting links between them). Only what is missing is installed.
 DEBIAN_TOOLS := redis-server:redis-server java:openjdk-17-jre-headless mvn:maven \
-	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus
+	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus ip:iproute2 nft:nftables
 
 # Then the jars (Kafka's broker, Spark's Kafka source) into ~/.cache/blobstore, once: nothing downloads at run time.
 setup: .venv/.installed

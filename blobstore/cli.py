@@ -157,12 +157,17 @@ def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: in
                disk_broken_after: Annotated[float | None, typer.Option(
                    min=0.1, help="Seconds without a heartbeat before a disk is repaired unattended [default: off]."
                )] = None,
+               hosts: Annotated[int, typer.Option(
+                   min=0, max=200, help="Run on N hosts, each a network namespace with its own address (root); "
+                                        "every host runs a blobnode [default: all on 127.0.0.1].")] = 0,
+               racks: Annotated[int, typer.Option(min=1, help="With --hosts: racks, taken by hosts in turn.")] = 2,
                timeout: float = 60.0) -> None:
     """Start redis, Kafka, 3 clustermgr, blobnodes, two allocators, two schedulers (one stands by), a worker,
-    mqproxy, tinker, two access nodes and a dashboard on 127.0.0.1, detached; print the access URLs, one a line."""
-    shape = ClusterShape(blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters,
+    mqproxy, tinker, two access nodes and a dashboard on 127.0.0.1 (or on --hosts N network namespaces, from the
+    bundles rendered under DIR/<host>/), detached; print the access URLs, one a line."""
+    shape = ClusterShape(hosts or blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters,
                          disk_broken_after=disk_broken_after)
-    info = up(dir, shape, timeout=timeout, say=err.print)
+    info = up(dir, shape, hosts=hosts, racks=racks, timeout=timeout, say=err.print)
     err.print(f"{len(info.processes)} processes in {info.dir}/ (cluster.json, one folder each with its log)")
     err.print(f"stop it with: blobstore cluster down --dir {dir}")
     for url in info.access_urls:  # the first line is the first access node's, as when there was one
@@ -179,12 +184,13 @@ def cluster_down(dir: DirOpt = DEFAULT_DIR, timeout: float = 10.0) -> None:
 
 @cluster_app.command("status")
 def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
-    """Each process (role, pid, port, healthy) and which clustermgr leads (each cluster's, in a region)."""
+    """Each process (role, host, pid, address, healthy) and which clustermgr leads (each cluster's, in a region)."""
     state = status(dir)
     if as_json:
         typer.echo(json.dumps(asdict(state), indent=2))
         return
-    _emit([{"role": p.role, "name": p.name, "pid": p.pid, "port": p.port,
+    _emit([{"role": p.role, "name": p.name, **({"host": p.host} if p.host else {}), "pid": p.pid,
+            "address": p.url.split("://", 1)[1].split("/", 1)[0],
             "healthy": "yes" if p.healthy else ("no" if p.running else "stopped")} for p in state.processes], False)
     out.print(f"leader: {state.leader or 'none'}    access: {', '.join(state.access_urls)}")
     for cluster_id, leader in state.leaders.items():
@@ -376,11 +382,13 @@ def config_set(key: str, value: str, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOp
 
 
 # The Spark jobs and the background tasks live in their own modules, which uses the options and helpers above.
+from blobstore.deploy_cli import deploy_app  # noqa: E402
 from blobstore.inspect_cli import inspect_app  # noqa: E402
 from blobstore.task_cli import task_app  # noqa: E402
 
 app.add_typer(inspect_app, name="inspect")
 app.add_typer(task_app, name="task")
+app.add_typer(deploy_app, name="deploy")
 
 
 def main() -> None:

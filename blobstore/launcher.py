@@ -1,6 +1,9 @@
-"""A whole cluster on 127.0.0.1 as detached processes, recorded in DIR/cluster.json and stopped by PID.
+"""A whole cluster as detached processes, recorded in DIR/cluster.json and stopped by PID: on 127.0.0.1 (a
+"host" is a port), or with `hosts=N` on N hosts, each a network namespace (blobstore/netns.py) running the
+processes its rendered bundle (blobstore/render.py, under DIR/<host>/) describes.
 
-Kafka is one of them: deploy/kafka/broker.py starts its JVM and stops it (by the PID in DIR/kafka/kafka.pid).
+Kafka is one of them: deploy/kafka/broker.py starts each broker's JVM and stops it (by the PID in its
+folder's kafka.pid); on three or more hosts three brokers form a KRaft quorum.
 
 `up` starts it stage by stage and returns once a first PUT succeeds through every access node (clustermgr
 creates volumes and the allocators lease them in the background; the plan tells clustermgr to create none
@@ -10,51 +13,49 @@ stops what `up` started; `status` says what runs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 
 import httpx
+import tomli_w
 
+from blobstore import netns, render
+from blobstore.broker import SOURCE_ROOT, broker
 from blobstore.client import Client
 from blobstore.errors import BlobstoreError
-from blobstore.plan import STAGES, ClusterShape, KafkaSpec, ProcessSpec, cluster_prefix, plan_cluster, port_count
+from blobstore.netns import Network
+from blobstore.plan import (
+    STAGES,
+    ClusterPlan,
+    ClusterShape,
+    KafkaPlan,
+    ProcessSpec,
+    plan_cluster,
+    plan_spec,
+    port_count,
+)
 from blobstore.procs import free_ports, healthy, poll, running, spawn, start_time, stop
+from blobstore.spec import SpecError, for_hosts
 from libs.rpc import auth
 from libs.rpc.auth import AUTH_HEADER, SECRET_ENV, new_secret, operator_signer
 
 DEFAULT_DIR = Path("run")
 STATE_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"  # the secret every role key derives from; mode 0600, like the configs
-SOURCE_ROOT = Path(__file__).resolve().parents[1]  # holds services/ and libs/ next to blobstore/
+SPEC_FILE = "cluster.toml"  # the spec `up(hosts=N)` rendered the hosts' bundles from
 Say = Callable[[str], object]
 
 
 class LauncherError(Exception):
     """The cluster could not be started, found or stopped; the message says why and where to look."""
-
-
-def _load_broker() -> ModuleType:
-    """deploy/ is no installed package, so its broker script is loaded from the source tree by path."""
-    path = SOURCE_ROOT / "deploy" / "kafka" / "broker.py"
-    spec = importlib.util.spec_from_file_location("blobstore_kafka_broker", path)
-    if spec is None or spec.loader is None:
-        raise LauncherError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-broker = _load_broker()
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,16 @@ class ProcessRecord:
     config: str
     log: str
     command: list[str] = field(default_factory=list)  # empty in a cluster.json written before it was kept
+    host: str = ""  # the host it runs on, in a cluster of several
+    namespace: str = ""  # that host's network namespace, which `command` runs in
 
     @property
     def running(self) -> bool:
         return running(self.pid, self.started)
+
+    @property
+    def wrap(self) -> tuple[str, ...]:
+        return ("ip", "netns", "exec", self.namespace) if self.namespace else ()
 
 
 @dataclass
@@ -86,6 +93,12 @@ class ClusterInfo:
     dashboard_url: str = ""  # empty in a cluster.json written before the launcher started a dashboard
     region: dict[str, list[str]] = field(default_factory=dict)  # cluster id -> its clustermgr URLs, when several
     access_urls: list[str] = field(default_factory=list)  # every access node's, in order (access1, access2, ...)
+    network: str = ""  # the network namespaces' prefix (bs<k>) of a cluster of several hosts
+    hosts: int = 0  # how many hosts it has; 0: all on 127.0.0.1
+
+    def net(self) -> Network | None:
+        """Its hosts' namespaces and addresses (host -> namespace, address; each process names its host)."""
+        return netns.plan_network(self.hosts, int(self.network[2:])) if self.network else None
 
     def save(self) -> None:
         path = Path(self.dir) / STATE_FILE
@@ -115,6 +128,7 @@ class ProcessStatus:
     url: str
     running: bool
     healthy: bool
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,8 +156,12 @@ def _clear_stopped(root: Path, say: Say) -> None:
     if alive:
         raise LauncherError(f"a cluster already runs in {root}/ (pids {', '.join(str(p.pid) for p in alive)}); "
                             f"stop it first: blobstore cluster down --dir {root}")
+    if old.network:
+        netns.destroy(old.network)
     for p in old.processes:
         shutil.rmtree(root / p.name, ignore_errors=True)
+    for host in {p.host for p in old.processes if p.host}:
+        shutil.rmtree(root / host, ignore_errors=True)
     (root / STATE_FILE).unlink()
     say(f"wiped the stopped cluster's data in {root}/")
 
@@ -169,23 +187,42 @@ def _private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _start(spec: ProcessSpec, env: dict[str, str]) -> ProcessRecord:
+def _start(spec: ProcessSpec, env: dict[str, str], namespace: str) -> ProcessRecord:
     spec.workdir.mkdir(parents=True, exist_ok=True)
+    spec.config_path.parent.mkdir(parents=True, exist_ok=True)
     _private(spec.config_path, spec.config_text)
-    pid, started = spawn(spec.command, spec.log_path, spec.workdir, env)
-    return ProcessRecord(spec.role, spec.name, pid, started, spec.port, spec.url, str(spec.config_path),
-                         str(spec.log_path), list(spec.command))
+    record = ProcessRecord(spec.role, spec.name, 0, 0, spec.port, spec.url, str(spec.config_path),
+                           str(spec.log_path), list(spec.command), spec.host, namespace)
+    pid, started = spawn([*record.wrap, *spec.command], spec.log_path, spec.workdir, env)
+    return replace(record, pid=pid, started=started)
 
 
-def _start_kafka(spec: KafkaSpec) -> ProcessRecord:
-    """Blocks until the broker serves; broker.py stops a broker that did not come up."""
+def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float) -> list[ProcessRecord]:
+    """Every broker, and wait until they serve together (a quorum member cannot serve alone); broker.py stops
+    a broker that did not come up."""
+    records = []
     try:
         broker.fetch()
-        pid, _ = broker.start(spec.workdir, spec.port, spec.controller_port)
+        for b in kafka.brokers:
+            namespace = namespaces.get(b.place.host, "")
+            record = ProcessRecord("kafka", b.place.name, 0, 0, b.place.port, f"kafka://{b.place.bind}",
+                                   str(b.place.workdir / "server.properties"), str(b.place.workdir / "kafka.log"),
+                                   host=b.place.host, namespace=namespace)
+            pid, _ = broker.start(b.place.workdir, b.place.port, b.place.second_port, address=b.place.address,
+                                  node_id=b.node_id, voters=kafka.voters,
+                                  replication_factor=kafka.replication_factor,
+                                  min_insync_replicas=kafka.min_insync_replicas,
+                                  cluster_uuid=kafka.cluster_uuid or None, wrap=record.wrap,
+                                  wait=len(kafka.brokers) == 1)
+            records.append(replace(record, pid=pid, started=start_time(pid) or 0))
+        if len(kafka.brokers) > 1:
+            broker.wait_serving(kafka.bootstrap, timeout, brokers=len(kafka.brokers),
+                                directories=[b.place.workdir for b in kafka.brokers])
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
-        raise LauncherError(f"Kafka: {exc} (logs in {spec.workdir}/)") from exc
-    return ProcessRecord("kafka", "kafka", pid, start_time(pid) or 0, spec.port, f"kafka://{spec.bootstrap}",
-                         str(spec.workdir / "server.properties"), str(spec.workdir / "kafka.log"))
+        for r in records:
+            broker.stop(Path(r.config).parent)
+        raise LauncherError(f"Kafka: {exc} (logs in {', '.join(str(Path(r.log).parent) for r in records)})") from exc
+    return records
 
 
 def _stop_all(info: ClusterInfo, timeout: float) -> dict[str, str]:
@@ -193,10 +230,11 @@ def _stop_all(info: ClusterInfo, timeout: float) -> dict[str, str]:
     records = [p for p in info.processes if p.role != "kafka"]
     outcome = stop([(p.pid, p.started) for p in records], timeout)
     result = {p.name: outcome[p.pid] for p in records}
-    for p in info.processes:
-        if p.role == "kafka":
-            result[p.name] = "stopped" if p.running else "was not running"
-            broker.stop(Path(p.config).parent, timeout)
+    brokers = [p for p in info.processes if p.role == "kafka"]
+    for p in brokers:
+        result[p.name] = "stopped" if p.running else "was not running"
+    with ThreadPoolExecutor(max(1, len(brokers))) as pool:  # each takes seconds to flush and leave
+        list(pool.map(lambda p: broker.stop(Path(p.config).parent, timeout), brokers))
     return result
 
 
@@ -237,9 +275,31 @@ def _wait_first_put(access_urls: list[str], timeout: float) -> None:
                                     f"{failure[0] if failure else '?'}")
 
 
-def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: float = 60.0,
-       say: Say = lambda _: None) -> ClusterInfo:
-    """Start a cluster under `root` and return once it stores objects; on failure stop what was started."""
+def _plan_hosts(root: Path, shape: ClusterShape, hosts: int, racks: int, auth_secret: str) -> tuple[ClusterPlan,
+                                                                                                     Network]:
+    """A spec for `hosts` namespaces (written to DIR/cluster.toml), its plan, and each host's bundle rendered
+    under DIR/<host>/; the processes then run from those bundles' configs."""
+    netns.require_root()
+    if shape.clusters != 1:
+        raise LauncherError("a region (--clusters) runs on 127.0.0.1 only, not with --hosts")
+    net = netns.plan_network(hosts, netns.free_index())
+    try:
+        spec = for_hosts([(h.name, h.address) for h in net.hosts], racks, root, disks_per_host=shape.disks_per_node,
+                         code_modes=[shape.code_mode], volumes_per_mode=shape.min_volumes,
+                         chunk_size=shape.chunk_size, delete_delay=shape.delete_delay,
+                         disk_broken_after=shape.disk_broken_after, python=sys.executable)
+    except SpecError as exc:
+        raise LauncherError(str(exc)) from None
+    (root / SPEC_FILE).write_text(tomli_w.dumps(spec.model_dump(exclude_defaults=True)))
+    plan = plan_spec(spec, sys.executable, auth_secret)
+    render.write(root, render.bundle(spec, plan))
+    return plan, net
+
+
+def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: int = 0, racks: int = 2,
+       timeout: float = 60.0, say: Say = lambda _: None) -> ClusterInfo:
+    """Start a cluster under `root` (on `hosts` network namespaces when > 0, as root) and return once it stores
+    objects; on failure stop what was started."""
     shape = shape or ClusterShape()
     if shutil.which("redis-server") is None:
         raise LauncherError("redis-server is not installed (make setup installs it: apt-get install redis-server)")
@@ -249,32 +309,48 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
     auth_secret = new_secret()
     _private(root / SECRET_FILE, auth_secret)
     sign_as_operator(root)
-    plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16),
-                        auth_secret)
-    specs = plan.processes
+    net = None
+    if hosts:
+        plan, net = _plan_hosts(root, shape, hosts, racks, auth_secret)
+    else:
+        plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16),
+                            auth_secret)
     access_urls = [spec.url for spec in plan.of_role("access")]
     clustermgrs = plan.clustermgr_urls()
-    info = ClusterInfo(str(root), access_urls[0], clustermgrs[1], plan.of_role("redis")[0].url, shape.code_mode,
-                       plan.kafka.bootstrap, dashboard_url=plan.of_role("dashboard")[0].url,
+    home = next(iter(clustermgrs))
+    dashboards = plan.of_role("dashboard")
+    info = ClusterInfo(str(root), access_urls[0], clustermgrs[home], plan.of_role("redis")[0].url, shape.code_mode,
+                       plan.kafka.bootstrap, dashboard_url=dashboards[0].url if dashboards else "",
                        region={str(k): urls for k, urls in clustermgrs.items()} if len(clustermgrs) > 1 else {},
-                       access_urls=access_urls)
+                       access_urls=access_urls, network=net.prefix if net else "", hosts=hosts)
+    info.save()  # before the network exists: `down` removes what a killed `up` leaves
+    namespaces = {h.name: h.namespace for h in net.hosts} if net else {}
     env = _child_env()
     try:
+        if net:
+            netns.create(net)
+            say(f"{hosts} hosts: network namespaces {net.prefix}-h1..h{hosts} on bridge {net.bridge} "
+                f"({net.hosts[0].address}..{net.hosts[-1].address})")
         for stage in STAGES:
-            started = [_start(spec, env) for spec in specs if spec.role in stage]
+            started = [_start(spec, env, namespaces.get(spec.host, "")) for spec in plan.processes
+                       if spec.role in stage]
             info.processes.extend(started)
             info.save()
             if "kafka" in stage:
-                say("starting kafka (a JVM: a few seconds)")
-                started.append(_start_kafka(plan.kafka))
-                info.processes.append(started[-1])
+                say(f"starting kafka ({len(plan.kafka.brokers)} JVM(s): a few seconds)")
+                brokers = _start_kafka(plan.kafka, namespaces, timeout)
+                info.processes.extend(brokers)
+                started.extend(brokers)
                 info.save()
             say(f"started {', '.join(r.name for r in started)}")
             _wait_healthy(started, timeout)
         _wait_first_put(info.access_urls, timeout)
     except BaseException:
         _stop_all(info, 10.0)
-        broker.stop(plan.kafka.workdir)  # a broker interrupted before it was recorded; a no-op otherwise
+        for b in plan.kafka.brokers:  # a broker interrupted before it was recorded; a no-op otherwise
+            broker.stop(b.place.workdir)
+        if net:
+            netns.destroy(net.prefix)
         raise
     say(f"a first PUT succeeded through each access node; access at {', '.join(info.access_urls)}, "
         f"dashboard at {info.dashboard_url}")
@@ -283,7 +359,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, timeout: 
 
 def restart(root: Path, name: str, timeout: float = 30.0) -> ProcessRecord:
     """Start the stopped (or killed) process `name` of the cluster in `root` again, with the command and config
-    it was started with, as a supervisor would; returns once it answers."""
+    it was started with (on its host), as a supervisor would; returns once it answers."""
     info = ClusterInfo.load(root)
     index = next((i for i, p in enumerate(info.processes) if p.name == name), None)
     if index is None:
@@ -291,13 +367,16 @@ def restart(root: Path, name: str, timeout: float = 30.0) -> ProcessRecord:
     old = info.processes[index]
     if old.running:
         raise LauncherError(f"{name} still runs (pid {old.pid}); stop it first")
-    if old.role == "kafka":  # broker.py starts it again on its directory and ports, topics and offsets kept
-        controller = re.search(r"CONTROLLER://[^:,\s]+:(\d+)", Path(old.config).read_text())
-        if controller is None:
-            raise LauncherError(f"{name} cannot be restarted: {old.config} names no controller port")
-        record = _start_kafka(KafkaSpec(Path(old.config).parent, old.port, int(controller.group(1))))
+    if old.role == "kafka":  # on its directory and its server.properties: topics and offsets kept
+        pid = broker.relaunch(Path(old.config).parent, wrap=old.wrap)
+        record = replace(old, pid=pid, started=start_time(pid) or 0)
+        try:
+            broker.wait_serving(info.kafka_bootstrap, timeout, directories=[Path(old.config).parent],
+                                brokers=sum(p.role == "kafka" for p in info.processes))
+        except RuntimeError as exc:
+            raise LauncherError(f"{name}: {exc}") from exc
     elif old.command:
-        pid, started = spawn(old.command, Path(old.log), Path(old.config).parent, _child_env())
+        pid, started = spawn([*old.wrap, *old.command], Path(old.log), Path(old.log).parent, _child_env())
         record = replace(old, pid=pid, started=started)
     else:
         raise LauncherError(f"{name} cannot be restarted: {STATE_FILE} does not say how it was started")
@@ -311,6 +390,8 @@ def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessR
     """Stop every process `up` recorded under `root`: SIGTERM, then SIGKILL after `timeout`."""
     info = ClusterInfo.load(root)
     outcome = _stop_all(info, timeout)
+    if info.network:
+        netns.destroy(info.network)
     return [(p, outcome[p.name]) for p in info.processes]
 
 
@@ -320,8 +401,8 @@ def _signed(method: str, url: str) -> dict[str, str]:
     return {} if signer is None else {AUTH_HEADER: signer.header(method, url, None, None)}
 
 
-def _leader(urls: list[str], cluster_id: int) -> str | None:
-    """The clustermgr named by a replica's Raft status (node ids are 1..3 in member order)."""
+def _leader(urls: list[str], names: list[str]) -> str | None:
+    """The clustermgr named by a replica's Raft status (node ids are 1, 2, ... in member order, as `names`)."""
     for url in urls:
         try:
             leader = httpx.get(f"{url}/raft/status", timeout=1.0, headers=_signed("GET", f"{url}/raft/status")).json(
@@ -329,7 +410,7 @@ def _leader(urls: list[str], cluster_id: int) -> str | None:
         except (httpx.HTTPError, ValueError):
             continue
         if leader:
-            return f"{cluster_prefix(cluster_id)}clustermgr{leader}"
+            return names[int(leader) - 1]
     return None
 
 
@@ -338,7 +419,13 @@ def status(root: Path = DEFAULT_DIR) -> ClusterStatus:
     processes = []
     for p in info.processes:
         alive = p.running
-        processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive, alive and healthy(p.url)))
-    leaders = {k: _leader(urls, int(k)) for k, urls in info.region.items()}
-    return ClusterStatus(info.dir, info.access_url, _leader(info.clustermgr_urls, 1), processes,
+        processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive, alive and healthy(p.url),
+                                       p.host))
+
+    def leader(urls: list[str]) -> str | None:
+        names = {p.url: p.name for p in info.processes if p.role == "clustermgr"}
+        return _leader(urls, [names[url] for url in urls])
+
+    leaders = {k: leader(urls) for k, urls in info.region.items()}
+    return ClusterStatus(info.dir, info.access_url, leader(info.clustermgr_urls), processes,
                          info.dashboard_url or None, leaders, list(info.access_urls))

@@ -1,17 +1,23 @@
-"""What a local cluster consists of: every process with its port, config and command. No I/O here.
+"""What a cluster consists of: every process with its address, port, config and command. No I/O here.
 
-The launcher turns this plan into running processes; keeping it pure lets a test or a benchmark look
-at (or tweak) the configs before anything starts.
+Two layouts feed one set of config builders: `plan_cluster` puts a local cluster on 127.0.0.1 (a "host" is a
+port, every process gets a free one), `plan_spec` puts a cluster spec's processes on its hosts (the same ports
+on every host). The launcher turns a plan into running processes and `blobstore.render` into per-host bundles;
+keeping it pure lets a test or a benchmark look at (or tweak) the configs before anything starts.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from blobstore.spec import ClusterSpec
 from libs.rpc.auth import AuthConfig, Role
 
 HOST = "127.0.0.1"
@@ -47,16 +53,50 @@ class ClusterShape:
 
 
 @dataclass(frozen=True)
-class KafkaSpec:
-    """The broker, which deploy/kafka/broker.py starts itself (a detached JVM) with its data under `workdir`."""
+class Place:
+    """Where one process runs: the address and port it binds, its folders, and the machine facts placement
+    spreads over (empty `host` on one machine, where its URL stands for the host)."""
 
-    workdir: Path
+    name: str
+    address: str
     port: int
-    controller_port: int
+    workdir: Path  # its state and its log
+    config_path: Path
+    host: str = ""
+    rack: str = "r0"
+    az: str = "z0"
+    disks: tuple[str, ...] = ()  # a blobnode's
+    second_port: int = 0  # a clustermgr's Raft port, a Kafka broker's controller port
 
     @property
-    def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
+    def bind(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.bind}"
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    """One Kafka broker of a KRaft quorum (broker and controller in one JVM), which deploy/kafka/broker.py
+    starts itself with its data under `place.workdir`."""
+
+    node_id: int
+    place: Place
+
+
+@dataclass(frozen=True)
+class KafkaPlan:
+    brokers: list[BrokerSpec]  # ours; empty when the spec names the operator's brokers
+    bootstrap: str  # host:port,host:port,...
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    cluster_uuid: str = ""  # the KRaft cluster id every broker is formatted with; "": a fresh one
+
+    @property
+    def voters(self) -> list[tuple[int, str, int]]:
+        return [(b.node_id, b.place.address, b.place.second_port) for b in self.brokers]
 
 
 @dataclass(frozen=True)
@@ -72,6 +112,7 @@ class ProcessSpec:
     config_text: str
     command: tuple[str, ...]
     cluster_id: int = 1  # of a region's cluster; shared processes (access nodes, Kafka, Redis) say 1
+    host: str = ""  # the machine it runs on, when the plan has machines
 
     @property
     def log_path(self) -> Path:
@@ -80,8 +121,8 @@ class ProcessSpec:
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    kafka: KafkaSpec
-    processes: list[ProcessSpec]  # in start order
+    kafka: KafkaPlan
+    processes: list[ProcessSpec]  # in start order; Kafka's brokers are in `kafka`
 
     def clustermgr_urls(self) -> dict[int, list[str]]:
         """Each cluster's clustermgr URLs, by cluster id."""
@@ -96,6 +137,24 @@ class ClusterPlan:
         return [p for p in self.processes if p.role == role]
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What every process of a plan shares besides where it runs."""
+
+    python: str
+    auth_secret: str  # signs internal requests: each process gets its role keys
+    location_secret: str  # signs Locations, the same on every access node
+    code_modes: tuple[str, ...]  # the first is the default
+    min_volumes: int
+    delete_delay: float
+    disk_broken_after: float | None
+    kafka_bootstrap: str
+    redis_url: str
+    partitions: int = KAFKA_PARTITIONS
+    chunk_size: int | None = None  # None: clustermgr's default
+    audit_log: bool = True
+
+
 # The role keys each kind of process signs and checks requests with (libs/rpc/auth.py). Besides clustermgr,
 # only the scheduler holds the admin key: it sets disk statuses as an operator would (the operator's CLI
 # derives every key from the cluster secret). Blobnodes check read grants (the inspection's executors).
@@ -107,23 +166,82 @@ ROLE_KEYS: dict[str, tuple[Role, ...]] = {
 }
 
 
-def _service(role: str, name: str, port: int, root: Path, python: str, config: dict[str, Any], auth_secret: str,
+def _service(role: str, place: Place, settings: Settings, config: dict[str, Any],
              cluster_id: int = 1) -> ProcessSpec:
-    workdir = root / name
-    conf = workdir / "conf.json"
-    keys = AuthConfig.for_roles(auth_secret, ROLE_KEYS[role]).model_dump(mode="json")
-    return ProcessSpec(role, name, port, f"http://{HOST}:{port}", workdir, conf,
-                       json.dumps({**config, "auth": keys}, indent=2),
-                       (python, "-m", f"services.{role}", "-c", str(conf)), cluster_id)
+    keys = AuthConfig.for_roles(settings.auth_secret, ROLE_KEYS[role]).model_dump(mode="json")
+    bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry
+    return ProcessSpec(role, place.name, place.port, place.url, place.workdir, place.config_path,
+                       json.dumps({**bind, **config, "auth": keys}, indent=2),
+                       (settings.python, "-m", f"services.{role}", "-c", str(place.config_path)), cluster_id,
+                       place.host)
 
 
-def _redis(port: int, root: Path) -> ProcessSpec:
-    workdir = root / "redis"
-    conf = workdir / "redis.conf"
-    # A volume cache only: no persistence, so nothing is written but the log.
-    text = f'bind {HOST}\nport {port}\nsave ""\nappendonly no\ndaemonize no\ndir {workdir}\n'
-    return ProcessSpec("redis", "redis", port, f"redis://{HOST}:{port}/0", workdir, conf, text,
-                       ("redis-server", str(conf)))
+def _redis(place: Place) -> ProcessSpec:
+    # A volume cache only: no persistence, so nothing is written but the log. Protected mode would refuse every
+    # client of another host (no password yet: Redis auth is the security issue's).
+    text = (f'bind {place.address}\nport {place.port}\nprotected-mode no\nsave ""\nappendonly no\n'
+            f'daemonize no\ndir {place.workdir}\n')
+    return ProcessSpec("redis", place.name, place.port, f"redis://{place.bind}/0", place.workdir, place.config_path,
+                       text, ("redis-server", str(place.config_path)), host=place.host)
+
+
+def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> list[ProcessSpec]:
+    """The processes of one cluster: clustermgrs, blobnodes, allocators, schedulers, workers, mqproxies, tinker."""
+    members = {str(n): {"raft_addr": f"{p.address}:{p.second_port}", "http_addr": p.bind}
+               for n, p in enumerate(layout["clustermgr"], 1)}
+    policy = [{"code_mode": mode, "min_volumes": s.min_volumes} for mode in s.code_modes]
+    disks = sum(len(p.disks) for p in layout["blobnode"])
+    chunk = {} if s.chunk_size is None else {"chunk_size": s.chunk_size}
+    cms = [_service("clustermgr", p, s,
+                    {"node_id": n, "members": members, "data_dir": str(p.workdir / "data"), "code_modes": policy,
+                     **chunk, "volume_check_interval": 0.5,
+                     # no volume before every disk planned here registered: each one spreads over all hosts
+                     "first_volume_after_disks": disks,
+                     "disk_heartbeat_timeout": 10.0, "disk_broken_after": s.disk_broken_after}, cluster_id)
+           for n, p in enumerate(layout["clustermgr"], 1)]
+    cm_urls = [cm.url for cm in cms]
+    blobnodes = [_service("blobnode", p, s, {"hostname": p.host, "rack": p.rack, "idc": p.az,
+                                             "disks": [{"path": d} for d in p.disks], "clustermgr_hosts": cm_urls,
+                                             "heartbeat_interval": 1.0}, cluster_id)
+                 for p in layout["blobnode"]]
+
+    def services(role: str, **config: Any) -> list[ProcessSpec]:
+        return [_service(role, p, s, {"clustermgr_hosts": cm_urls, **config}, cluster_id) for p in layout[role]]
+
+    tinker = layout["tinker"][0]
+    return [*cms, *blobnodes, *services("allocator", code_modes=list(s.code_modes)), *services("scheduler"),
+            *services("worker"),
+            *services("mqproxy", kafka_bootstrap=s.kafka_bootstrap, partitions=s.partitions, cluster_id=cluster_id),
+            *services("tinker", kafka_bootstrap=s.kafka_bootstrap, delete_safe_delay=s.delete_delay,
+                      delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
+                      group_prefix=f"{cluster_prefix(cluster_id)}tinker")]
+
+
+def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboard: list[Place],
+           s: Settings) -> list[ProcessSpec]:
+    """The access nodes (each given every allocator of every cluster; the first cluster is their own) and the
+    dashboard scraping everything."""
+    home = next(iter(clusters))
+
+    def urls(k: int, role: str) -> list[str]:
+        return [p.url for p in clusters[k] if p.role == role]
+
+    region = [{"cluster_id": k, "clustermgr_hosts": urls(k, "clustermgr"), "allocator_hosts": urls(k, "allocator"),
+               "mqproxy_hosts": urls(k, "mqproxy")} for k in clusters if k != home]
+    nodes = [_service("access", p, s,
+                      {"cluster_id": home, "clustermgr_hosts": urls(home, "clustermgr"),
+                       "allocator_hosts": urls(home, "allocator"), "mqproxy_hosts": urls(home, "mqproxy"),
+                       "region": region, "region_refresh": 2.0, "secret": s.location_secret,
+                       "redis_url": s.redis_url, "default_code_mode": s.code_modes[0],
+                       "orphan_log": str(p.workdir / "orphans.jsonl"),
+                       "audit_log": str(p.workdir / "audit.jsonl") if s.audit_log else ""})
+             for p in access]
+    scraped = [*(p for k in clusters for p in clusters[k]), *nodes]
+    boards = [_service("dashboard", p, s,
+                       {"clustermgr_hosts": urls(home, "clustermgr"), "kafka_bootstrap": s.kafka_bootstrap,
+                        "targets": [{"name": t.name, "role": t.role, "url": t.url} for t in scraped]})
+              for p in dashboard]
+    return [*scraped, *boards]
 
 
 def port_count(shape: ClusterShape) -> int:
@@ -140,45 +258,30 @@ def cluster_prefix(cluster_id: int) -> str:
     return "" if cluster_id == 1 else f"c{cluster_id}-"
 
 
-def _plan_one(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, kafka: KafkaSpec,
-              cluster_id: int, auth_secret: str) -> list[ProcessSpec]:
-    """The processes of one cluster: clustermgrs, blobnodes, allocators, schedulers, worker, mqproxy, tinker."""
+def _local(root: Path, name: str, ports: Iterator[int], second_port: bool = False, **facts: Any) -> Place:
+    port = next(ports)
+    return Place(name, HOST, port, root / name, root / name / "conf.json",
+                 second_port=next(ports) if second_port else 0, **facts)
+
+
+def _local_layout(root: Path, shape: ClusterShape, ports: Iterator[int], cluster_id: int) -> dict[str, list[Place]]:
     name = cluster_prefix(cluster_id)
-    members = {str(n): {"raft_addr": f"{HOST}:{next(ports)}", "http_addr": f"{HOST}:{next(ports)}"}
-               for n in range(1, CLUSTERMGR_COUNT + 1)}
-    policy = [{"code_mode": shape.code_mode, "min_volumes": shape.min_volumes}]
-    cms = [_service("clustermgr", f"{name}clustermgr{n}", int(m["http_addr"].rsplit(":", 1)[1]), root, python,
-                    {"node_id": int(n), "members": members, "data_dir": str(root / f"{name}clustermgr{n}" / "data"),
-                     "code_modes": policy, "chunk_size": shape.chunk_size, "volume_check_interval": 0.5,
-                     # no volume before every disk started here registered: each one spreads over all hosts
-                     "first_volume_after_disks": shape.blobnodes * shape.disks_per_node,
-                     "disk_heartbeat_timeout": 10.0, "disk_broken_after": shape.disk_broken_after}, auth_secret,
-                    cluster_id)
-           for n, m in members.items()]
-    cm_urls = [cm.url for cm in cms]
-    blobnodes = []
-    for i in range(1, shape.blobnodes + 1):
-        port = next(ports)
-        disks = [{"path": str(root / f"{name}blobnode{i}" / "disks" / str(d))}
-                 for d in range(1, shape.disks_per_node + 1)]
-        blobnodes.append(_service("blobnode", f"{name}blobnode{i}", port, root, python,
-                                  {"bind_addr": f"{HOST}:{port}", "disks": disks, "clustermgr_hosts": cm_urls,
-                                   "heartbeat_interval": 1.0}, auth_secret, cluster_id))
 
-    def service(role: str, instance: str = "", **config: Any) -> ProcessSpec:
-        port = next(ports)
-        return _service(role, f"{name}{role}{instance}", port, root, python,
-                        {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": cm_urls, **config}, auth_secret,
-                        cluster_id)
+    def places(role: str, count: int, numbered: bool = True) -> list[Place]:
+        return [_local(root, f"{name}{role}{n if numbered else ''}", ports) for n in range(1, count + 1)]
 
-    allocators = [service("allocator", str(n), code_modes=[shape.code_mode]) for n in range(1, shape.allocators + 1)]
-    schedulers = [service("scheduler", str(n)) for n in (1, 2)]
-    worker = service("worker")
-    mqproxy = service("mqproxy", kafka_bootstrap=kafka.bootstrap, partitions=KAFKA_PARTITIONS, cluster_id=cluster_id)
-    tinker = service("tinker", kafka_bootstrap=kafka.bootstrap, delete_safe_delay=shape.delete_delay,
-                     delete_log=str(root / f"{name}tinker" / "deletes.jsonl"), cluster_id=cluster_id,
-                     group_prefix=f"{name}tinker")
-    return [*cms, *blobnodes, *allocators, *schedulers, worker, mqproxy, tinker]
+    def clustermgr(n: int) -> Place:
+        raft = next(ports)  # drawn before its HTTP port
+        return replace(_local(root, f"{name}clustermgr{n}", ports), second_port=raft)
+
+    cms = [clustermgr(n) for n in range(1, CLUSTERMGR_COUNT + 1)]
+    blobnodes = [_local(root, f"{name}blobnode{i}", ports,
+                        disks=tuple(str(root / f"{name}blobnode{i}" / "disks" / str(d))
+                                    for d in range(1, shape.disks_per_node + 1)))
+                 for i in range(1, shape.blobnodes + 1)]
+    return {"clustermgr": cms, "blobnode": blobnodes, "allocator": places("allocator", shape.allocators),
+            "scheduler": places("scheduler", 2), "worker": places("worker", 1, False),
+            "mqproxy": places("mqproxy", 1, False), "tinker": places("tinker", 1, False)}
 
 
 def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str,
@@ -186,32 +289,57 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     """Every process of a local cluster (or region) under `root`; `ports` hands out `port_count(shape)` ports.
     `secret` signs Locations, `auth_secret` internal requests (each process gets its role keys)."""
     root = root.resolve()
-    redis = _redis(next(ports), root)
-    kafka = KafkaSpec(root / "kafka", next(ports), next(ports))
-    clusters = {k: _plan_one(root, shape, ports, python, kafka, k, auth_secret) for k in range(1, shape.clusters + 1)}
+    redis = _redis(_local(root, "redis", ports))
+    kafka_place = _local(root, "kafka", ports, second_port=True)
+    kafka = KafkaPlan([BrokerSpec(1, kafka_place)], kafka_place.bind)
+    s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
+                 shape.disk_broken_after, kafka.bootstrap, redis.url, chunk_size=shape.chunk_size,
+                 audit_log=shape.audit_log)
+    clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
+    access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
+    dashboard = [_local(root, "dashboard", ports)]
+    return ClusterPlan(kafka, [redis, *_front(clusters, access, dashboard, s)])
 
-    def urls(k: int, role: str) -> list[str]:
-        return [p.url for p in clusters[k] if p.role == role]
 
-    region = [{"cluster_id": k, "clustermgr_hosts": urls(k, "clustermgr"), "allocator_hosts": urls(k, "allocator"),
-               "mqproxy_hosts": urls(k, "mqproxy")} for k in clusters if k != 1]
+def derived(secret: str, purpose: str, size: int = 32) -> bytes:
+    """A value derived from the cluster secret, so rendering a spec again gives the same one."""
+    return hmac.digest(bytes.fromhex(secret), f"blobstore {purpose}".encode(), hashlib.sha256)[:size]
 
-    def access(name: str) -> ProcessSpec:
-        """One access node: all of them alike (same secret, every allocator), but for port and log folder."""
-        port = next(ports)
-        return _service("access", name, port, root, python,
-                        {"bind_addr": f"{HOST}:{port}", "cluster_id": 1, "clustermgr_hosts": urls(1, "clustermgr"),
-                         "allocator_hosts": urls(1, "allocator"), "mqproxy_hosts": urls(1, "mqproxy"),
-                         "region": region, "region_refresh": 2.0,
-                         "secret": secret, "redis_url": redis.url, "default_code_mode": shape.code_mode,
-                         "orphan_log": str(root / name / "orphans.jsonl"),
-                         "audit_log": str(root / name / "audit.jsonl") if shape.audit_log else ""}, auth_secret)
 
-    access_nodes = [access(f"access{n}") for n in range(1, shape.access_nodes + 1)]
-    scraped = [*(p for k in clusters for p in clusters[k]), *access_nodes]
-    port = next(ports)
-    dashboard = _service("dashboard", "dashboard", port, root, python,
-                         {"bind_addr": f"{HOST}:{port}", "clustermgr_hosts": urls(1, "clustermgr"),
-                          "kafka_bootstrap": kafka.bootstrap,
-                          "targets": [{"name": p.name, "role": p.role, "url": p.url} for p in scraped]}, auth_secret)
-    return ClusterPlan(kafka, [redis, *scraped, dashboard])
+def kafka_cluster_uuid(secret: str) -> str:
+    """A KRaft cluster id (base64url of 16 bytes, as Kafka's Uuid prints), the same for every broker."""
+    return base64.urlsafe_b64encode(derived(secret, "kafka cluster id", 16)).decode().rstrip("=")
+
+
+def _spec_place(spec: ClusterSpec, role: str, host_name: str) -> Place:
+    host = spec.host(host_name)
+    second = {"clustermgr": spec.ports.clustermgr_raft, "kafka": spec.ports.kafka_controller}.get(role, 0)
+    config = spec.config_dir_of(host) / (f"{role}.properties" if role == "kafka" else
+                                         f"{role}.conf" if role == "redis" else f"{role}.json")
+    return Place(f"{role}-{host.name}", host.address, getattr(spec.ports, role),
+                 spec.data_root_of(host) / f"{role}-{host.name}", config, host.name, host.rack, host.az,
+                 tuple(host.disks) if role == "blobnode" else (), second)
+
+
+def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
+    """Every process of `spec` on its hosts; keys and the Location secret derive from `auth_secret`."""
+    def places(role: str) -> list[Place]:
+        return [_spec_place(spec, role, h.name) for h in spec.hosts_of(role)]
+
+    brokers = [BrokerSpec(n, p) for n, p in enumerate(places("kafka"), 1)]
+    bootstrap = ",".join(b.place.bind for b in brokers) or ",".join(spec.kafka.bootstrap)
+    kafka = KafkaPlan(brokers, bootstrap, spec.kafka.replication_factor, spec.kafka.min_insync_replicas,
+                      kafka_cluster_uuid(auth_secret))
+    redis = [_redis(p) for p in places("redis")]
+    s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
+                 spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
+                 redis[0].url if redis else spec.redis.url, spec.kafka.partitions)
+    roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
+    cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
+    return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("dashboard"),
+                                              s)])
+
+
+def hosts_of(processes: Sequence[ProcessSpec]) -> list[str]:
+    """The machines a plan's processes run on, in first-seen order."""
+    return list(dict.fromkeys(p.host for p in processes if p.host))

@@ -46,7 +46,8 @@ class ClusterLink:
         for disk_id, disk in self.node.disks.items():
             stat = await self.node.disk_stat(disk_id)
             info = DiskAdd(disk_id=disk_id, host=config.advertised_host, idc=config.idc, rack=config.rack,
-                           hostname=config.hostname, path=str(disk.path), size=stat.size, free=stat.free, max_chunks=disk.max_chunks)
+                           hostname=config.hostname, path=str(disk.path), size=stat.size, free=stat.free,
+                           max_chunks=disk.max_chunks)
             try:
                 await self.cluster.add_disk(info)
             except Conflict:

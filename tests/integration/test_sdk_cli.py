@@ -1,9 +1,11 @@
-"""The SDK and the `blobstore` CLI against a real local cluster started by the launcher.
+"""The SDK and the `blobstore` CLI against a real cluster started by the launcher, across hosts.
 
-One cluster (6 blobnodes x 1 disk, EC3P3, two allocators and two access nodes, with Kafka, mqproxy, tinker and a
-worker) serves the whole module;
-it is stopped by PID at the end whatever happens, and the last test checks that `cluster down` leaves no
-process behind, Kafka's JVM included.
+One cluster serves the whole module: as root (as CI runs) `cluster up --hosts 6 --racks 2`, six network
+namespaces with six addresses, each host a blobnode with one disk, three Kafka brokers (replication 3), EC3P3,
+two allocators and two access nodes, mqproxy, tinker and a worker; the SDK and the CLI reach it from the root
+namespace. Without root the same cluster on 127.0.0.1 (and the host tests skip). It is stopped by PID at the
+end whatever happens; the last tests check that `cluster down` leaves no process, namespace or bridge behind,
+also after the launcher itself was killed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import asyncio
 import inspect
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,22 +27,24 @@ import pytest
 from typer.testing import CliRunner
 
 import blobstore
-from blobstore import AsyncClient, BadRequest, Client, Forbidden, NotFound, RangeNotSatisfiable, Unavailable
+from blobstore import AsyncClient, BadRequest, Client, Forbidden, NotFound, RangeNotSatisfiable, Unavailable, netns
 from blobstore.cli import app
-from blobstore.launcher import ClusterInfo, down, up
+from blobstore.launcher import ClusterInfo, LauncherError, ProcessRecord, down, restart, up
 from blobstore.plan import ClusterShape
 from blobstore.procs import free_ports, poll
 
 MiB = 1 << 20
 SIZES = [0, 1, 5 * MiB + 1]
 KINDS = ["bytes", "file", "iterator"]
+HOSTS = 6 if os.geteuid() == 0 else 0  # namespaces need root
+on_hosts = pytest.mark.skipif(not HOSTS, reason="hosts as network namespaces need root")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
     root = tmp_path_factory.mktemp("cluster")
     try:
-        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), timeout=60)
+        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), hosts=HOSTS, timeout=60)
     finally:
         if (root / "cluster.json").exists():
             down(root)
@@ -224,11 +232,15 @@ def test_cli_cluster_metadata(cluster: ClusterInfo) -> None:
     assert json.loads(_cli(cluster, "volume", "get", str(vid), "--json").stdout)["vid"] == vid
     assert json.loads(_cli(cluster, "config", "get", "code_mode_policy").stdout)[0]["code_mode"] == "EC3P3"
     state = json.loads(_cli(cluster, "cluster", "status", "--json").stdout)
-    assert state["leader"] in {"clustermgr1", "clustermgr2", "clustermgr3"}
+    names = {"allocator": ["allocator-h1", "allocator-h2"], "access": ["access-h1", "access-h2"],
+             "clustermgr": ["clustermgr-h1", "clustermgr-h2", "clustermgr-h3"]} if HOSTS else {
+        "allocator": ["allocator1", "allocator2"], "access": ["access1", "access2"],
+        "clustermgr": ["clustermgr1", "clustermgr2", "clustermgr3"]}
+    assert state["leader"] in names["clustermgr"]
     assert all(p["healthy"] for p in state["processes"])
     assert state["access_urls"] == cluster.access_urls and state["access_url"] == cluster.access_urls[0]
     assert [p["name"] for p in state["processes"] if p["role"] in {"allocator", "access"}] == [
-        "allocator1", "allocator2", "access1", "access2"]
+        *names["allocator"], *names["access"]]
     assert all(url in _cli(cluster, "cluster", "status").stdout for url in cluster.access_urls)
 
 
@@ -249,11 +261,13 @@ def test_cli_delete_and_queue_stats(cluster: ClusterInfo, client: Client) -> Non
     failed = CliRunner().invoke(app, ["get", location, "--dir", cluster.dir])
     assert failed.exit_code == 1 and "404" in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
 
-    def drained() -> bool:  # purged after the 1 s safe delay and its offset committed
-        stats = json.loads(_cli(cluster, "queue", "stats", "--json").stdout)
-        return stats["delete"]["done"] >= 1 and sum(stats["delete"]["lag"]["blob_delete"].values()) == 0
+    seen: list[Any] = []
 
-    assert poll(drained, 20.0, interval=0.25), "the delete pipeline did not drain within 20 s"
+    def drained() -> bool:  # purged after the 1 s safe delay and its offset committed
+        seen[:] = [json.loads(_cli(cluster, "queue", "stats", "--json").stdout)["delete"]]
+        return seen[0]["done"] >= 1 and sum(seen[0]["lag"]["blob_delete"].values()) == 0
+
+    assert poll(drained, 20.0, interval=0.25), f"the delete pipeline did not drain within 20 s: {seen}"
     stats = json.loads(_cli(cluster, "queue", "stats", "--json").stdout)
     assert stats["repair"]["group"] == "tinker-repair" and stats["delete"]["group"] == "tinker-delete"
     assert set(stats["repair"]["lag"]) == {"shard_repair", "shard_repair_failed"}
@@ -263,15 +277,146 @@ def test_cli_delete_and_queue_stats(cluster: ClusterInfo, client: Client) -> Non
     assert "consumer lag" in _cli(cluster, "queue", "stats").stdout
 
 
-def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
-    """Runs last in this module: it stops the shared cluster."""
+def _machines(cluster: ClusterInfo) -> dict[str, str]:
+    """Each process's URL -> the host it runs on."""
+    return {p.url: p.host for p in ClusterInfo.load(Path(cluster.dir)).processes}
+
+
+def _record(cluster: ClusterInfo, name: str) -> ProcessRecord:
+    return next(p for p in ClusterInfo.load(Path(cluster.dir)).processes if p.name == name)
+
+
+@on_hosts
+def test_every_process_runs_in_its_hosts_namespace_at_its_address(cluster: ClusterInfo) -> None:
+    net = cluster.net()
+    assert net is not None and len({h.address for h in net.hosts}) == 6
     records = ClusterInfo.load(Path(cluster.dir)).processes
-    assert sorted(p.role for p in records) == sorted(["redis", "kafka", *["clustermgr"] * 3, *["blobnode"] * 6,
+    for host in net.hosts:
+        mine = [p for p in records if p.host == host.name]
+        assert {"blobnode", *(["kafka"] if host.name in ("h4", "h5", "h6") else [])} <= {p.role for p in mine}
+        assert {p.pid for p in mine} <= set(netns.pids(host.namespace)), host.name  # inside its namespace
+        assert all(p.url.split("://")[1].startswith(f"{host.address}:") for p in mine)
+    assert {p.host for p in records} == {h.name for h in net.hosts}
+    shown = json.loads(_cli(cluster, "cluster", "status", "--json").stdout)["processes"]
+    assert all(p["host"] and p["healthy"] for p in shown)
+    assert (Path(cluster.dir) / "h1" / "config" / "access.json").exists()  # run from its rendered bundle
+
+
+@on_hosts
+def test_every_shard_of_a_blob_sits_on_its_own_host(cluster: ClusterInfo, client: Client) -> None:
+    location = client.put(os.urandom(5 * MiB + 1))  # two blobs
+    shards = json.loads(_cli(cluster, "blob", "shards", location, "--json").stdout)
+    machines = _machines(cluster)
+    for bid in {s["bid"] for s in shards}:
+        hosts = [machines[s["host"]] for s in shards if s["bid"] == bid]
+        assert sorted(hosts) == [f"h{i}" for i in range(1, 7)], hosts
+
+
+@on_hosts
+def test_a_blobnode_killed_in_its_namespace_loses_no_write_and_restarts_there(cluster: ClusterInfo,
+                                                                             client: Client) -> None:
+    written: list[tuple[str, bytes]] = []
+    failures: list[Exception] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            data = os.urandom(64 * 1024)
+            try:
+                written.append((client.put(data), data))
+            except Exception as exc:  # any failure fails the test below
+                failures.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert poll(lambda: len(written) >= 10, 20.0)
+        victim = _record(cluster, "blobnode-h2")
+        os.kill(victim.pid, signal.SIGKILL)
+        before = len(written)
+        assert poll(lambda: len(written) >= before + 30, 30.0), "writes stalled with one blobnode gone"
+        back = restart(Path(cluster.dir), "blobnode-h2")
+        assert back.pid in netns.pids(back.namespace) and back.host == "h2"
+        after = len(written)
+        assert poll(lambda: len(written) >= after + 10, 20.0)
+    finally:
+        stop.set()
+        thread.join()
+    assert failures == []
+    for location, data in written:
+        assert client.get(location) == data
+
+
+@on_hosts
+def test_deletes_queued_while_a_kafka_host_is_cut_off_are_all_carried_out(cluster: ClusterInfo,
+                                                                          client: Client) -> None:
+    """h6 runs a Kafka broker (and a blobnode): pull its cable, delete objects, plug it back in. With replication
+    3 and min.insync.replicas 2 every acknowledged delete is carried out; none is lost."""
+    net = cluster.net()
+    assert net is not None
+    objects = [client.put(os.urandom(100_000)) for _ in range(20)]
+    deleted: list[str] = []
+    netns.set_link(net.host("h6"), up=False)
+    try:
+        for location in objects:  # a delete may wait out Kafka moving a partition off the lost broker
+            assert poll(lambda loc=location: _delete_acknowledged(client, loc), 60.0, interval=0.5)  # type: ignore[misc]
+            deleted.append(location)
+    finally:
+        netns.set_link(net.host("h6"), up=True)
+    assert deleted == objects
+    assert poll(lambda: all(_gone(client, loc) for loc in deleted), 90.0, interval=1.0), "a delete was lost"
+
+    def drained() -> bool:
+        lag = json.loads(_cli(cluster, "queue", "stats", "--json").stdout)["delete"]["lag"]["blob_delete"]
+        return sum(lag.values()) == 0
+
+    assert poll(drained, 90.0, interval=1.0), "the delete queue did not drain after the broker's host came back"
+
+
+def _delete_acknowledged(client: Client, location: str) -> bool:
+    try:
+        client.delete(location)
+        return True
+    except Unavailable:
+        return False
+
+
+def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
+    """Runs after every test on the shared cluster: it stops it."""
+    records = ClusterInfo.load(Path(cluster.dir)).processes
+    assert sorted(p.role for p in records) == sorted(["redis", *["kafka"] * (3 if HOSTS else 1),
+                                                      *["clustermgr"] * 3, *["blobnode"] * 6,
                                                       *["allocator"] * 2, *["scheduler"] * 2, "worker", "mqproxy",
                                                       "tinker", *["access"] * 2, "dashboard"])
     _cli(cluster, "cluster", "down")
     assert [p.name for p in records if p.running] == []
     assert _processes_mentioning(cluster.dir) == []  # every command line names a config under the cluster dir
+    if HOSTS:
+        assert cluster.network and not [n for n in netns.namespaces() if n.startswith(f"{cluster.network}-")]
+        assert cluster.network not in {f"bs{k}" for k in netns.in_use()}  # no bridge, no link left
+
+
+@on_hosts
+def test_cluster_down_cleans_up_after_a_killed_launcher(tmp_path: Path) -> None:
+    launcher = subprocess.Popen([str(Path(sys.executable).parent / "blobstore"), "cluster", "up", "--hosts", "6",
+                                 "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def midway() -> bool:
+            try:
+                return any(p.role == "clustermgr" for p in ClusterInfo.load(tmp_path).processes)
+            except (LauncherError, OSError, ValueError):  # not written yet, or half written
+                return False
+
+        assert poll(midway, 60.0, interval=0.2), "the launcher never got to start clustermgr"
+        info = ClusterInfo.load(tmp_path)
+        assert info.network and [n for n in netns.namespaces() if n.startswith(f"{info.network}-")]
+    finally:
+        launcher.kill()
+        launcher.wait()
+    result = CliRunner().invoke(app, ["cluster", "down", "--dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert _processes_mentioning(str(tmp_path)) == []
+    assert info.network not in {f"bs{k}" for k in netns.in_use()}
 
 
 def _processes_mentioning(text: str) -> list[str]:

@@ -79,7 +79,8 @@ def test_the_default_plan_runs_two_allocators_and_two_access_nodes_each_given_bo
 def test_port_count_is_the_ports_the_plan_draws(tmp_path: Path, shape: ClusterShape) -> None:
     plan, taken = _plan(tmp_path, shape)
     assert taken == port_count(shape)
-    used = [p.port for p in plan.processes] + [plan.kafka.port, plan.kafka.controller_port]
+    kafka = [p for b in plan.kafka.brokers for p in (b.place.port, b.place.second_port)]
+    used = [p.port for p in plan.processes] + kafka
     raft = [int(m["raft_addr"].rsplit(":", 1)[1]) for p in plan.of_role("clustermgr")
             for m in _config(p)["members"].values()]
     assert len(set(used) | set(raft)) == taken  # every port drawn is used, by one process only

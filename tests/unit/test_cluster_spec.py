@@ -1,0 +1,131 @@
+"""The cluster spec (blobstore/spec.py) and its per-host bundles (blobstore/render.py, `blobstore deploy`): the
+example spec renders into what an operator installs on six machines, and each kind of bad spec is one clear
+error that writes nothing."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner, Result
+
+from blobstore.cli import app
+from blobstore.plan import ROLE_KEYS
+from blobstore.spec import Services, SpecError, for_hosts, load, parse
+from services.access.config import AccessConfig
+from services.allocator.config import AllocatorConfig
+from services.blobnode.config import BlobnodeConfig
+from services.clustermgr.config import ClusterMgrConfig
+from services.dashboard.config import DashboardConfig
+from services.mqproxy.config import MqProxyConfig
+from services.scheduler.config import SchedulerConfig
+from services.tinker.config import TinkerConfig
+from services.worker.config import WorkerConfig
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "cluster.example.toml"
+MODELS: dict[str, type[BaseModel]] = {
+    "access": AccessConfig, "allocator": AllocatorConfig, "blobnode": BlobnodeConfig, "clustermgr": ClusterMgrConfig,
+    "dashboard": DashboardConfig, "mqproxy": MqProxyConfig, "scheduler": SchedulerConfig, "tinker": TinkerConfig,
+    "worker": WorkerConfig}
+
+
+def _cli(*args: str) -> Result:
+    """The `blobstore` command, run in this process."""
+    return CliRunner().invoke(app, list(args))
+
+
+def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_path: Path) -> None:
+    spec = load(EXAMPLE)
+    done = _cli("deploy", "render", str(EXAMPLE), "--out", str(tmp_path / "out"))
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [f"h{i}" for i in range(1, 7)]
+    assert stat.S_IMODE((out / "cluster.secret").stat().st_mode) == 0o600
+    seen_roles: set[str] = set()
+    for host in spec.hosts:
+        bundle = out / host.name
+        configs = sorted((bundle / "config").iterdir())
+        roles = sorted(p.name.split(".")[0] for p in configs)
+        expected = sorted(["blobnode", *(r for r in (*MODELS, "kafka", "redis")
+                                         if r != "blobnode" and host.name in getattr(spec.services, r))])
+        assert roles == expected, host.name
+        seen_roles.update(roles)
+        for path in configs:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+            role = path.name.split(".")[0]
+            if role in MODELS:
+                raw = json.loads(path.read_text())
+                config = MODELS[role].model_validate(raw)
+                assert set(raw) <= set(type(config).model_fields), f"{path}: keys the service ignores"
+                bind = raw["members"][str(spec.services.clustermgr.index(host.name) + 1)]["http_addr"] \
+                    if role == "clustermgr" else raw["bind_addr"]
+                assert bind == f"{host.address}:{getattr(spec.ports, role)}"
+                assert sorted(raw["auth"]["keys"]) == sorted(ROLE_KEYS[role]), path  # only what it needs
+            unit = (bundle / "systemd" / f"blobstore-{role}.service").read_text()
+            for line in ("Restart=on-failure", "LimitNOFILE=1048576", "After=network-online.target",
+                         f"User={spec.user}", "WantedBy=blobstore.target", str(spec.config_dir_of(host) / path.name)):
+                assert line in unit, (role, line)
+        target = (bundle / "systemd" / "blobstore.target").read_text()
+        assert all(f"blobstore-{r}.service" in target for r in roles)
+        readme = (bundle / "README.md").read_text()
+        assert "systemctl enable --now blobstore.target" in readme and host.address in readme
+    assert seen_roles == {*MODELS, "kafka", "redis"}
+    blobnode = json.loads((out / "h4" / "config" / "blobnode.json").read_text())
+    assert (blobnode["hostname"], blobnode["rack"], blobnode["disks"]) == ("h4", "r2", [{"path": "/data/disk1"},
+                                                                                         {"path": "/data/disk2"}])
+    kafka = (out / "h2" / "config" / "kafka.properties").read_text()
+    assert "controller.quorum.voters=1@10.0.2.12:9093,2@10.0.2.14:9093,3@10.0.2.16:9093" in kafka
+    assert "default.replication.factor=3" in kafka and "min.insync.replicas=2" in kafka
+    access = [json.loads((out / h / "config" / "access.json").read_text()) for h in ("h1", "h4")]
+    assert access[0]["secret"] == access[1]["secret"]  # a Location signed by one reads through the other
+    again = tmp_path / "again"
+    (again).mkdir()
+    (again / "cluster.secret").write_text((out / "cluster.secret").read_text())
+    assert _cli("deploy", "render", str(EXAMPLE), "--out", str(again)).exit_code == 0
+    assert (again / "h1" / "config" / "access.json").read_text() == (out / "h1" / "config" / "access.json").read_text()
+
+
+BAD = {
+    "two processes on one address:port": (
+        ('address = "10.0.2.16"', 'address = "10.0.2.14"'), "both listen on 10.0.2.14:8889"),
+    "an even number of clustermgr": (
+        ('clustermgr = ["h1", "h3", "h5"]', 'clustermgr = ["h1", "h3"]'), "Raft needs an odd number"),
+    "too few hosts for the widest code mode": (
+        ('code_modes = ["EC3P3"]', 'code_modes = ["EC3P3", "EC6P3"]'), "EC6P3 puts its 9 units on distinct hosts"),
+    "an unknown key": (("[redis]", "[redis]\nport = 6379"), "redis.port: unknown key"),
+    "a service on an undeclared host": (('tinker = ["h6"]', 'tinker = ["h7"]'), "services.tinker names undeclared"),
+    "both our brokers and the operator's": (("[kafka]", '[kafka]\nbootstrap = ["k1:9092"]'), "exactly one of them"),
+    "an ISR larger than the replication": (("min_insync_replicas = 2", "min_insync_replicas = 4"),
+                                          "exceeds replication_factor"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_spec_is_one_error_naming_the_problem_and_writes_nothing(tmp_path: Path, case: str) -> None:
+    (old, new), message = BAD[case]
+    text = EXAMPLE.read_text()
+    assert old in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(old, new, 1))
+    with pytest.raises(SpecError, match=message.replace("[", r"\[")):
+        parse(bad.read_text())
+    for command in (("deploy", "check", str(bad)), ("deploy", "render", str(bad), "--out", str(tmp_path / "out"))):
+        done = _cli(*command)
+        assert done.exit_code == 1
+        assert done.stderr.startswith("error: ") and message in " ".join(done.stderr.split()), done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_cluster_up_hosts_spec_spreads_roles_and_racks(tmp_path: Path) -> None:
+    hosts = [(f"h{i}", f"10.77.9.{10 + i}") for i in range(1, 7)]
+    spec = for_hosts(hosts, 2, tmp_path)
+    assert [h.rack for h in spec.hosts] == ["r1", "r2"] * 3
+    assert spec.services.kafka == ["h4", "h5", "h6"] and spec.kafka.replication_factor == 3
+    assert spec.services.clustermgr == ["h1", "h2", "h3"]
+    assert not {"tinker", "mqproxy", "access", "clustermgr"} & {r for r in Services.model_fields
+                                                               if "h6" in getattr(spec.services, r)}
+    with pytest.raises(SpecError, match="EC3P3 puts its 6 units on distinct hosts, but only 5"):
+        for_hosts(hosts[:5], 2, tmp_path)
