@@ -100,6 +100,10 @@ class ClusterInfo:
         """Its hosts' namespaces and addresses (host -> namespace, address; each process names its host)."""
         return netns.plan_network(self.hosts, int(self.network[2:])) if self.network else None
 
+    def on_host(self, host: str) -> list[ProcessRecord]:
+        """The processes running on `host` (h1, h2, ...)."""
+        return [p for p in self.processes if p.host == host]
+
     def save(self) -> None:
         path = Path(self.dir) / STATE_FILE
         path.with_suffix(".tmp").write_text(json.dumps(asdict(self), indent=2))

@@ -290,9 +290,10 @@ def _record(cluster: ClusterInfo, name: str) -> ProcessRecord:
 def test_every_process_runs_in_its_hosts_namespace_at_its_address(cluster: ClusterInfo) -> None:
     net = cluster.net()
     assert net is not None and len({h.address for h in net.hosts}) == 6
-    records = ClusterInfo.load(Path(cluster.dir)).processes
+    info = ClusterInfo.load(Path(cluster.dir))
+    records = info.processes
     for host in net.hosts:
-        mine = [p for p in records if p.host == host.name]
+        mine = info.on_host(host.name)
         assert {"blobnode", *(["kafka"] if host.name in ("h4", "h5", "h6") else [])} <= {p.role for p in mine}
         assert {p.pid for p in mine} <= set(netns.pids(host.namespace)), host.name  # inside its namespace
         assert all(p.url.split("://")[1].startswith(f"{host.address}:") for p in mine)
@@ -413,7 +414,7 @@ def test_cluster_down_cleans_up_after_a_killed_launcher(tmp_path: Path) -> None:
     finally:
         launcher.kill()
         launcher.wait()
-    result = CliRunner().invoke(app, ["cluster", "down", "--dir", str(tmp_path)])
+        result = CliRunner().invoke(app, ["cluster", "down", "--dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert _processes_mentioning(str(tmp_path)) == []
     assert info.network not in {f"bs{k}" for k in netns.in_use()}
