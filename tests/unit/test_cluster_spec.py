@@ -129,3 +129,18 @@ def test_cluster_up_hosts_spec_spreads_roles_and_racks(tmp_path: Path) -> None:
                                                                if "h6" in getattr(spec.services, r)}
     with pytest.raises(SpecError, match="EC3P3 puts its 6 units on distinct hosts, but only 5"):
         for_hosts(hosts[:5], 2, tmp_path)
+
+
+def test_the_operators_kafka_and_redis_are_used_and_not_rendered(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace('kafka = ["h2", "h4", "h6"]\n', "").replace('redis = ["h1"]\n', "")
+    text = text.replace("[kafka]", '[kafka]\nbootstrap = ["k1.example:9092", "k2.example:9092"]')
+    text = text.replace('url = ""', 'url = "redis://cache.example:6379/0"')
+    (tmp_path / "spec.toml").write_text(text)
+    done = _cli("deploy", "render", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "out"))
+    assert done.exit_code == 0, done.output
+    rendered = {p.name for p in (tmp_path / "out").glob("*/config/*")}
+    assert not rendered & {"kafka.properties", "redis.conf"}
+    tinker = json.loads((tmp_path / "out" / "h6" / "config" / "tinker.json").read_text())
+    access = json.loads((tmp_path / "out" / "h1" / "config" / "access.json").read_text())
+    assert tinker["kafka_bootstrap"] == "k1.example:9092,k2.example:9092"
+    assert access["redis_url"] == "redis://cache.example:6379/0"
