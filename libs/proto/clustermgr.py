@@ -23,18 +23,40 @@ SESSION_HEADER = "x-clustermgr-session"  # carries a `Session` on every mutating
 # client sessions
 
 
+class Fence(BaseModel):
+    """The lease a command is sent under (Kleppmann's fencing token): clustermgr applies it only while the
+    lease record at `key` (JSON with an `epoch`) still carries `epoch`; a holder superseded by a takeover gets
+    `Fenced` back, however late its command arrives and whatever its own clock says."""
+
+    key: str = Field(pattern=r"^\S{1,256}$")
+    epoch: int = Field(ge=1)
+
+
+def lease_epoch(record: str | None) -> int:
+    """The epoch of a lease record in kv (0: none, or a record without one)."""
+    if record is None:
+        return 0
+    try:
+        epoch = json.loads(record).get("epoch", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return epoch if isinstance(epoch, int) else 0
+
+
 class Session(BaseModel):
     """Which client sends a mutating command, and which of its commands it is (Raft thesis 6.3).
 
     clustermgr applies each (client, seq) once and answers a retry with the first answer, so a retry
     after a lost reply is safe. `acked`: every seq up to it has been answered or given up, so the
     client never retries those and clustermgr may forget their answers. Sent in `SESSION_HEADER` as
-    "client seq acked"; a request without it is applied without this protection (e.g. from curl).
+    "client seq acked [fence-key fence-epoch]"; a request without it is applied without this protection
+    (e.g. from curl). A lease holder's commands carry its `Fence`.
     """
 
     client: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     seq: int = Field(ge=1, lt=2**63)
     acked: int = Field(ge=0)
+    fence: Fence | None = None
 
     @model_validator(mode="after")
     def _acked_before_seq(self) -> Session:
@@ -43,16 +65,18 @@ class Session(BaseModel):
         return self
 
     def header(self) -> str:
-        return f"{self.client} {self.seq} {self.acked}"
+        fence = f" {self.fence.key} {self.fence.epoch}" if self.fence else ""
+        return f"{self.client} {self.seq} {self.acked}{fence}"
 
     @classmethod
     def parse(cls, raw: str) -> Session:
         """ValueError naming what is wrong."""
         parts = raw.split()
-        if len(parts) != 3:
-            raise ValueError(f"{SESSION_HEADER} must be 'client seq acked', got {raw!r}")
+        if len(parts) not in (3, 5):
+            raise ValueError(f"{SESSION_HEADER} must be 'client seq acked [fence-key fence-epoch]', got {raw!r}")
         try:
-            return cls(client=parts[0], seq=int(parts[1]), acked=int(parts[2]))
+            fence = Fence(key=parts[3], epoch=int(parts[4])) if len(parts) == 5 else None
+            return cls(client=parts[0], seq=int(parts[1]), acked=int(parts[2]), fence=fence)
         except ValueError as exc:  # a bad number, or pydantic's ValidationError
             raise ValueError(f"{SESSION_HEADER} {raw!r}: {exc}") from None
 
@@ -188,6 +212,12 @@ class UnitAlloc(UnitRef):
 class UnitUpdate(UnitRef):
     vuid: int = U64
     disk_id: int = DISK_ID
+
+
+class UnitRelease(VolumeRef):
+    """May the chunk of unit `vuid` be released? Only if it is not the volume's live unit."""
+
+    vuid: int = U64
 
 
 # scopes, services, config, kv

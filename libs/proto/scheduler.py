@@ -97,6 +97,7 @@ class TaskRef(RequestBody):
     worker: str = Field(min_length=1)  # the worker's id (host:port), the lease holder
     source_vuid: int = Field(ge=0, lt=2**64)
     destination_vuid: int = Field(ge=0, lt=2**64)
+    epoch: int = Field(0, ge=0)  # of the scheduler lease it was handed out under: a newer holder refuses it
 
 
 class AcquireRequest(RequestBody):
@@ -166,11 +167,13 @@ class SchedulerStatus(BaseModel):
 
 
 class LeaderRecord(BaseModel):
-    """The election record in clustermgr's kv (`LEADER_KEY`): who is active, and a counter bumped by each
-    renewal, so a standby sees the record change while its holder lives."""
+    """The election record in clustermgr's kv (`LEADER_KEY`): who is active, a counter bumped by each
+    renewal, so a standby sees the record change while its holder lives, and the epoch, bumped by each
+    takeover: the fencing token every state change of the holder carries (`libs.proto.clustermgr.Fence`)."""
 
     host: str
     term: int = Field(ge=1)
+    epoch: int = Field(1, ge=1)
 
 
 LEADER_KEY = "scheduler/leader"

@@ -109,6 +109,13 @@ class StaleEpoch(Conflict):
     status = 409
 
 
+class Fenced(Conflict):
+    """Sent under a lease epoch that a newer holder has superseded (a fencing token): nothing was changed."""
+
+    code = "fenced"
+    status = 409
+
+
 class ShardExists(Conflict):
     """The bid is stored with different bytes."""
 

@@ -48,6 +48,7 @@ from libs.proto.clustermgr import (
     ServiceRegister,
     Session,
     UnitAlloc,
+    UnitRelease,
     UnitUpdate,
     VolumeAlloc,
     VolumeHolder,
@@ -181,6 +182,10 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     @app.post("/volume/unit/alloc")
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
         return await cm.alloc_unit(req, caller)
+
+    @app.post("/volume/unit/release")
+    async def unit_release(req: UnitRelease, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.UnitReleaseCmd(vid=req.vid, vuid=req.vuid), caller)
 
     @app.post("/volume/unit/update")
     async def unit_update(req: UnitUpdate, caller: Caller) -> VolumeInfo:

@@ -45,6 +45,7 @@ from libs.proto.clustermgr import (
     DiskRef,
     DiskSet,
     DiskView,
+    Fence,
     KeyCas,
     KeyRef,
     KeyValue,
@@ -64,6 +65,7 @@ from libs.proto.clustermgr import (
     ServiceRegister,
     Session,
     UnitAlloc,
+    UnitRelease,
     UnitUpdate,
     VolumeAlloc,
     VolumeHolder,
@@ -90,6 +92,7 @@ class SessionClock:
 
     def __init__(self, client: str | None = None) -> None:
         self.client = client or secrets.token_hex(8)
+        self.fence: Fence | None = None  # the lease every command is sent under, once its holder set it
         self._next = 1
         self._open: set[int] = set()
 
@@ -100,7 +103,7 @@ class SessionClock:
         self._next += 1
         self._open.add(seq)
         try:
-            yield lambda: Session(client=self.client, seq=seq, acked=min(self._open) - 1)
+            yield lambda: Session(client=self.client, seq=seq, acked=min(self._open) - 1, fence=self.fence)
         finally:
             self._open.discard(seq)
 
@@ -118,6 +121,13 @@ class ClusterClient(ServiceClient):
         self.attempt_timeout = attempt_timeout
         self.session = SessionClock() if sessions else None
         self._leader = self.hosts[0]
+
+    def fence(self, fence: Fence) -> None:
+        """Send every later mutating command under `fence`: clustermgr refuses it (`Fenced`) once the lease has
+        a newer epoch. Never unset: a holder that lost its lease must stay refused."""
+        if self.session is None:
+            raise ValueError("a fenced client needs sessions: the fence travels in the session header")
+        self.session.fence = fence
 
     async def call(self, method: str, path: str, response: type[M], *, params: Params | None = None,
                    body: BaseModel | None = None, deadline: float | None = None) -> M:
@@ -265,6 +275,10 @@ class ClusterClient(ServiceClient):
         among all but `avoid`."""
         body = UnitAlloc(vid=vid, index=index, disk_id=disk_id, avoid=list(avoid))
         return await self.call("POST", "/volume/unit/alloc", Unit, body=body)
+
+    async def release_unit(self, vid: int, vuid: int) -> VolumeInfo:
+        """Conflict while `vuid` is the volume's live unit: its chunk must stay."""
+        return await self.call("POST", "/volume/unit/release", VolumeInfo, body=UnitRelease(vid=vid, vuid=vuid))
 
     async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int) -> VolumeInfo:
         body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id)

@@ -33,6 +33,7 @@ from libs.proto.clustermgr import (
     DiskAdd,
     DiskBeat,
     DiskIds,
+    Fence,
     KeyRef,
     KeyValue,
     MaybeValue,
@@ -44,9 +45,10 @@ from libs.proto.clustermgr import (
     ServiceRef,
     VolumeList,
     VolumeView,
+    lease_epoch,
 )
 from libs.proto.ids import Vuid
-from libs.rpc.errors import BadRequest, Conflict, NotFound, RpcError, error_from_response
+from libs.rpc.errors import BadRequest, Conflict, Fenced, NotFound, RpcError, error_from_response
 from services.clustermgr.health import lease_rank, volume_health
 from services.clustermgr.placement import PlacementError, as_candidate, check_placement, shares_a_host
 from services.clustermgr.sessions import LoggedSession
@@ -136,12 +138,24 @@ def apply(state: ClusterState, batch: Batch, logged: Logged) -> tuple[bytes, boo
         entry = COMMANDS.get(logged.op)
         if entry is None:
             raise BadRequest(f"unknown command {logged.op!r}")
+        fence = logged.session.fence if logged.session else None
+        if fence is not None:
+            check_fence(state, fence)
         result = entry.apply(state, batch, logged.now, entry.model.model_validate(logged.args))
     except RpcError as exc:
         return refusal(exc), False
     except _MALFORMED as exc:
         return refusal(BadRequest(f"malformed command: {exc}")), False
     return json.dumps({"ok": result.model_dump(mode="json")}, separators=(",", ":")).encode(), True
+
+
+def check_fence(state: ClusterState, fence: Fence) -> None:
+    """Refuse a command sent under a lease epoch the lease record no longer carries: its holder was
+    superseded (or never held it). Judged here, in the log's order, not by anyone's clock."""
+    current = lease_epoch(state.kv_get(fence.key))
+    if current != fence.epoch:
+        raise Fenced(f"sent under epoch {fence.epoch} of lease {fence.key!r}, which is at epoch {current}: refused",
+                     key=fence.key, epoch=current)
 
 
 def refusal(exc: RpcError) -> bytes:
@@ -416,6 +430,25 @@ def volume_unit_alloc(s: ClusterState, batch: Batch, now: float, cmd: UnitAllocC
     volume.pending_units[cmd.index] = unit
     s.put_volume(batch, volume)
     return unit
+
+
+class UnitReleaseCmd(Command[VolumeInfo]):
+    op = "volume_unit_release"
+    vid: int
+    vuid: int
+
+
+@command(UnitReleaseCmd)
+def volume_unit_release(s: ClusterState, batch: Batch, now: float, cmd: UnitReleaseCmd) -> VolumeInfo:
+    """Writes nothing: ordered in the log after every unit switch, and fenced like them, it tells a scheduler
+    whether the chunk it means to release is still no volume's live unit."""
+    volume = s.volume(cmd.vid)
+    index = Vuid(cmd.vuid).index()
+    if Vuid(cmd.vuid).vid() != cmd.vid or index >= len(volume.units):
+        raise BadRequest(f"vuid {cmd.vuid} names no unit of volume {cmd.vid}")
+    if volume.units[index].vuid == cmd.vuid:
+        raise Conflict(f"vuid {cmd.vuid} is unit {index} of volume {cmd.vid}, live: its chunk stays")
+    return volume
 
 
 class UnitUpdateCmd(Command[VolumeInfo]):

@@ -37,14 +37,14 @@ from libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDro
 from libs.raft.errors import NotLeader as RaftNotLeader
 from libs.raft.server import RaftServer
 from libs.rpc.auth import Role
-from libs.rpc.errors import Conflict, NotLeader, Unavailable
+from libs.rpc.errors import Conflict, Fenced, NotLeader, Unavailable
 from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import SessionClock
 from services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
 from services.clustermgr.config import ClusterMgrConfig
 from services.clustermgr.health import volume_health
-from services.clustermgr.metrics import PROPOSAL_SECONDS
+from services.clustermgr.metrics import FENCED, PROPOSAL_SECONDS
 from services.clustermgr.placement import PlacementError, replacement_disk
 from services.clustermgr.sessions import LoggedSession
 from services.clustermgr.state import ClusterState
@@ -139,7 +139,12 @@ class ClusterManager:
             raise Unavailable(f"{cmd.op}: not committed ({type(exc).__name__}: {exc}); the outcome is unknown"
                               ) from None
         PROPOSAL_SECONDS.labels(cmd.op).observe(time.perf_counter() - started)
-        return decode_result(raw, cmd.result_type)  # type: ignore[return-value]
+        try:
+            return decode_result(raw, cmd.result_type)  # type: ignore[return-value]
+        except Fenced as exc:
+            FENCED.labels(str(exc.details.get("key", ""))).inc()
+            log.warning("fenced %s from client %s: %s", cmd.op, session.client if session else "?", exc)
+            raise
 
     async def fresh(self) -> ClusterState:
         """The state, after confirming this node leads and has applied everything committed."""

@@ -8,7 +8,7 @@ from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import Metric
 
 from libs.proto.cluster import DiskStatus, VolumeStatus
@@ -18,6 +18,8 @@ from libs.rpc.metrics import gauge
 if TYPE_CHECKING:
     from services.clustermgr.manager import ClusterManager
 
+FENCED = Counter("blobstore_clustermgr_fenced_total",
+                 "Commands refused because they were sent under a superseded lease epoch, by lease", ["key"])
 PROPOSAL_SECONDS = Histogram("blobstore_clustermgr_proposal_seconds",
                              "From proposing a command to its result applied here, by command",
                              ["op"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))

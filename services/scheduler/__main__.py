@@ -20,13 +20,14 @@ def build(config: SchedulerConfig) -> tuple[ASGIApp, str]:
     blobnodes = BlobnodeClient()
     mq = MqProxyClient(cluster=cluster)
     inspector = VolumeInspector(cluster, blobnodes, mq, config.inspect_batch, config.inspect_confirm)
-    scheduler = Scheduler(config, cluster, blobnodes, inspector)
+    elections = ClusterClient(config.clustermgr_hosts)
+    scheduler = Scheduler(config, cluster, blobnodes, inspector, elections)
     register_collector(lambda: scheduler_figures(scheduler))
     life.loop(lambda: keep_registered(cluster, "scheduler", config.advertised_host, config.idc, config.register_ttl))
     life.loop(scheduler.campaign)
     life.loop(scheduler.run)
     life.loop(scheduler.inspect)
-    life.close(cluster.close, blobnodes.close, mq.close)
+    life.close(cluster.close, elections.close, blobnodes.close, mq.close)
     return build_app(scheduler, life), config.bind_addr
 
 

@@ -2,8 +2,9 @@
 
 The holder renews the record (bumping its term) every third of `ttl`; it counts itself active until `ttl`
 after the start of its last successful renewal. A standby takes the record over once it has seen it
-unchanged for `ttl` by its own clock, which starts after that renewal committed, so the old holder's
-activity has ended by then (clocks may differ between machines; only their rates must agree).
+unchanged for `ttl` by its own clock, which starts after that renewal committed, bumping the epoch. Timing
+alone would be safe only if clocks ran at one rate and no process paused; so every state change a holder
+asks of clustermgr carries its epoch, and clustermgr refuses those of a superseded epoch (`Fenced`).
 """
 
 from __future__ import annotations
@@ -31,15 +32,15 @@ class Election:
     def decide(self, record: LeaderRecord | None, now: float) -> Claim | None:
         """What to write given the record just read at `now` (monotonic), or None to wait."""
         if record is None:
-            return Claim(None, LeaderRecord(host=self.me, term=1))
+            return Claim(None, LeaderRecord(host=self.me, term=1, epoch=1))
         if record.host == self.me:
-            return Claim(record, LeaderRecord(host=self.me, term=record.term + 1))
+            return Claim(record, LeaderRecord(host=self.me, term=record.term + 1, epoch=record.epoch))
         self.active_until = 0.0  # someone else holds it
         if record != self.seen:
             self.seen, self.seen_since = record, now
             return None
         if now - self.seen_since >= self.ttl:
-            return Claim(record, LeaderRecord(host=self.me, term=record.term + 1))
+            return Claim(record, LeaderRecord(host=self.me, term=record.term + 1, epoch=record.epoch + 1))
         return None
 
     def won(self, started: float) -> None:

@@ -21,6 +21,8 @@ def scheduler_figures(scheduler: Scheduler) -> Iterator[Metric]:
                                  if task.open and task.task_type.value == t))
                  for t in sorted({task.task_type.value for task in scheduler.tasks.values()})
                  for kind in ("done", "total")], ["type", "kind"])
+    yield counter("blobstore_scheduler_fenced", "Requests refused for a superseded lease epoch: this scheduler's by "
+                  "clustermgr, workers' by this scheduler", scheduler.fenced)
     stats = scheduler.inspector.stats
     yield counter("blobstore_scheduler_inspected_volumes", "Volumes whose units were compared", stats.volumes)
     yield counter("blobstore_scheduler_inspect_repairs", "Blobs sent to repair", stats.repairs_queued)

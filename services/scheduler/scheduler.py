@@ -13,9 +13,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 
 from libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
+from libs.proto.clustermgr import Fence
+from libs.proto.ids import Vuid
 from libs.proto.scheduler import (
     BROKEN_AFTER_KEY,
     LEADER_KEY,
@@ -35,7 +37,7 @@ from libs.proto.scheduler import (
     parse_broken_after,
 )
 from libs.proto.switches import Switches, TaskType, switch_states
-from libs.rpc.errors import Conflict, NotFound, NotLeader, RpcError
+from libs.rpc.errors import Conflict, Fenced, NotFound, NotLeader, RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.scheduler import rules
@@ -50,10 +52,15 @@ UNREADABLE = frozenset({DiskStatus.BROKEN, DiskStatus.REPAIRING, DiskStatus.REPA
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, cluster: ClusterClient, blobnodes: BlobnodeClient,
-                 inspector: VolumeInspector) -> None:
+                 inspector: VolumeInspector, elections: ClusterClient) -> None:
+        """`cluster` carries every state change, fenced with the epoch of the lease once won; `elections`
+        (unfenced: a takeover must not be refused for the epoch it supersedes) only reads and swaps the record."""
         self.config, self.cluster, self.blobnodes, self.inspector = config, cluster, blobnodes, inspector
+        self.elections = elections
         self.me = config.advertised_host
         self.election = Election(self.me, config.election_ttl)
+        self.epoch = 0  # of the lease this instance last won; its workers' task calls must carry it
+        self.fenced = 0  # requests refused for a superseded epoch: its own by clustermgr, workers' by it
         self.switches = Switches()
         self.tasks: dict[str, TaskRecord] = {}
         self.leases: dict[str, Lease] = {}
@@ -61,7 +68,7 @@ class Scheduler:
         self.disks: dict[int, DiskInfo] = {}
         self.silent: dict[int, tuple[float, float]] = {}  # disk -> (last heartbeat seen, monotonic since)
         self.loaded = False
-        self.mutex = asyncio.Lock()  # one change of the task table at a time (routes and rounds)
+        self.mutex = asyncio.Lock()  # one change of the task table at a time (routes and rounds): `_changing`
 
     # leadership
 
@@ -79,14 +86,16 @@ class Scheduler:
         while True:
             started = time.monotonic()
             try:
-                raw = await self.cluster.kv_get(LEADER_KEY)
+                raw = await self.elections.kv_get(LEADER_KEY)
                 record = LeaderRecord.model_validate_json(raw) if raw else None
                 claim = self.election.decide(record, started)
                 if claim is not None:
                     expected = claim.expected.model_dump_json() if claim.expected else None
-                    await self.cluster.kv_cas(LEADER_KEY, expected, claim.record.model_dump_json())
-                    if claim.expected is None or claim.expected.host != self.me:
-                        log.warning("%s is now the active scheduler (term %d)", self.me, claim.record.term)
+                    await self.elections.kv_cas(LEADER_KEY, expected, claim.record.model_dump_json())
+                    if claim.record.epoch != self.epoch:
+                        log.warning("%s is now the active scheduler (epoch %d)", self.me, claim.record.epoch)
+                        self.epoch = claim.record.epoch
+                        self.cluster.fence(Fence(key=LEADER_KEY, epoch=self.epoch))
                     self.election.won(started)
             except Conflict:
                 self.election.lost()
@@ -95,6 +104,27 @@ class Scheduler:
             if not self.active and self.loaded:
                 self._forget()
             await asyncio.sleep(self.config.election_ttl / 3)
+
+    @contextlib.asynccontextmanager
+    async def _changing(self) -> AsyncIterator[None]:
+        """The task table's mutex, for one change (routes and rounds); a change clustermgr refuses as fenced
+        makes this instance stand by."""
+        async with self.mutex:
+            try:
+                yield
+            except Fenced as exc:
+                self._superseded(exc)
+                raise
+
+    def _superseded(self, exc: Fenced) -> None:
+        """clustermgr refused a change: a newer scheduler holds the lease. Stand by at once, whatever the clock
+        says (a pause or a partition outlasted the lease); counted once per lease lost."""
+        if not self.loaded:
+            return
+        self.fenced += 1
+        log.warning("%s was superseded (epoch %d): %s", self.me, self.epoch, exc)
+        self.election.lost()
+        self._forget()
 
     def _forget(self) -> None:
         """Standing by: another instance owns the tasks now."""
@@ -113,6 +143,8 @@ class Scheduler:
                     if not self.loaded:
                         await self._load()
                     await self._round()
+                except Fenced as exc:
+                    self._superseded(exc)
                 except RpcError as exc:
                     log.warning("scheduler round: %s", exc)
             await asyncio.sleep(self.config.round_interval)
@@ -141,7 +173,7 @@ class Scheduler:
         disks = await self.cluster.list_disks()
         volumes = {v.vid: v for v in await self.cluster.list_volumes()}
         self.disks = {d.disk_id: d for d in disks}
-        async with self.mutex:
+        async with self._changing():
             await self._watch_disks(disks, volumes.values(), broken_after)
             if self.switches.is_on(TaskType.BALANCE):
                 usable = [d for d in disks if d.alive and d.writable]
@@ -245,6 +277,8 @@ class Scheduler:
         if current.vuid == task.source_vuid:
             try:
                 await self.cluster.update_unit(task.vid, task.unit_index, destination.vuid, destination.disk_id)
+            except Fenced:
+                raise  # superseded: the destination may be the live unit by now; a newer scheduler decides
             except Conflict as exc:
                 await self._release(destination.host, destination.disk_id, destination.vuid)
                 await self._save(advance(task, TaskState.INITED, now, destination=None, redo=task.redo + 1,
@@ -262,9 +296,13 @@ class Scheduler:
                  destination.vuid, destination.disk_id)
 
     async def _release(self, host: str, disk_id: int, vuid: int) -> None:
-        """Best effort: a chunk on a dead disk goes with the disk."""
+        """Best effort: a chunk on a dead disk goes with the disk. clustermgr first confirms, in the log's order
+        and under this scheduler's fence, that the unit is no volume's live unit."""
         try:
+            await self.cluster.release_unit(Vuid(vuid).vid(), vuid)
             await self.blobnodes.release_chunk(host, disk_id, vuid)
+        except Fenced:
+            raise  # superseded: stand by (see `_changing`), release nothing
         except RpcError as exc:
             log.info("chunk %d on disk %d not released: %s", vuid, disk_id, exc)
 
@@ -306,7 +344,7 @@ class Scheduler:
 
     async def acquire(self, req: AcquireRequest) -> AcquireResult:
         self.require_active()
-        async with self.mutex:
+        async with self._changing():
             states = {task_type: self.switches.is_on(task_type) for task_type in TaskType}
             mono = time.monotonic()
             task = rules.to_hand_out(self.tasks.values(), self.leases, self.held_back, states, req.task_types, mono)
@@ -317,7 +355,7 @@ class Scheduler:
         source_disk = self.disks.get(task.disk_id)
         readable = source_disk is not None and source_disk.status not in UNREADABLE
         ref = TaskRef(task_type=task.task_type, task_id=task.task_id, worker=req.worker,
-                      source_vuid=task.source_vuid, destination_vuid=task.destination.vuid)
+                      source_vuid=task.source_vuid, destination_vuid=task.destination.vuid, epoch=self.epoch)
         log.info("task %s handed to %s", task.task_id, req.worker)
         return AcquireResult(task=WorkTask(ref=ref, vid=task.vid, unit_index=task.unit_index, source=task.source,
                                            destination=task.destination, source_readable=readable,
@@ -325,8 +363,14 @@ class Scheduler:
                                            done_shards=task.done_shards))
 
     def _fenced(self, ref: TaskRef) -> TaskRecord:
-        """The task `ref` names, with its lease renewed, or Conflict why not."""
+        """The task `ref` names, with its lease renewed, or Conflict why not (Fenced: handed out under an
+        older epoch, by a scheduler that has been superseded since)."""
         self.require_active()
+        if ref.epoch != self.epoch:
+            self.fenced += 1
+            log.warning("fenced %s's call about task %s: epoch %d, not %d", ref.worker, ref.task_id, ref.epoch,
+                        self.epoch)
+            raise Fenced(f"task {ref.task_id} was handed out under epoch {ref.epoch}; the lease is at {self.epoch}")
         task = self.tasks.get(ref.task_id)
         mono = time.monotonic()
         why = rules.fence(task, ref, self.leases.get(ref.task_id), mono)
@@ -343,27 +387,29 @@ class Scheduler:
         return TaskAck(task_id=task.task_id, state=task.state)
 
     async def report(self, progress: TaskProgress) -> TaskAck:
-        async with self.mutex:
+        async with self._changing():
             task = self._fenced(progress.ref)
             task = task.model_copy(update={**progress.model_dump(exclude={"ref"}), "mtime": time.time()})
             await self._save(task)
         return TaskAck(task_id=task.task_id, state=task.state)
 
     async def complete(self, ref: TaskRef) -> TaskAck:
-        async with self.mutex:
+        async with self._changing():
             task = self._fenced(ref)
             task = advance(task, TaskState.WORK_COMPLETED, time.time())
             await self._save(task)
             self.leases.pop(task.task_id, None)
             try:
                 await self._finish(task)
+            except Fenced:
+                raise
             except RpcError as exc:  # the next round finishes it
                 log.warning("task %s: finishing later: %s", task.task_id, exc)
             task = self.tasks[task.task_id]
         return TaskAck(task_id=task.task_id, state=task.state)
 
     async def cancel(self, req: TaskCancel) -> TaskAck:
-        async with self.mutex:
+        async with self._changing():
             task = self._fenced(req.ref)
             self.leases.pop(task.task_id, None)
             now = time.time()
@@ -392,7 +438,7 @@ class Scheduler:
         if req.disk_id is not None and any(u.disk_id == req.disk_id for u in volume.units):
             raise Conflict(f"disk {req.disk_id} already holds a unit of volume {req.vid}")
         task = rules.new_task(TaskType.MANUAL_MIGRATE, volume, req.index, time.time())
-        async with self.mutex:
+        async with self._changing():
             existing = self.tasks.get(task.task_id)
             if existing is not None and existing.open:
                 raise Conflict(f"task {task.task_id} already moves that unit ({existing.state})")

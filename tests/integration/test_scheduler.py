@@ -228,6 +228,60 @@ def test_repair_survives_kill_9_of_worker_and_scheduler(cluster_factory: Cluster
     asyncio.run(scenario())
 
 
+def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFactory) -> None:
+    """The active scheduler SIGSTOPped for three leases mid-repair: the standby takes over (a new epoch), the
+    worker's task of the old epoch is refused (fenced) and handed out again, the repair finishes; woken up,
+    the old scheduler stands by and nothing it does takes effect: every shard stays on a live unit."""
+    slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 0.25, "migrate_concurrency": 1}
+    ttl = 3.0
+    cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=2, worker=slow,
+                              scheduler={"election_ttl": ttl, "task_lease_ttl": 4.0})
+    cm_urls = [c.url for c in cluster.clustermgr]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 24, seed=5)
+        async with ClusterClient(cm_urls) as cm, httpx.AsyncClient() as http:
+            await cm.set_config(switch_key(TaskType.BALANCE), OFF)
+            broken = busiest_disk(await cm.list_volumes())
+            await cm.set_disk(broken, status=DiskStatus.BROKEN)
+
+            async def moving() -> bool:
+                return any(t.open and 0 < t.done_shards < t.total_shards for t in await tasks_of(cm))
+
+            await until(moving, 60, "a repair task under way")
+            old = LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
+            paused = next(s for n, s in cluster.background.items() if n.startswith("sched") and s.url == old.host)
+            os.kill(paused.pid, signal.SIGSTOP)
+            paused_at = time.monotonic()
+            try:
+                async def taken_over() -> bool:
+                    raw = await cm.kv_get(LEADER_KEY)
+                    return raw is not None and LeaderRecord.model_validate_json(raw).epoch == old.epoch + 1
+
+                await until(taken_over, 10 * ttl, "the standby scheduler taking over")
+                new = LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
+
+                async def fenced(url: str) -> float:
+                    return _sample((await http.get(f"{url}/metrics")).text, "blobstore_scheduler_fenced_total")
+
+                await until(lambda: fenced(new.host), 30, "the worker's task of the old epoch refused")
+                await asyncio.sleep(max(0.0, paused_at + 3 * ttl - time.monotonic()))  # three leases at least
+            finally:
+                os.kill(paused.pid, signal.SIGCONT)
+            await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 120, f"disk {broken} repaired")
+            await asyncio.sleep(2 * ttl)  # the old one awake for two leases: it stands by and changes nothing
+            status = (await http.get(f"{old.host}/status")).json()
+            assert not status["active"] and status["leader"] == new.host
+            assert LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "").epoch == new.epoch
+            current = {v.vid: v for v in await cm.list_volumes()}
+            for t in await tasks_of(cm):
+                assert t.state is TaskState.FINISHED and t.destination is not None
+                assert current[t.vid].units[t.unit_index] == t.destination
+            await assert_whole(cluster, cm, objects, {broken})
+
+    asyncio.run(scenario())
+
+
 def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: ClusterFactory) -> None:
     cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=1, worker=WORKER,
                               scheduler={"task_lease_ttl": 2.0, "cancel_hold": 0.5})

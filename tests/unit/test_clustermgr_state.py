@@ -77,7 +77,7 @@ def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() ->
         "scope_alloc", "disk_add", "disk_heartbeat", "disk_set", "volume_create", "volume_alloc", "volume_retain",
         "volume_release", "volume_lock", "volume_unlock", "volume_unit_alloc", "volume_unit_update",
         "service_register", "service_heartbeat", "service_unregister", "config_set", "config_delete", "kv_set",
-        "kv_delete", "kv_cas"}
+        "kv_delete", "kv_cas", "volume_unit_release"}
     for op, entry in COMMANDS.items():
         assert entry.model.op == op and issubclass(entry.model.result_type, BaseModel)
 

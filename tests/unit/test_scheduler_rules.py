@@ -144,7 +144,7 @@ def test_one_holder_at_a_time_and_a_standby_waits_a_whole_ttl_of_silence() -> No
     assert b.decide(record, 8.9) is None
     assert a.active(7.9) and not a.active(8.0)  # a's own deadline passes before b may claim
     takeover = b.decide(record, 9.0)
-    assert takeover is not None and takeover == type(takeover)(record, LeaderRecord(host="b", term=3))
+    assert takeover is not None and takeover == type(takeover)(record, LeaderRecord(host="b", term=3, epoch=2))
     b.won(9.0)
     assert b.active(9.5) and b.leader == "b"
     assert a.decide(takeover.record, 9.6) is None and not a.active(9.6) and a.leader == "b"
