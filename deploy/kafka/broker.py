@@ -198,16 +198,18 @@ def _tails(directories: Sequence[Path]) -> str:
                    for d in directories for name in ("kafka.out", "kafka.log") if (d / name).exists())
 
 
-def _format(libs: Path, log4j2: Path, props: Path, data: Path, cluster_uuid: str | None) -> None:
-    """Format `data` on first start; a quorum's members must all carry the same cluster id."""
+def _format(libs: Path, log4j2: Path, props: Path, data: Path, cluster_uuid: str | None,
+            wrap: Sequence[str]) -> None:
+    """Format `data` on first start; a quorum's members must all carry the same cluster id. Under `wrap` like the
+    broker itself: a launcher killed meanwhile leaves the format JVM where a namespace sweep finds it."""
     meta = data / "meta.properties"
     if meta.exists():
         found = re.search(r"^cluster\.id=(\S+)$", meta.read_text(), re.MULTILINE)
         if cluster_uuid is not None and (found is None or found.group(1) != cluster_uuid):
             raise RuntimeError(f"{data} was formatted for another cluster than {cluster_uuid}: remove it to reformat")
         return
-    subprocess.run(_java(libs, log4j2, "kafka.tools.StorageTool", "format", "-t",
-                         cluster_uuid or random_cluster_uuid(), "-c", str(props)),
+    subprocess.run([*wrap, *_java(libs, log4j2, "kafka.tools.StorageTool", "format", "-t",
+                         cluster_uuid or random_cluster_uuid(), "-c", str(props))],
                    capture_output=True, text=True, check=True)
 
 
@@ -249,7 +251,7 @@ def start(directory: Path, port: int, controller_port: int, timeout: float = 90.
                                        replication_factor=replication_factor,
                                        min_insync_replicas=min_insync_replicas))
     log4j2.write_text(LOG4J2.format(log=directory / "kafka.log"))
-    _format(libs, log4j2, props, data, cluster_uuid)  # writes files only: needs no `wrap`
+    _format(libs, log4j2, props, data, cluster_uuid, wrap)
     pid = relaunch(directory, wrap)
     bootstrap = f"{address}:{port}"
     if wait:
