@@ -150,8 +150,8 @@ class Settings:
     disk_broken_after: float | None
     kafka_bootstrap: str
     redis_url: str
+    chunk_size: int
     partitions: int = KAFKA_PARTITIONS
-    chunk_size: int | None = None  # None: clustermgr's default
     audit_log: bool = True
 
 
@@ -191,10 +191,9 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
                for n, p in enumerate(layout["clustermgr"], 1)}
     policy = [{"code_mode": mode, "min_volumes": s.min_volumes} for mode in s.code_modes]
     disks = sum(len(p.disks) for p in layout["blobnode"])
-    chunk = {} if s.chunk_size is None else {"chunk_size": s.chunk_size}
     cms = [_service("clustermgr", p, s,
                     {"node_id": n, "members": members, "data_dir": str(p.workdir / "data"), "code_modes": policy,
-                     **chunk, "volume_check_interval": 0.5,
+                     "chunk_size": s.chunk_size, "volume_check_interval": 0.5,
                      # no volume before every disk planned here registered: each one spreads over all hosts
                      "first_volume_after_disks": disks,
                      "disk_heartbeat_timeout": 10.0, "disk_broken_after": s.disk_broken_after}, cluster_id)
@@ -293,8 +292,7 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     kafka_place = _local(root, "kafka", ports, second_port=True)
     kafka = KafkaPlan([BrokerSpec(1, kafka_place)], kafka_place.bind)
     s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
-                 shape.disk_broken_after, kafka.bootstrap, redis.url, chunk_size=shape.chunk_size,
-                 audit_log=shape.audit_log)
+                 shape.disk_broken_after, kafka.bootstrap, redis.url, shape.chunk_size, audit_log=shape.audit_log)
     clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
     access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
     dashboard = [_local(root, "dashboard", ports)]
@@ -333,7 +331,7 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     redis = [_redis(p) for p in places("redis")]
     s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
                  spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
-                 redis[0].url if redis else spec.redis.url, spec.kafka.partitions)
+                 redis[0].url if redis else spec.redis.url, spec.chunk_size, spec.kafka.partitions)
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
     return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("dashboard"),

@@ -76,6 +76,8 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
     blobnode = json.loads((out / "h4" / "config" / "blobnode.json").read_text())
     assert (blobnode["hostname"], blobnode["rack"], blobnode["disks"]) == ("h4", "r2", [{"path": "/data/disk1"},
                                                                                          {"path": "/data/disk2"}])
+    clustermgr = json.loads((out / "h3" / "config" / "clustermgr.json").read_text())
+    assert clustermgr["chunk_size"] == spec.chunk_size and clustermgr["first_volume_after_disks"] == 12
     kafka = (out / "h2" / "config" / "kafka.properties").read_text()
     assert "controller.quorum.voters=1@10.0.2.12:9093,2@10.0.2.14:9093,3@10.0.2.16:9093" in kafka
     assert "default.replication.factor=3" in kafka and "min.insync.replicas=2" in kafka
