@@ -20,10 +20,11 @@ def build(config: SchedulerConfig) -> tuple[ASGIApp, str]:
     blobnodes = BlobnodeClient()
     mq = MqProxyClient(cluster=cluster)
     inspector = VolumeInspector(cluster, blobnodes, mq, config.inspect_batch, config.inspect_confirm)
-    elections = ClusterClient(config.clustermgr_hosts)
+    elections = ClusterClient(config.clustermgr_hosts)  # unfenced: campaigning and staying registered as standby
     scheduler = Scheduler(config, cluster, blobnodes, inspector, elections)
     register_collector(lambda: scheduler_figures(scheduler))
-    life.loop(lambda: keep_registered(cluster, "scheduler", config.advertised_host, config.idc, config.register_ttl))
+    life.loop(lambda: keep_registered(elections, "scheduler", config.advertised_host, config.idc,
+                                      config.register_ttl))
     life.loop(scheduler.campaign)
     life.loop(scheduler.run)
     life.loop(scheduler.inspect)
