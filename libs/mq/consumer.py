@@ -104,6 +104,9 @@ class Consumer:
         try:
             await self._run(partial(self._consumer.commit, kafka_offsets))
         except (CommitFailedError, RebalanceInProgressError):  # kafka-python 3 raises the latter mid-rebalance
+            # kafka-python 3.0.12 was seen (tinker, three brokers) to leave a member "not part of an active group"
+            # without ever rejoining: every commit failed for minutes. Ask for the rejoin the next poll performs.
+            self._consumer._coordinator.request_rejoin()
             return False
         return True
 
