@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 import httpx
 import typer
-from kafka.errors import KafkaError
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
@@ -41,7 +41,7 @@ from services.clustermgr.client import ClusterClient
 from services.tinker.client import TinkerClient
 
 T = TypeVar("T")
-EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError, KafkaError)
+EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError, KafkaException)
 COUNTERS = ("messages_in", "done", "failed", "retried")
 out = Console()
 err = Console(stderr=True)

@@ -143,22 +143,15 @@ def _port_open(host: str, port: int) -> bool:
 
 
 def _serving_brokers(bootstrap: str) -> int:
-    """How many unfenced brokers the cluster reports; 0 while it does not answer."""
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
+    """How many brokers the cluster lists as serving; 0 while it does not answer. A broker that registered but
+    has not caught up with the metadata log is fenced: it is not listed and gets no replicas yet."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
-    except KafkaError:
+        return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=3).brokers)
+    except KafkaException:
         return 0
-    try:
-        # DescribeCluster v2 (Kafka 4) lists fenced brokers too; one that registered but has not caught up
-        # with the metadata log is fenced and gets no replicas yet.
-        return sum(not b.get("is_fenced", False) for b in admin.describe_cluster()["brokers"])
-    except KafkaError:
-        return 0
-    finally:
-        admin.close()
 
 
 def _alive(pid: int) -> bool:

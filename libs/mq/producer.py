@@ -3,53 +3,68 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
-from kafka import KafkaProducer
-from kafka.producer.future import RecordMetadata
+import confluent_kafka
+from confluent_kafka import KafkaError, KafkaException, Message
+
+DELIVERY_TIMEOUT_MS = 120_000  # a send not acknowledged by then fails (the broker was unreachable all along)
 
 
 class Producer:
-    """Async face over kafka-python's threaded producer.
+    """Async face over librdkafka's producer (confluent-kafka).
 
-    kafka-python batches on its own sender thread and resolves a future per record there; `send`
-    parks the caller on an asyncio future completed from that thread, so the event loop never blocks
-    and many concurrent sends share batches. Idempotence (with acks=all) means a retried batch is
-    written once, so a broker restart during a send neither loses nor duplicates an acknowledged record.
+    librdkafka batches and retries on its own threads; delivery reports are served by one thread of ours,
+    which completes an asyncio future per record, so the event loop never blocks and many concurrent sends
+    share batches. Idempotence (with acks=all) means a retried batch is written once, so a broker restart
+    during a send neither loses nor duplicates an acknowledged record.
     """
 
-    def __init__(self, producer: KafkaProducer) -> None:
+    def __init__(self, producer: confluent_kafka.Producer) -> None:
         self._producer = producer
-        self._known_topics: set[str] = set()
+        self._closing = threading.Event()
+        self._reports = threading.Thread(target=self._serve_reports, name="kafka-delivery-reports", daemon=True)
+        self._reports.start()
 
     @classmethod
-    async def connect(cls, bootstrap: str, **config: Any) -> Producer:
-        """`config` overrides kafka-python settings, e.g. `linger_ms` or `client_id`."""
-        settings: dict[str, Any] = {"bootstrap_servers": bootstrap, "enable_idempotence": True, "acks": "all",
-                                    "linger_ms": 2, "client_id": "blobstore-producer", **config}
-        return cls(await asyncio.to_thread(KafkaProducer, **settings))
+    async def connect(cls, bootstrap: str, client_id: str = "blobstore-producer", **config: Any) -> Producer:
+        """`config` overrides librdkafka settings by name, e.g. `{"linger.ms": 5}`."""
+        settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                    "linger.ms": 2, "client.id": client_id,
+                                    "message.timeout.ms": DELIVERY_TIMEOUT_MS, **config}
+        return cls(await asyncio.to_thread(confluent_kafka.Producer, settings))
+
+    def _serve_reports(self) -> None:
+        while not self._closing.is_set():
+            self._producer.poll(0.1)
 
     async def send(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
         """Append one record; returns (partition, offset) once the broker acknowledged it."""
-        if topic not in self._known_topics:
-            # The first send to a topic blocks its caller until metadata arrives: do that off the loop.
-            await asyncio.to_thread(self._producer.partitions_for, topic)
-            self._known_topics.add(topic)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[tuple[int, int]] = loop.create_future()
 
-        def ok(meta: RecordMetadata) -> None:
-            loop.call_soon_threadsafe(_settle, done, (meta.partition, meta.offset), None)
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                loop.call_soon_threadsafe(_settle, done, None, KafkaException(error))
+            else:
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None  # a delivered record has both
+                loop.call_soon_threadsafe(_settle, done, (partition, offset), None)
 
-        def failed(exc: BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, done, None, exc)
-
-        self._producer.send(topic, key=key, value=value).add_callback(ok).add_errback(failed)
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                break
+            except BufferError:  # librdkafka's local queue is full: wait for deliveries to make room
+                await asyncio.sleep(0.01)
         return await done
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Flush what is buffered and stop the sender thread."""
-        await asyncio.to_thread(self._producer.close, timeout)
+        """Deliver what is buffered (for up to `timeout`), then stop serving reports."""
+        await asyncio.to_thread(self._producer.flush, timeout)
+        self._closing.set()
+        await asyncio.to_thread(self._reports.join)
 
 
 def _settle(future: asyncio.Future[tuple[int, int]], result: tuple[int, int] | None,

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import deque
 
-from kafka.errors import KafkaError
+from confluent_kafka import KafkaException
 
 from libs.mq.admin import lag
 from libs.mq.topics import pipelines
@@ -88,7 +88,7 @@ class Watcher:
         while True:
             try:
                 self.backlog = await asyncio.to_thread(self._read_backlog)
-            except (KafkaError, OSError) as exc:
+            except (KafkaException, OSError) as exc:
                 log.warning("cannot read the backlog from Kafka: %s", exc)
                 self.backlog = None
             await asyncio.sleep(max(self.config.scrape_interval, BACKLOG_REFRESH))

@@ -41,7 +41,7 @@ class Publisher:
         self.stats.messages_in += len(items)
         try:
             await asyncio.gather(*(self.producer.send(topic, msg.key(), msg.to_bytes()) for topic, msg in items))
-        except Exception as exc:  # kafka-python raises its own KafkaError family
+        except Exception as exc:  # librdkafka's KafkaException, or a delivery timeout
             self.stats.failed += len(items)
             raise Unavailable(f"Kafka did not take the messages: {type(exc).__name__}: {exc}") from exc
         for topic, _ in items:

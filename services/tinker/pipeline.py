@@ -105,7 +105,7 @@ class Pipeline:
             try:
                 await self.producer.send(topic, again.key(), again.to_bytes())
                 return
-            except Exception as exc:  # kafka-python's errors: keep the message until Kafka is back
+            except Exception as exc:  # librdkafka's errors: keep the message until Kafka is back
                 log.warning("%s: cannot publish to %s yet: %s", self.name, topic, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, policy.cap)

@@ -64,8 +64,6 @@ class Tinker:
             pipeline = Pipeline(spec.name, consumer, self._producer, handle, slots=slots,
                                 commit_interval=self.config.commit_interval, switches=self.switches, task=task)
             self.pipelines[spec.name] = pipeline
-            # Each consumer polls (joins its group) before the next one connects: kafka-python 3.0 was
-            # seen to leave groups that joined at the same instant without partitions.
             self.life.loop(pipeline.run)
 
     async def _close(self) -> None:

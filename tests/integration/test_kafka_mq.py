@@ -171,3 +171,30 @@ def test_lag_counts_what_the_group_has_not_committed(kafka_broker: KafkaBroker) 
         assert lag(kafka_broker.bootstrap, "g-lag", [topic]) == {topic: {0: per_partition[0] - 1, 1: per_partition[1]}}
 
     asyncio.run(scenario())
+
+
+def test_groups_joining_at_once_in_one_process_all_consume_and_then_idle(kafka_broker: KafkaBroker) -> None:
+    """tinker runs four groups from one process: each gets its partitions and idles quietly. (kafka-python 3.0.12,
+    used before, was seen in tinker to leave one half-joined at start, never assigned, its poll loop taking a core.)"""
+    run = uuid.uuid4().hex[:8]
+    topics = [f"test_{run}_{i}" for i in range(4)]
+
+    async def scenario() -> None:
+        # As at a cluster's first start: the topics are created while the groups join.
+        creating = asyncio.create_task(asyncio.to_thread(ensure_topics, kafka_broker.bootstrap, 2, topics))
+        consumers = await asyncio.gather(*(Consumer.connect(kafka_broker.bootstrap, f"g-{run}-{i}", [topic])
+                                           for i, topic in enumerate(topics)))
+        await creating
+        try:
+            await asyncio.gather(*(produce(kafka_broker.bootstrap, topic, 10) for topic in topics))
+            received = await asyncio.gather(*(consume(consumer, 10, timeout=20) for consumer in consumers))
+            assert [len(records) for records in received] == [10] * 4
+            cpu, wall = time.process_time(), time.monotonic()
+            for _ in range(10):
+                assert not any(await asyncio.gather(*(consumer.poll(timeout=0.3) for consumer in consumers)))
+            cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+            assert cpu < 0.25 * wall, f"{cpu:.2f} s of CPU in {wall:.2f} s of idle polls by four consumers"
+        finally:
+            await asyncio.gather(*(consumer.close() for consumer in consumers))
+
+    asyncio.run(scenario())

@@ -186,6 +186,7 @@ def _json(url: str) -> str:
         return str(answer.read().decode())
 
 
+@pytest.mark.timeout(600)  # two jobs, each starting its driver and executor JVMs on a 2-core box
 def test_standalone_master_inspects_and_counts_the_backlog_and_the_grant_never_leaks(damaged: Damaged,
                                                                                      tmp_path: Path) -> None:
     spark_dir = tmp_path / "spark"
@@ -200,10 +201,10 @@ def test_standalone_master_inspects_and_counts_the_backlog_and_the_grant_never_l
             inspected = subprocess.run([BLOBSTORE, "inspect", "run", "--deep", "--settle", "0", "--grant-ttl",
                                         str(GRANT_TTL), "--out", str(tmp_path / "inspect"), *common],
                                        env={**os.environ, "BLOBSTORE_CACHE": str(no_jars)},
-                                       capture_output=True, text=True, timeout=400)
+                                       capture_output=True, text=True, timeout=240)
             last = time.time()
             backlog = subprocess.run([BLOBSTORE, "inspect", "backlog", "--json", "--out", str(tmp_path / "backlog"),
-                                      *common], capture_output=True, text=True, timeout=400)
+                                      *common], capture_output=True, text=True, timeout=240)
         assert inspected.returncode == 0, inspected.stderr[-3000:]
         assert_everything_found(tmp_path / "inspect", damaged)
         assert list(no_jars.iterdir()) == []
