@@ -1,10 +1,10 @@
 """Network faults between the hosts of a `cluster up --hosts` cluster, the way Jepsen's nemesis makes them.
 
 A cut is a "grudge" kept by the host that suffers it: an nftables table `blobstore_nemesis` inside the host's
-namespace, whose set `deny` lists the addresses it no longer hears (input) and, for a two-way cut, no longer
-reaches (output). Only that namespace is touched, so a heal is deleting the table; `heal_all` deletes it in every
-namespace of the network whatever made it (a test killed mid-cut leaves nothing behind once it runs).
-`isolate` pulls the host's cable instead (its bridge-side link down). Needs root and nft.
+namespace, whose sets list the addresses it no longer hears (input) and, for a two-way cut, no longer
+reaches (output), or single services of a peer (address and TCP port) it no longer reaches. Only that
+namespace is touched, so a heal is deleting the table; `heal_all` deletes it in every namespace of the network
+whatever made it (a test killed mid-cut leaves nothing behind once it runs). `isolate` pulls the host's cable instead (its bridge-side link down). Needs root and nft.
 """
 
 from __future__ import annotations
@@ -31,29 +31,32 @@ def _has_table(namespace: str) -> bool:
     return done.returncode == 0
 
 
-def _grudge(host: NetHost, addresses: Iterable[str], both_ways: bool) -> None:
-    """`host` drops what comes from `addresses` (and, both ways, what it sends to them), on top of any cut it
-    already has. Established connections die too: nothing is exempted (no conntrack accept)."""
-    elements = ", ".join(sorted(set(addresses)))
-    if not elements:
-        return
-    outgoing = f"add chain inet {TABLE} out {{ type filter hook output priority -10; policy accept; }}\n" \
-               f"add rule inet {TABLE} out ip daddr @deny drop\n" if both_ways else ""
-    fresh = not _has_table(host.namespace)
-    script = (f"add table inet {TABLE}\n"
-              f"add set inet {TABLE} deny {{ type ipv4_addr; }}\n"
-              f"add chain inet {TABLE} in {{ type filter hook input priority -10; policy accept; }}\n")
-    if fresh:
-        script += f"add rule inet {TABLE} in ip saddr @deny drop\n"
-    if both_ways and (fresh or not _has_chain(host, "out")):
-        script += outgoing
-    _nft(host, script + f"add element inet {TABLE} deny {{ {elements} }}\n")
+def _table(host: NetHost) -> str:
+    """The script that makes the nemesis table in `host`'s namespace unless it is there: addresses it no longer
+    hears (`deny`), no longer reaches (`deny_out`), and peers' services it no longer reaches (`deny_port`)."""
+    if _has_table(host.namespace):
+        return ""
+    return (f"add table inet {TABLE}\n"
+            f"add set inet {TABLE} deny {{ type ipv4_addr; }}\n"
+            f"add set inet {TABLE} deny_out {{ type ipv4_addr; }}\n"
+            f"add set inet {TABLE} deny_port {{ type ipv4_addr . inet_service; }}\n"
+            f"add chain inet {TABLE} in {{ type filter hook input priority -10; policy accept; }}\n"
+            f"add chain inet {TABLE} out {{ type filter hook output priority -10; policy accept; }}\n"
+            f"add rule inet {TABLE} in ip saddr @deny drop\n"
+            f"add rule inet {TABLE} in ip saddr . tcp sport @deny_port drop\n"
+            f"add rule inet {TABLE} out ip daddr @deny_out drop\n"
+            f"add rule inet {TABLE} out ip daddr . tcp dport @deny_port drop\n")
 
 
-def _has_chain(host: NetHost, chain: str) -> bool:
-    done = subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "list", "chain", "inet", TABLE, chain],
-                          capture_output=True, text=True)
-    return done.returncode == 0
+def _grudge(host: NetHost, sets: dict[str, Iterable[str]]) -> None:
+    """Add `elements` to the named sets of `host`'s nemesis table, on top of any cut it already has.
+    Established connections die too: nothing is exempted (no conntrack accept)."""
+    script = _table(host)
+    for name, elements in sets.items():
+        listed = ", ".join(sorted(set(elements)))
+        if listed:
+            script += f"add element inet {TABLE} {name} {{ {listed} }}\n"
+    _nft(host, script)
 
 
 def addresses_of(net: Network, peers: Iterable[str]) -> list[str]:
@@ -65,16 +68,25 @@ def cut(net: Network, host: str, peers: Iterable[str]) -> None:
     """No packet between `host` and any of `peers`, either way (each side keeps the grudge, so a one-way cut
     elsewhere is not healed by it)."""
     peers = list(peers)
-    _grudge(net.host(host), addresses_of(net, peers), both_ways=True)
+    addresses = addresses_of(net, peers)
+    _grudge(net.host(host), {"deny": addresses, "deny_out": addresses})
     for peer in peers:
         if peer != "root":
-            _grudge(net.host(peer), [net.host(host).address], both_ways=True)
+            _grudge(net.host(peer), {"deny": [net.host(host).address], "deny_out": [net.host(host).address]})
 
 
 def cut_one_way(net: Network, host: str, peers: Iterable[str]) -> None:
     """`host` stops hearing `peers`; what it sends still arrives (TCP then stalls either way, after its
     retransmissions: the asymmetric case Jepsen found leaders surviving in)."""
-    _grudge(net.host(host), addresses_of(net, peers), both_ways=False)
+    _grudge(net.host(host), {"deny": addresses_of(net, peers)})
+
+
+def cut_services(net: Network, host: str, services: Iterable[tuple[str, int]]) -> None:
+    """`host` no longer reaches these (peer host, TCP port) services, nor hears their answers; everything else
+    between them still flows, as when a firewall rule or a routing fault hides some processes of a machine
+    but not others (access cut from clustermgr and the allocators, not from the blobnodes beside them)."""
+    elements = [f"{address} . {port}" for (peer, port) in services for address in addresses_of(net, [peer])]
+    _grudge(net.host(host), {"deny_port": elements})
 
 
 def isolate(net: Network, host: str) -> None:

@@ -236,7 +236,10 @@ def for_hosts(hosts: Sequence[tuple[str, str]], racks: int, root: Path, *, disks
     """A spec for `(name, address)` hosts on one machine (`cluster up --hosts`): each host's configs, state and
     disks in its own folder under `root`, racks taken in turn, and the services spread so that no host runs
     more than a few: clustermgr on the first three, Kafka's brokers (three when there are three hosts) on the
-    last ones, tinker and Redis away from both where there is room. `settings` are top-level keys."""
+    last ones, tinker and Redis away from both where there is room. From seven hosts on, the hosts after the sixth
+    run the access nodes and nothing else but their blobnodes, so a partition can cut access alone off from the
+    rest, and Kafka's hosts run no client of Kafka.
+    `settings` are top-level keys."""
     names = [name for name, _ in hosts]
     count = len(names)
 
@@ -246,13 +249,16 @@ def for_hosts(hosts: Sequence[tuple[str, str]], racks: int, root: Path, *, disks
         return list(dict.fromkeys(picked))
 
     brokers = 3 if count >= 3 else 1
+    alone = count >= 7  # access on hosts of its own
+    kafka = on(4, 5, 6) if alone else on(*range(-brokers, 0))
     raw: dict[str, Any] = {
         **settings,
         "secret_file": str(root / "cluster.secret"),
         "kafka": {"replication_factor": brokers, "min_insync_replicas": 2 if brokers == 3 else 1},
-        "services": {"clustermgr": on(1, 2, 3) if count >= 3 else on(1), "kafka": on(*range(-brokers, 0)),
-                     "redis": on(4), "allocator": on(1, 2), "access": on(1, 2), "scheduler": on(2, 3),
-                     "worker": on(3), "mqproxy": on(3), "tinker": on(4), "dashboard": on(1)},
+        "services": {"clustermgr": on(1, 2, 3) if count >= 3 else on(1), "kafka": kafka,
+                     "redis": on(4), "allocator": on(1, 2), "access": on(*range(7, count + 1)) if alone else on(1, 2),
+                     "scheduler": on(2, 3), "worker": on(3), "mqproxy": on(3),
+                     "tinker": on(1) if alone else on(4), "dashboard": on(1)},
         "hosts": [{"name": name, "address": address, "rack": f"r{i % racks + 1}",
                    "config_dir": str(root / name / "config"), "data_root": str(root / name / "data"),
                    "disks": [str(root / name / "disks" / str(d)) for d in range(1, disks_per_host + 1)]}

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import confluent_kafka
 from confluent_kafka import KafkaException
 
+from libs.mq import settings as shared
 from libs.mq.offsets import TopicPartition as TP
 
 T = TypeVar("T")
@@ -55,7 +56,7 @@ class Consumer:
                                     "auto.offset.reset": "earliest", "client.id": f"blobstore-{group}",
                                     # A topic created after we subscribed (or re-created) is noticed at the
                                     # next metadata refresh: every 5 s, not librdkafka's default 5 min.
-                                    "topic.metadata.refresh.interval.ms": 5000, **config}
+                                    "topic.metadata.refresh.interval.ms": 5000, **shared.SHARED, **config}
         names = [str(t) for t in topics]
 
         def subscribed() -> confluent_kafka.Consumer:

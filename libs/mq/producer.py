@@ -9,6 +9,8 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from libs.mq import settings
+
 DELIVERY_TIMEOUT_MS = 120_000  # a send not acknowledged by then fails (the broker was unreachable all along)
 
 
@@ -30,10 +32,10 @@ class Producer:
     @classmethod
     async def connect(cls, bootstrap: str, client_id: str = "blobstore-producer", **config: Any) -> Producer:
         """`config` overrides librdkafka settings by name, e.g. `{"linger.ms": 5}`."""
-        settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                    "linger.ms": 2, "client.id": client_id,
-                                    "message.timeout.ms": DELIVERY_TIMEOUT_MS, **config}
-        return cls(await asyncio.to_thread(confluent_kafka.Producer, settings))
+        options: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                   "linger.ms": 2, "client.id": client_id,
+                                   "message.timeout.ms": DELIVERY_TIMEOUT_MS, **settings.SHARED, **config}
+        return cls(await asyncio.to_thread(confluent_kafka.Producer, options))
 
     def _serve_reports(self) -> None:
         while not self._closing.is_set():

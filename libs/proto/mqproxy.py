@@ -40,4 +40,5 @@ class Queued(BaseModel):
 class PublisherStats(BaseModel):
     messages_in: int = 0
     failed: int = 0
+    unconfirmed: int = 0  # answered 503 before Kafka confirmed them; they may still be delivered
     sent: dict[str, int] = Field(default_factory=dict)  # per topic

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from services.access.config import AccessConfig
 from services.access.health import HealthTable
 from services.access.metrics import count_bytes
 from services.access.objects import ObjectStore
+from services.access.outbox import Outbox
 from services.access.region import Region
 from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
@@ -27,6 +30,7 @@ from services.mqproxy.client import MqProxyClient
 
 log = logging.getLogger("access")
 POLICY_REFRESH = 30.0
+OUTBOX_LAST_FLUSH = 5.0
 
 
 def _policy_loop(store: ObjectStore, cluster: ClusterClient) -> Callable[[], Coroutine[Any, Any, None]]:
@@ -55,6 +59,12 @@ def _standby_loop(store: ObjectStore, interval: float) -> Callable[[], Coroutine
     return refill_standby
 
 
+async def _last_flush(outbox: Outbox) -> None:
+    """At shutdown: a few seconds to hand over what the outbox holds."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(outbox.flush(), OUTBOX_LAST_FLUSH)
+
+
 def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
     redis = None
@@ -74,8 +84,11 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         mq = MqProxyClient(hosts.mqproxy_hosts, cluster)
         # Volume and disk ids are per cluster: so is what failed lately.
         health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
-        io = ShardIO(blobnodes, volumes, config.shard_timeout, health)
-        stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, mq, hosts.cluster_id)
+        io = ShardIO(blobnodes, volumes, config.shard_timeout, health, config.put_grace)
+        store = stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, mq, hosts.cluster_id)
+        if store.outbox is not None:
+            life.loop(store.outbox.run)
+            life.close(partial(_last_flush, store.outbox))
         managers[hosts.cluster_id] = cluster
         life.loop(_policy_loop(stores[hosts.cluster_id], cluster))
         if config.standby_ride_out > 0:

@@ -49,11 +49,13 @@ class ShardIO:
     """Shard calls to a volume's units, refreshing the volume once when a unit has moved, and noting in
     `health` how each disk answered."""
 
-    def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float, health: HealthTable) -> None:
+    def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float, health: HealthTable,
+                 put_grace: float) -> None:
         self.blobnodes = blobnodes
         self.volumes = volumes
         self.timeout = timeout
         self.health = health
+        self.put_grace = put_grace
 
     async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
@@ -78,29 +80,50 @@ class ShardIO:
 
 async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, data: bytes) -> BlobWrite:
     """Encode and write every shard in parallel, but for units on punished disks while the quorum
-    allows; succeed once the put quorum (or the AZ-down rule) holds. Raises `BlobWriteFailed` naming
-    the blob when it does not."""
+    allows; succeed once the put quorum (or the AZ-down rule) holds and the other shards landed or had
+    `io.put_grace` seconds more: a shard still on its way then is abandoned to repair and its disk
+    punished, so a host that stopped answering costs one PUT the grace, not every PUT the shard timeout.
+    Raises `BlobWriteFailed` naming the blob when the quorum does not hold."""
     now = time.monotonic()
     skip = units_to_skip(codec.tactic, {i for i, u in enumerate(volume.units) if io.health.punished(u.disk_id, now)})
     shards = await _codec_call(len(data), codec.encode, data)
-    tried = [i for i in range(len(shards)) if i not in skip]
-    results = await asyncio.gather(*(io.put(volume.vid, i, bid, shards[i]) for i in tried), return_exceptions=True)
     outcome = BlobWrite(volume.vid, bid)
     for index in sorted(skip):
         outcome.failed[index] = f"skipped: disk {volume.units[index].disk_id} is punished after failing"
-    for index, result in zip(tried, results, strict=True):
-        if isinstance(result, BaseException):
-            outcome.failed[index] = f"{type(result).__name__}: {result}"
-            if isinstance(result, ShardExists):
-                outcome.conflicts.append(index)
-        else:
-            outcome.written.append(index)
+    tasks = {asyncio.create_task(io.put(volume.vid, i, bid, shards[i])): i for i in range(len(shards)) if i not in skip}
+    pending = set(tasks)
+    try:
+        while pending and not decide_put(codec.tactic, set(outcome.written)).ok:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            _note_puts(outcome, done, tasks)
+        if pending:
+            done, pending = await asyncio.wait(pending, timeout=io.put_grace)
+            _note_puts(outcome, done, tasks)
+    finally:
+        for task in pending:
+            task.cancel()
+    for task in pending:
+        index = tasks[task]
+        outcome.failed[index] = f"not written {io.put_grace} s after the put quorum held"
+        io.health.failed(volume.units[index].disk_id, time.monotonic())
+    outcome.written.sort()
     decision = decide_put(codec.tactic, set(outcome.written))
     outcome.missing = decision.missing
     if not decision.ok:
         QUORUM_MISSES.inc()
         raise BlobWriteFailed(outcome, decision.reason)
     return outcome
+
+
+def _note_puts(outcome: BlobWrite, done: Collection[asyncio.Task[int]], tasks: dict[asyncio.Task[int], int]) -> None:
+    for task in done:
+        index = tasks[task]
+        if (exc := task.exception()) is not None:
+            outcome.failed[index] = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ShardExists):
+                outcome.conflicts.append(index)
+        else:
+            outcome.written.append(index)
 
 
 class BlobWriteFailed(Unavailable):

@@ -20,6 +20,9 @@ STANDBY_ALLOCATIONS = Counter("blobstore_access_standby_allocations",
 STANDBY_HELD = Gauge("blobstore_access_standby_held", "The standby stock per code mode: bids, bytes, and seconds "
                      "until the last of it can no longer be written", ["code_mode", "what"])
 
+OUTBOX_HELD = Gauge("blobstore_access_outbox_messages", "Repair and delete messages waiting for mqproxy to take them")
+OUTBOX_DROPPED = Counter("blobstore_access_outbox_dropped", "Messages dropped because the outbox was full", ["kind"])
+
 
 def count_bytes(exchange: Exchange) -> None:
     BYTES_IN.inc(exchange.bytes_in)

@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from libs.rpc.errors import Conflict, LengthMismatch, RpcError, TooLarge, Unavai
 from services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob, write_blob
 from services.access.config import AccessConfig
 from services.access.metrics import STANDBY_ALLOCATIONS, STANDBY_HELD, VOLUME_RETRIES
+from services.access.outbox import Outbox
 from services.access.putplan import PutPlan, RetryRefused
 from services.access.reserve import Reservations
 from services.access.standby import Standby
@@ -80,7 +81,7 @@ class ObjectStore:
         self.config = config
         self.cluster_id = config.cluster_id if cluster_id is None else cluster_id
         self.mq = mq
-        self._background: set[asyncio.Task[None]] = set()
+        self.outbox = Outbox(mq) if mq is not None else None  # repair and leftover-delete messages, kept till sent
         self.io = io
         self.volumes = volumes
         self.allocator = allocator
@@ -273,8 +274,8 @@ class ObjectStore:
         """Blobs no Location will name: note their shards in the orphan log and queue their deletion."""
         self._record_orphans(written, reason)
         leftovers = [DeleteIn(vid=w.vid, bid=w.bid) for w in written if w.written]
-        if leftovers:
-            self._queue(lambda mq: mq.send_delete(leftovers), f"delete of {len(leftovers)} leftover blob(s)")
+        if leftovers and self.outbox is not None:
+            self.outbox.delete(leftovers)
 
     def _record_orphans(self, written: list[BlobWrite], reason: str) -> None:
         """A failed PUT returns no Location, so nothing can read what it wrote; note the shards for
@@ -334,20 +335,6 @@ class ObjectStore:
         return len(messages)
 
     def _queue_repair(self, repair: RepairIn) -> None:
-        self._queue(lambda mq: mq.send_repair([repair]), f"repair of blob {repair.vid}/{repair.bid}")
-
-    def _queue(self, send: Callable[[MqProxyClient], Awaitable[object]], what: str) -> None:
-        """Hand messages to mqproxy in the background: a request never waits on repair bookkeeping."""
-        mq = self.mq
-        if mq is None:
-            return
-
-        async def run() -> None:
-            try:
-                await send(mq)
-            except RpcError as exc:
-                log.warning("could not queue %s: %s", what, exc)
-
-        task = asyncio.create_task(run())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        """Owed to the repair pipeline; a request never waits for it (the outbox sends it in the background)."""
+        if self.outbox is not None:
+            self.outbox.repair(repair)

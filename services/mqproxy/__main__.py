@@ -13,7 +13,7 @@ from services.mqproxy.metrics import publisher_figures
 def build(config: MqProxyConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
     cluster = ClusterClient(config.clustermgr_hosts)
-    publisher = Publisher(config.kafka_bootstrap, config.partitions, config.cluster_id)
+    publisher = Publisher(config.kafka_bootstrap, config.partitions, config.cluster_id, config.confirm_timeout)
     life.loop(lambda: keep_registered(cluster, "mqproxy", config.advertised_host, config.idc, config.register_ttl))
     life.close(publisher.close, cluster.close)
     register_collector(lambda: publisher_figures(publisher.stats))

@@ -19,10 +19,11 @@ from libs.rpc.server import Lifecycle, create_app
 class Publisher:
     """Sends messages and counts them; the producer is connected when the app starts."""
 
-    def __init__(self, bootstrap: str, partitions: int, cluster_id: int) -> None:
+    def __init__(self, bootstrap: str, partitions: int, cluster_id: int, confirm_timeout: float) -> None:
         self.cluster_id = cluster_id
         self.bootstrap = bootstrap
         self.partitions = partitions
+        self.confirm_timeout = confirm_timeout
         self.producer: Producer | None = None
         self.stats = PublisherStats()
 
@@ -40,7 +41,12 @@ class Publisher:
             raise Unavailable("mqproxy is not connected to Kafka yet")
         self.stats.messages_in += len(items)
         try:
-            await asyncio.gather(*(self.producer.send(topic, msg.key(), msg.to_bytes()) for topic, msg in items))
+            async with asyncio.timeout(self.confirm_timeout):
+                await asyncio.gather(*(self.producer.send(topic, msg.key(), msg.to_bytes()) for topic, msg in items))
+        except TimeoutError:
+            self.stats.unconfirmed += len(items)
+            raise Unavailable(f"Kafka did not confirm {len(items)} message(s) within {self.confirm_timeout} s; "
+                              "they may still be delivered") from None
         except Exception as exc:  # librdkafka's KafkaException, or a delivery timeout
             self.stats.failed += len(items)
             raise Unavailable(f"Kafka did not take the messages: {type(exc).__name__}: {exc}") from exc

@@ -16,6 +16,9 @@ class MqProxyConfig(ServiceSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     partitions: int = Field(4, ge=1)  # for topics this proxy creates when they are missing
     register_ttl: float = Field(10.0, gt=0)
+    # Seconds a request waits for Kafka to confirm its messages before answering 503; the messages stay with
+    # the producer, which keeps trying for two minutes, so a 503 means "not known", never "not queued".
+    confirm_timeout: float = Field(5.0, gt=0)
 
     @property
     def advertised_host(self) -> str:

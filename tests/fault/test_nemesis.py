@@ -1,5 +1,6 @@
-"""The nemesis (blobstore/nemesis.py) on three real network namespaces: a two-way cut, a one-way cut, a pulled
-cable, and heal_all undoing all of it (also a cut nobody healed). Listeners are real processes inside the hosts."""
+"""The nemesis (blobstore/nemesis.py) on three real network namespaces: a two-way cut, a one-way cut, a cut of
+one service of a host, a pulled cable, and heal_all undoing all of it (also a cut nobody healed). Listeners are
+real processes inside the hosts."""
 
 from __future__ import annotations
 
@@ -18,10 +19,15 @@ from blobstore.procs import poll
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nft") is None,
                                 reason="network namespaces and nftables need root and nft (make setup)")
-# A TCP listener that accepts and closes, and a UDP listener that appends each datagram to a file.
+# TCP listeners (ports 7000 and 7001) that accept and close, and a UDP listener that appends each datagram to a file.
 LISTEN = """
 import socket, sys, threading
 tcp = socket.create_server((sys.argv[1], 7000))
+other = socket.create_server((sys.argv[1], 7001))
+def serve_other():
+    while True:
+        other.accept()[0].close()
+threading.Thread(target=serve_other, daemon=True).start()
 udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind((sys.argv[1], 7000))
 def heard():
     while True:
@@ -30,7 +36,7 @@ def heard():
 threading.Thread(target=heard, daemon=True).start()
 while True: tcp.accept()[0].close()
 """
-CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], 7000), timeout=1).close()"
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()"
 SEND = ("import socket, sys; "
         "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(sys.argv[2].encode(), (sys.argv[1], 7000))")
 
@@ -53,9 +59,9 @@ def net(tmp_path: Path) -> Iterator[Network]:
         netns.destroy(network.prefix)
 
 
-def _reaches(net: Network, source: str, target: str) -> bool:
+def _reaches(net: Network, source: str, target: str, port: int = 7000) -> bool:
     wrap = () if source == "root" else net.host(source).wrap
-    return subprocess.run([*wrap, sys.executable, "-c", CONNECT, net.host(target).address],
+    return subprocess.run([*wrap, sys.executable, "-c", CONNECT, net.host(target).address, str(port)],
                           capture_output=True).returncode == 0
 
 
@@ -73,6 +79,10 @@ def test_cuts_isolation_and_heal_all(net: Network, tmp_path: Path) -> None:
     _send(net, "h3", "h1", "from h3")
     assert poll(lambda: (tmp_path / "h1.heard").exists() and b"from h3" in (tmp_path / "h1.heard").read_bytes(), 5.0)
     assert not (tmp_path / "h3.heard").exists()
+
+    nemesis.cut_services(net, "h3", [("h2", 7001)])  # h3 loses h2's second service only
+    assert not _reaches(net, "h3", "h2", 7001) and _reaches(net, "h3", "h2", 7000)
+    assert _reaches(net, "h2", "h3", 7001) and _reaches(net, "root", "h2", 7001)
 
     nemesis.isolate(net, "h2")
     assert not _reaches(net, "root", "h2") and not _reaches(net, "h3", "h2")

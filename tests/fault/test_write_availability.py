@@ -205,8 +205,11 @@ def test_a_broken_disk_makes_its_volumes_unwritable_and_new_ones_avoid_it(cluste
             assert all(u.disk_id != broken for v in volumes_of(cluster) if v.vid == vid for u in v.units)
 
 
-def test_a_hung_blobnode_costs_one_hedge_not_one_per_read(cluster_factory: ClusterFactory) -> None:
-    cluster = cluster_factory(hedge_after=2.0)
+def test_a_hung_blobnode_costs_one_hedge_and_one_put_grace_not_one_per_request(cluster_factory: ClusterFactory
+                                                                               ) -> None:
+    """A node that stops answering (SIGSTOP, as a host cut off the network) delays the first read by the hedge
+    and the first PUT by the put grace (not the 10 s shard timeout); the requests after go around it."""
+    cluster = cluster_factory(hedge_after=2.0, put_grace=1.0)
     rng = random.Random(4)
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
@@ -230,7 +233,16 @@ def test_a_hung_blobnode_costs_one_hedge_not_one_per_read(cluster_factory: Clust
                 started = time.monotonic()
                 assert client.get(f"/blob/{token}").content == objects[token]
                 timings.append(time.monotonic() - started)
+            put_timings = []
+            for _ in range(4):
+                data = rng.randbytes(100_000)
+                started = time.monotonic()
+                objects[client.put("/blob", content=data).json()["location"]] = data
+                put_timings.append(time.monotonic() - started)
         finally:
             os.kill(hung.pid, signal.SIGCONT)
+        assert all(client.get(f"/blob/{token}").content == data for token, data in objects.items())
     assert timings[0] >= 2.0  # the first read waits out the hedge delay once
     assert max(timings[1:]) < 1.5, timings  # the next ones go around the slow node at once
+    assert 1.0 <= put_timings[0] < 3.0, put_timings  # the quorum, then the grace for the hung node's shard
+    assert max(put_timings[1:]) < 0.8, put_timings  # its disk is skipped from then on

@@ -131,6 +131,11 @@ def test_cluster_up_hosts_spec_spreads_roles_and_racks(tmp_path: Path) -> None:
                                                                if "h6" in getattr(spec.services, r)}
     with pytest.raises(SpecError, match="EC3P3 puts its 6 units on distinct hosts, but only 5"):
         for_hosts(hosts[:5], 2, tmp_path)
+    eight = for_hosts([*hosts, ("h7", "10.77.9.17"), ("h8", "10.77.9.18")], 2, tmp_path)
+    assert eight.services.access == ["h7", "h8"]  # alone, so that a partition can cut access off from the rest
+    assert [r for r in Services.model_fields if {"h7", "h8"} & set(getattr(eight.services, r))] == ["access"]
+    assert not {"tinker", "mqproxy"} & {r for r in Services.model_fields
+                                        if set(eight.services.kafka) & set(getattr(eight.services, r))}
 
 
 def test_the_operators_kafka_and_redis_are_used_and_not_rendered(tmp_path: Path) -> None:
