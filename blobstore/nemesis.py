@@ -4,7 +4,8 @@ A cut is a "grudge" kept by the host that suffers it: an nftables table `blobsto
 namespace, whose sets list the addresses it no longer hears (input) and, for a two-way cut, no longer
 reaches (output), or single services of a peer (address and TCP port) it no longer reaches. Only that
 namespace is touched, so a heal is deleting the table; `heal_all` deletes it in every namespace of the network
-whatever made it (a test killed mid-cut leaves nothing behind once it runs). `isolate` pulls the host's cable instead (its bridge-side link down). Needs root and nft.
+whatever made it (a test killed mid-cut leaves nothing behind once it runs).
+`isolate` pulls the host's cable instead (its bridge-side link down). Needs root and nft.
 """
 
 from __future__ import annotations
