@@ -50,8 +50,8 @@ class PutStream:
 
 
 @contextmanager
-def put_stream(urls: str | Sequence[str], writers: int = 4) -> Iterator[PutStream]:
-    stream = PutStream([urls] if isinstance(urls, str) else list(urls))
+def put_stream(urls: str | Sequence[str], writers: int = 4, max_size: int = 64 << 10) -> Iterator[PutStream]:
+    stream = PutStream([urls] if isinstance(urls, str) else list(urls), max_size)
     threads = [threading.Thread(target=stream.writer, args=(seed,)) for seed in range(writers)]
     for thread in threads:
         thread.start()

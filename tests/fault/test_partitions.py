@@ -1,0 +1,306 @@
+"""Network partitions, Jepsen-style, on a cluster across eight hosts (network namespaces, as root).
+
+One cluster serves the module, `cluster up --hosts 8`: clustermgr on h1-h3 (allocators on h1, h2; schedulers on
+h2, h3; worker and mqproxy on h3; tinker on h1), Kafka's three brokers on h4-h6, the access nodes alone on h7
+and h8, a blobnode on every host, EC3P3. Each scenario cuts the network with the nemesis under load, heals it
+(also when it fails: `heal_all` in the fixture), and ends with `settled`: every acknowledged object reads back
+byte for byte, every shard of the objects written meanwhile is present once repair settles, and the clustermgr
+replicas stand level with the same checksum. The scheduler's scenario (c) is in
+tests/integration/test_scheduler.py (a superseded scheduler is fenced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import os
+import random
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from blobstore import Client, NotFound, Unavailable, nemesis
+from blobstore.launcher import ClusterInfo, ProcessRecord, down, status, up
+from blobstore.plan import ClusterShape
+from blobstore.procs import poll
+from libs.rpc.errors import Conflict, RpcError
+from services.clustermgr.client import ClusterClient
+from tests.support.linearizable import Op, check
+from tests.support.load import Attempt, PutStream, failures, put_stream, success_rate
+from tests.support.settle import settled
+
+HOSTS = 8
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="hosts as network namespaces need root")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
+    root = tmp_path_factory.mktemp("partitions")
+    try:
+        yield up(root, ClusterShape(blobnodes=HOSTS, disks_per_node=1, delete_delay=1.0), hosts=HOSTS, timeout=90)
+    finally:
+        if (root / "cluster.json").exists():
+            down(root)
+
+
+@pytest.fixture
+def net(cluster: ClusterInfo) -> Iterator[nemesis.Network]:
+    network = cluster.net()
+    assert network is not None
+    try:
+        yield network
+    finally:
+        nemesis.heal_all(network)
+
+
+def _record(cluster: ClusterInfo, name: str) -> ProcessRecord:
+    return next(p for p in ClusterInfo.load(Path(cluster.dir)).processes if p.name == name)
+
+
+def _services(cluster: ClusterInfo, *roles: str) -> list[tuple[str, int]]:
+    """(host, port) of every process of these roles."""
+    return [(p.host, int(p.url.rsplit(":", 1)[1])) for p in ClusterInfo.load(Path(cluster.dir)).processes
+            if p.role in roles]
+
+
+def _acked_since(stream: PutStream, count_before: int) -> dict[str, bytes]:
+    """The objects acknowledged after the first `count_before` (those a scenario put at risk)."""
+    return dict(itertools.islice(list(stream.acked.items()), count_before, None))
+
+
+def _per_second(attempts: list[Attempt], start: float, seconds: int) -> list[tuple[int, int]]:
+    """(attempts, successes) for each second from `start`: printed, for the record of a run."""
+    return [(len(a), sum(ok for _, ok, _ in a))
+            for a in ([x for x in attempts if start + s <= x[0] < start + s + 1] for s in range(seconds))]
+
+
+def test_a_clustermgr_leader_cut_from_its_peers_keeps_the_kv_linearizable(cluster: ClusterInfo,
+                                                                          net: nemesis.Network) -> None:
+    """Scenario a. The leader's host cut from both other clustermgr hosts (clients still reach it) for 6 s under
+    get/set/CAS from four clients: the history is linearizable (no stale read from the old leader, no lost or
+    doubled write), and writes resume on a new leader within 2 s of the cut."""
+    root = Path(cluster.dir)
+    hosts = {p.name: p.host for p in ClusterInfo.load(root).processes if p.role == "clustermgr"}
+    leader = hosts[status(root).leader or ""]
+    history: list[Op] = []
+    cut_at: list[float] = []
+
+    def latest(key: str) -> str | None:
+        return next((op.value for op in reversed(history) if op.key == key and op.kind != "get"), None)
+
+    async def client(n: int, until: float) -> None:
+        rng = random.Random(n)
+        async with ClusterClient(cluster.clustermgr_urls, deadline=4.0) as cm:
+            for seq in itertools.count():
+                if time.monotonic() > until:
+                    return
+                key, kind = f"lin/{rng.randrange(3)}", rng.choice(("get", "set", "cas"))
+                op = Op(kind, key, time.monotonic(), None, value=None if kind == "get" else f"{n}-{seq}",
+                        expected=latest(key) if kind == "cas" else None)
+                result: str | bool | None = None
+                try:
+                    if kind == "get":
+                        result = await cm.kv_get(key)
+                    elif kind == "set":
+                        await cm.kv_set(key, op.value or "")
+                    else:
+                        try:
+                            await cm.kv_cas(key, op.expected, op.value)
+                            result = True
+                        except Conflict:
+                            result = False
+                except RpcError:  # timed out or cut off: a write may or may not have happened; a read tells nothing
+                    if kind != "get":
+                        history.append(op)
+                    continue
+                history.append(dataclasses.replace(op, ret=time.monotonic(), result=result))
+
+    async def partition() -> None:
+        await asyncio.sleep(3.0)
+        await asyncio.to_thread(nemesis.cut, net, leader, [h for h in set(hosts.values()) if h != leader])
+        cut_at.append(time.monotonic())  # in force from here
+        await asyncio.sleep(6.0)
+        await asyncio.to_thread(nemesis.heal_all, net)
+
+    async def scenario() -> None:
+        until = time.monotonic() + 12.0
+        await asyncio.gather(partition(), *(client(n, until) for n in range(4)))
+
+    asyncio.run(scenario())
+    assert check(history) == []
+    writes = [op.ret for op in history if op.kind != "get" and op.ret is not None and op.call >= cut_at[0]]
+    assert writes, "no write succeeded after the cut"
+    resumed = min(writes) - cut_at[0]
+    print(f"{len(history)} operations, writes resumed {resumed:.2f} s after the cut")
+    assert resumed <= 2.0, resumed
+    settled(cluster, {})
+
+
+def test_b_a_blobnode_access_cannot_reach_costs_no_put_and_is_repaired_after(cluster: ClusterInfo,
+                                                                              net: nemesis.Network) -> None:
+    """Scenario b. h5's blobnode still heartbeats to clustermgr but neither access node reaches it for 20 s: from
+    10 s after the cut at least 99% of PUTs succeed (the put grace, then its disk skipped), objects written before
+    read back throughout (degraded), and after the heal the shards it missed are repaired."""
+    with Client(cluster.access_urls, timeout=60) as client:
+        before = {client.put(data): data for data in (os.urandom(40_000) for _ in range(20))}
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+            stream.wait_for(20)
+            count_before = len(stream.acked)
+            cut = time.monotonic()
+            nemesis.cut(net, "h5", ["h7", "h8"])
+            reads = [client.get(token) == data for token, data in before.items()]
+            time.sleep(max(0.0, cut + 20.0 - time.monotonic()))
+            healed = time.monotonic()
+            nemesis.heal_all(net)
+            stream.wait_for(10, healed)
+    print("PUTs per second (tried, succeeded):", _per_second(stream.attempts, cut, 21))
+    assert all(reads)
+    late = stream.since(cut + 10.0, healed)
+    assert late and success_rate(late) >= 0.99, failures(late)
+    settled(cluster, _acked_since(stream, count_before) | before)
+
+
+def _access_outbox(cluster: ClusterInfo) -> float:
+    """Messages the access nodes still owe mqproxy."""
+    held = 0.0
+    for url in cluster.access_urls:
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+        held += sum(float(line.split()[-1]) for line in text.splitlines()
+                    if line.startswith("blobstore_access_outbox_messages "))
+    return held
+
+
+def test_d_kafka_cut_from_mqproxy_and_tinker_loses_no_delete_or_repair(cluster: ClusterInfo,
+                                                                      net: nemesis.Network) -> None:
+    """Scenario d. Kafka's brokers cut from mqproxy's and tinker's hosts for 30 s while objects are deleted and
+    PUTs leave shards to repair (h6's blobnode paused): every DELETE answers at once or with a 503 that says
+    why, never an acknowledgement that is not carried out; the repair messages wait in access's outbox and all
+    arrive; after the heal every acknowledged delete is done and every shard is repaired."""
+    brokers = _services(cluster, "kafka")
+    paused = _record(cluster, "blobnode-h6")
+    with Client(cluster.access_urls, timeout=60) as client:
+        doomed = [client.put(os.urandom(20_000)) for _ in range(24)]
+        answers: list[tuple[str, str]] = []
+
+        def deleter(part: list[str]) -> None:
+            for token in part:
+                try:
+                    client.delete(token)
+                    answers.append((token, "ok"))
+                except Unavailable as exc:
+                    answers.append((token, str(exc)))
+                time.sleep(1.0)
+
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+            stream.wait_for(10)
+            count_before = len(stream.acked)
+            for host in ("h3", "h1"):  # mqproxy's and tinker's
+                nemesis.cut_services(net, host, brokers)
+            os.kill(paused.pid, signal.SIGSTOP)
+            try:
+                deleters = [threading.Thread(target=deleter, args=(doomed[i::4],)) for i in range(4)]
+                for thread in deleters:
+                    thread.start()
+                assert poll(lambda: _access_outbox(cluster) > 0, 25.0), "no repair message waited for Kafka"
+                time.sleep(10.0)
+                nemesis.heal_all(net)
+                for thread in deleters:
+                    thread.join()
+            finally:
+                os.kill(paused.pid, signal.SIGCONT)
+            stream.wait_for(10, time.monotonic())
+        assert len(answers) == len(doomed)
+        refused = [why for _, why in answers if why != "ok"]
+        assert all("503" in why and "Kafka" in why for why in refused), refused[:3]
+        acked = [token for token, why in answers if why == "ok"]
+        print(f"{len(acked)} deletes acknowledged, {len(refused)} answered 503 during the cut")
+
+        def gone(token: str) -> bool:
+            try:
+                client.get(token)
+                return False
+            except NotFound:
+                return True
+
+        assert poll(lambda: all(gone(t) for t in acked), 90.0, interval=1.0), "an acknowledged delete was lost"
+    assert poll(lambda: _access_outbox(cluster) == 0, 60.0, interval=1.0), "repair messages stayed in the outbox"
+    settled(cluster, _acked_since(stream, count_before))
+
+
+def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: ClusterInfo,
+                                                                  net: nemesis.Network) -> None:
+    """Scenario e. Both access nodes lose clustermgr and the allocators (not the blobnodes beside them) for
+    20 s: PUTs go on from the volumes and bids they hold (the standby stock), any that cannot is a 503 with a
+    reason, and GETs keep working from the volumes they cached."""
+    with Client(cluster.access_urls, timeout=60) as client:
+        before = {client.put(data): data for data in (os.urandom(30_000) for _ in range(20))}
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+            stream.wait_for(100)  # a PUT rate for the standby stock to hold space for
+            count_before = len(stream.acked)
+            cut = time.monotonic()
+            for host in ("h7", "h8"):
+                nemesis.cut_services(net, host, _services(cluster, "clustermgr", "allocator"))
+            reads: list[bool] = []
+            while time.monotonic() < cut + 20.0:
+                reads.extend(client.get(token) == data for token, data in before.items())
+            healed = time.monotonic()
+            nemesis.heal_all(net)
+            stream.wait_for(10, healed)
+    print("PUTs per second (tried, succeeded):", _per_second(stream.attempts, cut, 21))
+    during = stream.since(cut, healed)
+    assert all(reads) and len(reads) >= 100
+    assert all("503" in error for _, ok, error in during if not ok), failures(during)
+    assert success_rate(during) >= 0.99, failures(during)
+    settled(cluster, _acked_since(stream, count_before))
+
+
+def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: ClusterInfo,
+                                                                   net: nemesis.Network) -> None:
+    """Scenario f. h1 (a clustermgr, an allocator, tinker) and h8 (an access node) cut from the six other hosts
+    for 20 s: PUTs through h7's access node go on; through h8's they fail with a clear 503 and commit nothing;
+    a clustermgr write on the minority side is refused; after the heal everything converges."""
+    majority = ["h2", "h3", "h4", "h5", "h6", "h7"]
+    h1 = _record(cluster, "clustermgr-h1").url
+
+    async def minority_write() -> str:
+        async with ClusterClient([h1], deadline=3.0) as cm:
+            try:
+                await cm.kv_set("partition/minority", "written")
+                return "committed"
+            except RpcError as exc:
+                return f"{exc.code}: {exc}"
+
+    async def minority_value() -> str | None:
+        async with ClusterClient(cluster.clustermgr_urls) as cm:
+            return await cm.kv_get("partition/minority")
+
+    with put_stream(cluster.access_urls[0], writers=2, max_size=16 << 10) as served, \
+            put_stream(cluster.access_urls[1], writers=2, max_size=16 << 10) as refused:
+        served.wait_for(10)
+        refused.wait_for(10)
+        counts_before = len(served.acked), len(refused.acked)
+        cut = time.monotonic()
+        for host in ("h1", "h8"):
+            nemesis.cut(net, host, majority)
+        time.sleep(3.0)
+        kv = asyncio.run(minority_write())
+        time.sleep(max(0.0, cut + 20.0 - time.monotonic()))
+        healed = time.monotonic()
+        nemesis.heal_all(net)
+        served.wait_for(10, healed)
+    print("majority PUTs per second:", _per_second(served.attempts, cut, 21))
+    print("minority PUTs per second:", _per_second(refused.attempts, cut, 21))
+    assert kv.startswith("unavailable"), kv
+    late = served.since(cut + 10.0, healed)
+    assert late and success_rate(late) >= 0.99, failures(late)
+    stranded = refused.since(cut + 10.0, healed)
+    assert stranded and not any(ok for _, ok, _ in stranded)
+    assert all("503" in error for _, ok, error in stranded), failures(stranded)
+    assert asyncio.run(minority_value()) is None
+    settled(cluster, _acked_since(served, counts_before[0]) | _acked_since(refused, counts_before[1]))
