@@ -5,8 +5,8 @@ h2, h3; worker and mqproxy on h3; tinker on h1), Kafka's three brokers on h4-h6,
 and h8, a blobnode on every host, EC3P3. Each scenario cuts the network with the nemesis under load, heals it
 (also when it fails: `heal_all` in the fixture), and ends with `settled`: every acknowledged object reads back
 byte for byte, every shard of the objects written meanwhile is present once repair settles, and the clustermgr
-replicas stand level with the same checksum. The scheduler's scenario (c) is in
-tests/integration/test_scheduler.py (a superseded scheduler is fenced).
+replicas stand level with the same checksum. Scenario c's other half, the active scheduler SIGSTOPped rather
+than cut off, is tests/integration/test_scheduler.py::test_a_paused_scheduler_is_superseded_and_fenced.
 """
 
 from __future__ import annotations
@@ -14,23 +14,28 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
 import os
 import random
 import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from blobstore import Client, NotFound, Unavailable, nemesis
-from blobstore.launcher import ClusterInfo, ProcessRecord, down, status, up
+from blobstore.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
 from blobstore.plan import ClusterShape
 from blobstore.procs import poll
+from libs.proto.cluster import DiskStatus
+from libs.proto.scheduler import LEADER_KEY, TASK_PREFIX, LeaderRecord, TaskRecord, TaskState
+from libs.proto.switches import OFF, ON, TaskType, switch_key
 from libs.rpc.errors import Conflict, RpcError
 from services.clustermgr.client import ClusterClient
+from services.scheduler.client import SchedulerClient
 from tests.support.linearizable import Op, check
 from tests.support.load import Attempt, PutStream, failures, put_stream, success_rate
 from tests.support.settle import settled
@@ -166,14 +171,19 @@ def test_b_a_blobnode_access_cannot_reach_costs_no_put_and_is_repaired_after(clu
     settled(cluster, _acked_since(stream, count_before) | before)
 
 
+def _metric(urls: Iterable[str], name: str) -> float:
+    """The sum of a metric's samples over these processes."""
+    total = 0.0
+    for url in urls:
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+        total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith(name) and line[len(name)] in " {")
+    return total
+
+
 def _access_outbox(cluster: ClusterInfo) -> float:
     """Messages the access nodes still owe mqproxy."""
-    held = 0.0
-    for url in cluster.access_urls:
-        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
-        held += sum(float(line.split()[-1]) for line in text.splitlines()
-                    if line.startswith("blobstore_access_outbox_messages "))
-    return held
+    return _metric(cluster.access_urls, "blobstore_access_outbox_messages")
 
 
 def test_d_kafka_cut_from_mqproxy_and_tinker_loses_no_delete_or_repair(cluster: ClusterInfo,
@@ -304,3 +314,88 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
     assert all("503" in error for _, ok, error in stranded), failures(stranded)
     assert asyncio.run(minority_value()) is None
     settled(cluster, _acked_since(served, counts_before[0]) | _acked_since(refused, counts_before[1]))
+
+
+def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(cluster: ClusterInfo,
+                                                                               net: nemesis.Network) -> None:
+    """Scenario c (last: it slows the worker down for the rest of the module). The active scheduler's host loses
+    clustermgr for three leases while a broken disk is being repaired: the standby takes over with a newer
+    epoch and finishes the repair; the worker's calls under the old epoch are refused (fenced); after the heal
+    the old scheduler stands by, the lease keeps the new epoch, every repaired unit is its volume's live unit
+    and every shard is present: nothing the old one did took effect, no live chunk was released."""
+    root = Path(cluster.dir)
+    worker = _record(cluster, "worker-h3")
+    config = Path(worker.config)
+    config.write_text(json.dumps({**json.loads(config.read_text()), "task_runners": 1, "migrate_concurrency": 1,
+                                  "migrate_mb_per_sec": 0.5}))  # a repair slow enough to cut in the middle of
+    os.kill(worker.pid, signal.SIGTERM)
+    assert poll(lambda: not _record(cluster, "worker-h3").running, 20.0)
+    restart(root, "worker-h3")
+    schedulers = {p.url: p for p in ClusterInfo.load(root).processes if p.role == "scheduler"}
+    ttl = 6.0  # the scheduler's election_ttl
+
+    async def leader(cm: ClusterClient) -> LeaderRecord:
+        return LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
+
+    async def tasks(cm: ClusterClient) -> list[TaskRecord]:
+        return [TaskRecord.model_validate_json(raw) for raw in (await cm.kv_list(TASK_PREFIX)).values()]
+
+    async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not await check():
+            assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+            await asyncio.sleep(0.3)
+
+    async def scenario(stream: PutStream) -> None:
+        async with ClusterClient(cluster.clustermgr_urls) as cm:
+            await cm.set_config(switch_key(TaskType.BALANCE), OFF)
+            broken = next(d.disk_id for d in await cm.list_disks() if d.host == _record(cluster, "blobnode-h6").url)
+            await cm.set_disk(broken, status=DiskStatus.BROKEN)
+
+            async def handed_out() -> bool:
+                return any(t.open and t.worker for t in await tasks(cm))
+
+            await until(handed_out, 60, "a repair task under way")
+            stream.start()
+            old = await leader(cm)
+            cut_host = schedulers[old.host].host
+            await asyncio.to_thread(nemesis.cut_services, net, cut_host, _services(cluster, "clustermgr"))
+            cut = time.monotonic()
+
+            async def taken_over() -> bool:
+                return (await leader(cm)).epoch == old.epoch + 1
+
+            await until(taken_over, 5 * ttl, "the standby scheduler taking over")
+            new = await leader(cm)
+            await asyncio.sleep(max(0.0, cut + 3 * ttl - time.monotonic()))  # three leases at least
+            await asyncio.to_thread(nemesis.heal_all, net)
+            stream.close()
+
+            async def repaired() -> bool:
+                return (await cm.get_disk(broken)).status is DiskStatus.REPAIRED
+
+            await until(repaired, 180, f"disk {broken} repaired")
+            fenced = (_metric([new.host], "blobstore_scheduler_fenced_total"),
+                      _metric(cluster.clustermgr_urls, "blobstore_clustermgr_fenced_total"))
+            print(f"fenced: {fenced[0]} worker calls by the new scheduler, {fenced[1]} commands by clustermgr")
+            assert sum(fenced) > 0
+            await asyncio.sleep(2 * ttl)  # the old one reconnected for two leases: it stands by, changes nothing
+            async with SchedulerClient(cm) as schedulers_api:
+                status_of_old = await schedulers_api.status(old.host)
+            assert not status_of_old.active and status_of_old.leader == new.host
+            assert (await leader(cm)).epoch == new.epoch
+            current = {v.vid: v for v in await cm.list_volumes()}
+            assert not [v.vid for v in current.values() for u in v.units if u.disk_id == broken]
+            for t in await tasks(cm):
+                assert t.state is TaskState.FINISHED and t.destination is not None
+                assert current[t.vid].units[t.unit_index] == t.destination
+            await cm.set_config(switch_key(TaskType.BALANCE), ON)
+
+    with Client(cluster.access_urls, timeout=60) as client:
+        objects = {client.put(data): data for data in (os.urandom(64 << 10) for _ in range(150))}
+    stream = PutStream(cluster.access_urls, max_size=16 << 10)
+    try:
+        asyncio.run(scenario(stream))
+    finally:
+        stream.close()
+    settled(cluster, objects | stream.acked)

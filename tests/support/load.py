@@ -27,6 +27,7 @@ class PutStream:
     attempts: list[Attempt] = field(default_factory=list)
     acked: dict[str, bytes] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
 
     def writer(self, seed: int) -> None:
         rng = random.Random(seed)
@@ -42,6 +43,17 @@ class PutStream:
                 self.attempts.append((started, True, ""))
                 self.acked[token] = data
 
+    def start(self, writers: int = 2) -> None:
+        """Writer threads from now on, until `close`."""
+        self.threads = [threading.Thread(target=self.writer, args=(seed,)) for seed in range(writers)]
+        for thread in self.threads:
+            thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
     def since(self, moment: float, until: float = float("inf")) -> list[Attempt]:
         return [a for a in list(self.attempts) if moment <= a[0] < until]
 
@@ -52,15 +64,11 @@ class PutStream:
 @contextmanager
 def put_stream(urls: str | Sequence[str], writers: int = 4, max_size: int = 64 << 10) -> Iterator[PutStream]:
     stream = PutStream([urls] if isinstance(urls, str) else list(urls), max_size)
-    threads = [threading.Thread(target=stream.writer, args=(seed,)) for seed in range(writers)]
-    for thread in threads:
-        thread.start()
+    stream.start(writers)
     try:
         yield stream
     finally:
-        stream.stop.set()
-        for thread in threads:
-            thread.join()
+        stream.close()
 
 
 def read_back(urls: str | Sequence[str], acked: dict[str, bytes], readers: int = 8) -> list[str]:
