@@ -81,8 +81,8 @@ def _acked_since(stream: PutStream, count_before: int) -> dict[str, bytes]:
 
 def _per_second(attempts: list[Attempt], start: float, seconds: int) -> list[tuple[int, int]]:
     """(attempts, successes) for each second from `start`: printed, for the record of a run."""
-    return [(len(a), sum(ok for _, ok, _ in a))
-            for a in ([x for x in attempts if start + s <= x[0] < start + s + 1] for s in range(seconds))]
+    return [(len(a), sum(x.ok for x in a))
+            for a in ([x for x in attempts if start + s <= x.started < start + s + 1] for s in range(seconds))]
 
 
 def test_a_clustermgr_leader_cut_from_its_peers_keeps_the_kv_linearizable(cluster: ClusterInfo,
@@ -265,7 +265,7 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
     print("PUTs per second (tried, succeeded):", _per_second(stream.attempts, cut, 21))
     during = stream.since(cut, healed)
     assert all(reads) and len(reads) >= 100
-    assert all("503" in error for _, ok, error in during if not ok), failures(during)
+    assert all("503" in a.error for a in during if not a.ok), failures(during)
     assert success_rate(during) >= 0.99, failures(during)
     settled(cluster, _acked_since(stream, count_before))
 
@@ -273,8 +273,9 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
 def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: ClusterInfo,
                                                                    net: nemesis.Network) -> None:
     """Scenario f. h1 (a clustermgr, an allocator, tinker) and h8 (an access node) cut from the six other hosts
-    for 20 s: PUTs through h7's access node go on; through h8's they fail with a clear 503 and commit nothing;
-    a clustermgr write on the minority side is refused; after the heal everything converges."""
+    for 30 s: PUTs through h7's access node go on; through h8's they fail with a clear 503 (after up to 20 s:
+    two volumes tried, each waiting out the shard timeout) and commit nothing; a clustermgr write on the
+    minority side is refused; after the heal everything converges."""
     majority = ["h2", "h3", "h4", "h5", "h6", "h7"]
     h1 = _record(cluster, "clustermgr-h1").url
 
@@ -300,18 +301,18 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
             nemesis.cut(net, host, majority)
         time.sleep(3.0)
         kv = asyncio.run(minority_write())
-        time.sleep(max(0.0, cut + 20.0 - time.monotonic()))
+        time.sleep(max(0.0, cut + 30.0 - time.monotonic()))
         healed = time.monotonic()
         nemesis.heal_all(net)
         served.wait_for(10, healed)
-    print("majority PUTs per second:", _per_second(served.attempts, cut, 21))
-    print("minority PUTs per second:", _per_second(refused.attempts, cut, 21))
+    print("majority PUTs per second:", _per_second(served.attempts, cut, 31))
+    print("minority PUTs per second:", _per_second(refused.attempts, cut, 31))
     assert kv.startswith("unavailable"), kv
     late = served.since(cut + 10.0, healed)
     assert late and success_rate(late) >= 0.99, failures(late)
-    stranded = refused.since(cut + 10.0, healed)
-    assert stranded and not any(ok for _, ok, _ in stranded)
-    assert all("503" in error for _, ok, error in stranded), failures(stranded)
+    stranded = [a for a in refused.since(cut, healed) if a.ended < healed]  # a refusal may take a PUT's 20 s
+    assert stranded and not any(a.ok for a in stranded)
+    assert all("503" in a.error for a in stranded), failures(stranded)
     assert asyncio.run(minority_value()) is None
     settled(cluster, _acked_since(served, counts_before[0]) | _acked_since(refused, counts_before[1]))
 

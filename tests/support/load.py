@@ -11,11 +11,17 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from blobstore import BlobstoreError, Client
 from tests.support.processes import wait_until
 
-Attempt = tuple[float, bool, str]  # (started, ok, error)
+
+class Attempt(NamedTuple):
+    started: float
+    ok: bool
+    error: str
+    ended: float
 
 
 @dataclass
@@ -38,9 +44,9 @@ class PutStream:
                 try:
                     token = client.put(data)
                 except BlobstoreError as exc:
-                    self.attempts.append((started, False, str(exc)))
+                    self.attempts.append(Attempt(started, False, str(exc), time.monotonic()))
                     continue
-                self.attempts.append((started, True, ""))
+                self.attempts.append(Attempt(started, True, "", time.monotonic()))
                 self.acked[token] = data
 
     def start(self, writers: int = 2) -> None:
@@ -55,7 +61,7 @@ class PutStream:
             thread.join()
 
     def since(self, moment: float, until: float = float("inf")) -> list[Attempt]:
-        return [a for a in list(self.attempts) if moment <= a[0] < until]
+        return [a for a in list(self.attempts) if moment <= a.started < until]
 
     def wait_for(self, count: int, moment: float = 0.0, timeout: float = 60.0) -> None:
         wait_until(lambda: len(self.since(moment)) >= count, timeout, f"{count} PUTs", interval=0.1)
@@ -79,9 +85,9 @@ def read_back(urls: str | Sequence[str], acked: dict[str, bytes], readers: int =
 
 
 def success_rate(attempts: list[Attempt]) -> float:
-    return sum(ok for _, ok, _ in attempts) / len(attempts)
+    return sum(a.ok for a in attempts) / len(attempts)
 
 
 def failures(attempts: list[Attempt]) -> list[tuple[str, int]]:
     """The commonest errors among `attempts`, for an assertion's message."""
-    return Counter(error[:300] for _, ok, error in attempts if not ok).most_common(3)
+    return Counter(a.error[:300] for a in attempts if not a.ok).most_common(3)
