@@ -66,6 +66,7 @@ bench: setup
 	$(PY) bench/metrics_cost.py
 	$(PY) bench/inspection.py
 	$(PY) bench/availability.py
+	$(PY) bench/partitions.py
 	$(PY) bench/signing.py
 	$(PY) bench/repair.py --node-loss-only
 

@@ -296,9 +296,9 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
         served.wait_for(10)
         refused.wait_for(10)
         counts_before = len(served.acked), len(refused.acked)
-        cut = time.monotonic()
         for host in ("h1", "h8"):
             nemesis.cut(net, host, majority)
+        cut = time.monotonic()  # in force from here
         time.sleep(3.0)
         kv = asyncio.run(minority_write())
         time.sleep(max(0.0, cut + 30.0 - time.monotonic()))
