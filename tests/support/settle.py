@@ -64,6 +64,11 @@ def wait_replicas_agree(info: ClusterInfo, timeout: float = 30.0) -> None:
 
 def settled(info: ClusterInfo, acked: dict[str, bytes], repair_timeout: float = 120.0) -> None:
     """The end of every scenario, once the network is whole again."""
+    started = time.monotonic()
     assert read_back(info.access_urls, acked) == []
+    read = time.monotonic()
     wait_all_shards_present(info, acked, repair_timeout)
+    present = time.monotonic()
     wait_replicas_agree(info)
+    print(f"settled: {len(acked)} objects read back in {read - started:.1f} s, every shard present after "
+          f"{present - read:.1f} s, replicas level after {time.monotonic() - present:.1f} s")
