@@ -355,7 +355,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
 
             async def handed_out() -> bool:
-                return any(t.open and t.worker for t in await tasks(cm))
+                return any(t.open and t.worker and t.disk_id == broken for t in await tasks(cm))
 
             await until(handed_out, 60, "a repair task under way")
             async with SchedulerClient(cm) as api:  # a worker that will be cut off with the old scheduler
@@ -396,8 +396,10 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
             assert (await leader(cm)).epoch == new.epoch
             current = {v.vid: v for v in await cm.list_volumes()}
             assert not [v.vid for v in current.values() for u in v.units if u.disk_id == broken]
-            for t in await tasks(cm):
-                assert t.state is TaskState.FINISHED and t.destination is not None
+            repairs = [t for t in await tasks(cm) if t.task_type is TaskType.DISK_REPAIR and t.disk_id == broken]
+            assert repairs  # (the earlier scenarios may have left tasks of their own)
+            for t in repairs:
+                assert t.state is TaskState.FINISHED and t.destination is not None, t
                 assert current[t.vid].units[t.unit_index] == t.destination
             await cm.set_config(switch_key(TaskType.BALANCE), ON)
 
