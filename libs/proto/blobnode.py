@@ -31,6 +31,9 @@ class IOClass(StrEnum):
 
     USER = "user"
     BACKGROUND = "background"
+    # Background work that cannot wait: rebuilding a volume at margin <= 1 (one more loss and blobs are gone).
+    # It runs on the background threads but past the disk's background caps.
+    URGENT = "urgent"
 
 
 IO_CLASS_PARAM = "io_class"  # the query parameter that carries it; absent means user
@@ -105,6 +108,22 @@ class ShardStatusResult(BaseModel):
     status: str
 
 
+class ScrubStat(BaseModel):
+    """A disk's scrub (services/blobnode/scrub.py): its current pass, its last full one, and what it found."""
+
+    enabled: bool
+    running: bool  # a pass is under way (else the next waits for its period)
+    progress: float  # fraction of the current pass read (1.0 between passes, once one ended)
+    pass_started: float  # unix time the current or last pass began; 0: none yet
+    last_full_pass: float | None  # unix time the last full pass ended; None: none yet
+    passes: int  # full passes, ever
+    shards: int  # shards read, ever
+    bytes: int
+    corrupt: int  # shards found corrupt or unreadable, ever
+    repairs_queued: int  # repairs mqproxy took for them
+    repairs_owed: int  # findings mqproxy has not taken yet (kept, and sent again)
+
+
 class DiskStat(BaseModel):
     disk_id: int
     path: str
@@ -114,6 +133,7 @@ class DiskStat(BaseModel):
     chunks: int
     max_chunks: int
     readonly_chunks: int
+    scrub: ScrubStat | None = None  # in a blobnode's /stat and /disk/stat
 
 
 class NodeStat(BaseModel):

@@ -103,6 +103,7 @@ class TaskRef(RequestBody):
 class AcquireRequest(RequestBody):
     worker: str = Field(min_length=1)
     task_types: list[TaskType] = Field(default_factory=list)  # empty: any; disk repair is handed out first
+    urgent_only: bool = False  # the worker's lane kept free for volumes one loss from losing blobs
 
 
 class WorkTask(BaseModel):
@@ -116,6 +117,7 @@ class WorkTask(BaseModel):
     source: Unit
     destination: Unit
     source_readable: bool  # False when the source disk is broken: every shard is rebuilt
+    urgent: bool = False  # the volume is at margin <= 1: its I/O goes past the disks' background caps
     lease_ttl: float = Field(gt=0)
     done_bytes: int = Field(0, ge=0)  # already persisted progress (a reclaimed task resumes)
     done_shards: int = Field(0, ge=0)

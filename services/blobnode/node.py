@@ -60,6 +60,8 @@ _CHECKSUM_ERRORS = (chunkfile.ShardCorrupted, chunkfile.ChunkCorrupted)
 # on a disk thread. The trade-off: a buffered write can sleep in the kernel's dirty-page throttling, and
 # ext4 refuses RWF_NOWAIT for buffered writes; every put is synced within its group, so little stays dirty.
 INLINE_PUT_BYTES = 64 << 10
+# I/O classes that skip the disk's background caps (urgent still runs on the background threads).
+UNCAPPED = frozenset({IOClass.USER, IOClass.URGENT})
 _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
 
 
@@ -125,9 +127,9 @@ class Blobnode:
 
     @asynccontextmanager
     async def background(self, disk_id: int, io_class: IOClass) -> AsyncIterator[None]:
-        """Hold a background slot of the disk for a whole request (user I/O passes straight through)."""
+        """Hold a background slot of the disk for a whole request (user and urgent I/O pass straight through)."""
         self.disk(disk_id)
-        if io_class is IOClass.USER:
+        if io_class in UNCAPPED:
             yield
             return
         async with self.gates[disk_id].slot():
@@ -135,7 +137,7 @@ class Blobnode:
 
     def charge(self, disk_id: int, io_class: IOClass, amount: int) -> None:
         """Count bytes moved by a background request against the disk's rate."""
-        if io_class is not IOClass.USER:
+        if io_class not in UNCAPPED:
             self.gates[disk_id].charge(amount)
 
     async def _run_on(self, executor: Executor, disk_id: int, fn: Callable[P, T], *args: P.args,

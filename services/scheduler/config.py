@@ -16,6 +16,9 @@ class SchedulerConfig(ServiceSettings):
     task_lease_ttl: float = Field(10.0, gt=0)  # a task not renewed for this long goes back to the queue
     round_interval: float = Field(1.0, gt=0)  # disks watched, tasks prepared and finished this often
     max_prepared: int = Field(20, ge=1)  # tasks with a destination at once (each holds a new chunk)
+    # A disk silent this long counts as lost when judging how many more losses a volume can take (its margin):
+    # volumes at margin <= 1 are repaired first, past the background caps and `max_prepared`.
+    disk_lost_after: float = Field(30.0, gt=0)
     cancel_hold: float = Field(5.0, ge=0)  # a cancelled task waits this long before it is handed out again
     keep_finished: float = Field(86_400.0, ge=0)  # final task records are deleted after this long
     # balance: move a unit when the fullest and the emptiest disk (units per disk, same AZ) differ by this many

@@ -3,9 +3,10 @@ and what a disk's status becomes. `scheduler.py` feeds them what it read and car
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from libs.ec import tactic
 from libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
 from libs.proto.ids import Vuid
 from libs.proto.scheduler import TaskRecord, TaskRef, TaskState
@@ -32,6 +33,11 @@ BALANCE_WAITS_FOR = frozenset({TaskType.DISK_REPAIR, TaskType.DISK_DROP, TaskTyp
 # Disk statuses whose units the scheduler moves off, and by which task type.
 EVACUATE = {DiskStatus.BROKEN: TaskType.DISK_REPAIR, DiskStatus.REPAIRING: TaskType.DISK_REPAIR,
             DiskStatus.DROPPING: TaskType.DISK_DROP}
+
+
+# A volume this many losses from losing blobs (or fewer) is rebuilt first, past the disks' background caps.
+URGENT_MARGIN = 1
+NO_LOSS = 1 << 8  # the margin sort key of a volume with no lost unit
 
 
 class BadTransition(Exception):
@@ -88,27 +94,48 @@ def next_disk_status(disk: DiskInfo, silent_for: float, broken_after: float | No
     return None
 
 
+def volume_margins(volumes: Iterable[VolumeInfo], lost_disks: Collection[int]) -> dict[int, int]:
+    """Losses each volume can still take before blobs are gone: its code mode's global parity count minus
+    its units on lost disks (broken, repairing, or silent). Only volumes with a lost unit are listed."""
+    margins = {}
+    for volume in volumes:
+        lost = sum(u.disk_id in lost_disks for u in volume.units)
+        if lost:
+            margins[volume.vid] = tactic(volume.code_mode).m - lost
+    return margins
+
+
+def is_urgent(task: TaskRecord, margins: Mapping[int, int]) -> bool:
+    """A repair whose volume is at margin <= URGENT_MARGIN: rebuilt ahead of everything, past the caps."""
+    return task.task_type is TaskType.DISK_REPAIR and margins.get(task.vid, URGENT_MARGIN + 1) <= URGENT_MARGIN
+
+
 def busy_volumes(tasks: Iterable[TaskRecord]) -> set[int]:
     """Volumes with a task past inited and not final: one background task per volume at a time."""
     return {t.vid for t in tasks if t.state in (TaskState.PREPARED, TaskState.WORK_COMPLETED)}
 
 
-def _order(task: TaskRecord) -> tuple[int, float]:
-    return PRIORITY.index(task.task_type) if task.task_type in PRIORITY else len(PRIORITY), task.ctime
+def _order(task: TaskRecord, margins: Mapping[int, int]) -> tuple[int, int, float]:
+    """Task type first (disk repair leads), then the volume's margin (the fewest spare losses first), then age."""
+    kind = PRIORITY.index(task.task_type) if task.task_type in PRIORITY else len(PRIORITY)
+    return kind, margins.get(task.vid, NO_LOSS), task.ctime
 
 
-def to_prepare(tasks: Iterable[TaskRecord], enabled: Mapping[TaskType, bool], room: int) -> list[TaskRecord]:
-    """Inited tasks to prepare now, most urgent first: at most `room`, one per volume, none on a busy
-    volume, none whose switch is off."""
+def to_prepare(tasks: Iterable[TaskRecord], enabled: Mapping[TaskType, bool], room: int,
+               margins: Mapping[int, int]) -> list[TaskRecord]:
+    """Inited tasks to prepare now, most urgent first: at most `room` besides the urgent ones (which never
+    wait for room), one per volume, none on a busy volume, none whose switch is off."""
     tasks = list(tasks)
     busy = busy_volumes(tasks)
     chosen: list[TaskRecord] = []
-    for task in sorted((t for t in tasks if t.state is TaskState.INITED), key=_order):
-        if len(chosen) >= room:
+    for task in sorted((t for t in tasks if t.state is TaskState.INITED), key=lambda t: _order(t, margins)):
+        urgent = is_urgent(task, margins)
+        if len(chosen) >= room and not urgent:
             break
         if enabled.get(task.task_type, True) and task.vid not in busy:
             busy.add(task.vid)
             chosen.append(task)
+            room += urgent
     return chosen
 
 
@@ -119,16 +146,19 @@ class Lease:
 
 
 def to_hand_out(tasks: Iterable[TaskRecord], leases: Mapping[str, Lease], held_back: Mapping[str, float],
-                enabled: Mapping[TaskType, bool], wanted: Sequence[TaskType], now: float) -> TaskRecord | None:
+                enabled: Mapping[TaskType, bool], wanted: Sequence[TaskType], now: float,
+                margins: Mapping[int, int], urgent_only: bool = False) -> TaskRecord | None:
     """The prepared task a worker gets next: no live lease, not held back after a cancel, switch on, of a
-    type the worker asked for (any if none), disk repair first, then the oldest. `now` is monotonic."""
+    type the worker asked for (any if none; only urgent ones for a worker's urgent lane), disk repair first,
+    the lowest volume margin next, then the oldest. `now` is monotonic."""
     def free(task: TaskRecord) -> bool:
         lease = leases.get(task.task_id)
         return ((lease is None or lease.expires <= now) and held_back.get(task.task_id, 0.0) <= now
-                and enabled.get(task.task_type, True) and (not wanted or task.task_type in wanted))
+                and enabled.get(task.task_type, True) and (not wanted or task.task_type in wanted)
+                and (not urgent_only or is_urgent(task, margins)))
 
     ready = [t for t in tasks if t.state is TaskState.PREPARED and free(t)]
-    return min(ready, key=_order, default=None)
+    return min(ready, key=lambda t: _order(t, margins), default=None)
 
 
 def fence(task: TaskRecord | None, ref: TaskRef, lease: Lease | None, now: float) -> str | None:

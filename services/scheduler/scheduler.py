@@ -66,6 +66,7 @@ class Scheduler:
         self.leases: dict[str, Lease] = {}
         self.held_back: dict[str, float] = {}  # task id -> monotonic time before which it is not handed out
         self.disks: dict[int, DiskInfo] = {}
+        self.margins: dict[int, int] = {}  # vid -> losses it can still take, for volumes with a lost unit
         self.silent: dict[int, tuple[float, float]] = {}  # disk -> (last heartbeat seen, monotonic since)
         self.loaded = False
         self.mutex = asyncio.Lock()  # one change of the task table at a time (routes and rounds): `_changing`
@@ -173,6 +174,10 @@ class Scheduler:
         disks = await self.cluster.list_disks()
         volumes = {v.vid: v for v in await self.cluster.list_volumes()}
         self.disks = {d.disk_id: d for d in disks}
+        mono = time.monotonic()
+        lost = {d.disk_id for d in disks
+                if d.status in UNREADABLE or self._silent_for(d, mono) > self.config.disk_lost_after}
+        self.margins = rules.volume_margins(volumes.values(), lost)
         async with self._changing():
             await self._watch_disks(disks, volumes.values(), broken_after)
             if self.switches.is_on(TaskType.BALANCE):
@@ -227,7 +232,7 @@ class Scheduler:
         states = {task_type: self.switches.is_on(task_type) for task_type in TaskType}
         mono = time.monotonic()
         waiting = [t for t in self.tasks.values() if self.held_back.get(t.task_id, 0.0) <= mono]
-        for task in rules.to_prepare(waiting, states, self.config.max_prepared - busy):
+        for task in rules.to_prepare(waiting, states, self.config.max_prepared - busy, self.margins):
             volume = volumes.get(task.vid)
             if volume is None:
                 await self._save(advance(task, TaskState.FINISHED_IN_ADVANCE, time.time(), reason="volume gone"))
@@ -347,7 +352,8 @@ class Scheduler:
         async with self._changing():
             states = {task_type: self.switches.is_on(task_type) for task_type in TaskType}
             mono = time.monotonic()
-            task = rules.to_hand_out(self.tasks.values(), self.leases, self.held_back, states, req.task_types, mono)
+            task = rules.to_hand_out(self.tasks.values(), self.leases, self.held_back, states, req.task_types, mono,
+                                     self.margins, req.urgent_only)
             if task is None or task.destination is None:
                 return AcquireResult()
             self.leases[task.task_id] = Lease(req.worker, mono + self.config.task_lease_ttl)
@@ -359,6 +365,7 @@ class Scheduler:
         log.info("task %s handed to %s", task.task_id, req.worker)
         return AcquireResult(task=WorkTask(ref=ref, vid=task.vid, unit_index=task.unit_index, source=task.source,
                                            destination=task.destination, source_readable=readable,
+                                           urgent=rules.is_urgent(task, self.margins),
                                            lease_ttl=self.config.task_lease_ttl, done_bytes=task.done_bytes,
                                            done_shards=task.done_shards))
 

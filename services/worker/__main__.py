@@ -28,8 +28,11 @@ def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
     scheduler = SchedulerClient(cluster)
     life.close(scheduler.close)
     runner = TaskRunner(scheduler, migrator, config.advertised_host, config.task_poll)
+    urgent = TaskRunner(scheduler, migrator, config.advertised_host, config.task_poll, urgent_only=True)
     for _ in range(config.task_runners):
         life.loop(runner.run)
+    for _ in range(config.urgent_runners):
+        life.loop(urgent.run)
     return build_app(repairer, life), config.bind_addr
 
 

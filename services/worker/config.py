@@ -24,6 +24,9 @@ class WorkerConfig(ServiceSettings):
     # scheduler tasks (disk repair, drop, balance, manual migrate) worked at once, and how often to ask
     task_runners: int = Field(2, ge=0, le=16)
     task_poll: float = Field(0.5, gt=0)
+    # runners that take only repairs of volumes one loss from losing blobs, so those never wait behind a
+    # long ordinary move
+    urgent_runners: int = Field(1, ge=0, le=4)
 
     @property
     def advertised_host(self) -> str:

@@ -33,7 +33,6 @@ from services.worker.rebuild import RepairFailed, rebuild_shards
 
 log = logging.getLogger(__name__)
 
-BACKGROUND = IOClass.BACKGROUND
 Report = Callable[[TaskProgress], Awaitable[None]]
 
 
@@ -91,7 +90,7 @@ class UnitMigrator:
                            f"not the task's source {task.source.vuid}")
         units[task.unit_index] = task.source
         listings = await self._list_units(task, units)
-        destination = await self._destination_list(task.destination)
+        destination = await self._destination_list(task.destination, lane(task))
         moves = plan_unit(task.unit_index, listings, destination)
         progress = _Progress(task, moves, report, self.config.migrate_report_interval)
         codec = codec_for(volume.code_mode, volume.backend)
@@ -100,14 +99,15 @@ class UnitMigrator:
             self.stats.left_shards += move.action is Action.LEFT
         written = {m.bid: (m.size, m.crc) for m in moves if m.action is Action.DONE and m.crc is not None}
         limit = asyncio.Semaphore(self.config.migrate_concurrency)
+        pacer = None if task.urgent else self.pacer
 
         async def one(move: BidMove) -> None:
             async with limit:
-                if self.pacer is not None:
-                    await self.pacer.wait()
+                if pacer is not None:
+                    await pacer.wait()
                 crc = await self._move(task, units, codec, move)
-                if self.pacer is not None:
-                    self.pacer.charge(move.size)
+                if pacer is not None:
+                    pacer.charge(move.size)
             if crc is None:
                 progress.left(move)
                 return
@@ -132,7 +132,7 @@ class UnitMigrator:
     async def _list_units(self, task: WorkTask, units: list[Unit]) -> list[Listing | None]:
         """Every unit's shard list (None where it cannot be read; the source's too when it is unreadable)."""
         return await asyncio.gather(*(
-            self._list_or_none(unit) if i != task.unit_index or task.source_readable else _nothing()
+            self._list_or_none(unit, lane(task)) if i != task.unit_index or task.source_readable else _nothing()
             for i, unit in enumerate(units)))
 
     async def _settle(self, task: WorkTask, units: list[Unit], moves: dict[int, BidMove],
@@ -142,14 +142,14 @@ class UnitMigrator:
         should be there is, normal, with the size and CRC it was written with (the blobnode computed each CRC
         over the bytes it stored)."""
         listings = await self._list_units(task, units)
-        dest = task.destination
-        held = await self._destination_list(dest)
+        dest, io_class = task.destination, lane(task)
+        held = await self._destination_list(dest, io_class)
         for bid in list(held):
             if plan_bid(bid, task.unit_index, listings, held).action is not Action.LEFT:
                 continue
             try:
                 with contextlib.suppress(ShardNotFound):
-                    await self.blobnodes.delete_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=BACKGROUND)
+                    await self.blobnodes.delete_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=io_class)
             except RpcError as exc:
                 raise DestinationFailed(f"destination disk {dest.disk_id}: {exc}") from exc
             del held[bid]
@@ -162,26 +162,26 @@ class UnitMigrator:
             raise DestinationFailed(f"destination disk {dest.disk_id} lacks or garbled {len(wrong)} shards "
                                     f"(first bids {sorted(wrong)[:5]})")
 
-    async def _list(self, unit: Unit) -> dict[int, ShardInfo]:
-        return await self.blobnodes.list_all_shards(unit.host, unit.disk_id, unit.vuid, io_class=BACKGROUND)
+    async def _list(self, unit: Unit, io_class: IOClass) -> dict[int, ShardInfo]:
+        return await self.blobnodes.list_all_shards(unit.host, unit.disk_id, unit.vuid, io_class=io_class)
 
-    async def _list_or_none(self, unit: Unit) -> Listing | None:
+    async def _list_or_none(self, unit: Unit, io_class: IOClass) -> Listing | None:
         try:
-            return await self._list(unit)
+            return await self._list(unit, io_class)
         except RpcError as exc:
             log.warning("cannot list unit %d on disk %d: %s", unit.vuid, unit.disk_id, exc)
             return None
 
-    async def _destination_list(self, unit: Unit) -> dict[int, ShardInfo]:
+    async def _destination_list(self, unit: Unit, io_class: IOClass) -> dict[int, ShardInfo]:
         try:
-            return await self._list(unit)
+            return await self._list(unit, io_class)
         except RpcError as exc:
             raise DestinationFailed(f"destination disk {unit.disk_id}: {exc}") from exc
 
-    async def _read(self, unit: Unit, bid: int) -> bytes | RpcError:
+    async def _read(self, unit: Unit, bid: int, io_class: IOClass) -> bytes | RpcError:
         try:
             return await self.blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid,
-                                                  timeout=self.config.shard_timeout, io_class=BACKGROUND)
+                                                  timeout=self.config.shard_timeout, io_class=io_class)
         except RpcError as exc:
             return exc
 
@@ -189,8 +189,9 @@ class UnitMigrator:
         """Copy or rebuild one shard onto the destination; its CRC there, or None if the blob turned out
         deleted meanwhile, or lost."""
         data: bytes | None = None
+        io_class = lane(task)
         if move.action is Action.COPY:
-            copied = await self._read(task.source, move.bid)
+            copied = await self._read(task.source, move.bid, io_class)
             if isinstance(copied, ShardDeleted):
                 self.stats.left_shards += 1
                 return None
@@ -205,7 +206,7 @@ class UnitMigrator:
             # reached them by now.
             others = [i for i in range(len(units)) if i != task.unit_index and i not in move.sources]
             try:
-                rebuilt = await rebuild_shards(codec, lambda i: self._read(units[i], move.bid),
+                rebuilt = await rebuild_shards(codec, lambda i: self._read(units[i], move.bid, io_class),
                                                [*move.sources, *others], [task.unit_index])
             except RepairFailed as exc:
                 if not exc.lost:
@@ -217,21 +218,21 @@ class UnitMigrator:
                 return None
             data = rebuilt[task.unit_index]
             self.stats.rebuilt_shards += 1
-        crc = await self._write(task.destination, move, data)
+        crc = await self._write(task.destination, move, data, io_class)
         self.stats.written_bytes += len(data)
         return crc
 
-    async def _write(self, unit: Unit, move: BidMove, data: bytes) -> int:
+    async def _write(self, unit: Unit, move: BidMove, data: bytes, io_class: IOClass) -> int:
         want = isal_zlib.crc32(data)
         host, disk, vuid = unit.host, unit.disk_id, unit.vuid
         try:
             if move.replace:
                 with contextlib.suppress(NotFound):
-                    await self.blobnodes.delete_shard(host, disk, vuid, move.bid, io_class=BACKGROUND)
+                    await self.blobnodes.delete_shard(host, disk, vuid, move.bid, io_class=io_class)
             for attempt in (1, 2):  # a put whose answer was lost is safe to repeat: same bytes, same shard
                 try:
                     crc = await self.blobnodes.put_shard(host, disk, vuid, move.bid, data,
-                                                         timeout=self.config.shard_timeout, io_class=BACKGROUND)
+                                                         timeout=self.config.shard_timeout, io_class=io_class)
                     break
                 except Unavailable:
                     if attempt == 2:
@@ -243,6 +244,11 @@ class UnitMigrator:
         if crc != want:
             raise DestinationFailed(f"destination disk {disk} stored bid {move.bid} with CRC {crc}, sent {want}")
         return crc
+
+
+def lane(task: WorkTask) -> IOClass:
+    """Background I/O, or urgent (past the disks' background caps) for a volume one loss from losing blobs."""
+    return IOClass.URGENT if task.urgent else IOClass.BACKGROUND
 
 
 async def _nothing() -> Listing | None:

@@ -22,14 +22,16 @@ class Fenced(Exception):
 
 
 class TaskRunner:
-    def __init__(self, scheduler: SchedulerClient, migrator: UnitMigrator, worker: str, poll: float) -> None:
+    def __init__(self, scheduler: SchedulerClient, migrator: UnitMigrator, worker: str, poll: float,
+                 urgent_only: bool = False) -> None:
         self.scheduler, self.migrator, self.worker, self.poll = scheduler, migrator, worker, poll
+        self.urgent_only = urgent_only
 
     async def run(self) -> None:
         """Work tasks one after another until cancelled."""
         while True:
             try:
-                got = await self.scheduler.acquire(AcquireRequest(worker=self.worker))
+                got = await self.scheduler.acquire(AcquireRequest(worker=self.worker, urgent_only=self.urgent_only))
             except RpcError as exc:
                 log.info("no task: %s", exc)
                 got = None

@@ -11,7 +11,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -239,6 +239,52 @@ def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFac
             await assert_whole(cluster, cm, objects, {broken})
 
     asyncio.run(scenario())
+
+
+def test_a_volume_one_loss_from_losing_blobs_is_rebuilt_first_and_past_the_caps(
+        cluster_factory: ClusterFactory) -> None:
+    """Two disks under one EC3P3 volume's units break at once (its margin: 1) while a throttled worker is
+    busy: that volume is rebuilt back to margin 2 within seconds, past the worker's MB/s cap, while the
+    volumes that lost one unit (margin 2) still wait their turn at the cap."""
+    slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 0.1, "migrate_concurrency": 1}
+    cluster = cluster_factory(blobnodes=8, disks=2, min_volumes=6, schedulers=1, worker=slow)
+    cm_urls = [c.url for c in cluster.clustermgr]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 30, seed=7)
+        async with ClusterClient(cm_urls) as cm:
+            await cm.set_config(switch_key(TaskType.BALANCE), OFF)
+            await cm.set_config(switch_key(TaskType.DISK_REPAIR), OFF)
+            volumes = await cm.list_volumes()
+            critical = next(v for v in volumes
+                            if sum(len({u.disk_id for u in v.units} & {u.disk_id for u in w.units}) >= 1
+                                   for w in volumes if w.vid != v.vid) >= 2)
+            broken = {critical.units[0].disk_id, critical.units[1].disk_id}
+            others = {v.vid for v in volumes if v.vid != critical.vid and any(u.disk_id in broken for u in v.units)}
+            assert others, "the test needs volumes that lose only one unit"
+            for disk_id in broken:
+                await cm.set_disk(disk_id, status=DiskStatus.BROKEN)
+            await cm.set_config(switch_key(TaskType.DISK_REPAIR), ON)
+            started = time.monotonic()
+
+            async def lost_units(vid: int) -> int:
+                return sum(u.disk_id in broken for u in (await cm.get_volume(vid)).units)
+
+            await until(lambda: _fewer(lost_units(critical.vid), 2), 30, f"volume {critical.vid} back to margin 2")
+            took = time.monotonic() - started
+            pending = [vid for vid in others if await lost_units(vid)]
+            print(f"margin-1 volume rebuilt in {took:.1f}s; {len(pending)}/{len(others)} margin-2 volumes waiting")
+            assert took < 20
+            assert pending, "the margin-2 volumes went at the cap, they cannot all be done yet"
+            async with AsyncClient([cluster.access[0].url], timeout=60) as client:
+                for location, data in objects:
+                    assert await client.get(location) == data
+
+    asyncio.run(scenario())
+
+
+async def _fewer(count: Awaitable[int], than: int) -> bool:
+    return await count < than
 
 
 def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: ClusterFactory) -> None:

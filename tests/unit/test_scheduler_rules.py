@@ -92,11 +92,11 @@ def test_preparation_takes_repairs_first_one_task_per_volume_and_respects_switch
     tasks = [task(vid=1, task_type=TaskType.BALANCE, ctime=1), task(vid=2, task_type=TaskType.DISK_DROP, ctime=2),
              task(vid=3, ctime=9), task(vid=3, index=1, ctime=3),
              task(vid=4, state=TaskState.PREPARED, destination=DEST), task(vid=4, index=2, ctime=0)]
-    chosen = rules.to_prepare(tasks, ALL_ON, 10)
+    chosen = rules.to_prepare(tasks, ALL_ON, 10, {})
     assert [(t.vid, t.unit_index) for t in chosen] == [(3, 1), (2, 0), (1, 0)]  # vid 3 once, vid 4 busy
-    assert [(t.vid, t.unit_index) for t in rules.to_prepare(tasks, ALL_ON, 1)] == [(3, 1)]
+    assert [(t.vid, t.unit_index) for t in rules.to_prepare(tasks, ALL_ON, 1, {})] == [(3, 1)]
     off = {**ALL_ON, TaskType.DISK_REPAIR: False}
-    assert [t.vid for t in rules.to_prepare(tasks, off, 10)] == [2, 1]
+    assert [t.vid for t in rules.to_prepare(tasks, off, 10, {})] == [2, 1]
 
 
 def test_hand_out_skips_leased_held_back_and_switched_off_tasks() -> None:
@@ -104,13 +104,46 @@ def test_hand_out_skips_leased_held_back_and_switched_off_tasks() -> None:
     b = task(vid=2, state=TaskState.PREPARED, destination=DEST, ctime=5)
     c = task(vid=3, state=TaskState.INITED, ctime=0)
     tasks = [a, b, c]
-    assert rules.to_hand_out(tasks, {}, {}, ALL_ON, [], 10.0) == b  # repair first
+    assert rules.to_hand_out(tasks, {}, {}, ALL_ON, [], 10.0, {}) == b  # repair first
     leases = {b.task_id: Lease("w1", 20.0)}
-    assert rules.to_hand_out(tasks, leases, {}, ALL_ON, [], 10.0) == a
-    assert rules.to_hand_out(tasks, leases, {}, ALL_ON, [], 20.0) == b  # the lease lapsed
-    assert rules.to_hand_out(tasks, leases, {a.task_id: 15.0}, ALL_ON, [], 10.0) is None
-    assert rules.to_hand_out(tasks, {}, {}, {**ALL_ON, TaskType.DISK_REPAIR: False}, [], 10.0) == a
-    assert rules.to_hand_out(tasks, {}, {}, ALL_ON, [TaskType.BALANCE], 10.0) == a
+    assert rules.to_hand_out(tasks, leases, {}, ALL_ON, [], 10.0, {}) == a
+    assert rules.to_hand_out(tasks, leases, {}, ALL_ON, [], 20.0, {}) == b  # the lease lapsed
+    assert rules.to_hand_out(tasks, leases, {a.task_id: 15.0}, ALL_ON, [], 10.0, {}) is None
+    assert rules.to_hand_out(tasks, {}, {}, {**ALL_ON, TaskType.DISK_REPAIR: False}, [], 10.0, {}) == a
+    assert rules.to_hand_out(tasks, {}, {}, ALL_ON, [TaskType.BALANCE], 10.0, {}) == a
+
+
+def test_a_volume_margin_counts_its_units_on_lost_disks_against_its_parity() -> None:
+    ec3p3 = volume(1, [1, 2, 3, 4, 5, 6]).model_copy(update={"code_mode": 11})
+    ec6p3 = volume(2, [1, 7, 8, 9, 10, 11, 12, 13, 14]).model_copy(update={"code_mode": 13})
+    untouched = volume(3, [20, 21, 22, 23, 24, 25]).model_copy(update={"code_mode": 11})
+    assert rules.volume_margins([ec3p3, ec6p3, untouched], {1, 2}) == {1: 1, 2: 2}
+    assert rules.volume_margins([ec3p3, ec6p3], {1, 2, 3, 7}) == {1: 0, 2: 1}
+    assert rules.volume_margins([ec3p3], set()) == {}
+
+
+def test_repairs_of_volumes_closest_to_loss_go_first_and_never_wait_for_room() -> None:
+    older = [task(vid=v, ctime=v) for v in (1, 2, 3)]
+    critical = task(vid=9, ctime=50)
+    margins = {1: 2, 2: 2, 3: 2, 9: 0}
+    assert [t.vid for t in rules.to_prepare([*older, critical], ALL_ON, 2, margins)] == [9, 1, 2]
+    assert [t.vid for t in rules.to_prepare([*older, critical], ALL_ON, 0, margins)] == [9]  # urgent past the cap
+    assert [t.vid for t in rules.to_prepare([*older, critical], ALL_ON, 2, {})] == [1, 2]  # oldest first otherwise
+    one_away = task(vid=8, ctime=60)
+    chosen = rules.to_prepare([*older, critical, one_away], ALL_ON, 0, {**margins, 8: 1})
+    assert [t.vid for t in chosen] == [9, 8]  # margin 0 before margin 1, both past the cap
+    balance = task(vid=9, task_type=TaskType.BALANCE, ctime=0)
+    assert not rules.is_urgent(balance, margins)  # only a repair restores the margin
+
+
+def test_the_urgent_lane_takes_only_repairs_of_volumes_at_margin_one_or_less() -> None:
+    calm = task(vid=1, state=TaskState.PREPARED, destination=DEST, ctime=1)
+    critical = task(vid=2, state=TaskState.PREPARED, destination=DEST, ctime=9)
+    margins = {1: 2, 2: 1}
+    assert rules.to_hand_out([calm, critical], {}, {}, ALL_ON, [], 10.0, margins) == critical
+    assert rules.to_hand_out([calm, critical], {}, {}, ALL_ON, [], 10.0, {}) == calm
+    assert rules.to_hand_out([calm], {}, {}, ALL_ON, [], 10.0, margins, urgent_only=True) is None
+    assert rules.to_hand_out([calm, critical], {}, {}, ALL_ON, [], 10.0, margins, urgent_only=True) == critical
 
 
 def test_only_the_holder_of_the_current_units_passes_the_fence() -> None:
