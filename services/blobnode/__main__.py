@@ -9,9 +9,11 @@ from libs.rpc.server import ASGIApp, run_service
 from services.blobnode.app import build_app
 from services.blobnode.cluster import ClusterLink, assign_disk_ids
 from services.blobnode.config import BlobnodeConfig
-from services.blobnode.metrics import disk_figures
+from services.blobnode.metrics import disk_figures, scrub_figures
 from services.blobnode.node import Blobnode
+from services.blobnode.scrubber import Scrubber
 from services.clustermgr.client import ClusterClient
+from services.mqproxy.client import MqProxyClient
 
 
 def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
@@ -20,10 +22,14 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
         config = asyncio.run(_with_disk_ids(config))
     node = Blobnode(config)
     register_collector(lambda: disk_figures(node))
+    mq = None
     if config.clustermgr_hosts:
         link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval,
                            config.io_errors_broken)
-    return build_app(node, link), config.bind_addr
+        mq = MqProxyClient(cluster=link.cluster)  # any live mqproxy clustermgr knows
+    scrubber = Scrubber(node, mq)
+    register_collector(lambda: scrub_figures(scrubber))
+    return build_app(node, link, scrubber), config.bind_addr
 
 
 async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:

@@ -45,6 +45,7 @@ from libs.rpc.server import (
 )
 from services.blobnode.cluster import ClusterLink
 from services.blobnode.node import Blobnode, shard_info
+from services.blobnode.scrubber import Scrubber
 
 
 def _io_class(params: dict[str, str]) -> IOClass:
@@ -54,21 +55,31 @@ def _io_class(params: dict[str, str]) -> IOClass:
         raise BadRequest(f"io_class must be one of {[c.value for c in IOClass]}") from None
 
 
-def build_app(node: Blobnode, link: ClusterLink | None = None) -> ASGIApp:
+def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None) -> ASGIApp:
+    lives = [x.life for x in (scrubber, link) if x is not None]
+
+    async def start() -> None:
+        for life in lives:
+            await life.start()
+
     async def stop() -> None:
-        if link is not None:
-            await link.life.stop()
+        for life in lives:
+            await life.stop()
         await asyncio.to_thread(node.close)  # flush RocksDB and close chunk files
 
-    app = create_app("blobnode", on_start=link.life.start if link else None, on_stop=stop)
+    app = create_app("blobnode", on_start=start, on_stop=stop)
+
+    def with_scrub(stat: DiskStat) -> DiskStat:
+        return stat if scrubber is None else stat.model_copy(update={"scrub": scrubber.stat(stat.disk_id)})
 
     @app.get("/stat")
     async def stat() -> NodeStat:
-        return await node.stat()
+        found = await node.stat()
+        return found.model_copy(update={"disks": [with_scrub(d) for d in found.disks]})
 
     @app.get("/disk/stat")
     async def disk_stat(disk_id: int = Query(ge=0)) -> DiskStat:
-        return await node.disk_stat(disk_id)
+        return with_scrub(await node.disk_stat(disk_id))
 
     @app.post("/chunk/create")
     async def chunk_create(req: ChunkCreate) -> ChunkInfo:

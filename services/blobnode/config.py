@@ -36,6 +36,11 @@ class BlobnodeConfig(ServiceSettings):
     # A disk whose system calls failed this many times (not counting a full disk) is reported broken to
     # clustermgr; the scheduler then moves its units elsewhere.
     io_errors_broken: int = Field(3, ge=1)
+    # Scrubbing (services/blobnode/scrub.py): every normal shard of a disk is read and its CRCs checked once per
+    # `scrub_period` seconds (0: never), at stored bytes / period but at most `scrub_mb_per_sec`, as background
+    # I/O of the disk (within its background caps); a shard that fails gets a repair queued through mqproxy.
+    scrub_period: float = Field(14 * 86400.0, ge=0)
+    scrub_mb_per_sec: float = Field(8.0, gt=0)
 
     @field_validator("disks")
     @classmethod

@@ -9,6 +9,7 @@ I/O runs in `self.background_executor`, so user I/O never waits behind it in a q
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from libs.chunkfile import ChunkFile, ChunkId, GroupCommit, ShardMeta, ShardStatus, StagedPut, required_column_families
+from libs.chunkfile import (
+    ChunkError,
+    ChunkFile,
+    ChunkId,
+    GroupCommit,
+    ShardMeta,
+    ShardStatus,
+    StagedPut,
+    required_column_families,
+)
 from libs.kv import KVStore
 from libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from libs.proto.ids import Vuid
@@ -273,6 +283,16 @@ class Disk:
             if status is ShardStatus.MARK_DELETED:
                 return chunk.mark_delete(bid)
             return chunk.unmark_delete(bid)
+
+    def stored_bytes(self) -> int:
+        """Data bytes of the shards indexed on the disk (mark-deleted ones too): what a scrub pass reads, about."""
+        with self._lock:
+            chunks = list(self._chunks.values())
+        total = 0
+        for chunk in chunks:
+            with contextlib.suppress(ChunkError):  # released or compacted away meanwhile
+                total += chunk.stats().live_bytes
+        return total
 
     def stat(self) -> DiskStat:
         usage = shutil.disk_usage(self.path)

@@ -1,5 +1,5 @@
 """The blobnode's own figures: shard operations, checksum failures and fdatasync latency as they
-happen, and each disk's space, chunks, queued I/O and background I/O read at scrape time."""
+happen, and each disk's space, chunks, queued I/O, background I/O and scrub read at scrape time."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from libs.rpc.metrics import counter, gauge
 
 if TYPE_CHECKING:
     from services.blobnode.node import Blobnode
+    from services.blobnode.scrubber import Scrubber
 
 SHARD_OPS = Counter("blobstore_blobnode_shard_ops", "Shard operations by disk, operation and result",
                     ["disk_id", "op", "result"])
@@ -50,3 +51,25 @@ def disk_figures(node: Blobnode) -> Iterator[Metric]:
                     [((str(s.disk_id),), v) for s, v in zip(stats, values, strict=True)], ["disk_id"])
     yield counter("blobstore_blobnode_disk_background_bytes", "Bytes moved by background requests (capped per disk)",
                   [((str(disk_id),), gate.bytes) for disk_id, gate in node.gates.items()], ["disk_id"])
+
+
+# Each disk's scrub, from its ScrubStat: (name, kind, doc, field); counters are totals kept in the disk's record.
+SCRUB_FIGURES = (
+    ("progress", gauge, "Fraction of the disk's current scrub pass read (1 between passes)", "progress"),
+    ("running", gauge, "1 while a scrub pass of the disk is under way", "running"),
+    ("last_pass_timestamp_seconds", gauge, "Unix time the disk's last full scrub pass ended (0: none yet)",
+     "last_full_pass"),
+    ("passes", counter, "Full scrub passes of the disk", "passes"),
+    ("shards", counter, "Shards read and checked by the disk's scrub", "shards"),
+    ("bytes", counter, "Shard bytes read and checked by the disk's scrub", "bytes"),
+    ("corrupt", counter, "Shards the disk's scrub found corrupt or unreadable", "corrupt"),
+    ("repairs_queued", counter, "Repairs of scrub findings mqproxy took", "repairs_queued"),
+    ("repairs_owed", gauge, "Scrub findings whose repair mqproxy has not taken yet", "repairs_owed"),
+)
+
+
+def scrub_figures(scrubber: Scrubber) -> Iterator[Metric]:
+    stats = {disk_id: scrubber.stat(disk_id).model_dump() for disk_id in scrubber.disks}
+    for name, kind, doc, field in SCRUB_FIGURES:
+        yield kind(f"blobstore_blobnode_scrub_{name}", doc,
+                   [((str(disk_id),), float(stat[field] or 0)) for disk_id, stat in stats.items()], ["disk_id"])

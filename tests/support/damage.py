@@ -31,7 +31,11 @@ def shard_on_disk(unit: Unit, bid: int) -> tuple[Path, int, int]:
 def flip_a_byte(unit: Unit, bid: int, keep_crc: bool = False) -> None:
     """Invert one byte of the shard's first block; with `keep_crc` the block's CRC is rewritten to match, so only
     the stripe's parity can tell."""
-    path, offset, size = shard_on_disk(unit, bid)
+    flip_in_chunk(*shard_on_disk(unit, bid), keep_crc=keep_crc)
+
+
+def flip_in_chunk(path: Path, offset: int, size: int, keep_crc: bool = False) -> None:
+    """`flip_a_byte` on the shard at `offset` (of `size` bytes) of the chunk file at `path`."""
     crc_at = offset + SHARD_HEADER_SIZE
     block_at = crc_at + BLOCK_CRC_SIZE
     with open(path, "r+b") as f:
