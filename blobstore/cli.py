@@ -27,13 +27,14 @@ from typer.core import TyperGroup
 from blobstore.client import Client
 from blobstore.errors import BlobstoreError, NotFound
 from blobstore.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, down, sign_as_operator, status, up
-from blobstore.plan import ClusterShape
+from blobstore.plan import LOCAL_BROKEN_AFTER, ClusterShape
 from blobstore.procs import poll
 from blobstore.shards import inspect_shards
 from libs.ec import parse_code_mode
 from libs.mq.admin import lag
 from libs.mq.topics import pipelines
 from libs.proto.cluster import DiskStatus, VolumeStatus
+from libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from libs.proto.tinker import TinkerStats
 from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
@@ -154,9 +155,9 @@ def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: in
                    help="Seconds from a delete to its space coming back (tinker's safe delay).")] = 60.0,
                clusters: Annotated[int, typer.Option(
                    min=1, max=8, help="A region: K clusters behind the access nodes, sharing Kafka and Redis.")] = 1,
-               disk_broken_after: Annotated[float | None, typer.Option(
-                   min=0.1, help="Seconds without a heartbeat before a disk is repaired unattended [default: off]."
-               )] = None,
+               disk_broken_after: Annotated[float, typer.Option(
+                   min=0, help="Seconds without a heartbeat before a disk is repaired unattended; 0: never "
+                               f"(production configs: {DEFAULT_BROKEN_AFTER:.0f}).")] = LOCAL_BROKEN_AFTER,
                hosts: Annotated[int, typer.Option(
                    min=0, max=200, help="Run on N hosts, each a network namespace with its own address (root); "
                                         "every host runs a blobnode [default: all on 127.0.0.1].")] = 0,
@@ -166,8 +167,11 @@ def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: in
     mqproxy, tinker, two access nodes and a dashboard on 127.0.0.1 (or on --hosts N network namespaces, from the
     bundles rendered under DIR/<host>/), detached; print the access URLs, one a line."""
     shape = ClusterShape(hosts or blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters,
-                         disk_broken_after=disk_broken_after)
+                         disk_broken_after=disk_broken_after or None)
     info = up(dir, shape, hosts=hosts, racks=racks, timeout=timeout, say=err.print)
+    if disk_broken_after:
+        err.print(f"a disk silent for {disk_broken_after:.0f} s is repaired unattended (production default "
+                  f"{DEFAULT_BROKEN_AFTER:.0f} s; --disk-broken-after 0 turns it off)")
     err.print(f"{len(info.processes)} processes in {info.dir}/ (cluster.json, one folder each with its log)")
     err.print(f"stop it with: blobstore cluster down --dir {dir}")
     for url in info.access_urls:  # the first line is the first access node's, as when there was one

@@ -23,6 +23,7 @@ from libs.rpc.auth import AuthConfig, Role
 HOST = "127.0.0.1"
 CLUSTERMGR_COUNT = 3
 KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stats` stays short
+LOCAL_BROKEN_AFTER = 120.0  # `cluster up`'s disk_broken_after: an unattended repair within minutes
 # Start order: each stage is healthy before the next one starts, because later stages register with (or, for
 # tinker, consume the topics created by) earlier ones.
 STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",), ("allocator",),
@@ -42,7 +43,9 @@ class ClusterShape:
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
     audit_log: bool = True  # each access node writes accessN/audit.jsonl
     clusters: int = 1  # a region: this many clusters (ids 1..K) behind the access nodes, sharing Kafka and Redis
-    disk_broken_after: float | None = None  # seconds of silence before a disk is repaired unattended; None: off
+    # seconds of silence before a disk is repaired unattended (None: off); shorter than production's 600 s so a
+    # local cluster shows it within minutes
+    disk_broken_after: float | None = LOCAL_BROKEN_AFTER
     allocators: int = 2  # per cluster: allocator1..N, any of which serves any access node
     access_nodes: int = 2  # access1..N, each given every allocator of every cluster
 

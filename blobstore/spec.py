@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from libs.ec.codemode import CodeMode, tactic
+from libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 
 HOST_NAME = r"^[a-z][a-z0-9-]{0,30}$"  # also a folder and part of a systemd unit's name
 ROLES = ("clustermgr", "blobnode", "access", "allocator", "scheduler", "worker", "mqproxy", "tinker", "dashboard",
@@ -100,7 +101,7 @@ class ClusterSpec(Strict):
     volumes_per_mode: int = Field(8, ge=1)  # writable volumes clustermgr keeps per code mode
     chunk_size: int = Field(16 << 30, ge=1 << 20)  # one unit's capacity (chunk files are sparse: a ceiling)
     delete_delay: float = Field(4 * 3600.0, ge=0)  # seconds from a DELETE to its space coming back
-    disk_broken_after: float | None = Field(None, gt=0)  # silence before a disk is repaired unattended
+    disk_broken_after: float | None = Field(DEFAULT_BROKEN_AFTER, gt=0)  # silence before an unattended repair
     secret_file: str = "/etc/blobstore/cluster.secret"  # every key derives from it; `render` reads it there
     config_dir: str = "/etc/blobstore"
     data_root: str = "/var/lib/blobstore"

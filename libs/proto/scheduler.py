@@ -17,8 +17,9 @@ from libs.proto.switches import TaskType
 
 TASK_PREFIX = "task/"
 # clustermgr config: seconds without a heartbeat after which the scheduler declares a disk broken and
-# repairs it, or "off" (the default: an operator says so with `blobstore disk set ID --status broken`).
+# repairs it, or "off" (then only an operator, `blobstore disk set ID --status broken`, or the blobnode does).
 BROKEN_AFTER_KEY = "disk_broken_after"
+DEFAULT_BROKEN_AFTER = 600.0  # what production configs get unless they say otherwise
 
 
 def parse_broken_after(value: str | None) -> float | None:

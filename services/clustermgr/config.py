@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from libs.ec import DEFAULT_BACKEND
 from libs.proto.clustermgr import CodeModeRule
+from libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from libs.rpc.config import ServiceSettings
 
 
@@ -29,9 +30,10 @@ class ClusterMgrConfig(ServiceSettings):
     volume_lease_ttl: float = Field(90.0, gt=0)
     disk_heartbeat_timeout: float = Field(30.0, gt=0)  # a disk not heard from for longer is dead
     # Seeds the replicated `disk_broken_after` config unless an operator set it: seconds without a heartbeat
-    # after which the scheduler repairs a disk unattended. None ("off"): only an operator or the blobnode
-    # marks a disk broken (in production, set it to well above a reboot, e.g. 1800).
-    disk_broken_after: float | None = Field(None, gt=0)
+    # after which the scheduler repairs a disk unattended. Ten minutes rides out a reboot, as Ceph's
+    # mon_osd_down_out_interval (600 s) and HDFS's dead-node interval (630 s) do. None ("off"): only an
+    # operator or the blobnode marks a disk broken.
+    disk_broken_after: float | None = Field(DEFAULT_BROKEN_AFTER, gt=0)
     repair_reserve_chunks: int = Field(2, ge=0)  # chunk slots per disk that volume creation leaves to repair
     # No volume is created before this many disks are registered: a launcher that starts N disks sets N,
     # so the first volumes spread over every host. Once any volume exists it no longer applies.

@@ -24,6 +24,7 @@ from libs.proto.cluster import DiskStatus
 from libs.proto.ids import Vuid
 from libs.proto.scheduler import (
     BROKEN_AFTER_KEY,
+    DEFAULT_BROKEN_AFTER,
     LEADER_KEY,
     TASK_PREFIX,
     AcquireRequest,
@@ -151,12 +152,20 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
             assert progress["status"] == "repaired" and progress["finished"] == progress["tasks"] == len(tasks)
             assert progress["done_bytes"] == progress["total_bytes"] > 0
 
-            # 2. A blobnode killed and left down: with disk_broken_after set, its disks are repaired unattended.
-            await cm.set_config(BROKEN_AFTER_KEY, "3")
+            # 2. Unattended repair is on by default (10 minutes of silence). A node back in time keeps its disks;
+            # a blobnode killed and left down has its disks repaired unattended.
+            assert (await cm.list_config())[BROKEN_AFTER_KEY] == str(DEFAULT_BROKEN_AFTER)
             volumes = await cm.list_volumes()
             victim_disk = busiest_disk(volumes, {broken})
             victim = node_with(cluster, (await cm.get_disk(victim_disk)).host)
             victim_disks = {d.disk_id for d in await cm.list_disks() if d.host == victim.url}
+            await cm.set_config(BROKEN_AFTER_KEY, "9")
+            os.kill(victim.pid, signal.SIGSTOP)
+            await asyncio.sleep(4)
+            os.kill(victim.pid, signal.SIGCONT)
+            await asyncio.sleep(9)
+            assert {(await cm.get_disk(d)).status for d in victim_disks - {broken}} == {DiskStatus.NORMAL}
+            await cm.set_config(BROKEN_AFTER_KEY, "3")
             victim.kill9()
             for disk_id in victim_disks:
                 await until(lambda d=disk_id: _is(cm, d, DiskStatus.REPAIRED), 120, f"disk {disk_id} repaired")
