@@ -71,7 +71,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                     blobnode_factory: BlobnodeFactory) -> Iterator[Callable[..., LocalCluster]]:
     """A whole local cluster of real processes: 3 clustermgr, blobnodes, allocator(s), access node(s), and
     with `pipelines=True` the session's Kafka broker, mqproxy, tinker and a worker; with `schedulers=K`, K
-    schedulers and a worker."""
+    schedulers and a worker; `blobnode` is config every blobnode gets."""
     started: list[Service] = []
 
     def launch(module: str, name: str, **config: object) -> Service:
@@ -86,13 +86,14 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
               allocators: int = 1, access: int = 1, pipelines: bool = False, safe_delay: float = 2.0,
               tinker: dict[str, object] | None = None, clustermgr: dict[str, object] | None = None,
               schedulers: int = 0, scheduler: dict[str, object] | None = None,
-              worker: dict[str, object] | None = None, **access_overrides: object) -> LocalCluster:
+              worker: dict[str, object] | None = None, blobnode: dict[str, object] | None = None,
+              **access_overrides: object) -> LocalCluster:
         cms = clustermgr_factory(**{"volume_check_interval": 0.2, "disk_heartbeat_timeout": 10, "volume_lease_ttl": 10,
                                     "chunk_size": 256 << 20, "first_volume_after_disks": blobnodes * disks,
                                     "code_modes": [{"code_mode": code_mode, "min_volumes": min_volumes}],
                                     **(clustermgr or {})})
         cm_urls = [cm.url for cm in cms]
-        nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms) for i in range(blobnodes)]
+        nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, **(blobnode or {})) for i in range(blobnodes)]
         allocs = [launch("services.allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
                          retain_interval=2.0) for i in range(allocators)]
         background: dict[str, Service] = {}
