@@ -16,6 +16,15 @@ class ProcessView(BaseModel):
     cpu_percent: float | None = None  # of one core, over the last scrape interval
 
 
+class ScrubView(BaseModel):
+    """A disk's scrub, from its blobnode's metrics (blobstore_blobnode_scrub_*)."""
+
+    progress: float  # of the current pass (1 between passes)
+    last_pass_age_s: float | None  # since the last full pass ended; None: none yet
+    corrupt: int  # shards found corrupt or unreadable, since the blobnode's record began
+    repairs_owed: int  # findings mqproxy has not taken yet
+
+
 class DiskRow(BaseModel):
     disk_id: int
     path: str
@@ -25,6 +34,7 @@ class DiskRow(BaseModel):
     size: int
     free: int
     chunks: int
+    scrub: ScrubView | None = None  # None: its blobnode was not scraped, or does not scrub
 
 
 class BlobnodeView(BaseModel):

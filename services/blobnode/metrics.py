@@ -55,6 +55,7 @@ def disk_figures(node: Blobnode) -> Iterator[Metric]:
 
 # Each disk's scrub, from its ScrubStat: (name, kind, doc, field); counters are totals kept in the disk's record.
 SCRUB_FIGURES = (
+    ("enabled", gauge, "1 if the disk is scrubbed (scrub_period > 0)", "enabled"),
     ("progress", gauge, "Fraction of the disk's current scrub pass read (1 between passes)", "progress"),
     ("running", gauge, "1 while a scrub pass of the disk is under way", "running"),
     ("last_pass_timestamp_seconds", gauge, "Unix time the disk's last full scrub pass ended (0: none yet)",

@@ -17,6 +17,7 @@ from libs.proto.dashboard import (
     ProcessView,
     RatePoint,
     ReplicaView,
+    ScrubView,
     TaskView,
 )
 from libs.proto.scheduler import TaskRecord
@@ -69,7 +70,21 @@ def replica_view(state: TargetState) -> ReplicaView:
                        applied=int(scrape.value("blobstore_raft_applied_index") or 0))
 
 
-def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView]) -> list[BlobnodeView]:
+def scrub_view(scrape: Scrape | None, disk_id: int, now: float) -> ScrubView | None:
+    """A disk's scrub from its blobnode's last scrape; None without one, or when the disk does not scrub."""
+    if scrape is None:
+        return None
+    disk = str(disk_id)
+    progress = scrape.value("blobstore_blobnode_scrub_progress", disk_id=disk)
+    if progress is None or not scrape.value("blobstore_blobnode_scrub_enabled", disk_id=disk):
+        return None
+    last = scrape.value("blobstore_blobnode_scrub_last_pass_timestamp_seconds", disk_id=disk) or 0.0
+    return ScrubView(progress=progress, last_pass_age_s=round(max(0.0, now - last), 1) if last else None,
+                     corrupt=int(scrape.total("blobstore_blobnode_scrub_corrupt_total", disk_id=disk)),
+                     repairs_owed=int(scrape.total("blobstore_blobnode_scrub_repairs_owed", disk_id=disk)))
+
+
+def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView], now: float = 0.0) -> list[BlobnodeView]:
     """Every blobnode target with its disks (the watcher makes each host of the disk table a target)."""
     by_host: dict[str, list[DiskView]] = {}
     for disk in disks:
@@ -78,7 +93,7 @@ def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView]) -> 
     for state in states:
         host = state.target.url.rstrip("/")
         rows = [DiskRow(disk_id=d.disk_id, path=d.path, status=d.status.value, readonly=d.readonly, alive=d.alive,
-                        size=d.size, free=d.free, chunks=d.chunks)
+                        size=d.size, free=d.free, chunks=d.chunks, scrub=scrub_view(state.latest, d.disk_id, now))
                 for d in sorted(by_host.get(host, []), key=lambda d: d.disk_id)]
         views.append(BlobnodeView(name=state.target.name, host=host, up=state.up, disks=rows))
     return views
@@ -131,7 +146,7 @@ def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], clu
         roles.setdefault(state.target.role, []).append(state)
     processes = [process_view(s) for s in states]
     replicas = [replica_view(s) for s in roles.get("clustermgr", [])]
-    blobnodes = blobnode_views(roles.get("blobnode", []), disks)
+    blobnodes = blobnode_views(roles.get("blobnode", []), disks, now)
     leader = next((r for r in replicas if r.role == "leader"), None)
     leader_scrape = next((s.latest for s in roles.get("clustermgr", []) if leader and s.target.name == leader.name),
                          None)

@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from libs.proto.blobnode import ShardState
+from libs.proto.dashboard import ScrubView
 from libs.proto.ids import Vuid
 from libs.proto.mqproxy import Queued, RepairBatch
 from libs.rpc import errors
 from libs.rpc.client import HttpClient, Request
 from libs.rpc.testing import FakeReply, FakeTransport
 from services.blobnode.config import BlobnodeConfig
+from services.blobnode.metrics import scrub_figures
 from services.blobnode.node import Blobnode
 from services.blobnode.scrub import MAX_OWED, ScrubFinding, ScrubRecord, ScrubState, pause
 from services.blobnode.scrubber import DiskScrubber, Scrubber, load_record
+from services.dashboard.overview import scrub_view
+from services.dashboard.scrape import Scrape
 from services.mqproxy.client import MqProxyClient
 from tests.support.damage import flip_in_chunk
 
@@ -220,6 +227,34 @@ def test_findings_stay_owed_until_mqproxy_takes_them(tmp_path: Path) -> None:
 
     try:
         asyncio.run(scenario())
+    finally:
+        node.close()
+
+
+class Figures(Collector):
+    """What a blobnode's /metrics says of its scrub."""
+
+    def __init__(self, scrubber: Scrubber) -> None:
+        self.scrubber = scrubber
+
+    def collect(self) -> Iterator[Metric]:
+        return scrub_figures(self.scrubber)
+
+
+def test_the_dashboard_shows_a_disks_scrub_from_its_blobnodes_metrics(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    try:
+        scrubber = Scrubber(node, None)
+        state = scrubber.disks[1].state
+        state.begin(1000.0)
+        state.scrubbed(B, 4, 10, ShardState.CORRUPT, 1001.0)
+        state.finish(1010.0)
+        registry = CollectorRegistry()
+        registry.register(Figures(scrubber))
+        scrape = Scrape.parse(generate_latest(registry).decode(), time=1070.0)
+        assert scrub_view(scrape, 1, now=1070.0) == ScrubView(progress=1.0, last_pass_age_s=60.0, corrupt=1,
+                                                              repairs_owed=1)
+        assert scrub_view(scrape, 2, now=1070.0) is None and scrub_view(None, 1, now=1070.0) is None
     finally:
         node.close()
 

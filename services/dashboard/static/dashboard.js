@@ -71,6 +71,21 @@ function renderProcesses(o) {
     el("td", { class: "error", title: p.error, text: p.error }))));
 }
 
+function ago(seconds) {
+  const [n, unit] = seconds < 120 ? [seconds, "s"] : seconds < 7200 ? [seconds / 60, "min"]
+    : seconds < 172800 ? [seconds / 3600, "h"] : [seconds / 86400, "d"];
+  return `${n.toFixed(0)} ${unit}`;
+}
+
+// A disk's scrub: its current pass, how long since the last full one, and what it found.
+function scrubCell(s) {
+  if (!s) return el("td", { class: "scrub", text: "no scrub" });
+  const last = s.last_pass_age_s === null ? "no full pass yet" : `last pass ${ago(s.last_pass_age_s)} ago`;
+  const owed = s.repairs_owed ? `, ${s.repairs_owed} repairs not yet queued` : "";
+  return el("td", { class: "scrub" }, `scrub ${(100 * s.progress).toFixed(0)} % · ${last}`,
+    s.corrupt ? " · " : null, s.corrupt ? badge(`${s.corrupt} corrupt${owed}`, s.repairs_owed ? "bad" : "warn") : null);
+}
+
 function renderBlobnodes(o) {
   const cards = o.blobnodes.map((node) => {
     const rows = node.disks.map((d) => {
@@ -83,7 +98,7 @@ function renderBlobnodes(o) {
         el("td", { title: `${bytes(d.size - d.free)} used of ${bytes(d.size)}` },
           el("span", { class: "space" }, el("span", { style: `width:${(used * 100).toFixed(1)}%` })),
           ` ${bytes(d.free)} free`),
-        el("td", { text: `${d.chunks} chunks${d.readonly ? ", read-only" : ""}` }));
+        el("td", { text: `${d.chunks} chunks${d.readonly ? ", read-only" : ""}` }), scrubCell(d.scrub));
     });
     const table = rows.length ? el("table", {}, el("tbody", {}, ...rows))
       : el("div", { class: "host", text: "no disks registered" });
