@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from libs.ec import CodeMode, UnknownCodeMode, parse_code_mode, tactic
 from libs.kv import Batch
+from libs.placement import PlacementError, as_candidate, check_placement, shares_a_host
 from libs.proto.cluster import (
     DISK_TRANSITIONS,
     DiskInfo,
@@ -50,7 +51,6 @@ from libs.proto.clustermgr import (
 from libs.proto.ids import Vuid
 from libs.rpc.errors import BadRequest, Conflict, Fenced, NotFound, RpcError, error_from_response
 from services.clustermgr.health import lease_rank, volume_health
-from services.clustermgr.placement import PlacementError, as_candidate, check_placement, shares_a_host
 from services.clustermgr.sessions import LoggedSession
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from libs.ec import CodeMode, parse_code_mode, tactic
+from libs.placement import PlacementError, replacement_disk
 from libs.proto.cluster import DiskInfo, Unit, VolumeInfo
 from libs.proto.clustermgr import (
     POLICY_KEY,
@@ -45,7 +46,6 @@ from services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd
 from services.clustermgr.config import ClusterMgrConfig
 from services.clustermgr.health import volume_health
 from services.clustermgr.metrics import FENCED, PROPOSAL_SECONDS
-from services.clustermgr.placement import PlacementError, replacement_disk
 from services.clustermgr.sessions import LoggedSession
 from services.clustermgr.state import ClusterState
 from services.clustermgr.volumes import VolumeCreator, writable_count

@@ -24,13 +24,13 @@ import random
 from pydantic import BaseModel
 
 from libs.ec import CodeMode, tactic
+from libs.placement import PlacementError, candidates, place_volume
 from libs.proto.cluster import Unit
 from libs.proto.ids import Vuid
 from libs.rpc.errors import NotFound, RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.commands import KvDelete, KvSet, Proposer, ScopeAlloc, VolumeCreate
 from services.clustermgr.health import volume_health
-from services.clustermgr.placement import PlacementError, candidates, place_volume
 from services.clustermgr.state import ClusterState
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.ec import CodeMode, tactic
-from libs.proto.cluster import DiskInfo, DiskStatus
-from services.clustermgr.placement import (
+from libs.placement import (
     Candidate,
     PlacementError,
     candidates,
@@ -19,6 +18,7 @@ from services.clustermgr.placement import (
     replacement_disk,
     shares_a_host,
 )
+from libs.proto.cluster import DiskInfo, DiskStatus
 
 
 def topology(azs: int, racks: int, hosts: int, disks: int, free: int = 100) -> list[Candidate]:
