@@ -68,7 +68,7 @@ bench: setup
 	$(PY) bench/availability.py
 	$(PY) bench/partitions.py
 	$(PY) bench/signing.py
-	$(PY) bench/repair.py --node-loss-only
+	$(PY) bench/repair.py
 
 clean:
 	rm -rf .venv run bench/results

@@ -21,6 +21,10 @@ def scheduler_figures(scheduler: Scheduler) -> Iterator[Metric]:
                                  if task.open and task.task_type.value == t))
                  for t in sorted({task.task_type.value for task in scheduler.tasks.values()})
                  for kind in ("done", "total")], ["type", "kind"])
+    margins = Counter(scheduler.margins.values())
+    yield gauge("blobstore_scheduler_volumes_at_margin", "Volumes with a lost unit, by how many more losses they can "
+                "take (0: one more and blobs are gone); on the active scheduler",
+                [((str(margin),), n) for margin, n in sorted(margins.items())], ["margin"])
     yield counter("blobstore_scheduler_fenced", "Requests refused for a superseded lease epoch: this scheduler's by "
                   "clustermgr, workers' by this scheduler", scheduler.fenced)
     stats = scheduler.inspector.stats

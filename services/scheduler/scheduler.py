@@ -133,6 +133,7 @@ class Scheduler:
         self.tasks.clear()
         self.leases.clear()
         self.held_back.clear()
+        self.margins.clear()
         self.loaded = False
 
     # the round: disks, preparation, finishing
