@@ -49,7 +49,9 @@ OWN_FAMILIES = {
                    "blobstore_clustermgr_volumes", "blobstore_clustermgr_disks"},
     "blobnode": {"blobstore_blobnode_shard_ops", "blobstore_blobnode_fsync_seconds",
                  "blobstore_blobnode_crc_failures", "blobstore_blobnode_disk_used_bytes",
-                 "blobstore_blobnode_disk_free_bytes", "blobstore_blobnode_disk_io_pending"},
+                 "blobstore_blobnode_disk_free_bytes", "blobstore_blobnode_disk_io_pending",
+                 "blobstore_blobnode_scrub_progress", "blobstore_blobnode_scrub_last_pass_timestamp_seconds",
+                 "blobstore_blobnode_scrub_corrupt", "blobstore_blobnode_scrub_repairs_queued"},
     "allocator": {"blobstore_allocator_leased_volumes", "blobstore_allocator_free_bids"},
     "scheduler": {"blobstore_scheduler_active", "blobstore_scheduler_tasks"},
     "worker": {"blobstore_worker_repaired_shards", "blobstore_worker_repairs_failed"},
@@ -303,6 +305,9 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
         assert sorted(shown) == sorted(blobnodes)
         assert all("up" in text and "normal" in text for text in shown.values()), shown
         assert browser.find_element(By.ID, "health").text == "healthy"
+        scrubs = "#blobnodes tr[data-disk-id] .scrub"  # each disk's first pass (of an empty disk) ended at its start
+        wait.until(lambda b: len(found := b.find_elements(By.CSS_SELECTOR, scrubs)) == len(blobnodes)
+                   and all("last pass" in e.text for e in found))
         wait.until(lambda b: b.find_element(By.CSS_SELECTOR, '#rate-chart path[data-line="PUT"]').get_attribute("d"))
         assert browser.find_element(By.CSS_SELECTOR, '#latency-chart path[data-line="PUT p99"]').get_attribute("d")
 
