@@ -25,6 +25,16 @@ class ScrubView(BaseModel):
     repairs_owed: int  # findings mqproxy has not taken yet
 
 
+class RepairView(BaseModel):
+    """A disk at reduced redundancy: silent (the unattended repair starts in `starts_in_s`) or being repaired
+    (`units_left` units to rebuild, done in about `eta_s`)."""
+
+    silent_s: float | None = None  # since its last heartbeat, while it is silent
+    starts_in_s: float | None = None  # until the scheduler declares it broken; None: unattended repair is off
+    units_left: int = 0  # repair tasks not finished
+    eta_s: float | None = None  # at the rate of its repair so far; None: not started, or nothing moved yet
+
+
 class DiskRow(BaseModel):
     disk_id: int
     path: str
@@ -35,6 +45,7 @@ class DiskRow(BaseModel):
     free: int
     chunks: int
     scrub: ScrubView | None = None  # None: its blobnode was not scraped, or does not scrub
+    repair: RepairView | None = None  # None: heard from and normal
 
 
 class BlobnodeView(BaseModel):
@@ -108,3 +119,5 @@ class Overview(BaseModel):
     series: list[RatePoint]
     tasks: list[TaskView] = []  # open tasks, oldest first (at most MAX_TASKS)
     open_tasks: int = 0  # all of them
+    # volumes with a lost unit by how many more losses they take (0: one more loses blobs), from the scheduler
+    volumes_by_margin: dict[str, int] = {}

@@ -20,6 +20,8 @@ TASK_PREFIX = "task/"
 # repairs it, or "off" (then only an operator, `blobstore disk set ID --status broken`, or the blobnode does).
 BROKEN_AFTER_KEY = "disk_broken_after"
 DEFAULT_BROKEN_AFTER = 600.0  # what production configs get unless they say otherwise
+# A volume this many losses from losing blobs (or fewer) is repaired first, past the disks' background caps.
+URGENT_MARGIN = 1
 
 
 def parse_broken_after(value: str | None) -> float | None:

@@ -16,11 +16,13 @@ from libs.proto.dashboard import (
     PipelineView,
     ProcessView,
     RatePoint,
+    RepairView,
     ReplicaView,
     ScrubView,
     TaskView,
 )
-from libs.proto.scheduler import TaskRecord
+from libs.proto.scheduler import URGENT_MARGIN, TaskRecord
+from libs.proto.switches import TaskType
 from services.dashboard.config import Target
 from services.dashboard.scrape import REQUESTS, Scrape, rate
 
@@ -84,7 +86,31 @@ def scrub_view(scrape: Scrape | None, disk_id: int, now: float) -> ScrubView | N
                      repairs_owed=int(scrape.total("blobstore_blobnode_scrub_repairs_owed", disk_id=disk)))
 
 
-def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView], now: float = 0.0) -> list[BlobnodeView]:
+def repair_view(disk: DiskView, tasks: Sequence[TaskRecord], broken_after: float | None,
+                now: float) -> RepairView | None:
+    """A silent disk's countdown to its unattended repair, or a broken one's units left and time to go: bytes
+    left over the rate its repair moved bytes so far (a unit not listed yet counts as the average of the others)."""
+    if disk.status is DiskStatus.NORMAL:
+        if disk.alive or not disk.last_heartbeat:
+            return None
+        silent = max(0.0, now - disk.last_heartbeat)
+        starts = None if broken_after is None else round(max(0.0, broken_after - silent), 1)
+        return RepairView(silent_s=round(silent, 1), starts_in_s=starts)
+    if disk.status not in (DiskStatus.BROKEN, DiskStatus.REPAIRING):
+        return None
+    mine = [t for t in tasks if t.disk_id == disk.disk_id and t.task_type is TaskType.DISK_REPAIR]
+    left = [t for t in mine if t.open]
+    sized = [t.total_bytes for t in mine if t.total_bytes]
+    average = sum(sized) / len(sized) if sized else 0.0
+    bytes_left = sum(max(0, t.total_bytes - t.done_bytes) if t.total_bytes else average for t in left)
+    done = sum(t.done_bytes for t in mine)
+    elapsed = now - min((t.ctime for t in mine), default=now)
+    eta = round(bytes_left * elapsed / done, 1) if done and elapsed > 0 else None
+    return RepairView(units_left=len(left), eta_s=eta if left else 0.0)
+
+
+def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView], now: float = 0.0,
+                   tasks: Sequence[TaskRecord] = (), broken_after: float | None = None) -> list[BlobnodeView]:
     """Every blobnode target with its disks (the watcher makes each host of the disk table a target)."""
     by_host: dict[str, list[DiskView]] = {}
     for disk in disks:
@@ -93,7 +119,8 @@ def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView], now
     for state in states:
         host = state.target.url.rstrip("/")
         rows = [DiskRow(disk_id=d.disk_id, path=d.path, status=d.status.value, readonly=d.readonly, alive=d.alive,
-                        size=d.size, free=d.free, chunks=d.chunks, scrub=scrub_view(state.latest, d.disk_id, now))
+                        size=d.size, free=d.free, chunks=d.chunks, scrub=scrub_view(state.latest, d.disk_id, now),
+                        repair=repair_view(d, tasks, broken_after, now))
                 for d in sorted(by_host.get(host, []), key=lambda d: d.disk_id)]
         views.append(BlobnodeView(name=state.target.name, host=host, up=state.up, disks=rows))
     return views
@@ -121,10 +148,23 @@ def task_views(records: Sequence[TaskRecord], now: float, limit: int = MAX_TASKS
                      idle_s=round(max(0.0, now - r.mtime), 1)) for r in running]
 
 
+def volumes_by_margin(schedulers: Sequence[TargetState]) -> dict[str, int]:
+    """The active scheduler's count of volumes with a lost unit, by margin."""
+    for state in schedulers:
+        scrape = state.latest
+        if scrape is not None and scrape.value("blobstore_scheduler_active"):
+            return {labels["margin"]: int(n) for labels, n in scrape.matching("blobstore_scheduler_volumes_at_margin")}
+    return {}
+
+
 def problems(processes: Sequence[ProcessView], replicas: Sequence[ReplicaView], blobnodes: Sequence[BlobnodeView],
-             cluster_error: str) -> list[str]:
-    """What is wrong, most pressing first: processes down, no Raft leader, disks not normal or silent."""
-    found = [f"{p.name} does not answer ({p.error})" for p in processes if not p.up]
+             cluster_error: str, margins: Mapping[str, int] | None = None) -> list[str]:
+    """What is wrong, most pressing first: volumes one loss from losing blobs, processes down, no Raft leader,
+    disks not normal or silent."""
+    found = [f"{n} volume(s) at margin {margin}: " + ("the next loss loses blobs" if margin == "0" else
+                                                       "one loss from margin 0")
+             for margin, n in sorted((margins or {}).items()) if int(margin) <= URGENT_MARGIN and n]
+    found += [f"{p.name} does not answer ({p.error})" for p in processes if not p.up]
     if replicas and not any(r.role == "leader" for r in replicas):
         found.append("no clustermgr replica leads (no Raft leader)")
     if cluster_error:
@@ -140,13 +180,14 @@ def problems(processes: Sequence[ProcessView], replicas: Sequence[ReplicaView], 
 
 def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], cluster_error: str,
                    backlog: Mapping[str, int] | None, series: Sequence[RatePoint], scrape_interval: float,
-                   tasks: Sequence[TaskRecord] = (), now: float = 0.0) -> Overview:
+                   tasks: Sequence[TaskRecord] = (), now: float = 0.0, broken_after: float | None = None) -> Overview:
     roles: dict[str, list[TargetState]] = {}
     for state in states:
         roles.setdefault(state.target.role, []).append(state)
     processes = [process_view(s) for s in states]
     replicas = [replica_view(s) for s in roles.get("clustermgr", [])]
-    blobnodes = blobnode_views(roles.get("blobnode", []), disks, now)
+    blobnodes = blobnode_views(roles.get("blobnode", []), disks, now, tasks, broken_after)
+    margins = volumes_by_margin(roles.get("scheduler", []))
     leader = next((r for r in replicas if r.role == "leader"), None)
     leader_scrape = next((s.latest for s in roles.get("clustermgr", []) if leader and s.target.name == leader.name),
                          None)
@@ -155,11 +196,11 @@ def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], clu
     disk_counts: dict[str, int] = {}
     for disk in disks:
         disk_counts[disk.status.value] = disk_counts.get(disk.status.value, 0) + 1
-    found = problems(processes, replicas, blobnodes, cluster_error)
+    found = problems(processes, replicas, blobnodes, cluster_error, margins)
     updated = max((s.latest.time for s in states if s.latest is not None), default=0.0)
     return Overview(updated=updated, scrape_interval=scrape_interval, healthy=not found, problems=found,
                     leader=leader.name if leader else None, term=max((r.term for r in replicas), default=0),
                     processes=processes, blobnodes=blobnodes, volumes_by_status=volumes, disks_by_status=disk_counts,
                     replicas=replicas, backlog=pipeline_views(next(iter(roles.get("tinker", [])), None), backlog),
                     series=list(series), tasks=task_views(tasks, now),
-                    open_tasks=sum(r.open for r in tasks))
+                    open_tasks=sum(r.open for r in tasks), volumes_by_margin=margins)

@@ -18,7 +18,7 @@ from libs.mq.admin import lag
 from libs.mq.topics import pipelines
 from libs.proto.clustermgr import DiskView
 from libs.proto.dashboard import Overview, RatePoint
-from libs.proto.scheduler import TASK_PREFIX, TaskRecord
+from libs.proto.scheduler import BROKEN_AFTER_KEY, TASK_PREFIX, TaskRecord, parse_broken_after
 from libs.rpc.client import HttpClient
 from libs.rpc.errors import RpcError
 from services.clustermgr.client import ClusterClient
@@ -39,13 +39,14 @@ class Watcher:
         self.targets: dict[str, TargetState] = {t.url.rstrip("/"): TargetState(t) for t in config.targets}
         self.disks: list[DiskView] = []
         self.tasks: list[TaskRecord] = []
+        self.broken_after: float | None = None
         self.cluster_error = "not asked yet"
         self.backlog: dict[str, int] | None = None
         self.series: deque[RatePoint] = deque(maxlen=max(2, int(config.history / config.scrape_interval)))
 
     def overview(self) -> Overview:
         return build_overview(list(self.targets.values()), self.disks, self.cluster_error, self.backlog,
-                              self.series, self.config.scrape_interval, self.tasks, time.time())
+                              self.series, self.config.scrape_interval, self.tasks, time.time(), self.broken_after)
 
     async def scrape_loop(self) -> None:
         while True:
@@ -73,6 +74,7 @@ class Watcher:
             try:
                 self.disks = await self.cluster.list_disks()
                 self.tasks = _task_records(await self.cluster.kv_list(TASK_PREFIX))
+                self.broken_after = _broken_after(await self.cluster.list_config())
                 self.cluster_error = ""
             except RpcError as exc:
                 self.cluster_error = str(exc)
@@ -100,6 +102,13 @@ class Watcher:
             per_topic = lag(self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics], timeout=3.0)
             backlog[spec.name] = sum(n for parts in per_topic.values() for n in parts.values())
         return backlog
+
+
+def _broken_after(config: dict[str, str]) -> float | None:
+    try:
+        return parse_broken_after(config.get(BROKEN_AFTER_KEY))
+    except ValueError:
+        return None
 
 
 def _task_records(raw: dict[str, str]) -> list[TaskRecord]:

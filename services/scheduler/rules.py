@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from libs.ec import tactic
 from libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
 from libs.proto.ids import Vuid
-from libs.proto.scheduler import TaskRecord, TaskRef, TaskState
+from libs.proto.scheduler import URGENT_MARGIN, TaskRecord, TaskRef, TaskState
 from libs.proto.switches import TaskType
 
 # Which state a task may move to next; anything else is a bug in the caller.
@@ -35,8 +35,6 @@ EVACUATE = {DiskStatus.BROKEN: TaskType.DISK_REPAIR, DiskStatus.REPAIRING: TaskT
             DiskStatus.DROPPING: TaskType.DISK_DROP}
 
 
-# A volume this many losses from losing blobs (or fewer) is rebuilt first, past the disks' background caps.
-URGENT_MARGIN = 1
 NO_LOSS = 1 << 8  # the margin sort key of a volume with no lost unit
 
 

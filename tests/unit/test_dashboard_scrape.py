@@ -141,3 +141,29 @@ def test_only_open_tasks_are_listed_oldest_first_and_bounded() -> None:
     assert [v.task_id for v in views] == ["a", "b", "c"]
     assert (views[0].age_s, views[0].idle_s, views[0].state) == (90.0, 85.0, "inited")
     assert [v.task_id for v in task_views(records, now=100, limit=2)] == ["a", "b"]
+
+
+def test_disks_at_reduced_redundancy_show_their_countdown_or_eta_and_volumes_their_margin() -> None:
+    scheduler = ('blobstore_scheduler_active 1\nblobstore_scheduler_volumes_at_margin{margin="0"} 1\n'
+                 'blobstore_scheduler_volumes_at_margin{margin="2"} 5\n')
+    states = [_state("cm1", "clustermgr", LEADER), _state("standby", "scheduler", "blobstore_scheduler_active 0\n"),
+              _state("sched", "scheduler", scheduler), _state("bn1", "blobnode", "")]
+    silent = _disk(1, "http://bn1", alive=False).model_copy(update={"last_heartbeat": 930.0})
+    broken = _disk(2, "http://bn1", DiskStatus.REPAIRING)
+
+    def repair(index: int, state: TaskState, done: int, total: int) -> TaskRecord:
+        return TaskRecord(task_id=f"t{index}", task_type=TaskType.DISK_REPAIR, state=state, disk_id=2, vid=index,
+                          unit_index=0, source_vuid=index, ctime=900.0, mtime=990.0, done_bytes=done,
+                          total_bytes=total)
+
+    tasks = [repair(1, TaskState.FINISHED, 400, 400), repair(2, TaskState.PREPARED, 200, 400),
+             repair(3, TaskState.INITED, 0, 0)]
+    overview = build_overview(states, [silent, broken], "", None, [], 2.0, tasks, now=1000.0, broken_after=120.0)
+    rows = {d.disk_id: d.repair for d in overview.blobnodes[0].disks}
+    assert rows[1] is not None and (rows[1].silent_s, rows[1].starts_in_s) == (70.0, 50.0)
+    # 600 bytes moved in 100 s; 200 left of unit 2 and about 400 (the average unit) of unit 3
+    assert rows[2] is not None and (rows[2].units_left, rows[2].eta_s) == (2, 100.0)
+    assert overview.volumes_by_margin == {"0": 1, "2": 5}
+    assert overview.problems[0] == "1 volume(s) at margin 0: the next loss loses blobs"
+    off = build_overview(states, [silent], "", None, [], 2.0, [], now=1000.0, broken_after=None)
+    assert off.blobnodes[0].disks[0].repair is not None and off.blobnodes[0].disks[0].repair.starts_in_s is None

@@ -86,6 +86,17 @@ function scrubCell(s) {
     s.corrupt ? " · " : null, s.corrupt ? badge(`${s.corrupt} corrupt${owed}`, s.repairs_owed ? "bad" : "warn") : null);
 }
 
+// A disk at reduced redundancy: how long until its unattended repair starts, or how much of it is left.
+function repairCell(r) {
+  if (!r) return el("td", { class: "repair" });
+  if (r.silent_s !== null) {
+    const when = r.starts_in_s === null ? "unattended repair off" : `repair starts in ${ago(r.starts_in_s)}`;
+    return el("td", { class: "repair" }, badge(`silent ${ago(r.silent_s)}`, "warn"), ` ${when}`);
+  }
+  const eta = r.eta_s === null ? "ETA unknown yet" : `ETA ${ago(r.eta_s)}`;
+  return el("td", { class: "repair" }, badge(`${r.units_left} units to rebuild`, "bad"), ` ${eta}`);
+}
+
 function renderBlobnodes(o) {
   const cards = o.blobnodes.map((node) => {
     const rows = node.disks.map((d) => {
@@ -98,7 +109,8 @@ function renderBlobnodes(o) {
         el("td", { title: `${bytes(d.size - d.free)} used of ${bytes(d.size)}` },
           el("span", { class: "space" }, el("span", { style: `width:${(used * 100).toFixed(1)}%` })),
           ` ${bytes(d.free)} free`),
-        el("td", { text: `${d.chunks} chunks${d.readonly ? ", read-only" : ""}` }), scrubCell(d.scrub));
+        el("td", { text: `${d.chunks} chunks${d.readonly ? ", read-only" : ""}` }), scrubCell(d.scrub),
+        repairCell(d.repair));
     });
     const table = rows.length ? el("table", {}, el("tbody", {}, ...rows))
       : el("div", { class: "host", text: "no disks registered" });
@@ -120,7 +132,10 @@ function stackedBar(counts) {
 }
 
 function renderCounts(o) {
-  document.getElementById("volumes").replaceChildren(...stackedBar(o.volumes_by_status));
+  const reduced = Object.entries(o.volumes_by_margin).filter(([, n]) => n > 0)
+    .map(([margin, n]) => badge(`${n} at margin ${margin}`, Number(margin) <= 1 ? "bad" : "warn"));
+  document.getElementById("volumes").replaceChildren(...stackedBar(o.volumes_by_status),
+    el("div", { id: "reduced-redundancy" }, reduced.length ? "reduced redundancy: " : "full redundancy", ...reduced));
   document.getElementById("disk-summary").replaceChildren(...stackedBar(o.disks_by_status));
   fill(document.querySelector("#replicas tbody"), o.replicas.map((r) => el("tr", { "data-replica": r.name },
     el("td", { text: r.name }),
