@@ -174,10 +174,13 @@ class Blobnode:
         return await self._run(disk_id, self.disk(disk_id).set_chunk_status, vuid, status)
 
     async def compact_chunk(self, disk_id: int, vuid: int) -> ChunkInfo:
-        """Background work by nature: it rewrites the whole chunk."""
+        """Background work by nature: it rewrites the whole chunk, and the bytes it read and wrote count against
+        the disk's background rate (the next background operation waits them off)."""
         async with self.background(disk_id, IOClass.BACKGROUND):
-            return await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id,
-                                      self.disk(disk_id).compact_chunk, vuid)
+            compacted = await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id,
+                                           self.disk(disk_id).compact_chunk, vuid)
+        self.charge(disk_id, IOClass.BACKGROUND, 2 * (await self.chunk_stat(disk_id, vuid)).live_bytes)
+        return compacted
 
     async def list_chunks(self, disk_id: int) -> list[ChunkInfo]:
         return self.disk(disk_id).list_chunks()

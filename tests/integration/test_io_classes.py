@@ -75,3 +75,34 @@ def test_background_flood_is_capped_and_user_reads_keep_their_latency(blobnode_f
                 assert "io_class" in str(exc)
 
     asyncio.run(scenario())
+
+
+def test_compaction_is_charged_against_the_background_rate(blobnode_factory: BlobnodeFactory) -> None:
+    """A compaction rewrites every live byte of its chunk: read and written, they count against the disk's
+    background rate, so the background work after it waits them off."""
+    bn = blobnode_factory(disks=1, background_mb_per_sec=RATE_MIB, background_concurrency=2)
+    vuid = Vuid.make(2, 0, 1)
+    rng = random.Random(2)
+
+    def charged() -> float:
+        metrics = httpx.get(f"{bn.url}/metrics").text
+        return float(next(x for x in metrics.splitlines()
+                          if x.startswith("blobstore_blobnode_disk_background_bytes")).split()[-1])
+
+    async def scenario() -> None:
+        async with BlobnodeClient() as client:
+            await client.create_chunk(bn.url, 1, vuid)
+            for bid in range(1, 9):
+                await client.put_shard(bn.url, 1, vuid, bid, rng.randbytes(BIG))
+            for bid in range(1, 5):
+                await client.mark_delete_shard(bn.url, 1, vuid, bid)
+                await client.delete_shard(bn.url, 1, vuid, bid)
+            before = charged()
+            await client.compact_chunk(bn.url, 1, vuid)
+            assert charged() - before >= 2 * 4 * BIG  # four live shards read and written
+            began = time.monotonic()
+            await client.get_shard(bn.url, 1, vuid, 5, io_class=IOClass.BACKGROUND)
+            # 8 MiB of debt at 8 MiB/s, less the quarter-second burst
+            assert time.monotonic() - began >= 0.5
+
+    asyncio.run(scenario())
