@@ -8,6 +8,7 @@ bench/results/repair.json (bench/repair.py), else 31 MB/s, the last rate that be
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated
@@ -138,7 +139,7 @@ def _sim_rows(result: ModeSimulation) -> dict[str, object]:
 
 
 def _any(p_object: float, result: ModeSimulation) -> float:
-    return 1 - (1 - p_object) ** result.volumes
+    return -math.expm1(result.volumes * math.log1p(-p_object))
 
 
 def _power_rows(result: ModeSimulation) -> dict[str, object]:
@@ -181,6 +182,7 @@ def simulate_command(
         task_mb_s: Annotated[float, typer.Option(help="MB/s of one repair task.")] = 40.0,
         priority: PriorityOpt = True, priority_s: PrioritySOpt = 1_200.0,
         tracked: Annotated[int, typer.Option(help="Volumes followed per run (a sample).")] = 30_000,
+        failure_budget: Annotated[int, typer.Option(help="Disk failures an inflated run may simulate.")] = 20_000,
         modes: ModesOpt = MODE_NAMES) -> None:
     """Simulate disk, host and rack failures and their repair over years, per code mode: volumes lost a year
     (with a 99.9% interval), hours at each level of lost units, peak repair bandwidth, and a power event."""
@@ -188,7 +190,8 @@ def simulate_command(
     params = SimParams(nodes=nodes, disks_per_node=disks_per_node, hosts_per_rack=hosts_per_rack, years=years,
                        disk_afr=afr, host_afr=host_afr, rack_failures=rack_failures, detect_s=detect_s,
                        disk_repair_mb_s=rate, max_tasks=max_tasks, task_mb_s=task_mb_s, margin_priority=priority,
-                       priority_s=priority_s, urgent_margin=URGENT_MARGIN, tracked=tracked, seed=seed)
+                       priority_s=priority_s, urgent_margin=URGENT_MARGIN, tracked=tracked, seed=seed,
+                       failure_budget=failure_budget)
     sim = simulate(params, _modes(modes))
     if as_json:
         typer.echo(json.dumps(asdict(replace(sim)), indent=2, default=float))

@@ -14,15 +14,16 @@ racks of `hosts_per_rack`, see `layout.py` for how volumes are placed by the pro
   only the sampled units on the dead disks (a reverse index), never all volumes.
 
 Rare losses (technique (a) of the research note): independent loss of a volume needs m + 1 overlapping
-failures, ~1e-16 a year: unobservable. So each mode also runs on a cluster k times smaller with every
-failure rate k times higher. That cluster sees as many disk failures a year as the real one, so the
-repair caps bind exactly as often and rebuild times are the same, while each unit fails k times as often:
-a volume's loss rate grows k^(m+1). Observed losses are scaled back by k^(m+1), k is chosen (from the
-analytic model) to observe about `target_losses`, and the scaling is checked on up to three k: the fitted
+failures, ~1e-16 a year: unobservable. So each mode also runs with every failure rate k times higher, on
+a cluster k times smaller (down to 4 hosts per unit of a volume; past that, the concurrency cap grows with
+the extra failures, at most `failure_budget` of them a run). Either way the repair sees the same load as in
+the real cluster, so the caps bind as often and rebuilds take as long, while each unit fails k times as
+often: a volume's loss rate grows k^(m+1). Observed losses are scaled back by k^(m+1); k is chosen with the
+analytic model to observe about `target_losses`, and the scaling is checked on up to three k: the fitted
 slope of log(loss rate) against log(k) should be m + 1. The 99.9% Wilson interval of the loss proportion
-(losses over volume-years) is scaled the same way; it bounds the sampling error, not the scaling error,
-which the slope shows (it grows as k * AFR * rebuild time stops being small). No loss at the largest
-usable k gives an upper bound only.
+(losses over volume-years) is scaled the same way. It bounds the sampling error only: losses cluster in
+time (one bad week), which widens the true error, and the scaling is biased once k * AFR * rebuild time
+stops being small, which the slope shows. No loss at the largest k gives an upper bound only.
 
 The one-shot power event (a fraction f of disks never comes back, Copysets) is computed, not simulated:
 for a volume's sampled rack pattern the loss probability is exact, then E = V * mean and P(any) = 1 - e^-E.
@@ -70,6 +71,7 @@ class SimParams:
     fixed_repair_s: float | None = None
     tracked: int = 30_000  # volumes followed (a sample of the cluster's; all of them when fewer)
     target_losses: int = 200
+    failure_budget: int = 20_000  # disk failures an inflated run may simulate (its cost)
     power_fraction: float = 0.01
     power_rack_share: float = 0.1  # a rack-clustered power event kills this share of the disks of the racks it hits
     seed: int = 0
@@ -170,6 +172,7 @@ class _Run:
     tracked: int
     rng: np.random.Generator
     keep_records: bool
+    load: float  # the failures the repair sees, times the real cluster's (its concurrency cap scales with it)
     clock: float = 0.0
     rebuilt: float = 0.0  # cumulative bytes rebuilt by each disk under repair since the start (all share a rate)
     rate: float = 0.0  # bytes/s of each disk under repair
@@ -199,7 +202,7 @@ class _Run:
         self.fail_time = np.zeros(disks)
         self.noticed_at = np.full(disks, np.inf)  # `rebuilt` when the disk's rebuild began
         self.disk_bytes = p.units_per_disk * p.chunk_bytes
-        self.global_cap = p.max_tasks * p.task_mb_s * 1e6
+        self.global_cap = p.max_tasks * p.task_mb_s * 1e6 * self.load
         self.notices: deque[tuple[float, int]] = deque()
         self.repairing: deque[int] = deque()
         self.history.append((0.0, 0.0))
@@ -374,22 +377,30 @@ class _Run:
                         mean_rebuild, self.level_hours() if self.keep_records else (0.0,) * self.tolerance)
 
 
+def smallest_shrink(params: SimParams, t: Tactic) -> float:
+    """How many times smaller than the real one a cluster may get: it keeps 4 hosts per unit of a volume."""
+    return max(1.0, params.nodes / (4 * t.total))
+
+
 def run(params: SimParams, mode: CodeMode, *, inflation: float = 1.0, tracked: int | None = None,
         keep_records: bool = True, seed: int | None = None) -> RunStats:
-    """One run on `params.nodes / inflation` hosts with every failure rate times `inflation`, following
-    `tracked` volumes (default `params.tracked`, at most all of them)."""
+    """One run with every failure rate times `inflation`, following `tracked` volumes (default
+    `params.tracked`, at most all of them). The cluster shrinks by as much of `inflation` as it can
+    (`smallest_shrink`); the rest multiplies the failures the repair sees, and so the concurrency cap with them,
+    so that the caps bind as often as in the real cluster."""
     t = tactic(mode)
-    nodes = max(1, round(params.nodes / inflation))
+    nodes = max(1, round(params.nodes / min(inflation, smallest_shrink(params, t))))
     # Smaller racks in a smaller cluster, so a volume still finds a rack per unit as in the real one.
     slot = max(Counter(t.unit_az(i) for i in range(t.total)).values())
     per_rack = max(1, min(params.hosts_per_rack, nodes // t.az_count // slot))
     topo = layout.Topology.build(nodes, params.disks_per_node, per_rack, t.az_count)
     full = layout.Topology.build(params.nodes, params.disks_per_node, params.hosts_per_rack, t.az_count)
-    inflation = full.disks / topo.disks
+    load = max(1.0, inflation * topo.disks / full.disks)
+    inflation = full.disks / topo.disks * load
     volumes = int(topo.disks * params.units_per_disk / t.total)
     count = min(volumes, tracked if tracked is not None else params.tracked)
     rng = np.random.default_rng(params.seed if seed is None else seed)
-    state = _Run(params, t, topo, inflation, count, rng, keep_records)
+    state = _Run(params, t, topo, inflation, count, rng, keep_records, load)
     state.go()
     return state.stats()
 
@@ -456,14 +467,17 @@ def _estimate(params: SimParams, mode: CodeMode, full: layout.Topology, effectiv
               tracked: int) -> LossEstimate:
     t = tactic(mode)
     power = t.m + 1
-    k_max = max(1.0, params.nodes / (4 * t.total))  # the small cluster keeps 4 hosts per unit
+    shrink_max = smallest_shrink(params, t)
+    real_failures = full.disks * params.unit_afr * params.years
+    k_max = shrink_max * max(1.0, params.failure_budget / real_failures)
     volumes_full = full.disks * params.units_per_disk / t.total
 
     def expected_losses(k: float) -> float:
-        followed = min(tracked, volumes_full / k)
+        followed = min(tracked, volumes_full / min(k, shrink_max))
         p = _model(params, mode, full.disks, full.hosts, effective_mb_s, k)
         return p * followed * params.years
 
+    # Past the smallest cluster a run costs more events, at most `failure_budget`; none seen gives a bound.
     top = _solve_log(expected_losses, params.target_losses, 1.0, k_max)
     ks = [top] + [top * 4 ** (-j / power) for j in (1, 2) if expected_losses(top * 4 ** (-j / power)) >= 10]
     # One seed for every k (common random numbers): the runs differ by k, not by their failure histories.
