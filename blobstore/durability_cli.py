@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -39,8 +39,8 @@ durability_app = typer.Typer(help="How likely data loss is, per code mode: the m
                              pretty_exceptions_show_locals=False)
 
 RateOpt = Annotated[float | None, typer.Option(
-    "--repair-mb-s", help="MB/s rebuilt per failed disk [default: rebuild_mb_s of bench/results/repair.json, "
-    f"else {MEASURED_REBUILD_MB_S:g}, last measured].")]
+    "--repair-mb-s", help="MB/s rebuilt per failed disk (default: rebuild_mb_s of bench/results/repair.json, "
+    f"else {MEASURED_REBUILD_MB_S:g}, last measured).")]
 AfrOpt = Annotated[float, typer.Option(
     "--afr", help="Disk annual failure rate. Backblaze Drive Stats 2024 saw 1.4-1.6% over ~300k drives; "
     "1% is the research note's baseline (enterprise drives, better cooled), 2% a stress case.")]
@@ -156,9 +156,11 @@ def _show(sim: SimReport) -> None:
                 f"{p.host_afr:.1%}{', rack events' if p.rack_failures else ''}; rebuild <= {p.disk_repair_mb_s:g} MB/s "
                 f"per disk and <= {p.max_tasks} x {p.task_mb_s:g} MB/s in all; margin priority "
                 f"{'on' if p.margin_priority else 'off'}")
-    out.print("lost/yr and P(any): independent failures, observed at k times the failure rates on a k times "
-              "smaller cluster and scaled by k^(m+1); the interval is the 99.9% Wilson bound of that run (losses "
-              "come in bursts, so the spread between k values is the truer error; the slope checks the scaling).")
+    out.print("lost/yr and P(any): independent failures, observed at k times the failure rates (on a smaller "
+              "cluster, or with more failures and a larger concurrency cap: the same repair load) and scaled by "
+              "k^(m+1); the interval is the 99.9% Wilson bound of that run (losses come in bursts, so the truer "
+              "error is wider; the slope over several k checks the scaling). '<' is a bound: none was seen.",
+              markup=False)
     _emit([_power_rows(r) for r in sim.modes], False,
           title=f"P(any volume lost) when {p.power_fraction:.0%} of disks never come back after a power event")
     out.print(f"simulated in {sim.seconds:.0f} s")
@@ -194,6 +196,6 @@ def simulate_command(
                        failure_budget=failure_budget)
     sim = simulate(params, _modes(modes))
     if as_json:
-        typer.echo(json.dumps(asdict(replace(sim)), indent=2, default=float))
+        typer.echo(json.dumps(asdict(sim), indent=2, default=float))
         return
     _show(sim)

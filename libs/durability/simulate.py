@@ -25,6 +25,14 @@ slope of log(loss rate) against log(k) should be m + 1. The 99.9% Wilson interva
 time (one bad week), which widens the true error, and the scaling is biased once k * AFR * rebuild time
 stops being small, which the slope shows. No loss at the largest k gives an upper bound only.
 
+Against the model: with one repair time per unit (`fixed_repair_s`) and independent failures the simulation
+matches the chain within its interval (tests/unit/test_durability.py). With fluid repair they differ by a
+factor up to ~2 either way: a lost unit waits for a uniformly random place in its disk's rebuild (the chain:
+an exponential time of the same mean), urgent rebuilds come a fixed `priority_s` after detection, and the
+concurrency cap stretches rebuilds when disks fail together (a host's 12 disks share it) where the chain gives
+every disk the same rebuild time; the report shows the model both at the per-disk cap and at the rate the
+simulated rebuilds actually reached.
+
 The one-shot power event (a fraction f of disks never comes back, Copysets) is computed, not simulated:
 for a volume's sampled rack pattern the loss probability is exact, then E = V * mean and P(any) = 1 - e^-E.
 """
@@ -116,7 +124,7 @@ class RunStats:
     peak_repair_mb_s: float  # rebuilt MB/s summed over the disks being rebuilt
     mean_repair_mb_s: float
     peak_disks_in_repair: int
-    mean_rebuild_hours: float  # from failure to fully rebuilt
+    mean_rebuild_hours: float  # from failure to fully rebuilt, over the disks rebuilt within the run
     level_volume_hours: tuple[float, ...]  # tracked volume-hours with 1..m units lost
 
     @property
