@@ -134,7 +134,10 @@ class _Connection(asyncio.BufferedProtocol):
         self.reusable = False
         self._head_len, self._body, self._body_len, self._close_after = 0, None, 0, False
         self._done = asyncio.get_running_loop().create_future()
-        self.transport.writelines([head, body] if body else [head])
+        try:
+            self.transport.writelines([head, body] if body else [head])
+        except RuntimeError as exc:  # uvloop: the handle closed before connection_lost told us (a reset peer)
+            raise ConnectionResetError(f"the connection closed under the request: {exc}") from exc
         status, answer = await self._done
         self.reusable = not self._close_after
         return status, answer

@@ -114,3 +114,36 @@ def test_every_idle_connection_the_peer_closed_is_skipped() -> None:
             assert await http.request("GET", f"{url}/shard/get", params={"bid": 9}) == b"GET /shard/get?bid=9 HTTP/1.1"
 
     asyncio.run(_serve(handler, test))
+
+
+def test_an_idle_connection_whose_handle_closed_unseen_is_replaced() -> None:
+    """uvloop raises RuntimeError ("the handler is closed") when writing to a connection the peer reset before
+    connection_lost ran (seen under network partitions). That race cannot be timed from a test, so the
+    transport's write is made to fail that way (a named fake fault): the request goes over a fresh connection."""
+    connections: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while True:
+            try:
+                _, body = await _read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(_answer(200, body))
+            await writer.drain()
+
+    async def test(url: str) -> None:
+        transport = LeanTransport()
+        async with HttpClient(transport) as http:
+            assert await http.request("PUT", f"{url}/shard/put", data=b"one") == b"one"
+            (idle,) = [conn for conns in transport._idle.values() for conn in conns]
+            assert idle.transport is not None
+
+            def closed_handle(_: object) -> None:
+                raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+
+            idle.transport.writelines = closed_handle  # type: ignore[method-assign]
+            assert await http.request("PUT", f"{url}/shard/put", data=b"two") == b"two"
+        assert len(connections) == 2
+
+    asyncio.run(_serve(handler, test))
