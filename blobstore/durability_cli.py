@@ -184,7 +184,7 @@ def simulate_command(
         task_mb_s: Annotated[float, typer.Option(help="MB/s of one repair task.")] = 40.0,
         priority: PriorityOpt = True, priority_s: PrioritySOpt = 1_200.0,
         tracked: Annotated[int, typer.Option(help="Volumes followed per run (a sample).")] = 30_000,
-        failure_budget: Annotated[int, typer.Option(help="Disk failures an inflated run may simulate.")] = 20_000,
+        failure_budget: Annotated[int, typer.Option(help="Disk failures an inflated run may simulate.")] = 15_000,
         modes: ModesOpt = MODE_NAMES) -> None:
     """Simulate disk, host and rack failures and their repair over years, per code mode: volumes lost a year
     (with a 99.9% interval), hours at each level of lost units, peak repair bandwidth, and a power event."""

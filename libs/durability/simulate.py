@@ -79,7 +79,7 @@ class SimParams:
     fixed_repair_s: float | None = None
     tracked: int = 30_000  # volumes followed (a sample of the cluster's; all of them when fewer)
     target_losses: int = 200
-    failure_budget: int = 20_000  # disk failures an inflated run may simulate (its cost)
+    failure_budget: int = 15_000  # disk failures an inflated run may simulate (its cost)
     power_fraction: float = 0.01
     power_rack_share: float = 0.1  # a rack-clustered power event kills this share of the disks of the racks it hits
     seed: int = 0
@@ -204,7 +204,6 @@ class _Run:
         self.pos_end = np.zeros(units)
         self.deadline = np.full(units, np.inf)
         self.record = np.zeros(units, dtype=np.int64)
-        self.hitting = np.zeros(units, dtype=bool)  # units on the disks failing right now
         self.records = _Records()
         self.open = np.zeros(disks, dtype=bool)
         self.fail_time = np.zeros(disks)
@@ -279,25 +278,26 @@ class _Run:
         self.noticed_at[disks] = np.inf
         hit = np.concatenate([self.units_on(d) for d in disks.tolist()])
         if hit.size:
-            self.hitting[hit] = True
             self.hit(hit, several=disks.size > 1)
-            self.hitting[hit] = False
 
     def hit(self, hit: np.ndarray, several: bool) -> None:
-        """Units on disks that just died: count each volume's losses, lose it or put it in the urgent lane."""
+        """Units on disks that just died: count each volume's losses, lose it or put it in the urgent lane. Only
+        volumes with another unit marked lost (or two units hit at once) can have more than one: the rest of
+        the work is on those few."""
         p, now, width = self.params, self.clock, self.width
-        rows = np.unique(hit // width) if several else hit // width  # one disk holds one unit of a volume
+        if several:
+            rows, hits = np.unique(hit // width, return_counts=True)
+        else:  # one disk holds one unit of a volume
+            rows, hits = hit // width, np.ones(hit.size, dtype=np.int64)
         block = rows[:, None] * width + np.arange(width)
-        before = self.still_lost(block)
-        new = self.hitting[block]
-        lost = before | new
-        count = lost.sum(axis=1)
-        fresh = block[new]
-        self.lost[fresh] = True
-        self.pos_end[fresh] = (self.rng.integers(0, p.units_per_disk, size=fresh.size) + 1) * p.chunk_bytes
-        self.deadline[fresh] = now + p.fixed_repair_s if p.fixed_repair_s is not None else np.inf
+        block = block[self.lost[block].any(axis=1) | (hits > 1)]
+        self.lost[hit] = True
+        self.pos_end[hit] = (self.rng.integers(0, p.units_per_disk, size=hit.size) + 1) * p.chunk_bytes
+        self.deadline[hit] = now + p.fixed_repair_s if p.fixed_repair_s is not None else np.inf
         if self.keep_records:
-            self.record[fresh] = self.records.add(fresh // width, now, self.deadline[fresh])
+            self.record[hit] = self.records.add(hit // width, now, self.deadline[hit])
+        lost = self.still_lost(block.ravel()).reshape(block.shape)
+        count = lost.sum(axis=1)
         gone = count > self.tolerance
         if gone.any():
             self.losses += int(gone.sum())
