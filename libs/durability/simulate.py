@@ -4,7 +4,9 @@ What is simulated, per code mode, on its own cluster of `nodes` hosts (as many A
 racks of `hosts_per_rack`, see `layout.py` for how volumes are placed by the project's rules):
 - failures: disks (`disk_afr`), whole hosts (`host_afr`, all their disks, lost for good) and, with
   `rack_failures`, rack events (`rack_afr`; each disk of the rack stays dead with `rack_disk_loss`);
-  exponential lifetimes, a dead disk replaced by an empty one;
+  exponential lifetimes; a rebuilt disk's units count as back on a new disk in its slot (placement stays
+  fixed: with independent failures a healthy volume's future depends only on its units being on distinct
+  hosts and racks, which a fresh spread would give too);
 - repair: a dead disk is noticed `detect_s` later, then rebuilt as a fluid: every noticed disk drains its
   used bytes at min(`disk_repair_mb_s`, `max_tasks` x `task_mb_s` / disks being rebuilt), units in random
   order (the scheduler's per-disk cap and its concurrency cap); with `margin_priority` a volume at margin
