@@ -28,10 +28,18 @@ class Record:
     key: bytes | None
     value: bytes
     timestamp_ms: int
+    headers: tuple[tuple[str, bytes], ...] = ()  # e.g. the producer's seal (libs/mq/seal.py)
 
     @property
     def tp(self) -> TP:
         return (self.topic, self.partition)
+
+
+def _headers(raw: list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+             ) -> tuple[tuple[str, bytes], ...]:
+    """A consumed record's headers (librdkafka gives a list, or None) as (name, bytes) pairs."""
+    pairs = raw.items() if isinstance(raw, dict) else raw or ()
+    return tuple((name, value.encode() if isinstance(value, str) else value or b"") for name, value in pairs)
 
 
 class Consumer:
@@ -92,7 +100,8 @@ class Consumer:
                 log.warning("kafka consumer: %s", error)
                 continue
             records.append(Record(str(message.topic()), int(message.partition() or 0), int(message.offset() or 0),
-                                  message.key(), message.value() or b"", message.timestamp()[1]))
+                                  message.key(), message.value() or b"", message.timestamp()[1],
+                                  _headers(message.headers())))
         return records
 
     async def commit(self, offsets: Mapping[TP, int]) -> bool:

@@ -10,6 +10,7 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from libs.mq import settings
+from libs.mq.seal import seal_headers
 
 DELIVERY_TIMEOUT_MS = 120_000  # a send not acknowledged by then fails (the broker was unreachable all along)
 
@@ -21,21 +22,26 @@ class Producer:
     which completes an asyncio future per record, so the event loop never blocks and many concurrent sends
     share batches. Idempotence (with acks=all) means a retried batch is written once, so a broker restart
     during a send neither loses nor duplicates an acknowledged record.
+
+    With a `seal_key` every record carries a seal (libs/mq/seal.py), so the one place that produces also seals:
+    no caller can forget it.
     """
 
-    def __init__(self, producer: confluent_kafka.Producer) -> None:
+    def __init__(self, producer: confluent_kafka.Producer, seal_key: bytes | None = None) -> None:
         self._producer = producer
+        self.seal_key = seal_key
         self._closing = threading.Event()
         self._reports = threading.Thread(target=self._serve_reports, name="kafka-delivery-reports", daemon=True)
         self._reports.start()
 
     @classmethod
-    async def connect(cls, bootstrap: str, client_id: str = "blobstore-producer", **config: Any) -> Producer:
-        """`config` overrides librdkafka settings by name, e.g. `{"linger.ms": 5}`."""
+    async def connect(cls, bootstrap: str, client_id: str = "blobstore-producer", *, seal_key: bytes | None = None,
+                      **config: Any) -> Producer:
+        """`config` overrides librdkafka settings by name, e.g. `{"linger.ms": 5}`; `seal_key` seals every record."""
         options: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                                    "linger.ms": 2, "client.id": client_id,
                                    "message.timeout.ms": DELIVERY_TIMEOUT_MS, **settings.SHARED, **config}
-        return cls(await asyncio.to_thread(confluent_kafka.Producer, options))
+        return cls(await asyncio.to_thread(confluent_kafka.Producer, options), seal_key)
 
     def _serve_reports(self) -> None:
         while not self._closing.is_set():
@@ -56,7 +62,11 @@ class Producer:
 
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                if self.seal_key is None:
+                    self._producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                else:
+                    self._producer.produce(topic, value=value, key=key, on_delivery=delivered,
+                                           headers=seal_headers(self.seal_key, topic, value))
                 break
             except BufferError:  # librdkafka's local queue is full: wait for deliveries to make room
                 await asyncio.sleep(0.01)
