@@ -10,10 +10,26 @@ from services.mqproxy.config import MqProxyConfig
 from services.mqproxy.metrics import publisher_figures
 
 
+class SealingPublisher(Publisher):
+    """A publisher whose producer seals every message with the cluster's message key (libs/mq/seal.py).
+
+    A subclass here rather than a change to `Publisher` only because app.py was being edited at the same time;
+    it can fold into `Publisher.connect` (`Producer.connect(..., seal_key=key)`)."""
+
+    def __init__(self, config: MqProxyConfig) -> None:
+        super().__init__(config.kafka_bootstrap, config.partitions, config.cluster_id, config.confirm_timeout)
+        self.seal_key = bytes.fromhex(config.message_key) if config.message_key else None
+
+    async def connect(self) -> None:
+        await super().connect()
+        assert self.producer is not None
+        self.producer.seal_key = self.seal_key  # set before any await: no message leaves unsealed
+
+
 def build(config: MqProxyConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
     cluster = ClusterClient(config.clustermgr_hosts)
-    publisher = Publisher(config.kafka_bootstrap, config.partitions, config.cluster_id, config.confirm_timeout)
+    publisher = SealingPublisher(config)
     life.loop(lambda: keep_registered(cluster, "mqproxy", config.advertised_host, config.idc, config.register_ttl))
     life.close(publisher.close, cluster.close)
     register_collector(lambda: publisher_figures(publisher.stats))

@@ -19,6 +19,9 @@ class MqProxyConfig(ServiceSettings):
     # Seconds a request waits for Kafka to confirm its messages before answering 503; the messages stay with
     # the producer, which keeps trying for two minutes, so a 503 means "not known", never "not queued".
     confirm_timeout: float = Field(5.0, gt=0)
+    # Hex key sealing repair and delete messages (libs/mq/seal.py), derived from the cluster secret; None:
+    # messages go unsealed (a cluster run without auth).
+    message_key: str | None = Field(None, pattern="^[0-9a-f]{64}$")
 
     @property
     def advertised_host(self) -> str:

@@ -21,3 +21,6 @@ class TinkerConfig(ServiceSettings):
     commit_interval: float = Field(0.5, gt=0)
     switch_interval: float = Field(2.0, gt=0)  # how often the task switches are re-read from clustermgr
     shard_timeout: float = Field(30.0, gt=0)
+    # Hex key sealing repair and delete messages (libs/mq/seal.py), derived from the cluster secret; None:
+    # messages go unsealed and are accepted unsealed (a cluster run without auth).
+    message_key: str | None = Field(None, pattern="^[0-9a-f]{64}$")

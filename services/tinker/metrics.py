@@ -37,5 +37,8 @@ class TinkerFigures:
                            ("retried", "Messages handed on for a later retry")):
             yield counter(f"blobstore_tinker_{field}", f"{doc}, by pipeline",
                           [((name, ), getattr(p.stats, field)) for name, p in pipelines], ["pipeline"])
+        yield counter("blobstore_tinker_messages_forged", "Messages skipped, unacted upon, for a missing or wrong "
+                      "seal (written to Kafka by someone without the message key), by topic",
+                      [((topic,), n) for topic, n in sorted(self.tinker.forged.items())], ["topic"])
         yield gauge("blobstore_tinker_kafka_lag", f"Messages not yet committed by the pipeline's consumer group "
                     f"(read every {LAG_REFRESH:g} s)", [((name,), n) for name, n in self.lag.items()], ["pipeline"])

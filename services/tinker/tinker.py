@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from libs.mq.admin import lag
 from libs.mq.consumer import Consumer, Record
 from libs.mq.producer import Producer
+from libs.mq.seal import Forged, unseal
 from libs.mq.topics import Topic, pipelines
 from libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
 from libs.proto.switches import Switches, TaskType
@@ -45,6 +46,11 @@ class Tinker:
         self.pipelines: dict[str, Pipeline] = {}
         self.switches = Switches()
         self._producer: Producer | None = None
+        # With a message key, a message is acted upon only under its producer's seal, and what tinker hands on
+        # to a failed or retry topic is sealed anew; without one (no auth) messages travel unsealed.
+        self.message_key = bytes.fromhex(config.message_key) if config.message_key else None
+        self.forged: dict[str, int] = {  # topic -> messages skipped for a missing or wrong seal
+            str(topic): 0 for spec in pipelines(config.group_prefix) for topic in spec.topics}
         self.life = Lifecycle()
         self.life.close(self._close)
 
@@ -53,7 +59,7 @@ class Tinker:
         bootstrap = self.config.kafka_bootstrap
         await self.life.start()
         self.life.loop(lambda: self.switches.follow(self.cluster.list_config, self.config.switch_interval))
-        self._producer = await Producer.connect(bootstrap, client_id="tinker")
+        self._producer = await Producer.connect(bootstrap, client_id="tinker", seal_key=self.message_key)
         repair_slots = asyncio.Semaphore(self.config.concurrency)  # shared by both repair pipelines
         for spec in pipelines(self.config.group_prefix):
             consumer = await Consumer.connect(bootstrap, spec.group, spec.topics)
@@ -137,13 +143,27 @@ class Tinker:
         pipeline.stats.done += 1
 
     def _parse(self, model: type[Msg], record: Record) -> Msg | None:
-        """A message that is not one of ours (malformed, or another cluster's) is skipped, never retried."""
+        """A message that is not one of ours (malformed, another cluster's, or not sealed by our producers) is
+        skipped, never retried: returning None lets its offset be committed, so it blocks nothing.
+
+        The cluster id is read before the seal is checked: another cluster sharing this Kafka seals with its
+        own key, and its messages are merely not ours, not forged."""
         try:
             msg = model.model_validate_json(record.value)
         except ValidationError as exc:
             log.error("skipping malformed message %s/%d@%d: %s", record.topic, record.partition, record.offset, exc)
             return None
-        return msg if msg.cluster_id == self.config.cluster_id else None
+        if msg.cluster_id != self.config.cluster_id:
+            return None
+        if self.message_key is not None:
+            try:
+                unseal(self.message_key, record.topic, record.value, record.headers)
+            except Forged as exc:
+                self.forged[record.topic] = self.forged.get(record.topic, 0) + 1
+                log.warning("ignoring a forged message %s/%d@%d (%s): blob %d/%d is left alone", record.topic,
+                            record.partition, record.offset, exc, msg.vid, msg.bid)
+                return None
+        return msg
 
     async def stats(self) -> TinkerStats:
         out: dict[str, PipelineStats] = {}
