@@ -17,8 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from blobstore.redis_auth import acl_config, with_credentials
 from blobstore.spec import ClusterSpec
-from libs.rpc.auth import AuthConfig, Role
+from libs.mq.seal import message_key
+from libs.rpc.auth import AuthConfig, Capability
 
 HOST = "127.0.0.1"
 CLUSTERMGR_COUNT = 3
@@ -158,20 +160,32 @@ class Settings:
     audit_log: bool = True
 
 
-# The role keys each kind of process signs and checks requests with (libs/rpc/auth.py). Besides clustermgr,
-# only the scheduler holds the admin key: it sets disk statuses as an operator would (the operator's CLI
-# derives every key from the cluster secret). Blobnodes check read grants (the inspection's executors).
-ROLE_KEYS: dict[str, tuple[Role, ...]] = {
-    "clustermgr": (Role.DATA, Role.CONTROL, Role.ADMIN), "blobnode": (Role.READ, Role.DATA, Role.CONTROL),
-    "access": (Role.DATA, Role.CONTROL), "worker": (Role.DATA, Role.CONTROL), "tinker": (Role.DATA, Role.CONTROL),
-    "scheduler": (Role.DATA, Role.CONTROL, Role.ADMIN), "allocator": (Role.CONTROL,), "mqproxy": (Role.CONTROL,),
-    "dashboard": (Role.CONTROL,),
+# The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
+# more; the note of issue 27 has the table. The operator's CLI derives every key from the cluster secret. A
+# blobnode signs its disk reports with its own identity (its advertised host), which clustermgr checks against the
+# disk's owner; blobnodes also check read-shard grants (the inspection's executors).
+C = Capability
+CAPABILITIES: dict[str, tuple[Capability, ...]] = {
+    "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.ALLOCATE, C.UNITS, C.KV, C.ADMIN, C.CHUNK,
+                   C.RAFT_MEMBER),
+    "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE, C.QUEUE_REPAIR),
+    "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE),
+    "allocator": (C.ALLOCATE, C.OBSERVE),
+    "mqproxy": (C.QUEUE_REPAIR, C.QUEUE_DELETE, C.REGISTER, C.OBSERVE),
+    "scheduler": (C.OBSERVE, C.REGISTER, C.KV, C.UNITS, C.DISK_STATUS, C.TASKS, C.TASK_CONTROL, C.QUEUE_REPAIR,
+                  C.READ_SHARD, C.CHUNK),
+    "worker": (C.TASKS, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.OBSERVE, C.REGISTER, C.REPAIR),
+    "tinker": (C.OBSERVE, C.WRITE_SHARD, C.DELETE_SHARD, C.REPAIR),
+    "dashboard": (C.OBSERVE,),
 }
 
 
 def _service(role: str, place: Place, settings: Settings, config: dict[str, Any],
              cluster_id: int = 1) -> ProcessSpec:
-    keys = AuthConfig.for_roles(settings.auth_secret, ROLE_KEYS[role]).model_dump(mode="json")
+    name = config.get("host") or f"http://{place.bind}" if role == "blobnode" else None  # its advertised host
+    keys = AuthConfig.for_capabilities(settings.auth_secret, CAPABILITIES[role], name=name,
+                                       verifies_identities=role == "clustermgr").model_dump(mode="json",
+                                                                                            exclude_none=True)
     bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry
     return ProcessSpec(role, place.name, place.port, place.url, place.workdir, place.config_path,
                        json.dumps({**bind, **config, "auth": keys}, indent=2),
@@ -179,11 +193,12 @@ def _service(role: str, place: Place, settings: Settings, config: dict[str, Any]
                        place.host)
 
 
-def _redis(place: Place) -> ProcessSpec:
-    # A volume cache only: no persistence, so nothing is written but the log. Protected mode would refuse every
-    # client of another host (no password yet: Redis auth is the security issue's).
+def _redis(place: Place, auth_secret: str) -> ProcessSpec:
+    # A volume cache only: no persistence, so nothing is written but the log. Protected mode is off (it would
+    # refuse every client of another host); the ACL requires a password instead (blobstore/redis_auth.py).
+    # Its URL names no password: it is shown by `cluster status`; the access nodes get `with_credentials`.
     text = (f'bind {place.address}\nport {place.port}\nprotected-mode no\nsave ""\nappendonly no\n'
-            f'daemonize no\ndir {place.workdir}\n')
+            f'daemonize no\ndir {place.workdir}\n{acl_config(auth_secret)}')
     return ProcessSpec("redis", place.name, place.port, f"redis://{place.bind}/0", place.workdir, place.config_path,
                        text, ("redis-server", str(place.config_path)), host=place.host)
 
@@ -211,12 +226,14 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
         return [_service(role, p, s, {"clustermgr_hosts": cm_urls, **config}, cluster_id) for p in layout[role]]
 
     tinker = layout["tinker"][0]
+    sealing = message_key(s.auth_secret).hex()  # mqproxy seals repair and delete messages, tinker checks them
     return [*cms, *blobnodes, *services("allocator", code_modes=list(s.code_modes)), *services("scheduler"),
             *services("worker"),
-            *services("mqproxy", kafka_bootstrap=s.kafka_bootstrap, partitions=s.partitions, cluster_id=cluster_id),
+            *services("mqproxy", kafka_bootstrap=s.kafka_bootstrap, partitions=s.partitions, cluster_id=cluster_id,
+                      message_key=sealing),
             *services("tinker", kafka_bootstrap=s.kafka_bootstrap, delete_safe_delay=s.delete_delay,
                       delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
-                      group_prefix=f"{cluster_prefix(cluster_id)}tinker")]
+                      group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing)]
 
 
 def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboard: list[Place],
@@ -291,11 +308,12 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     """Every process of a local cluster (or region) under `root`; `ports` hands out `port_count(shape)` ports.
     `secret` signs Locations, `auth_secret` internal requests (each process gets its role keys)."""
     root = root.resolve()
-    redis = _redis(_local(root, "redis", ports))
+    redis = _redis(_local(root, "redis", ports), auth_secret)
     kafka_place = _local(root, "kafka", ports, second_port=True)
     kafka = KafkaPlan([BrokerSpec(1, kafka_place)], kafka_place.bind)
     s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
-                 shape.disk_broken_after, kafka.bootstrap, redis.url, shape.chunk_size, audit_log=shape.audit_log)
+                 shape.disk_broken_after, kafka.bootstrap, with_credentials(redis.url, auth_secret), shape.chunk_size,
+                 audit_log=shape.audit_log)
     clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
     access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
     dashboard = [_local(root, "dashboard", ports)]
@@ -331,10 +349,11 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     bootstrap = ",".join(b.place.bind for b in brokers) or ",".join(spec.kafka.bootstrap)
     kafka = KafkaPlan(brokers, bootstrap, spec.kafka.replication_factor, spec.kafka.min_insync_replicas,
                       kafka_cluster_uuid(auth_secret))
-    redis = [_redis(p) for p in places("redis")]
+    redis = [_redis(p, auth_secret) for p in places("redis")]
     s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
                  spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
-                 redis[0].url if redis else spec.redis.url, spec.chunk_size, spec.kafka.partitions)
+                 with_credentials(redis[0].url, auth_secret) if redis else spec.redis.url, spec.chunk_size,
+                 spec.kafka.partitions)
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
     return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("dashboard"),

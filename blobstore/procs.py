@@ -92,7 +92,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
 
 def healthy(url: str, timeout: float = 1.0, verify: ssl.SSLContext | bool = True) -> bool:
     """An HTTP service answers 200 on /health (an HTTPS one with a certificate `verify` accepts); Redis
-    answers PONG; Kafka accepts a connection."""
+    answers PONG (or, when it wants a password, NOAUTH); Kafka accepts a connection."""
     scheme, _, rest = url.partition("://")
     if scheme in ("redis", "kafka"):
         host, port = rest.split("/", 1)[0].rsplit(":", 1)
@@ -101,7 +101,7 @@ def healthy(url: str, timeout: float = 1.0, verify: ssl.SSLContext | bool = True
                 if scheme == "kafka":
                     return True
                 s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
+                return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # a Redis with a password answers too
         except OSError:
             return False
     try:
