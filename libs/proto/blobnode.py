@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from libs.proto.body import RequestBody
 from libs.rpc.errors import (
     ChunkNotFound,
+    DiskNotFound,
     RpcError,
     ShardCorrupted,
     ShardDeleted,
@@ -158,7 +159,10 @@ class ShardState(StrEnum):
 
 # A repair is owed for these; the others are not the shard's fault, or must not be repaired.
 NEEDS_REPAIR = frozenset({ShardState.MISSING, ShardState.CORRUPT})
-MOVED_ERRORS = (StaleEpoch, ChunkNotFound)
+# The blobnode contradicts the caller's volume info (a newer epoch, no such chunk, or no such disk on that host:
+# e.g. a stale or poisoned Redis entry naming the wrong host): refetch the volume from clustermgr, never punish
+# the disk for it.
+MOVED_ERRORS = (StaleEpoch, ChunkNotFound, DiskNotFound)
 
 
 def shard_state(outcome: object) -> ShardState:

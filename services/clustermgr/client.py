@@ -379,8 +379,9 @@ class VolumeCache:
     """Volume info: in-process cache, then Redis (optional), then clustermgr.
 
     Entries expire after a TTL, and `invalidate` drops one at once: a blobnode answering that a unit
-    moved (stale epoch, or no such chunk) means the cached units are wrong and must be fetched again,
-    never served. `on_unit` and `on_units` do that refetch for their callers.
+    moved (stale epoch, no such chunk, or no such disk on that host) means the cached units are wrong and
+    must be fetched again, never served. `on_unit` and `on_units` do that refetch for their callers, from
+    clustermgr: Redis is only a cache, and the entry it gave is dropped there too, then replaced.
     """
 
     def __init__(self, cluster: ClusterClient, ttl: float, redis: Any = None, cluster_id: int = 0) -> None:
