@@ -8,22 +8,30 @@ import asyncio
 import json
 import os
 import random
+import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import redis
 from typer.testing import CliRunner
 
-from blobstore import Client
+from blobstore import Client, NotFound
 from blobstore.cli import app
-from blobstore.launcher import SECRET_FILE, ClusterInfo, down, up
+from blobstore.launcher import SECRET_FILE, ClusterInfo, down, restart, up
 from blobstore.plan import ClusterShape
-from libs.proto.cluster import DiskStatus
+from blobstore.redis_auth import redis_password, with_credentials
+from libs.mq.admin import positions
+from libs.mq.producer import Producer
+from libs.mq.seal import message_key
+from libs.mq.topics import Topic
+from libs.proto.cluster import DiskStatus, VolumeInfo
 from libs.proto.ids import Vuid
+from libs.proto.messages import DeleteMsg
 from libs.proto.scheduler import LEADER_KEY, LeaderRecord
 from libs.rpc import auth
 from libs.rpc.auth import AUTH_HEADER, AuthConfig, Role, Signer, new_secret
@@ -285,3 +293,117 @@ def test_the_raft_port_admits_only_members(cluster: ClusterInfo) -> None:
         assert sock.recv(64) == b""  # hung up on
     with Client(cluster.access_urls) as client:  # the replicas still talk to each other
         assert client.get(client.put(b"after the intruder")) == b"after the intruder"
+
+
+def _metric(url: str, name: str, labels: str) -> float:
+    """One sample of a service's /metrics (0 when absent)."""
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith(f"{name}{{{labels}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _deadline_poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cluster: ClusterInfo) -> None:
+    """A Kafka writer without the message key: its delete (unsealed, or sealed with another key) is logged,
+    counted and committed past by tinker, and the blob still reads; a DELETE through access still deletes."""
+    tinker = next(p for p in cluster.processes if p.role == "tinker")
+    forged = 'blobstore_tinker_messages_forged_total', f'topic="{Topic.BLOB_DELETE}"'
+    with Client(cluster.access_urls) as client:
+        location = client.put(b"not yours to delete")
+        blob = client.stat(location).blobs[0]
+        before = _metric(tinker.url, *forged)
+        msg = DeleteMsg(cluster_id=1, vid=blob.vid, bid=blob.min_bid, time=time.time() - 3600)  # long past due
+
+        async def produce() -> list[tuple[int, int]]:
+            plain = await Producer.connect(cluster.kafka_bootstrap)
+            stranger = await Producer.connect(cluster.kafka_bootstrap, seal_key=message_key(new_secret()))
+            try:
+                return [await p.send(Topic.BLOB_DELETE, msg.key(), msg.to_bytes()) for p in (plain, stranger)]
+            finally:
+                await plain.close()
+                await stranger.close()
+
+        sent = asyncio.run(produce())
+
+        def consumed_past() -> bool:
+            at = positions(cluster.kafka_bootstrap, "tinker-delete", [Topic.BLOB_DELETE])
+            return all(at[(Topic.BLOB_DELETE, partition)][0] > offset for partition, offset in sent)
+
+        _deadline_poll(consumed_past, 20, "tinker to commit past the forged messages")
+        assert _metric(tinker.url, *forged) == before + 2
+        assert client.get(location) == b"not yours to delete"
+        log = Path(tinker.log).read_text()
+        for partition, offset in sent:  # a warning, once per message
+            assert log.count(f"forged message {Topic.BLOB_DELETE}/{partition}@{offset} ") == 1
+
+        client.delete(location)
+
+        def gone() -> bool:
+            try:
+                client.get(location)
+            except NotFound:
+                return True
+            return False
+
+        _deadline_poll(gone, 20, "the sealed delete to be done")
+    assert _metric(tinker.url, *forged) == before + 2
+
+
+def test_redis_refuses_a_client_without_the_password_which_no_status_shows(cluster: ClusterInfo) -> None:
+    secret = (Path(cluster.dir) / SECRET_FILE).read_text().strip()
+    password = redis_password(secret)
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(cluster.redis_url).ping()
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(with_credentials(cluster.redis_url, new_secret())).ping()
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(cluster.redis_url, username="default", password=password).ping()
+    with redis.Redis.from_url(with_credentials(cluster.redis_url, secret)) as good:
+        assert good.ping()
+    status = CliRunner().invoke(app, ["cluster", "status", "--dir", cluster.dir])
+    assert status.exit_code == 0, status.output
+    assert password not in status.output
+    assert password not in httpx.get(cluster.dashboard_url, timeout=10).text
+    configs = {Path(p.config) for p in cluster.processes if p.role == "access"}
+    for path in Path(cluster.dir).rglob("*"):  # logs, cluster.json, the other configs, redis.conf (a hash)
+        if path.is_file() and path not in configs:
+            assert password.encode() not in path.read_bytes(), path
+
+
+def test_a_poisoned_redis_entry_is_refetched_from_clustermgr(cluster: ClusterInfo) -> None:
+    """Redis is a cache: a unit->host answer that a blobnode contradicts ("no such disk") is dropped and the
+    volume fetched again from clustermgr, so a GET still reads and the entry is put right."""
+    secret = (Path(cluster.dir) / SECRET_FILE).read_text().strip()
+    data = os.urandom(20_000)
+    with Client(cluster.access_urls[:1]) as client:
+        location = client.put(data)
+        vid = client.stat(location).blobs[0].vid
+    truth = asyncio.run(_volume(cluster, vid))
+    wrong = truth.units[1].host  # a blobnode of the cluster, which has no disk truth.units[0].disk_id
+    poisoned = truth.model_copy(update={"units": [truth.units[0].model_copy(update={"host": wrong}),
+                                                  *truth.units[1:]]})
+    key = f"blobstore:1:volume:{vid}"
+    access2 = next(p for p in cluster.processes if p.name == "access2")
+    os.kill(access2.pid, signal.SIGTERM)  # so that it has no copy of its own: it reads Redis first
+    _deadline_poll(lambda: not ClusterInfo.load(Path(cluster.dir)).processes[
+        cluster.processes.index(access2)].running, 20, "access2 to stop")
+    with redis.Redis.from_url(with_credentials(cluster.redis_url, secret)) as cache:
+        cache.set(key, poisoned.model_dump_json(), ex=300)
+        restart(Path(cluster.dir), "access2")
+        with Client(cluster.access_urls[1:]) as client:
+            assert client.get(location) == data
+        cached = cache.get(key)
+    assert cached is not None
+    assert VolumeInfo.model_validate_json(cached).units[0].host == truth.units[0].host
+
+
+async def _volume(cluster: ClusterInfo, vid: int) -> VolumeInfo:
+    async with ClusterClient(cluster.clustermgr_urls) as cm:
+        return await cm.get_volume(vid)
