@@ -6,11 +6,15 @@ import asyncio
 import time
 import uuid
 
+import pytest
+
 from libs.mq.admin import ensure_topics, lag
 from libs.mq.consumer import Consumer, Record
 from libs.mq.offsets import OffsetTracker
 from libs.mq.producer import Producer
+from libs.mq.seal import Forged, message_key, unseal
 from libs.mq.topics import ALL_TOPICS
+from libs.rpc.auth import new_secret
 from tests.support.kafka import KafkaBroker
 
 
@@ -198,3 +202,31 @@ def test_groups_joining_at_once_in_one_process_all_consume_and_then_idle(kafka_b
             await asyncio.gather(*(consumer.close() for consumer in consumers))
 
     asyncio.run(scenario())
+
+
+def test_a_sealing_producers_records_reach_the_consumer_verifiable(kafka_broker: KafkaBroker) -> None:
+    """The seal travels in a header through the broker (tinker re-publishes failed messages this way); the
+    value stays the plain bytes, and an unsealing producer's record comes with no seal."""
+    topic = fresh_topic(kafka_broker.bootstrap)
+    key = message_key(new_secret())
+
+    async def scenario() -> list[Record]:
+        sealing = await Producer.connect(kafka_broker.bootstrap, seal_key=key)
+        plain = await Producer.connect(kafka_broker.bootstrap)
+        try:
+            await sealing.send(topic, b"k", b'{"sealed": true}')
+            await plain.send(topic, b"k", b'{"sealed": false}')
+        finally:
+            await sealing.close()
+            await plain.close()
+        consumer = await Consumer.connect(kafka_broker.bootstrap, f"g-{topic}", [topic])
+        try:
+            return sorted(await consume(consumer, 2), key=lambda r: r.offset)
+        finally:
+            await consumer.close()
+
+    sealed, plain = asyncio.run(scenario())
+    assert unseal(key, topic, sealed.value, sealed.headers) == b'{"sealed": true}'
+    assert plain.headers == ()
+    with pytest.raises(Forged, match="no seal"):
+        unseal(key, topic, plain.value, plain.headers)
