@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import drive, summarize
 from libs.proto.ids import Vuid
 from libs.rpc import auth
-from libs.rpc.auth import AuthConfig, Role, Signer, new_secret
+from libs.rpc.auth import AuthConfig, Capability, Signer, new_secret
 from services.blobnode.client import BlobnodeClient
 from tests.support.processes import Service, free_port
 
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/signing.json")
     args = parser.parse_args()
     secret = new_secret()
-    keys = AuthConfig.for_roles(secret, [Role.DATA, Role.CONTROL])
+    keys = AuthConfig.for_capabilities(secret, [Capability.READ_SHARD, Capability.WRITE_SHARD, Capability.CHUNK])
     signer = Signer(keys.keys)
     vuid = Vuid.make(1, 0, 1)
     rounds: dict[str, list[dict[str, dict[str, float]]]] = {"signed": [], "unsigned": []}

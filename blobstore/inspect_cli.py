@@ -19,7 +19,7 @@ from blobstore.cli import DEFAULT_DIR, CmOpt, DirOpt, JsonOpt, _clustermgr, _emi
 from blobstore.launcher import ClusterInfo, LauncherError
 from libs.proto.switches import TaskType
 from libs.rpc import auth
-from libs.rpc.auth import Role
+from libs.rpc.auth import Capability
 from libs.rpc.errors import Forbidden, Unauthorized
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
@@ -133,7 +133,7 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
             err.print(f"blobnode {host} did not export: {why}", style="yellow", markup=False)
     inputs = load_inputs(source)
     signer = auth.installed()
-    grant = signer.grant(Role.READ, grant_ttl) if deep and signer is not None else None
+    grant = signer.grant(Capability.READ_SHARD, grant_ttl) if deep and signer is not None else None
     options = InspectOptions(settle=settle, delete_delay=delete_delay, deep=deep, deep_rate=deep_rate * 1e6,
                              deep_grant=grant)
     sized = {"spark.sql.shuffle.partitions": str(inputs.shuffle_partitions()), **_conf(conf)}

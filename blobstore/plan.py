@@ -20,7 +20,7 @@ from typing import Any
 from blobstore.redis_auth import acl_config, with_credentials
 from blobstore.spec import ClusterSpec
 from libs.mq.seal import message_key
-from libs.rpc.auth import AuthConfig, Role
+from libs.rpc.auth import AuthConfig, Capability
 
 HOST = "127.0.0.1"
 CLUSTERMGR_COUNT = 3
@@ -160,20 +160,32 @@ class Settings:
     audit_log: bool = True
 
 
-# The role keys each kind of process signs and checks requests with (libs/rpc/auth.py). Besides clustermgr,
-# only the scheduler holds the admin key: it sets disk statuses as an operator would (the operator's CLI
-# derives every key from the cluster secret). Blobnodes check read grants (the inspection's executors).
-ROLE_KEYS: dict[str, tuple[Role, ...]] = {
-    "clustermgr": (Role.DATA, Role.CONTROL, Role.ADMIN), "blobnode": (Role.READ, Role.DATA, Role.CONTROL),
-    "access": (Role.DATA, Role.CONTROL), "worker": (Role.DATA, Role.CONTROL), "tinker": (Role.DATA, Role.CONTROL),
-    "scheduler": (Role.DATA, Role.CONTROL, Role.ADMIN), "allocator": (Role.CONTROL,), "mqproxy": (Role.CONTROL,),
-    "dashboard": (Role.CONTROL,),
+# The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
+# more; the note of issue 27 has the table. The operator's CLI derives every key from the cluster secret. A
+# blobnode signs its disk reports with its own identity (its advertised host), which clustermgr checks against the
+# disk's owner; blobnodes also check read-shard grants (the inspection's executors).
+C = Capability
+CAPABILITIES: dict[str, tuple[Capability, ...]] = {
+    "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.ALLOCATE, C.UNITS, C.KV, C.ADMIN, C.CHUNK,
+                   C.RAFT_MEMBER),
+    "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE, C.QUEUE_REPAIR),
+    "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE),
+    "allocator": (C.ALLOCATE, C.OBSERVE),
+    "mqproxy": (C.QUEUE_REPAIR, C.QUEUE_DELETE, C.REGISTER, C.OBSERVE),
+    "scheduler": (C.OBSERVE, C.REGISTER, C.KV, C.UNITS, C.DISK_STATUS, C.TASKS, C.TASK_CONTROL, C.QUEUE_REPAIR,
+                  C.READ_SHARD, C.CHUNK),
+    "worker": (C.TASKS, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.OBSERVE, C.REGISTER, C.REPAIR),
+    "tinker": (C.OBSERVE, C.WRITE_SHARD, C.DELETE_SHARD, C.REPAIR),
+    "dashboard": (C.OBSERVE,),
 }
 
 
 def _service(role: str, place: Place, settings: Settings, config: dict[str, Any],
              cluster_id: int = 1) -> ProcessSpec:
-    keys = AuthConfig.for_roles(settings.auth_secret, ROLE_KEYS[role]).model_dump(mode="json")
+    name = (config.get("host") or f"http://{place.bind}") if role == "blobnode" else None  # its advertised host
+    keys = AuthConfig.for_capabilities(settings.auth_secret, CAPABILITIES[role], name=name,
+                                       verifies_identities=role == "clustermgr").model_dump(mode="json",
+                                                                                            exclude_none=True)
     bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry
     return ProcessSpec(role, place.name, place.port, place.url, place.workdir, place.config_path,
                        json.dumps({**bind, **config, "auth": keys}, indent=2),

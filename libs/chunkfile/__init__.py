@@ -7,12 +7,14 @@ from libs.chunkfile.errors import (
     ChunkError,
     ChunkFull,
     ChunkReadOnly,
+    CrcMismatch,
     PunchHoleError,
     RangeError,
     ShardCorrupted,
     ShardExists,
     ShardMarkDeleted,
     ShardNotFound,
+    ShardNotMarkDeleted,
 )
 from libs.chunkfile.format import ALIGN, BLOCK_SIZE, CHUNK_HEADER_SIZE, physical_size
 from libs.chunkfile.index import SHARD_CF, ShardMeta, ShardStatus, required_column_families
@@ -30,6 +32,7 @@ __all__ = [
     "ChunkId",
     "ChunkReadOnly",
     "ChunkStats",
+    "CrcMismatch",
     "GroupCommit",
     "PunchHoleError",
     "RangeError",
@@ -38,6 +41,7 @@ __all__ = [
     "ShardMarkDeleted",
     "ShardMeta",
     "ShardNotFound",
+    "ShardNotMarkDeleted",
     "ShardStatus",
     "StagedPut",
     "Vuid",

@@ -30,6 +30,7 @@ from .errors import (
     ChunkError,
     ChunkFull,
     ChunkReadOnly,
+    CrcMismatch,
     RangeError,
     ShardCorrupted,
     ShardExists,
@@ -220,7 +221,7 @@ class ChunkFile:
         return self.commits.stored(self.stage_put(bid, vuid, data))
 
     def stage_put(self, bid: int, vuid: int, data: bytes | bytearray | memoryview, *,
-                  blocking: bool = True) -> ShardMeta | StagedPut | None:
+                  blocking: bool = True, expected_crc: int | None = None) -> ShardMeta | StagedPut | None:
         """Write a shard's bytes at a reserved offset; the caller then commits the `StagedPut` through
         `self.commits`, which makes it durable and indexes it. An already stored equal shard is returned as
         its meta. With `blocking` False, None instead of waiting for a concurrent put of the same bid or
@@ -228,6 +229,8 @@ class ChunkFile:
         check_bid(bid)
         view = memoryview(data).cast("B")
         bufs, crc, phys = fmt.encode_shard(bid, vuid, view)
+        if expected_crc is not None and crc != expected_crc:
+            raise CrcMismatch(f"bid {bid}: the bytes have CRC {crc}, the request said {expected_crc}")
         self._enter()
         staged: StagedPut | None = None
         try:

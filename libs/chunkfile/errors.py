@@ -23,6 +23,14 @@ class ShardMarkDeleted(ChunkError):
     """The shard is mark-deleted: reads refuse it until it is unmarked."""
 
 
+class ShardNotMarkDeleted(ChunkError):
+    """A delete for good of a shard not marked deleted first (a blobnode takes it only in two steps)."""
+
+
+class CrcMismatch(ChunkError):
+    """The bytes of a put do not have the CRC its caller signed."""
+
+
 class RangeError(ChunkError):
     """The requested offset/size lies outside the shard."""
 

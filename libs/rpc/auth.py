@@ -1,18 +1,25 @@
-"""Signed internal requests: who may call which route, and proof that they did, recently.
+"""Signed internal requests: which capability each route takes, who holds it, and proof that they called it,
+once and recently.
 
-One cluster secret (made by `cluster up`) yields one key per role, HMAC-SHA256(secret, role). A process
-holds the keys of the roles it signs and verifies as (`AuthConfig.keys`), never the secret; only the
-operator's CLI derives every key. A request carries `x-blobstore-auth: v1 role=R ts=T sig=S`, S being the
-HMAC under R's key of the method, path, sorted query, a body digest (SHA-256, or `unsigned:<length>` for
-shard bytes, whose length the blobnode checks) and T. The server takes a signature only within `window`
-seconds of its clock (so a captured request cannot be replayed later) and only from a role at or above the
-route's (read < data < control < admin): a missing, stale or wrong signature is 401, a good one from a role
-below the route's 403. During a rotation the `previous` keys are accepted too.
+One cluster secret (made by `cluster up`) yields one key per capability, HMAC-SHA256(secret, capability). Each
+route takes exactly one capability (`ROUTES`; a route not listed takes `admin`, so a new route is closed until
+it is declared) and each service holds only the keys of what it calls (blobstore/plan.py), never the secret;
+only the operator's CLI derives every key. A request carries
+`x-blobstore-auth: v2 cap=C ts=T n=N [id=I] [exp=E] sig=S`, S being the HMAC under C's key of the method,
+path, sorted query, a body digest (SHA-256, or `unsigned:<length>` for shard bytes, whose CRC is then signed in
+the query), T, C, the nonce N and the identity I. The server takes a signature only from T - `window` to T +
+`skew` of its clock and only once: it remembers every nonce it accepted until the signature is too old to pass
+anyway, so a captured request cannot be replayed. A missing, stale, replayed or wrong signature is 401; a good
+one for another capability than the route's is 403. During a rotation the `previous` keys are accepted too.
 
-A `Grant` hands a role on for a while without its key: HMAC(role key, "grant <expires>"). Its holder signs
-with `exp=<expires>` added to the header; the server derives the same key from its role key, so nobody can
-move the deadline or recover the role key from a grant. Spark executors of `inspect run --deep` get a read
-grant and nothing else.
+Identity-bound capabilities (`disk-report`: a blobnode adding, heartbeating or failing its own disks) are signed
+with the process's own key, HMAC(HMAC(secret, "identities"), name), so the server (which holds the identities
+root) learns who called and the route checks the caller owns what it touches.
+
+A `Grant` hands a capability on for a while without its key: HMAC(key, "grant <expires>"). Its holder signs
+with `exp=<expires>` added to the header; the server derives the same key from its own, so nobody can move the
+deadline or recover the key from a grant. Spark executors of `inspect run --deep` get a read-shard grant and
+nothing else.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import hmac
 import os
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,54 +37,87 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from pydantic import BaseModel, Field
 
-from libs.rpc.errors import Forbidden, Unauthorized
+from libs.rpc.errors import Forbidden, Unauthorized, Unavailable
 
 AUTH_HEADER = "x-blobstore-auth"
 SECRET_ENV = "BLOBSTORE_SECRET"  # the cluster secret, for an operator's command pointed at a cluster by URL
 Buffer = bytes | bytearray | memoryview
-UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: only their length is signed
+UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: their length, and their CRC in the query
+CALLER_SCOPE_KEY = "blobstore.caller"  # where `authenticated` leaves the verified identity for a route
 
 
-class Role(StrEnum):
-    READ = "read"  # reading and listing shards, nothing else (the inspection's executors)
-    DATA = "data"  # shard and chunk calls to blobnodes
-    CONTROL = "control"  # one service asking another (clustermgr, allocator, mqproxy, scheduler, ...)
-    ADMIN = "admin"  # an operator changing the cluster: config, disk status, Raft membership
+class Capability(StrEnum):
+    READ_SHARD = "read-shard"  # read and list shards and chunks (also what an inspection grant carries)
+    WRITE_SHARD = "write-shard"  # store a shard, mark or unmark it deleted
+    DELETE_SHARD = "delete-shard"  # remove a shard already marked deleted
+    CHUNK = "chunk"  # create, seal, release and compact chunks
+    EXPORT = "export"  # a blobnode writing its index for the inspection
+    OBSERVE = "observe"  # read cluster state: disks, volumes, services, config, kv, tasks, stats
+    REGISTER = "register"  # a service announcing itself
+    DISK_REPORT = "disk-report"  # a blobnode adding, heartbeating or failing its own disks (identity-bound)
+    DISK_STATUS = "disk-status"  # marking any disk broken, repaired or read-only (operator, scheduler)
+    ALLOCATE = "allocate"  # leasing volumes and id ranges (allocator; access from the allocator)
+    UNITS = "units"  # locking volumes and moving their units (scheduler)
+    KV = "kv"  # writing clustermgr's kv: the scheduler's lease and task records
+    TASKS = "tasks"  # taking and reporting background tasks (worker)
+    TASK_CONTROL = "task-control"  # an operator migrating a unit or cancelling a task by hand (scheduler routes)
+    QUEUE_REPAIR = "queue-repair"  # queueing shard repairs through mqproxy
+    QUEUE_DELETE = "queue-delete"  # queueing blob deletes through mqproxy (access only)
+    REPAIR = "repair"  # asking a worker to repair a shard now (tinker)
+    ADMIN = "admin"  # an operator changing the cluster: config, Raft membership, fault injection
+    RAFT_MEMBER = "raft-member"  # the Raft transport between clustermgr replicas (not an HTTP route)
 
-    @property
-    def rank(self) -> int:
-        return _RANKS[self]
 
-
-_RANKS = {role: rank for rank, role in enumerate(Role)}
-
-
-# Routes that need more (or less) than `control`; every other route needs `control`. Health and metrics
-# are open. The access node's public API is not here: its Location and upload tokens are the capability.
+IDENTITY_BOUND = frozenset({Capability.DISK_REPORT})
 PUBLIC = frozenset({"/health", "/metrics"})
-ADMIN_ROUTES = frozenset({"/config/set", "/disk/set", "/raft/member/add", "/raft/member/remove",
-                          "/fault/drop_reply"})
-READ_ROUTES = frozenset({"/shard/get", "/shard/stat", "/shard/list", "/chunk/list", "/chunk/stat"})
-DATA_PREFIXES = ("/shard/", "/chunk/")
-STREAMED = frozenset({"/shard/put"})  # bodies signed by length only
+_C = Capability
+ROUTES: dict[str, Capability] = {
+    **dict.fromkeys(("/shard/get", "/shard/stat", "/shard/list", "/chunk/list", "/chunk/stat"), _C.READ_SHARD),
+    **dict.fromkeys(("/shard/put", "/shard/markdelete", "/shard/unmarkdelete"), _C.WRITE_SHARD),
+    "/shard/delete": _C.DELETE_SHARD,
+    **dict.fromkeys(("/chunk/create", "/chunk/release", "/chunk/readonly", "/chunk/readwrite", "/chunk/compact"),
+                    _C.CHUNK),
+    "/inspect/export": _C.EXPORT,
+    **dict.fromkeys(("/stat", "/stats", "/status", "/disk/stat", "/disk/get", "/disk/list", "/volume/get",
+                     "/volume/list", "/service/list", "/config/get", "/config/list", "/kv/get", "/kv/list",
+                     "/raft/leader", "/raft/status", "/task/list"), _C.OBSERVE),
+    **dict.fromkeys(("/service/register", "/service/heartbeat", "/service/unregister"), _C.REGISTER),
+    **dict.fromkeys(("/disk/add", "/disk/alloc_id", "/disk/heartbeat", "/disk/broken"), _C.DISK_REPORT),
+    "/disk/set": _C.DISK_STATUS,
+    **dict.fromkeys(("/volume/alloc", "/volume/retain", "/volume/release", "/scope/alloc"), _C.ALLOCATE),
+    **dict.fromkeys(("/volume/lock", "/volume/unlock", "/volume/unit/alloc", "/volume/unit/release",
+                     "/volume/unit/update"), _C.UNITS),
+    **dict.fromkeys(("/kv/set", "/kv/cas", "/kv/delete"), _C.KV),
+    **dict.fromkeys(("/task/acquire", "/task/renew", "/task/report", "/task/complete"), _C.TASKS),
+    "/repairmsg": _C.QUEUE_REPAIR,
+    "/deletemsg": _C.QUEUE_DELETE,
+    "/shard/repair": _C.REPAIR,
+    **dict.fromkeys(("/task/migrate", "/task/cancel"), _C.TASK_CONTROL),
+    **dict.fromkeys(("/config/set", "/raft/member/add", "/raft/member/remove", "/fault/drop_reply"), _C.ADMIN),
+}
+STREAMED = frozenset({"/shard/put"})  # bodies signed by length, their CRC signed in the query
+CRC_PARAM = "crc"
 MAX_GRANT = 7 * 86400.0  # a grant may not reach further ahead than this
 
 
-def required_role(path: str) -> Role | None:
-    """The least role a route takes; None for an open route."""
+def required_capability(path: str) -> Capability | None:
+    """The capability a route takes; None for an open route. Undeclared routes take `admin`."""
     if path in PUBLIC:
         return None
-    if path in ADMIN_ROUTES:
-        return Role.ADMIN
-    if path in READ_ROUTES:
-        return Role.READ
-    if path.startswith(DATA_PREFIXES):
-        return Role.DATA
-    return Role.CONTROL
+    return ROUTES.get(path, Capability.ADMIN)
 
 
-def role_key(secret: str, role: Role) -> str:
-    return hmac.new(bytes.fromhex(secret), f"blobstore role {role}".encode(), hashlib.sha256).hexdigest()
+def capability_key(secret: str, capability: Capability) -> str:
+    return hmac.new(bytes.fromhex(secret), f"blobstore capability {capability}".encode(), hashlib.sha256).hexdigest()
+
+
+def identities_root(secret: str) -> str:
+    """The key from which every process's identity key derives (held by servers of identity-bound routes)."""
+    return hmac.new(bytes.fromhex(secret), b"blobstore identities", hashlib.sha256).hexdigest()
+
+
+def identity_key(root: str, name: str) -> str:
+    return hmac.new(bytes.fromhex(root), f"identity {name}".encode(), hashlib.sha256).hexdigest()
 
 
 def new_secret() -> str:
@@ -89,30 +130,48 @@ def _grant_key(key: bytes, expires: int) -> bytes:
 
 @dataclass(frozen=True)
 class Grant:
-    """`role` until `expires` (unix seconds), without the role's key; picklable, its key kept out of reprs."""
+    """`capability` until `expires` (unix seconds), without its key; picklable, its key kept out of reprs."""
 
-    role: Role
+    capability: Capability
     expires: int
     key: str = field(repr=False)  # hex
 
     @classmethod
-    def of(cls, role: Role, role_key: bytes, expires: int) -> Grant:
-        return cls(role, expires, _grant_key(role_key, expires).hex())
+    def of(cls, capability: Capability, key: bytes, expires: int) -> Grant:
+        return cls(capability, expires, _grant_key(key, expires).hex())
+
+
+class Identity(BaseModel):
+    """A process's own name (for a blobnode, its advertised host) and the key proving it (hex)."""
+
+    name: str = Field(min_length=1)
+    key: str
 
 
 class AuthConfig(BaseModel):
-    """The role keys a process signs and verifies with (hex), those of the last rotation still accepted, and
-    how old a signature may be."""
+    """The capability keys a process signs and verifies with (hex), those of the last rotation still accepted,
+    its own identity, the identities root if it serves identity-bound routes, and how old (or how far ahead of
+    its clock) a signature may be."""
 
-    keys: dict[Role, str] = Field(min_length=1)
-    previous: dict[Role, str] = Field(default_factory=dict)
+    keys: dict[Capability, str] = Field(min_length=1)
+    previous: dict[Capability, str] = Field(default_factory=dict)
+    identity: Identity | None = None
+    identities: list[str] = Field(default_factory=list)  # hex roots: the current one, then the previous one
     window: float = Field(60.0, gt=0)
+    skew: float = Field(5.0, ge=0)  # seconds a signature's time may run ahead of this clock
+    nonces: int = Field(1_000_000, ge=1)  # accepted signatures remembered at most (beyond: 503, never a replay)
 
     @classmethod
-    def for_roles(cls, secret: str, roles: Iterable[Role], previous_secret: str | None = None) -> AuthConfig:
-        roles = list(roles)
-        return cls(keys={r: role_key(secret, r) for r in roles},
-                   previous={r: role_key(previous_secret, r) for r in roles} if previous_secret else {})
+    def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,
+                         *, name: str | None = None, verifies_identities: bool = False) -> AuthConfig:
+        capabilities = list(capabilities)
+        previous = {c: capability_key(previous_secret, c) for c in capabilities} if previous_secret else {}
+        identity = None
+        if name is not None:
+            identity = Identity(name=name, key=identity_key(identities_root(secret), name))
+        roots = [identities_root(s) for s in (secret, previous_secret) if s] if verifies_identities else []
+        return cls(keys={c: capability_key(secret, c) for c in capabilities}, previous=previous, identity=identity,
+                   identities=roots)
 
 
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
@@ -128,94 +187,152 @@ def canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
     return urlencode(sorted(pairs))
 
 
-def _mac(key: bytes, method: str, path: str, query: str, digest: str, ts: str, role: Role) -> str:
-    text = "\n".join((method.upper(), path, query, digest, ts, role))
+def sign(key: bytes, method: str, path: str, query: str, digest: str, ts: str, capability: Capability, nonce: str,
+         identity: str) -> str:
+    text = "\n".join(("v2", method.upper(), path, query, digest, ts, capability, nonce, identity))
     return hmac.digest(key, text.encode(), "sha256").hex()  # one-shot: OpenSSL's fast path
 
 
 class Signer:
-    """Signs each request with the least role it holds that the route takes (or its highest, which the
-    server then refuses with 403)."""
+    """Signs each request with the capability its route takes; a process that does not hold it gets Forbidden
+    before anything is sent."""
 
-    def __init__(self, keys: Mapping[Role, str], clock: Callable[[], float] = time.time,
-                 expires: int | None = None) -> None:
-        self.keys = {role: bytes.fromhex(key) for role, key in keys.items()}
+    def __init__(self, keys: Mapping[Capability, str], clock: Callable[[], float] = time.time,
+                 expires: int | None = None, identity: Identity | None = None) -> None:
+        self.keys = {capability: bytes.fromhex(key) for capability, key in keys.items()}
         self.clock = clock
         self.expires = expires  # signing with a grant's key
-        held = sorted(self.keys, key=lambda r: r.rank)
-        self._signing_role = {needed: next((r for r in held if r.rank >= needed.rank), held[-1]) for needed in Role}
+        self.identity = identity
+
+    @classmethod
+    def from_config(cls, config: AuthConfig) -> Signer:
+        return cls(config.keys, identity=config.identity)
 
     @classmethod
     def from_grant(cls, grant: Grant, clock: Callable[[], float] = time.time) -> Signer:
-        return cls({grant.role: grant.key}, clock, grant.expires)
+        return cls({grant.capability: grant.key}, clock, grant.expires)
 
-    def grant(self, role: Role, ttl: float) -> Grant:
-        """`role` handed on for `ttl` seconds; KeyError if this signer does not hold it."""
-        return Grant.of(role, self.keys[role], int(self.clock() + ttl))
-
-    def role_for(self, path: str) -> Role:
-        return self._signing_role[required_role(path) or Role.DATA]
+    def grant(self, capability: Capability, ttl: float) -> Grant:
+        """`capability` handed on for `ttl` seconds; KeyError if this signer does not hold it."""
+        return Grant.of(capability, self.keys[capability], int(self.clock() + ttl))
 
     def header(self, method: str, url: str, params: Mapping[str, str] | None, body: Buffer | None) -> str:
         parts = urlsplit(url)
         pairs = [*parse_qsl(parts.query, keep_blank_values=True), *(params or {}).items()]
-        role = self.role_for(parts.path)
-        ts = str(int(self.clock()))
+        capability = required_capability(parts.path) or Capability.OBSERVE
+        ts, nonce = str(int(self.clock())), secrets.token_hex(12)
         digest = body_digest(body, streamed=parts.path in STREAMED)
-        sig = _mac(self.keys[role], method, parts.path, canonical_query(pairs), digest, ts, role)
-        grant = "" if self.expires is None else f" exp={self.expires}"
-        return f"v1 role={role} ts={ts}{grant} sig={sig}"
+        name = ""
+        if capability in IDENTITY_BOUND:
+            if self.identity is None:
+                raise Forbidden(f"{method} {parts.path} is signed by a process's own identity; this one has none")
+            key, name = bytes.fromhex(self.identity.key), self.identity.name
+        elif capability in self.keys:
+            key = self.keys[capability]
+        else:
+            raise Forbidden(f"{method} {parts.path} takes the {capability} capability, which this process lacks")
+        sig = sign(key, method, parts.path, canonical_query(pairs), digest, ts, capability, nonce, name)
+        extra = ("" if self.expires is None else f" exp={self.expires}") + (f" id={name}" if name else "")
+        return f"v2 cap={capability} ts={ts} n={nonce}{extra} sig={sig}"
+
+
+class NonceCache:
+    """Nonces of accepted signatures, each kept until its signature is too old to pass anyway; bounded."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: OrderedDict[str, float] = OrderedDict()  # nonce -> when it stops mattering, in arrival order
+
+    def add(self, nonce: str, until: float, now: float) -> None:
+        """Remember `nonce` until `until`; Unauthorized if it was seen, Unavailable if the cache is full."""
+        while self._seen and next(iter(self._seen.values())) < now:
+            self._seen.popitem(last=False)
+        if nonce in self._seen:
+            raise Unauthorized("this signature was used before (a replayed request)")
+        if len(self._seen) >= self.limit:
+            raise Unavailable("too many signed requests within the signature window; retry shortly")
+        self._seen[nonce] = until
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a verified request came from: the capability it used and, for an identity-bound one, whose."""
+
+    capability: Capability
+    identity: str | None = None
 
 
 class Verifier:
     def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.time) -> None:
-        self.keys: dict[Role, list[bytes]] = {r: [bytes.fromhex(k)] for r, k in config.keys.items()}
-        for role, key in config.previous.items():
-            self.keys.setdefault(role, []).append(bytes.fromhex(key))
-        self.window = config.window
+        self.keys: dict[Capability, list[bytes]] = {c: [bytes.fromhex(k)] for c, k in config.keys.items()}
+        for capability, key in config.previous.items():
+            self.keys.setdefault(capability, []).append(bytes.fromhex(key))
+        self.identities = config.identities
+        self.window, self.skew = config.window, config.skew
+        self.nonces = NonceCache(config.nonces)
         self.clock = clock
 
     def check(self, method: str, path: str, query_string: str, header: str | None, body: bytes | None,
-              content_length: int | None) -> Role | None:
-        """The caller's role, or Unauthorized / Forbidden saying why not. `body` is None for a streamed
-        route (only its declared length is signed)."""
-        needed = required_role(path)
+              content_length: int | None) -> Caller | None:
+        """Who called, or Unauthorized / Forbidden saying why not. `body` is None for a streamed route (its
+        declared length and the CRC in its query are signed)."""
+        needed = required_capability(path)
         if needed is None:
             return None
         if not header:
             raise Unauthorized(f"{method} {path} needs a signed request ({AUTH_HEADER})")
-        fields = dict(part.partition("=")[::2] for part in header.split()[1:]) if header.startswith("v1 ") else {}
+        fields = dict(part.partition("=")[::2] for part in header.split()[1:]) if header.startswith("v2 ") else {}
         now = self.clock()
         try:
-            role, ts, sig = Role(fields["role"]), fields["ts"], fields["sig"]
-            age = abs(now - int(ts))
+            capability, ts, nonce, sig = Capability(fields["cap"]), fields["ts"], fields["n"], fields["sig"]
+            signed_at = int(ts)
             expires = int(fields["exp"]) if "exp" in fields else None
         except (KeyError, ValueError):
             raise Unauthorized(f"malformed {AUTH_HEADER} header") from None
-        if age > self.window:
-            raise Unauthorized(f"signature {age:.0f}s old, outside the {self.window:.0f}s window")
-        if role not in self.keys:
-            raise Unauthorized(f"this service takes no {role} signatures")
-        keys = self.keys[role]
+        if signed_at < now - self.window:
+            raise Unauthorized(f"signature {now - signed_at:.0f}s old, outside the {self.window:.0f}s window")
+        if signed_at > now + self.skew:
+            raise Unauthorized(f"signature dated {signed_at - now:.0f}s ahead of this clock (at most "
+                               f"{self.skew:.0f}s)")
+        name = fields.get("id", "")
+        keys = self._keys(capability, name)
         if expires is not None:
             if expires < now:
-                raise Unauthorized(f"the {role} grant expired {now - expires:.0f}s ago")
+                raise Unauthorized(f"the {capability} grant expired {now - expires:.0f}s ago")
             if expires > now + MAX_GRANT:
                 raise Unauthorized(f"a grant may reach {MAX_GRANT:.0f}s ahead, not {expires - now:.0f}s")
             keys = [_grant_key(key, expires) for key in keys]
+        pairs = parse_qsl(query_string, keep_blank_values=True)
+        if body is None and path in STREAMED and not any(k == CRC_PARAM for k, _ in pairs):
+            raise Unauthorized(f"{method} {path} must sign the shard's CRC ({CRC_PARAM}=) in its query")
         digest = f"{UNSIGNED}{content_length or 0}" if body is None else body_digest(body)
-        query = canonical_query(parse_qsl(query_string, keep_blank_values=True))
-        if not any(hmac.compare_digest(sig, _mac(key, method, path, query, digest, ts, role)) for key in keys):
+        query = canonical_query(pairs)
+        if not any(hmac.compare_digest(sig, sign(key, method, path, query, digest, ts, capability, nonce, name))
+                   for key in keys):
             raise Unauthorized(f"bad signature for {method} {path}")
-        if role.rank < needed.rank:
-            raise Forbidden(f"{method} {path} takes a {needed} caller, not {role}")
-        return role
+        if capability is not needed:
+            raise Forbidden(f"{method} {path} takes the {needed} capability, not {capability}")
+        self.nonces.add(nonce, signed_at + self.window + 1, now)
+        return Caller(capability, name or None)
+
+    def _keys(self, capability: Capability, name: str) -> list[bytes]:
+        if capability in IDENTITY_BOUND:
+            if not name:
+                raise Unauthorized(f"a {capability} signature must name its signer (id=)")
+            if not self.identities:
+                raise Unauthorized(f"this service takes no {capability} signatures")
+            return [bytes.fromhex(identity_key(root, name)) for root in self.identities]
+        if capability not in self.keys:
+            raise Unauthorized(f"this service takes no {capability} signatures")
+        return self.keys[capability]
 
 
 def operator_signer(secret: str | None = None) -> Signer | None:
-    """A signer holding every role's key, derived from `secret` (else $BLOBSTORE_SECRET); None without one."""
+    """A signer holding every capability's key and the identity "operator" (which owns no disk), derived from
+    `secret` (else $BLOBSTORE_SECRET); None without one."""
     secret = secret if secret is not None else os.environ.get(SECRET_ENV)
-    return None if secret is None else Signer(AuthConfig.for_roles(secret.strip(), Role).keys)
+    return None if secret is None else Signer.from_config(
+        AuthConfig.for_capabilities(secret.strip(), Capability, name="operator"))
 
 
 _installed: Signer | None = None

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from libs.rpc import auth
 from libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
-from libs.rpc.auth import AUTH_HEADER, STREAMED, Signer, Verifier, required_role
+from libs.rpc.auth import AUTH_HEADER, CALLER_SCOPE_KEY, STREAMED, Signer, Verifier, required_capability
 from libs.rpc.client import trust
 from libs.rpc.config import ServiceSettings, TLSConfig, load_config
 from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge
@@ -308,7 +308,7 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
     settings = config if isinstance(config, ServiceSettings) else ServiceSettings()
     if settings.auth is not None:
-        auth.install(Signer(settings.auth.keys))
+        auth.install(Signer.from_config(settings.auth))
     if settings.tls is not None:
         trust(settings.tls.ca_file)
     app, bind_addr = build(config)
@@ -323,7 +323,7 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
 
     async def guard(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or required_role(path) is None:
+        if scope["type"] != "http" or required_capability(path) is None:
             await app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -338,8 +338,9 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
                     body = b""  # no body by HTTP's rules: nothing to read (most GETs)
                 else:
                     body, read = await _read_body(receive, max_body), True
-            verifier.check(scope["method"], path, scope.get("query_string", b"").decode("latin-1"),
-                           headers.get(AUTH_HEADER), body, declared)
+            scope[CALLER_SCOPE_KEY] = verifier.check(scope["method"], path,
+                                                     scope.get("query_string", b"").decode("latin-1"),
+                                                     headers.get(AUTH_HEADER), body, declared)
         except RpcError as exc:
             await _send_error(send, exc)
             return

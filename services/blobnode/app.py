@@ -29,6 +29,7 @@ from libs.proto.blobnode import (
     ShardRef,
     ShardStatusResult,
 )
+from libs.rpc.auth import CRC_PARAM
 from libs.rpc.errors import BadRequest, TooLarge
 from libs.rpc.server import (
     ASGIApp,
@@ -149,9 +150,10 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
         disk_id, vuid, bid = int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid")
         io_class = _io_class(params)
         node.disk(disk_id)  # refuse before reading the body
+        expected_crc = int_param(params, CRC_PARAM) if CRC_PARAM in params else None
         data = await read_exact_body(receive, size)
         async with node.background(disk_id, io_class):
-            meta = await node.put_shard(disk_id, vuid, bid, data, io_class)
+            meta = await node.put_shard(disk_id, vuid, bid, data, io_class, expected_crc)
         await send_json(send, 200, ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
 
     async def shard_get(scope: Scope, receive: Receive, send: Send) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from isal.isal_zlib import crc32
+
 from libs.proto.blobnode import (
     IO_CLASS_PARAM,
     ChunkCreate,
@@ -26,6 +28,7 @@ from libs.proto.blobnode import (
     ShardRef,
     ShardStatusResult,
 )
+from libs.rpc.auth import CRC_PARAM
 from libs.rpc.client import HttpClient, ServiceClient
 from libs.rpc.errors import RpcError
 from libs.rpc.lean import LeanTransport
@@ -81,7 +84,9 @@ class BlobnodeClient(ServiceClient):
                         data: bytes | bytearray | memoryview, timeout: float | None = None,
                         io_class: IOClass = IOClass.USER) -> int:
         """Store one shard; returns its CRC32 once the blobnode holds it durably."""
-        params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data)}, io_class)
+        # the CRC goes in the signed query: the blobnode refuses bytes that do not match it
+        params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data),
+                              CRC_PARAM: crc32(data)}, io_class)
         answer = await self.shards.call("PUT", f"{host}/shard/put", ShardPutResult, params=params, data=data,
                                         timeout=timeout)
         return answer.crc
@@ -121,6 +126,13 @@ class BlobnodeClient(ServiceClient):
 
     async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                            io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        """Delete for good a shard already marked deleted (a blobnode refuses any other with Conflict)."""
+        return await self._shard_op(host, "delete", disk_id, vuid, bid, io_class)
+
+    async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                            io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        """Mark a shard deleted, then delete it for good: a repair or migration making room for the right bytes."""
+        await self._shard_op(host, "markdelete", disk_id, vuid, bid, io_class)
         return await self._shard_op(host, "delete", disk_id, vuid, bid, io_class)
 
     async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int,

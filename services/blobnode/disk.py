@@ -26,6 +26,7 @@ from libs.chunkfile import (
     ChunkId,
     GroupCommit,
     ShardMeta,
+    ShardNotMarkDeleted,
     ShardStatus,
     StagedPut,
     required_column_families,
@@ -253,18 +254,20 @@ class Disk:
 
     # shards
 
-    def put_shard(self, vuid: int, bid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
-        return self.commits.stored(self.stage_put(vuid, bid, data))
+    def put_shard(self, vuid: int, bid: int, data: bytes | bytearray | memoryview,
+                  expected_crc: int | None = None) -> ShardMeta:
+        return self.commits.stored(self.stage_put(vuid, bid, data, expected_crc=expected_crc))
 
     def stage_put(self, vuid: int, bid: int, data: bytes | bytearray | memoryview, *,
-                  blocking: bool = True) -> ShardMeta | StagedPut | None:
+                  blocking: bool = True, expected_crc: int | None = None) -> ShardMeta | StagedPut | None:
         """`ChunkFile.stage_put` on the unit's chunk. The unit lock is held only while staging: a compaction
         that starts after it still waits for the staged put (it waits for every pending put)."""
         lock = self.unit_lock(vuid)
         if not lock.acquire_shared(blocking):
             return None
         try:
-            return self.chunk_for(vuid, write=True).stage_put(bid, vuid, data, blocking=blocking)
+            return self.chunk_for(vuid, write=True).stage_put(bid, vuid, data, blocking=blocking,
+                                                              expected_crc=expected_crc)
         finally:
             lock.release_shared()
 
@@ -278,6 +281,8 @@ class Disk:
         with self.unit_lock(vuid).shared():
             chunk = self.chunk_for(vuid, write=False)
             if status is None:
+                if chunk.stat_shard(bid).status is not ShardStatus.MARK_DELETED:
+                    raise ShardNotMarkDeleted(f"bid {bid} of unit {vuid} is not marked deleted: mark it first")
                 chunk.delete_shard(bid)
                 return None
             if status is ShardStatus.MARK_DELETED:

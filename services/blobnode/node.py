@@ -51,6 +51,8 @@ _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
     chunkfile.ChunkFull: errors.NoSpace,
     chunkfile.ChunkCorrupted: errors.ShardCorrupted,
     chunkfile.ChunkReadOnly: errors.ChunkReadonly,
+    chunkfile.CrcMismatch: errors.BadRequest,
+    chunkfile.ShardNotMarkDeleted: errors.Conflict,
 }
 
 
@@ -191,13 +193,14 @@ class Blobnode:
     # shards
 
     async def put_shard(self, disk_id: int, vuid: int, bid: int, data: bytearray,
-                        io_class: IOClass = IOClass.USER) -> ShardMeta:
+                        io_class: IOClass = IOClass.USER, expected_crc: int | None = None) -> ShardMeta:
+        """Store a shard; with `expected_crc` (signed by the caller) bytes with another CRC are refused unstored."""
         disk = self.disk(disk_id)
         staged = None
         if io_class is IOClass.USER and len(data) <= INLINE_PUT_BYTES:
             try:
                 with _translated(disk_id, self.io_errors):
-                    staged = disk.stage_put(vuid, bid, data, blocking=False)
+                    staged = disk.stage_put(vuid, bid, data, blocking=False, expected_crc=expected_crc)
             except errors.RpcError:
                 shard_op(disk_id, "put", False).inc()
                 raise
@@ -207,7 +210,7 @@ class Blobnode:
             meta = staged
             shard_op(disk_id, "put", True).inc()
         else:  # large, background, or it would have to wait: all of it on a disk thread
-            meta = await self._shard_op("put", disk_id, io_class, disk.put_shard, vuid, bid, data)
+            meta = await self._shard_op("put", disk_id, io_class, disk.put_shard, vuid, bid, data, expected_crc)
         self.charge(disk_id, io_class, len(data))
         return meta
 

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from typing import Annotated
 
-from fastapi import Depends, Header, Query
+from fastapi import Depends, Header, Query, Request
 
 from libs.ec import UnknownCodeMode, parse_code_mode
 from libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
@@ -59,7 +59,8 @@ from libs.proto.clustermgr import (
 )
 from libs.proto.scheduler import BROKEN_AFTER_KEY, parse_broken_after
 from libs.proto.switches import SWITCH_PREFIX, parse_switch
-from libs.rpc.errors import BadRequest
+from libs.rpc.auth import CALLER_SCOPE_KEY
+from libs.rpc.errors import BadRequest, Forbidden, NotFound
 from libs.rpc.server import ASGIApp, create_app
 from services.clustermgr import commands as cmd
 from services.clustermgr.faults import ReplyCutter
@@ -76,6 +77,28 @@ async def _session(raw: Annotated[str | None, Header(alias=SESSION_HEADER)] = No
 
 
 Caller = Annotated[Session | None, Depends(_session)]
+
+
+async def _reporter(request: Request) -> str | None:
+    """The identity that signed a disk report (None when this clustermgr runs without auth)."""
+    caller = request.scope.get(CALLER_SCOPE_KEY)
+    return None if caller is None else caller.identity
+
+
+Reporter = Annotated[str | None, Depends(_reporter)]
+
+
+def _owned(cm: ClusterManager, reporter: str | None, disk_ids: list[int]) -> None:
+    """Forbidden unless every disk is the reporter's own (a blobnode reports only its disks)."""
+    if reporter is None:
+        return
+    for disk_id in disk_ids:
+        try:
+            host = cm.state.disk(disk_id).host
+        except NotFound:
+            continue  # the command itself says so
+        if host != reporter:
+            raise Forbidden(f"disk {disk_id} belongs to {host}, not to the caller {reporter}")
 
 
 def _code_mode(raw: int | str) -> int:
@@ -114,11 +137,15 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return DiskId(disk_id=(await cm.submit(cmd.ScopeAlloc(name="disk_id", count=1), caller)).start)
 
     @app.post("/disk/add")
-    async def disk_add(req: DiskAdd, caller: Caller) -> DiskInfo:
+    async def disk_add(req: DiskAdd, caller: Caller, reporter: Reporter) -> DiskInfo:
+        if reporter is not None and req.host != reporter:
+            raise Forbidden(f"{reporter} may add only its own disks, not one of {req.host}")
+        _owned(cm, reporter, [req.disk_id])
         return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
 
     @app.post("/disk/heartbeat")
-    async def disk_heartbeat(req: DiskHeartbeat, caller: Caller) -> DiskIds:
+    async def disk_heartbeat(req: DiskHeartbeat, caller: Caller, reporter: Reporter) -> DiskIds:
+        _owned(cm, reporter, [d.disk_id for d in req.disks])
         return await cm.submit(cmd.DiskHeartbeatCmd(disks=req.disks), caller)
 
     @app.post("/disk/set")
@@ -129,8 +156,9 @@ def build_app(cm: ClusterManager) -> ASGIApp:
                                caller)
 
     @app.post("/disk/broken")
-    async def disk_broken(req: DiskRef, caller: Caller) -> DiskInfo:
+    async def disk_broken(req: DiskRef, caller: Caller, reporter: Reporter) -> DiskInfo:
         """A blobnode reporting its own disk failing: the one status change a data-path service may make."""
+        _owned(cm, reporter, [req.disk_id])
         return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=DiskStatus.BROKEN), caller)
 
     @app.get("/disk/get")

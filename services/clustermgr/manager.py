@@ -37,7 +37,7 @@ from libs.raft.config import RaftConfig
 from libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from libs.raft.errors import NotLeader as RaftNotLeader
 from libs.raft.server import RaftServer
-from libs.rpc.auth import Role
+from libs.rpc.auth import Capability
 from libs.rpc.errors import Conflict, Fenced, NotLeader, Unavailable
 from libs.rpc.server import Lifecycle
 from services.blobnode.client import BlobnodeClient
@@ -75,7 +75,7 @@ class ClusterManager:
             snapshot_threshold=config.snapshot_threshold,
             snapshot_keep=config.snapshot_keep,
             # replicas prove membership with the admin key (only clustermgr, the scheduler and the operator hold it)
-            member_key=config.auth.keys.get(Role.ADMIN) if config.auth else None,
+            member_key=config.auth.keys.get(Capability.RAFT_MEMBER) if config.auth else None,
         )
         self.raft = RaftServer(raft_config, self.state)
         self.session = SessionClock(f"cm{config.node_id}-{secrets.token_hex(4)}")  # this replica's own commands

@@ -149,7 +149,7 @@ class UnitMigrator:
                 continue
             try:
                 with contextlib.suppress(ShardNotFound):
-                    await self.blobnodes.delete_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=io_class)
+                    await self.blobnodes.discard_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=io_class)
             except RpcError as exc:
                 raise DestinationFailed(f"destination disk {dest.disk_id}: {exc}") from exc
             del held[bid]
@@ -228,7 +228,7 @@ class UnitMigrator:
         try:
             if move.replace:
                 with contextlib.suppress(NotFound):
-                    await self.blobnodes.delete_shard(host, disk, vuid, move.bid, io_class=io_class)
+                    await self.blobnodes.discard_shard(host, disk, vuid, move.bid, io_class=io_class)
             for attempt in (1, 2):  # a put whose answer was lost is safe to repeat: same bytes, same shard
                 try:
                     crc = await self.blobnodes.put_shard(host, disk, vuid, move.bid, data,

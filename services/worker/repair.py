@@ -87,7 +87,7 @@ class ShardRepairer:
             return False
         if not isinstance(current, ShardNotFound):  # corrupt, or other bytes: make room for the right ones
             with contextlib.suppress(NotFound):
-                await self.blobnodes.delete_shard(host, disk, vuid, bid, io_class=BACKGROUND)
+                await self.blobnodes.discard_shard(host, disk, vuid, bid, io_class=BACKGROUND)
         crc = await self.blobnodes.put_shard(host, disk, vuid, bid, data, timeout=self.timeout, io_class=BACKGROUND)
         if crc != isal_zlib.crc32(data) or await self._read(unit, bid) != data:
             raise RepairFailed(f"shard {bid} on disk {disk} did not read back as written")

@@ -11,6 +11,7 @@ import random
 import signal
 import socket
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -34,7 +35,8 @@ from libs.proto.ids import Vuid
 from libs.proto.messages import DeleteMsg
 from libs.proto.scheduler import LEADER_KEY, LeaderRecord
 from libs.rpc import auth
-from libs.rpc.auth import AUTH_HEADER, AuthConfig, Role, Signer, new_secret
+from libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, body_digest, new_secret, sign
+from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from tests.support.processes import BlobnodeFactory
@@ -91,8 +93,8 @@ def test_unsigned_bad_and_replayed_calls_to_every_mutating_route_are_401_and_cha
                 (urls(cluster, "worker")[0], "/shard/repair", {"vid": volume.vid, "bid": bid, "bad_indexes": [0]}),
                 (urls(cluster, "scheduler")[0], "/task/migrate", {"vid": volume.vid, "index": 0}),
             ]
-            stranger = Signer(AuthConfig.for_roles(new_secret(), Role).keys)
-            stale = Signer(AuthConfig.for_roles((Path(cluster.dir) / SECRET_FILE).read_text(), Role).keys,
+            stranger = Signer(AuthConfig.for_capabilities(new_secret(), Capability).keys)
+            stale = Signer(AuthConfig.for_capabilities((Path(cluster.dir) / SECRET_FILE).read_text(), Capability).keys,
                            clock=lambda: time.time() - 120)
             async with httpx.AsyncClient(timeout=10) as raw:
                 for host, path, body in calls:
@@ -117,35 +119,102 @@ def test_unsigned_bad_and_replayed_calls_to_every_mutating_route_are_401_and_cha
     asyncio.run(scenario())
 
 
-def test_a_caller_below_the_routes_role_is_403(cluster: ClusterInfo) -> None:
+def _signed_as(capability: Capability, secret: str, method: str, url: str, body: bytes, name: str = "") -> str:
+    """A header signed with `capability`'s key for a route that may take another one (what a service holding
+    only that key could send)."""
+    parts = urlsplit(url)
+    key = bytes.fromhex(AuthConfig.for_capabilities(secret, [capability]).keys[capability])
+    ts, nonce = str(int(time.time())), os.urandom(8).hex()
+    sig = sign(key, method, parts.path, "", body_digest(body), ts, capability, nonce, name)
+    return f"v2 cap={capability} ts={ts} n={nonce}{f' id={name}' if name else ''} sig={sig}"
+
+
+def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: ClusterInfo) -> None:
+    """The scheduler's own keys cannot change config; a data-path key cannot mark a disk; a blobnode cannot
+    report another's disk; an unmarked shard is not deleted; a replayed or future-dated request is refused;
+    bytes swapped under a valid shard put header are refused unstored."""
     secret = (Path(cluster.dir) / SECRET_FILE).read_text()
-    service = Signer(AuthConfig.for_roles(secret, [Role.DATA, Role.CONTROL]).keys)
+    operator = Signer(AuthConfig.for_capabilities(secret, Capability).keys)
 
     async def scenario() -> None:
-        async with ClusterClient(cluster.clustermgr_urls) as cm:
-            disk = (await cm.list_disks())[0]
-        body = {"disk_id": disk.disk_id, "status": "broken"}
-        url = f"{cluster.clustermgr_urls[0]}/disk/set"
+        async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as bn:
+            leader = cluster.clustermgr_urls[((await cm.raft_status()).leader or 1) - 1]
+            disks = await cm.list_disks()
+            disk, other = disks[0], next(d for d in disks if d.host != disks[0].host)
+            with Client(cluster.access_urls) as client:
+                client.put(os.urandom(5000))
+            held = [(u, await bn.list_shards(u.host, u.disk_id, u.vuid)) for u in
+                    [v.units[0] for v in await cm.list_volumes()]]
+            unit, shards = next((u, listed) for u, listed in held if listed)
+            bid = shards[0].bid
         async with httpx.AsyncClient(timeout=10) as raw:
-            header = service.header("POST", url, None, httpx.Request("POST", "/", json=body).read())
-            answer = await raw.post(url, json=body, headers={AUTH_HEADER: header})
-        assert answer.status_code in (403, 503), answer.text  # a follower may answer before the leader would
-        if answer.status_code == 403:
-            assert answer.json()["code"] == "forbidden"
-        async with ClusterClient(cluster.clustermgr_urls) as cm:
-            assert (await cm.get_disk(disk.disk_id)).status is DiskStatus.NORMAL
+            async def post(url: str, body: dict[str, object], header: str) -> httpx.Response:
+                content = json.dumps(body).encode()
+                return await raw.post(url, content=content, headers={AUTH_HEADER: header,
+                                                                     "content-type": "application/json"})
+
+            def header_for(capability: Capability, url: str, body: dict[str, object], name: str = "") -> str:
+                return _signed_as(capability, secret, "POST", url, json.dumps(body).encode(), name)
+
+            # the scheduler holds kv and disk-status, not admin: config and membership stay out of its reach
+            body = {"key": "switch/balance", "value": "off"}
+            answer = await post(f"{leader}/config/set", body, header_for(Capability.KV, f"{leader}/config/set", body))
+            assert answer.status_code == 403 and "admin" in answer.text, answer.text
+            # a blobnode's identity reports only its own disks
+            body = {"disk_id": other.disk_id}
+            answer = await post(f"{leader}/disk/broken", body,
+                                header_for(Capability.DISK_REPORT, f"{leader}/disk/broken", body, disk.host))
+            assert answer.status_code == 401, answer.text  # no identity key of the caller's: cannot even sign it
+            identity = AuthConfig.for_capabilities(secret, [Capability.OBSERVE], name=disk.host).identity
+            assert identity is not None
+            as_node = Signer({}, identity=identity)
+            answer = await post(f"{leader}/disk/broken", body, as_node.header(
+                "POST", f"{leader}/disk/broken", None, json.dumps(body).encode()))
+            assert answer.status_code == 403 and "belongs to" in answer.text, answer.text
+            # /shard/delete of a shard not marked deleted first
+            body = {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}
+            url = f"{unit.host}/shard/delete"
+            answer = await post(url, body, header_for(Capability.DELETE_SHARD, url, body))
+            assert answer.status_code == 409 and "mark it first" in answer.text, answer.text
+            # a replayed request, and one dated ahead of the server's clock
+            body = {"key": "replay-probe", "value": "1"}
+            header = operator.header("POST", f"{leader}/kv/set", None, json.dumps(body).encode())
+            assert (await post(f"{leader}/kv/set", body, header)).status_code == 200
+            answer = await post(f"{leader}/kv/set", {**body}, header)
+            assert answer.status_code == 401 and "used before" in answer.text, answer.text
+            ahead = Signer(AuthConfig.for_capabilities(secret, [Capability.KV]).keys, clock=lambda: time.time() + 30)
+            body = {"key": "replay-probe", "value": "2"}
+            answer = await post(f"{leader}/kv/set", body, ahead.header("POST", f"{leader}/kv/set", None,
+                                                                        json.dumps(body).encode()))
+            assert answer.status_code == 401 and "ahead" in answer.text, answer.text
+            # bytes swapped under a valid shard put header (same length, other CRC)
+            good, evil = b"a" * 4096, b"b" * 4096
+            params = {"disk_id": str(unit.disk_id), "vuid": str(unit.vuid), "bid": str(10**9),
+                      "size": "4096", "crc": str(zlib.crc32(good))}
+            url = f"{unit.host}/shard/put"
+            header = operator.header("PUT", url, params, good)
+            answer = await raw.put(url, params=params, content=evil, headers={AUTH_HEADER: header})
+            assert answer.status_code == 400 and "CRC" in answer.text, answer.text
+        async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as bn:
+            assert (await cm.get_config("switch/balance")) != "off"
+            assert (await cm.get_disk(other.disk_id)).status is DiskStatus.NORMAL
+            assert await cm.kv_get("replay-probe") == "1"
+            assert (await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)).status == "normal"
+            with pytest.raises(RpcError):
+                await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, 10**9)
 
     asyncio.run(scenario())
 
 
 def test_rotation_with_an_overlap_loses_no_request(blobnode_factory: BlobnodeFactory) -> None:
     old, new = new_secret(), new_secret()
-    roles = [Role.DATA, Role.CONTROL]
-    node = blobnode_factory("rotating", disks=1, auth=AuthConfig.for_roles(new, roles, old).model_dump(mode="json"))
+    capabilities = [Capability.CHUNK, Capability.OBSERVE]
+    node = blobnode_factory("rotating", disks=1,
+                            auth=AuthConfig.for_capabilities(new, capabilities, old).model_dump(mode="json"))
     before = auth.installed()
 
     async def burst(secret: str) -> int:
-        auth.install(Signer(AuthConfig.for_roles(secret, roles).keys))
+        auth.install(Signer(AuthConfig.for_capabilities(secret, capabilities).keys))
         async with BlobnodeClient() as bn:
             await bn.create_chunk(node.url, 1, Vuid.make(1 if secret == old else 2, 0, 1))
             results = await asyncio.gather(*(bn.disk_stat(node.url, 1) for _ in range(50)), return_exceptions=True)

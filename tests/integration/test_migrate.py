@@ -63,7 +63,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid)
             for bid in purged:
                 for u in units:
-                    await bn.delete_shard(u.host, u.disk_id, u.vuid, bid)
+                    await bn.discard_shard(u.host, u.disk_id, u.vuid, bid)
             migrator = UnitMigrator(cm, bn, config)
 
             async def listed(unit: Unit) -> dict[int, ShardInfo]:
@@ -126,7 +126,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             originals = await listed(units[2])
             lost = max(live)
             for u in units[3:]:
-                await bn.delete_shard(u.host, u.disk_id, u.vuid, lost)
+                await bn.discard_shard(u.host, u.disk_id, u.vuid, lost)
             live.discard(lost)
             node_of(cluster, units[2]).kill9()
             destination = await new_destination(2)

@@ -183,7 +183,7 @@ def test_a_degraded_read_is_counted(cluster: ClusterInfo) -> None:
         async def drop_shard_zero() -> None:
             async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as blobnodes:
                 unit = (await cm.get_volume(blob.vid)).units[0]
-                await blobnodes.delete_shard(unit.host, unit.disk_id, unit.vuid, blob.min_bid)
+                await blobnodes.discard_shard(unit.host, unit.disk_id, unit.vuid, blob.min_bid)
 
         asyncio.run(drop_shard_zero())
         assert client.get(token) == data

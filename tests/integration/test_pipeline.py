@@ -57,7 +57,7 @@ def lose_shard(cluster: LocalCluster, blobs: list[tuple[int, int]], index: int) 
         async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
             for vid, bid in blobs:
                 unit = (await cm.get_volume(vid)).units[index]
-                await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+                await bn.discard_shard(unit.host, unit.disk_id, unit.vuid, bid)
 
     asyncio.run(lose())
 

@@ -465,10 +465,10 @@ def test_volume_inspection_queues_repairs_for_missing_shards(cluster_factory: Cl
             stats = [await client.stat(location) for location, _ in objects]
             (vid, repaired_bid), (_, lost_bid) = [(b.vid, b.min_bid) for s in stats[:2] for b in s.blobs[:1]]
             units = (await cm.get_volume(vid)).units
-            await bn.delete_shard(units[4].host, units[4].disk_id, units[4].vuid, repaired_bid)
+            await bn.discard_shard(units[4].host, units[4].disk_id, units[4].vuid, repaired_bid)
             lost_units = (await cm.get_volume(stats[1].blobs[0].vid)).units
             for u in lost_units[:4]:  # EC3P3: two shards left of six, fewer than N
-                await bn.delete_shard(u.host, u.disk_id, u.vuid, lost_bid)
+                await bn.discard_shard(u.host, u.disk_id, u.vuid, lost_bid)
 
             async def back() -> bool:
                 try:

@@ -46,7 +46,7 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                 originals = [await bn.get_shard(u.host, u.disk_id, u.vuid, bid) for u in units]
                 # Shard 0 lost, shard 4 silently missing (not reported), shard 2 overwritten by garbage.
                 for i in (0, 4, 2):
-                    await bn.delete_shard(units[i].host, units[i].disk_id, units[i].vuid, bid)
+                    await bn.discard_shard(units[i].host, units[i].disk_id, units[i].vuid, bid)
                 await bn.put_shard(units[2].host, units[2].disk_id, units[2].vuid, bid, b"\0" * len(originals[2]))
                 answer = await w.repair_shards(worker.url, vid, bid, [0, 2])
                 assert sorted(answer.repaired) == [0, 2, 4]
@@ -59,7 +59,7 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                 for u in other_units[1:]:
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, other_bid)
                 first = other_units[0]
-                await bn.delete_shard(first.host, first.disk_id, first.vuid, other_bid)
+                await bn.discard_shard(first.host, first.disk_id, first.vuid, other_bid)
                 skipped = await w.repair_shards(worker.url, other_vid, other_bid, [0])
                 assert skipped.skipped and skipped.repaired == []
                 with pytest.raises(errors.ShardNotFound):
@@ -67,7 +67,7 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
 
                 # Too few survivors: a clear failure, nothing written.
                 for u in units[:4]:
-                    await bn.delete_shard(u.host, u.disk_id, u.vuid, bid)
+                    await bn.discard_shard(u.host, u.disk_id, u.vuid, bid)
                 with pytest.raises(errors.Unavailable, match="need 3"):
                     await w.repair_shards(worker.url, vid, bid, [0, 1, 2, 3])
                 stats = await w.stats(worker.url)

@@ -37,7 +37,7 @@ from libs.proto.cluster import Unit
 from libs.proto.ids import Vuid
 from libs.proto.switches import OFF, TaskType, switch_key
 from libs.rpc import auth
-from libs.rpc.auth import AuthConfig, Grant, Role
+from libs.rpc.auth import AuthConfig, Capability, Grant
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.tinker.client import TinkerClient
@@ -175,8 +175,8 @@ class ProcessWatch:
 def secret_material(root: Path, first: float, last: float) -> list[str]:
     """The cluster secret, every role key, and every read grant key the job could have made in [first, last]."""
     secret = (root / SECRET_FILE).read_text().strip()
-    keys = AuthConfig.for_roles(secret, Role).keys
-    grants = [Grant.of(Role.READ, bytes.fromhex(keys[Role.READ]), expires).key
+    keys = AuthConfig.for_capabilities(secret, Capability).keys
+    grants = [Grant.of(Capability.READ_SHARD, bytes.fromhex(keys[Capability.READ_SHARD]), expires).key
               for expires in range(int(first) + GRANT_TTL - 2, int(last) + GRANT_TTL + 2)]
     return [secret, *keys.values(), *grants]
 
@@ -248,7 +248,8 @@ def _restart_with(damaged: Damaged, name: str, change: Callable[[dict[str, Any]]
 def test_refused_reads_and_refused_repairs_fail_the_job_with_exit_3(damaged: Damaged, spark: SparkSession,
                                                                      tmp_path: Path) -> None:
     node = damaged.process("blobnode2")
-    undo = _restart_with(damaged, node.name, lambda auth: auth["keys"].pop(Role.READ))  # a config from before grants
+    # a config from before grants
+    undo = _restart_with(damaged, node.name, lambda auth: auth["keys"].pop(Capability.READ_SHARD.value))
     out = tmp_path / "refused-reads"
     try:
         result = blobstore("inspect", "run", "--deep", "--settle", "0", "--out", str(out), "--dir", str(damaged.root))

@@ -1,126 +1,189 @@
-"""Request signing: what a signature covers, its window, roles, and rotation."""
+"""Request signing: what a signature covers, its window, capabilities, identities, replays and rotation."""
 
 from __future__ import annotations
 
 import pytest
 
-from libs.rpc.auth import MAX_GRANT, AuthConfig, Grant, Role, Signer, Verifier, new_secret, required_role
-from libs.rpc.errors import Forbidden, Unauthorized
+from libs.rpc.auth import (
+    MAX_GRANT,
+    ROUTES,
+    AuthConfig,
+    Caller,
+    Capability,
+    Grant,
+    NonceCache,
+    Signer,
+    Verifier,
+    body_digest,
+    new_secret,
+    required_capability,
+    sign,
+)
+from libs.rpc.errors import Forbidden, Unauthorized, Unavailable
 
 SECRET = new_secret()
 NOW = 1_000_000.0
+C = Capability
 
 
-def verifier(roles: tuple[Role, ...] = (Role.DATA, Role.CONTROL), previous: str | None = None) -> Verifier:
-    return Verifier(AuthConfig.for_roles(SECRET, roles, previous), clock=lambda: NOW)
+def verifier(capabilities: tuple[Capability, ...] = (C.UNITS, C.OBSERVE), previous: str | None = None,
+             identities: bool = False, clock: float = NOW) -> Verifier:
+    return Verifier(AuthConfig.for_capabilities(SECRET, capabilities, previous, verifies_identities=identities),
+                    clock=lambda: clock)
 
 
-def signed(signer: Signer, method: str, url: str, params: dict[str, str] | None = None,
+def signer(*capabilities: Capability, secret: str = SECRET, clock: float = NOW, name: str | None = None) -> Signer:
+    return Signer.from_config(AuthConfig.for_capabilities(secret, capabilities, name=name)) if name else Signer(
+        AuthConfig.for_capabilities(secret, capabilities).keys, clock=lambda: clock)
+
+
+def signed(by: Signer, method: str, url: str, params: dict[str, str] | None = None,
            body: bytes | None = b"{}") -> str:
-    return signer.header(method, url, params, body)
+    return by.header(method, url, params, body)
 
 
 def test_a_signed_request_passes_and_any_change_to_it_does_not() -> None:
-    signer = Signer(AuthConfig.for_roles(SECRET, [Role.CONTROL]).keys, clock=lambda: NOW)
-    header = signed(signer, "POST", "http://h/volume/lock?x=1", {"vid": "7"})
+    header = signed(signer(C.UNITS), "POST", "http://h/volume/lock?x=1", {"vid": "7"})
     check = verifier().check
-    assert check("POST", "/volume/lock", "vid=7&x=1", header, b"{}", 2) is Role.CONTROL
-    assert check("POST", "/volume/lock", "x=1&vid=7", header, b"{}", 2) is Role.CONTROL  # any query order
     for method, path, query, body in [("GET", "/volume/lock", "vid=7&x=1", b"{}"),
                                       ("POST", "/volume/unlock", "vid=7&x=1", b"{}"),
                                       ("POST", "/volume/lock", "vid=8&x=1", b"{}"),
                                       ("POST", "/volume/lock", "vid=7&x=1", b'{"vid":1}')]:
         with pytest.raises(Unauthorized, match="bad signature"):
             check(method, path, query, header, body, len(body))
+    assert check("POST", "/volume/lock", "x=1&vid=7", header, b"{}", 2) == Caller(C.UNITS)  # any query order
 
 
-def test_missing_malformed_stale_and_unknown_role_signatures_are_401() -> None:
+def test_a_request_is_taken_once_and_only_within_its_window() -> None:
     check = verifier().check
-    for header in (None, "", "v2 role=control ts=1 sig=00", "v1 role=root ts=1 sig=00", "v1 role=control"):
+    header = signed(signer(C.UNITS), "POST", "http://h/volume/lock")
+    assert check("POST", "/volume/lock", "", header, b"{}", 2)
+    with pytest.raises(Unauthorized, match="used before"):
+        check("POST", "/volume/lock", "", header, b"{}", 2)
+    with pytest.raises(Unauthorized, match="outside the 60s window"):
+        check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=NOW - 61), "POST", "http://h/volume/lock"),
+              b"{}", 2)
+    with pytest.raises(Unauthorized, match="ahead of this clock"):
+        check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=NOW + 6), "POST", "http://h/volume/lock"),
+              b"{}", 2)
+    assert check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=NOW + 5), "POST", "http://h/volume/lock"),
+                 b"{}", 2)
+
+
+def test_the_nonce_cache_forgets_only_what_cannot_pass_anyway_and_refuses_when_full() -> None:
+    cache = NonceCache(limit=2)
+    cache.add("a", until=10, now=0)
+    cache.add("b", until=20, now=0)
+    with pytest.raises(Unavailable):
+        cache.add("c", until=30, now=5)
+    cache.add("c", until=30, now=11)  # "a" expired and is dropped
+    with pytest.raises(Unauthorized):
+        cache.add("b", until=40, now=12)
+
+
+def test_missing_malformed_and_foreign_signatures_are_401() -> None:
+    check = verifier().check
+    for header in (None, "", "v1 role=control ts=1 sig=00", "v2 cap=root ts=1 n=1 sig=00", "v2 cap=units ts=1"):
         with pytest.raises(Unauthorized):
             check("POST", "/volume/lock", "", header, b"{}", 2)
-    old = Signer(AuthConfig.for_roles(SECRET, [Role.CONTROL]).keys, clock=lambda: NOW - 61)
-    with pytest.raises(Unauthorized, match="outside the 60s window"):
-        check("POST", "/volume/lock", "", signed(old, "POST", "http://h/volume/lock"), b"{}", 2)
-    other = Signer(AuthConfig.for_roles(new_secret(), [Role.CONTROL]).keys, clock=lambda: NOW)
     with pytest.raises(Unauthorized, match="bad signature"):
-        check("POST", "/volume/lock", "", signed(other, "POST", "http://h/volume/lock"), b"{}", 2)
+        check("POST", "/volume/lock", "", signed(signer(C.UNITS, secret=new_secret()), "POST",
+                                                 "http://h/volume/lock"), b"{}", 2)
 
 
-def test_roles_below_the_route_are_403_and_signers_pick_the_least_role_that_fits() -> None:
-    operator = Signer(AuthConfig.for_roles(SECRET, Role).keys, clock=lambda: NOW)
-    service = Signer(AuthConfig.for_roles(SECRET, [Role.DATA, Role.CONTROL]).keys, clock=lambda: NOW)
-    assert operator.role_for("/config/set") is Role.ADMIN and operator.role_for("/shard/get") is Role.READ
-    assert operator.role_for("/shard/put") is Role.DATA and service.role_for("/shard/get") is Role.DATA
-    assert operator.role_for("/volume/list") is Role.CONTROL and service.role_for("/config/set") is Role.CONTROL
-    clustermgr = verifier(tuple(Role))
-    header = signed(service, "POST", "http://h/config/set")
-    with pytest.raises(Forbidden, match="takes a admin caller, not control"):
-        clustermgr.check("POST", "/config/set", "", header, b"{}", 2)
+def test_each_route_takes_exactly_its_capability() -> None:
+    operator = Signer(AuthConfig.for_capabilities(SECRET, Capability).keys, clock=lambda: NOW)
+    with pytest.raises(Forbidden, match="lacks"):  # refused before anything is sent
+        signed(signer(C.UNITS), "POST", "http://h/config/set")
+    clustermgr = verifier((C.ADMIN, C.KV, C.UNITS))
+    key = AuthConfig.for_capabilities(SECRET, [C.KV]).keys[C.KV]
+    as_kv = f"v2 cap=kv ts={int(NOW)} n=1 sig=" + sign(bytes.fromhex(key), "POST", "/config/set", "",
+                                                       body_digest(b"{}"), str(int(NOW)), C.KV, "1", "")
+    with pytest.raises(Forbidden, match="takes the admin capability, not kv"):
+        clustermgr.check("POST", "/config/set", "", as_kv, b"{}", 2)
     assert clustermgr.check("POST", "/config/set", "", signed(operator, "POST", "http://h/config/set"), b"{}", 2)
-    blobnode = verifier((Role.DATA, Role.CONTROL))
+    blobnode = verifier((C.READ_SHARD, C.WRITE_SHARD))
     with pytest.raises(Unauthorized, match="takes no admin"):  # a blobnode never holds the admin key
         blobnode.check("POST", "/config/set", "", signed(operator, "POST", "http://h/config/set"), b"{}", 2)
-    assert required_role("/health") is None and required_role("/metrics") is None
+    assert required_capability("/health") is None and required_capability("/metrics") is None
+    assert required_capability("/some/new/route") is C.ADMIN  # closed until declared
+    assert required_capability("/shard/delete") is C.DELETE_SHARD and required_capability("/kv/set") is C.KV
+    assert C.RAFT_MEMBER not in ROUTES.values() and C.ADMIN not in (ROUTES["/task/migrate"], ROUTES["/disk/set"])
 
 
-def test_shard_bodies_are_signed_by_length() -> None:
-    signer = Signer(AuthConfig.for_roles(SECRET, [Role.DATA]).keys, clock=lambda: NOW)
-    header = signed(signer, "POST", "http://h/shard/put?bid=3", body=b"x" * 1000)
-    check = verifier().check
-    assert check("POST", "/shard/put", "bid=3", header, None, 1000) is Role.DATA
-    with pytest.raises(Unauthorized):
-        check("POST", "/shard/put", "bid=3", header, None, 1001)
+def test_shard_bodies_are_signed_by_length_and_crc() -> None:
+    check = verifier((C.WRITE_SHARD,)).check
+    header = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3&crc=77", body=b"x" * 1000)
+    assert check("POST", "/shard/put", "bid=3&crc=77", header, None, 1000)
+    header = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3&crc=77", body=b"x" * 1000)
+    for query, length in (("bid=3&crc=77", 1001), ("bid=3&crc=78", 1000)):
+        with pytest.raises(Unauthorized, match="bad signature"):
+            check("POST", "/shard/put", query, header, None, length)
+    no_crc = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3", body=b"x" * 1000)
+    with pytest.raises(Unauthorized, match="must sign the shard's CRC"):
+        check("POST", "/shard/put", "bid=3", no_crc, None, 1000)
+
+
+def test_disk_reports_carry_their_signers_identity_which_no_other_process_can_claim() -> None:
+    clustermgr = verifier((C.OBSERVE,), identities=True, clock=0)
+    node_a = signer(C.OBSERVE, name="http://a:1")
+    header = signed(node_a, "POST", "http://cm/disk/broken")
+    fields = dict(part.partition("=")[::2] for part in header.split()[1:])
+    clustermgr.clock = lambda: float(fields["ts"])
+    assert clustermgr.check("POST", "/disk/broken", "", header, b"{}", 2) == Caller(C.DISK_REPORT, "http://a:1")
+    claimed = signed(node_a, "POST", "http://cm/disk/broken").replace("id=http://a:1", "id=http://b:1")
+    with pytest.raises(Unauthorized, match="bad signature"):
+        clustermgr.check("POST", "/disk/broken", "", claimed, b"{}", 2)
+    with pytest.raises(Forbidden, match="has none"):  # a process without an identity cannot sign a report
+        signed(signer(C.OBSERVE), "POST", "http://cm/disk/broken")
+    plain = verifier((C.OBSERVE,))
+    plain.clock = clustermgr.clock
+    with pytest.raises(Unauthorized, match="takes no disk-report"):
+        plain.check("POST", "/disk/broken", "", signed(node_a, "POST", "http://cm/disk/broken"), b"{}", 2)
 
 
 def test_rotation_accepts_old_and_new_keys_during_the_overlap() -> None:
     new = new_secret()
-    rotating = Verifier(AuthConfig.for_roles(new, [Role.CONTROL], previous_secret=SECRET), clock=lambda: NOW)
+    rotating = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE], previous_secret=SECRET), clock=lambda: NOW)
     for secret in (SECRET, new):
-        signer = Signer(AuthConfig.for_roles(secret, [Role.CONTROL]).keys, clock=lambda: NOW)
-        assert rotating.check("GET", "/volume/list", "", signed(signer, "GET", "http://h/volume/list", body=None),
-                              b"", 0) is Role.CONTROL
-    after = Verifier(AuthConfig.for_roles(new, [Role.CONTROL]), clock=lambda: NOW)
-    stale = Signer(AuthConfig.for_roles(SECRET, [Role.CONTROL]).keys, clock=lambda: NOW)
+        assert rotating.check("GET", "/volume/list", "", signed(signer(C.OBSERVE, secret=secret), "GET",
+                                                                "http://h/volume/list", body=None), b"", 0)
+    after = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE]), clock=lambda: NOW)
     with pytest.raises(Unauthorized):
-        after.check("GET", "/volume/list", "", signed(stale, "GET", "http://h/volume/list", body=None), b"", 0)
+        after.check("GET", "/volume/list", "", signed(signer(C.OBSERVE), "GET", "http://h/volume/list", body=None),
+                    b"", 0)
 
 
 def test_a_read_grant_reads_until_it_expires_and_can_do_nothing_else() -> None:
-    blobnode = Verifier(AuthConfig.for_roles(SECRET, [Role.READ, Role.DATA, Role.CONTROL]), clock=lambda: NOW)
-    operator = Signer(AuthConfig.for_roles(SECRET, Role).keys, clock=lambda: NOW)
-    grant = operator.grant(Role.READ, 3600)
+    blobnode = verifier((C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.CHUNK, C.OBSERVE))
+    operator = Signer(AuthConfig.for_capabilities(SECRET, Capability).keys, clock=lambda: NOW)
+    grant = operator.grant(C.READ_SHARD, 3600)
     assert grant.expires == NOW + 3600 and grant.key not in repr(grant)  # never printed by accident
     executor = Signer.from_grant(grant, clock=lambda: NOW)
     for path in ("/shard/get", "/shard/list", "/shard/stat", "/chunk/list", "/chunk/stat"):
         header = signed(executor, "GET", f"http://h{path}?vid=1", body=None)
-        assert blobnode.check("GET", path, "vid=1", header, b"", 0) is Role.READ
+        assert blobnode.check("GET", path, "vid=1", header, b"", 0) == Caller(C.READ_SHARD)
     for path in ("/shard/put", "/shard/delete", "/shard/markdelete", "/chunk/create", "/chunk/release", "/stat"):
-        body = None if path == "/shard/put" else b"{}"  # shard bytes are signed by their length
-        with pytest.raises(Forbidden, match="not read"):
-            blobnode.check("POST", path, "", signed(executor, "POST", f"http://h{path}"), body, 2)
-    later = Verifier(AuthConfig.for_roles(SECRET, [Role.READ]), clock=lambda: NOW + 3601)
+        with pytest.raises(Forbidden, match="lacks"):
+            signed(executor, "POST", f"http://h{path}")
+    later = verifier((C.READ_SHARD,), clock=NOW + 3601)
     with pytest.raises(Unauthorized, match="grant expired 1s ago"):
         later.check("GET", "/shard/get", "", signed(Signer.from_grant(grant, clock=lambda: NOW + 3601), "GET",
                                                     "http://h/shard/get", body=None), b"", 0)
 
 
 def test_a_grant_cannot_be_stretched_forged_or_pushed_past_the_limit() -> None:
-    blobnode = Verifier(AuthConfig.for_roles(SECRET, [Role.READ]), clock=lambda: NOW)
-    operator = Signer(AuthConfig.for_roles(SECRET, Role).keys, clock=lambda: NOW)
-    grant = operator.grant(Role.READ, 60)
-    stretched = Signer.from_grant(Grant(Role.READ, grant.expires + 86400, grant.key), clock=lambda: NOW)
-    promoted = Signer.from_grant(Grant(Role.DATA, grant.expires, grant.key), clock=lambda: NOW)
-    stranger = Signer.from_grant(Signer(AuthConfig.for_roles(new_secret(), Role).keys, clock=lambda: NOW).grant(
-        Role.READ, 60),
-                                 clock=lambda: NOW)
-    for signer in (stretched, stranger):
+    blobnode = verifier((C.READ_SHARD,))
+    operator = Signer(AuthConfig.for_capabilities(SECRET, Capability).keys, clock=lambda: NOW)
+    grant = operator.grant(C.READ_SHARD, 60)
+    stretched = Signer.from_grant(Grant(C.READ_SHARD, grant.expires + 86400, grant.key), clock=lambda: NOW)
+    stranger = Signer.from_grant(Signer(AuthConfig.for_capabilities(new_secret(), Capability).keys,
+                                        clock=lambda: NOW).grant(C.READ_SHARD, 60), clock=lambda: NOW)
+    for by in (stretched, stranger):
         with pytest.raises(Unauthorized, match="bad signature"):
-            blobnode.check("GET", "/shard/get", "", signed(signer, "GET", "http://h/shard/get", body=None), b"", 0)
-    with pytest.raises(Unauthorized, match="takes no data"):
-        blobnode.check("GET", "/shard/get", "", signed(promoted, "GET", "http://h/shard/get", body=None), b"", 0)
-    too_long = Signer.from_grant(operator.grant(Role.READ, MAX_GRANT + 60), clock=lambda: NOW)
+            blobnode.check("GET", "/shard/get", "", signed(by, "GET", "http://h/shard/get", body=None), b"", 0)
+    too_long = Signer.from_grant(operator.grant(C.READ_SHARD, MAX_GRANT + 60), clock=lambda: NOW)
     with pytest.raises(Unauthorized, match="may reach"):
         blobnode.check("GET", "/shard/get", "", signed(too_long, "GET", "http://h/shard/get", body=None), b"", 0)
-    with pytest.raises(KeyError):  # a signer can only hand on a role it holds
-        Signer(AuthConfig.for_roles(SECRET, [Role.DATA]).keys).grant(Role.READ, 60)
+    with pytest.raises(KeyError):  # a signer can only hand on a capability it holds
+        Signer(AuthConfig.for_capabilities(SECRET, [C.WRITE_SHARD]).keys).grant(C.READ_SHARD, 60)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner, Result
 
 from blobstore.cli import app
-from blobstore.plan import ROLE_KEYS
+from blobstore.plan import CAPABILITIES
 from blobstore.spec import Services, SpecError, for_hosts, load, parse
 from services.access.config import AccessConfig
 from services.allocator.config import AllocatorConfig
@@ -63,7 +63,11 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
                 bind = raw["members"][str(spec.services.clustermgr.index(host.name) + 1)]["http_addr"] \
                     if role == "clustermgr" else raw["bind_addr"]
                 assert bind == f"{host.address}:{getattr(spec.ports, role)}"
-                assert sorted(raw["auth"]["keys"]) == sorted(ROLE_KEYS[role]), path  # only what it needs
+                assert sorted(raw["auth"]["keys"]) == sorted(CAPABILITIES[role]), path  # only what it needs
+                assert "admin" not in raw["auth"]["keys"] or role == "clustermgr", path
+                assert bool(raw["auth"].get("identities")) == (role == "clustermgr"), path
+                if role == "blobnode":  # it signs its disk reports as itself
+                    assert raw["auth"]["identity"]["name"] == f"http://{bind}", path
             unit = (bundle / "systemd" / f"blobstore-{role}.service").read_text()
             for line in ("Restart=on-failure", "LimitNOFILE=1048576", "After=network-online.target",
                          f"User={spec.user}", "WantedBy=blobstore.target", str(spec.config_dir_of(host) / path.name)):
