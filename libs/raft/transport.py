@@ -5,8 +5,11 @@ every connection, so a node that does not know a peer's address yet (a joining l
 on the connection that peer dialed in on. Sending never blocks: a message to an unreachable or
 congested peer is dropped, which Raft tolerates (the leader retries on the next heartbeat).
 
-With a `key`, a node accepting a connection first sends a random challenge and reads nothing from the
-dialer until it answered with the challenge's HMAC under the key: only members can speak Raft.
+With a `key`, both ends prove they hold it before a frame moves: the accepting node sends a random challenge;
+the dialer answers with its HMAC under the key plus a challenge of its own, which the acceptor answers in turn
+(each answer labelled by its side, so neither can be reflected back). The acceptor reads no frame from a dialer
+that failed, and a dialer sends none to an acceptor that failed: only members speak Raft, and a member never
+talks to an impostor listening on a peer's address.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ MAX_BUFFERED = 32 << 20  # per peer: beyond this, drop instead of queueing witho
 CHALLENGE = 16
 
 
-def _answer(key: bytes, challenge: bytes) -> bytes:
-    return hmac.new(key, b"raft member " + challenge, hashlib.sha256).digest()
+def _answer(key: bytes, side: bytes, challenge: bytes) -> bytes:
+    return hmac.new(key, b"raft member " + side + b" " + challenge, hashlib.sha256).digest()
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -90,8 +93,7 @@ class _Peer:
                 host, port = split_addr(self.addr)
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
                 if self.key is not None:
-                    challenge = await asyncio.wait_for(reader.readexactly(CHALLENGE), 1.0)
-                    writer.write(_answer(self.key, challenge))
+                    await asyncio.wait_for(self._prove(self.key, reader, writer), 1.0)
             except (OSError, TimeoutError, asyncio.IncompleteReadError):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 0.2)
@@ -103,6 +105,16 @@ class _Peer:
                     await self.on_frame(await read_frame(reader), self.writer)
             self.writer = None
             writer.close()
+
+    async def _prove(self, key: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer the acceptor's challenge and check its answer to ours; ConnectionError if it has no key."""
+        challenge = await reader.readexactly(CHALLENGE)
+        mine = os.urandom(CHALLENGE)
+        writer.write(_answer(key, b"dialer", challenge) + mine)
+        if not hmac.compare_digest(await reader.readexactly(32), _answer(key, b"acceptor", mine)):
+            writer.close()
+            log.warning("refused to talk Raft to %s: it could not prove it is a member", self.addr)
+            raise ConnectionError(f"{self.addr} is not a member")
 
     def send(self, body: bytes) -> bool:
         return self.writer is not None and self.writer.send(body)
@@ -176,10 +188,11 @@ class Transport:
         challenge = os.urandom(CHALLENGE)
         writer.write(challenge)
         try:
-            answer = await asyncio.wait_for(reader.readexactly(32), 2.0)
+            answer = await asyncio.wait_for(reader.readexactly(32 + CHALLENGE), 2.0)
         except TimeoutError:
             answer = b""
-        if hmac.compare_digest(answer, _answer(self.key, challenge)):
+        if hmac.compare_digest(answer[:32], _answer(self.key, b"dialer", challenge)):
+            writer.write(_answer(self.key, b"acceptor", answer[32:]))
             return True
         log.warning("refused a Raft connection from %s: not a member", writer.get_extra_info("peername"))
         return False
