@@ -44,6 +44,7 @@ class ClusterShape:
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
     audit_log: bool = True  # each access node writes accessN/audit.jsonl
+    export_roots: tuple[str, ...] = ()  # besides the cluster's folder, where blobnodes may write inspection exports
     clusters: int = 1  # a region: this many clusters (ids 1..K) behind the access nodes, sharing Kafka and Redis
     # seconds of silence before a disk is repaired unattended (None: off); shorter than production's 600 s so a
     # local cluster shows it within minutes
@@ -158,6 +159,7 @@ class Settings:
     chunk_size: int
     partitions: int = KAFKA_PARTITIONS
     audit_log: bool = True
+    export_roots: tuple[str, ...] = ()  # where blobnodes may write the inspection's exports
 
 
 # The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
@@ -219,7 +221,8 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
     cm_urls = [cm.url for cm in cms]
     blobnodes = [_service("blobnode", p, s, {"hostname": p.host, "rack": p.rack, "idc": p.az,
                                              "disks": [{"path": d} for d in p.disks], "clustermgr_hosts": cm_urls,
-                                             "heartbeat_interval": 1.0}, cluster_id)
+                                             "heartbeat_interval": 1.0, "export_roots": list(s.export_roots)},
+                          cluster_id)
                  for p in layout["blobnode"]]
 
     def services(role: str, **config: Any) -> list[ProcessSpec]:
@@ -313,7 +316,7 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     kafka = KafkaPlan([BrokerSpec(1, kafka_place)], kafka_place.bind)
     s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
                  shape.disk_broken_after, kafka.bootstrap, with_credentials(redis.url, auth_secret), shape.chunk_size,
-                 audit_log=shape.audit_log)
+                 audit_log=shape.audit_log, export_roots=(str(root), *shape.export_roots))
     clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
     access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
     dashboard = [_local(root, "dashboard", ports)]
@@ -353,7 +356,7 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
                  spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
                  with_credentials(redis[0].url, auth_secret) if redis else spec.redis.url, spec.chunk_size,
-                 spec.kafka.partitions)
+                 spec.kafka.partitions, export_roots=(spec.export_root,))
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
     return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("dashboard"),

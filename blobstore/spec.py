@@ -105,6 +105,7 @@ class ClusterSpec(Strict):
     secret_file: str = "/etc/blobstore/cluster.secret"  # every key derives from it; `render` reads it there
     config_dir: str = "/etc/blobstore"
     data_root: str = "/var/lib/blobstore"
+    export_root: str = "/var/lib/blobstore/inspect"  # blobnodes write inspection exports only under it (path or URI)
     python: str = "/opt/blobstore/bin/python"  # the interpreter the blobstore package is installed for
     user: str = "blobstore"  # the dedicated user every process runs as
     ports: Ports = Field(default_factory=Ports)

@@ -41,6 +41,8 @@ class BlobnodeConfig(ServiceSettings):
     # I/O of the disk (within its background caps); a shard that fails gets a repair queued through mqproxy.
     scrub_period: float = Field(14 * 86400.0, ge=0)
     scrub_mb_per_sec: float = Field(8.0, gt=0)
+    # inspection exports are written only under these (absolute paths or URIs); none: every export is refused
+    export_roots: list[str] = Field(default_factory=list)
 
     @field_validator("disks")
     @classmethod

@@ -13,12 +13,14 @@ import contextlib
 import errno
 import functools
 import importlib
+import posixpath
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from libs import chunkfile
 from libs.chunkfile import ShardMeta, ShardStatus, StagedPut
@@ -88,6 +90,20 @@ def _call_translated(disk_id: int, io_errors: Counter[int], fn: Callable[P, T], 
                      **kwargs: P.kwargs) -> T:
     with _translated(disk_id, io_errors):
         return fn(*args, **kwargs)
+
+
+def export_allowed(target: str, roots: list[str]) -> bool:
+    """Whether `target` (a path or URI) lies inside one of `roots`, after resolving `..` and `.`."""
+    def split(where: str) -> tuple[str, str, str]:
+        parts = urlsplit(where if "://" in where else f"file://{where}")
+        return parts.scheme, parts.netloc, posixpath.normpath(parts.path or "/")
+
+    scheme, netloc, path = split(target)
+    for root in roots:
+        root_scheme, root_netloc, root_path = split(root)
+        if (scheme, netloc) == (root_scheme, root_netloc) and posixpath.commonpath([path, root_path]) == root_path:
+            return True
+    return False
 
 
 def shard_info(meta: ShardMeta) -> ShardInfo:
@@ -298,6 +314,9 @@ class Blobnode:
         await asyncio.to_thread(importlib.import_module, "services.blobnode.export")
         from services.blobnode.export import INDEX_ENTRY_BYTES, DiskExporter, open_target
 
+        if not export_allowed(req.target, self.config.export_roots):
+            raise errors.Forbidden(f"export target {req.target!r} is not under this blobnode's export roots "
+                                   f"({', '.join(self.config.export_roots) or 'none configured'})")
         disk_ids = sorted(self.disks) if req.disk_ids is None else req.disk_ids
         for disk_id in disk_ids:
             self.disk(disk_id)

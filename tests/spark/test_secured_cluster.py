@@ -120,7 +120,8 @@ def damaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Damaged]:
     root = tmp_path_factory.mktemp("secured")
     signer = auth.installed()
     try:
-        info = up(root, ClusterShape(), timeout=90)
+        # the tests' own temporary folders are where they collect the inspection's output
+        info = up(root, ClusterShape(export_roots=(str(tmp_path_factory.getbasetemp()),)), timeout=90)
         yield _damage(info)
     finally:
         if (root / "cluster.json").exists():
