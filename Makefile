@@ -24,8 +24,11 @@ setup: .venv/.installed
 	$(PY) deploy/kafka/broker.py fetch
 	$(PY) deploy/spark/jars.py
 
+# One blobnode, signed and checked: its keys derive from run/secret (generated once, mode 0600), added to the
+# template deploy/blobnode.json in run/blobnode1/conf.json.
 run: setup
-	$(PY) -m services.blobnode -c deploy/blobnode.json
+	.venv/bin/blobstore auth config blobnode deploy/blobnode.json --secret-file run/secret -o run/blobnode1/conf.json
+	$(PY) -m services.blobnode -c run/blobnode1/conf.json
 
 # A whole local cluster in ./run/, one real file stored, read back and deleted; the cluster is left running.
 demo: setup

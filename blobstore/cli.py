@@ -386,6 +386,7 @@ def config_set(key: str, value: str, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOp
 
 
 # The Spark jobs and the background tasks live in their own modules, which uses the options and helpers above.
+from blobstore.auth_cli import auth_app  # noqa: E402
 from blobstore.deploy_cli import deploy_app  # noqa: E402
 from blobstore.durability_cli import durability_app  # noqa: E402
 from blobstore.inspect_cli import inspect_app  # noqa: E402
@@ -395,6 +396,7 @@ app.add_typer(inspect_app, name="inspect")
 app.add_typer(task_app, name="task")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(durability_app, name="durability")
+app.add_typer(auth_app, name="auth")
 
 
 def main() -> None:

@@ -24,11 +24,24 @@ class TLSConfig(BaseModel):
 
 class ServiceSettings(BaseModel):
     """What every service's config has: signing keys (with `auth` set, the service signs what it sends and,
-    unless its API is public, checks what it serves), per-request limits, and optional TLS."""
+    unless its API is public, checks what it serves), per-request limits, and optional TLS. A service without
+    `auth` refuses to start unless `insecure` is true, so running every route open is never an accident."""
 
     auth: AuthConfig | None = None
+    insecure: bool = False  # no auth on purpose: every route open, nothing signed (logged, shown in /health)
     limits: Limits = Field(default_factory=Limits)
     tls: TLSConfig | None = None  # set `host` to the https:// URL others reach the service at
+
+
+def auth_problem(settings: ServiceSettings, path: str | Path, role: str) -> str | None:
+    """Why a service must not start with these settings (one line naming the config file), or None."""
+    if settings.auth is not None and settings.insecure:
+        return (f"config file {path} has both `auth` and `\"insecure\": true`; "
+                f"remove `insecure` (auth set) or `auth` (open on purpose)")
+    if settings.auth is None and not settings.insecure:
+        return (f"config file {path} has no `auth`: add an `auth` section (`blobstore auth config {role} {path} "
+                f"--secret-file SECRET -o OUT` writes one) or `\"insecure\": true` to run every route open, unsigned")
+    return None
 
 
 class ConfigError(Exception):

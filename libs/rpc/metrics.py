@@ -42,6 +42,8 @@ UNMATCHED = "unmatched"  # the route label of a request no route took (a 404): r
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 SERVICE = Gauge("blobstore_service_info", "Always 1; names the service that answers this scrape", ["service"])
+# 1 when the process runs without auth on purpose (`insecure: true`), so a scraper (the dashboard) can say so
+INSECURE = Gauge("blobstore_insecure", "1: every route of this process is open and nothing it sends is signed")
 
 
 @dataclass(slots=True)

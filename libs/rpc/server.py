@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -28,10 +29,10 @@ from libs.rpc import auth
 from libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
 from libs.rpc.auth import AUTH_HEADER, CALLER_SCOPE_KEY, STREAMED, Signer, Verifier, required_capability
 from libs.rpc.client import trust
-from libs.rpc.config import ServiceSettings, TLSConfig, load_config
+from libs.rpc.config import ServiceSettings, TLSConfig, auth_problem, load_config
 from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge
 from libs.rpc.limits import limited
-from libs.rpc.metrics import SERVICE, Instrumented, Observer, instrument, measuring
+from libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, instrument, measuring
 
 log = logging.getLogger(__name__)
 ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
@@ -49,6 +50,10 @@ def _validation_reason(exc: RequestValidationError) -> str:
 
 
 Hook = Callable[[], Awaitable[None]]
+
+# Whether this process runs without auth on purpose (`insecure: true`): set by `run_service` before the app is
+# built, so every service's /health reports it without each `build` passing it along.
+_insecure = False
 
 
 def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None = None,
@@ -74,8 +79,8 @@ def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None
     app.state.observers = observers  # with_fast_routes hands its routes' requests to the same observers
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> dict[str, str | bool]:
+        return {"status": "ok", "insecure": True} if _insecure else {"status": "ok"}
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -300,13 +305,23 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     """The `python -m services.<name> -c conf.json` entry point of every service: parse the flag,
     load and validate the config, set up logging, build the app and serve it on its address. With `auth` in
     the config, every request the service makes is signed and, unless its API is `public`, every request it
-    serves is checked (`authenticated`); the config's `limits` apply to every request (`libs.rpc.limits`)."""
+    serves is checked (`authenticated`); the config's `limits` apply to every request (`libs.rpc.limits`).
+    Without `auth` the service exits unless the config says `insecure: true` (then it warns and /health says so)."""
+    global _insecure
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
     parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
     args = parser.parse_args()
     config = load_config(args.config, model)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
     settings = config if isinstance(config, ServiceSettings) else ServiceSettings()
+    problem = auth_problem(settings, args.config, name)
+    if problem is not None:
+        sys.exit(f"{name}: refusing to start: {problem}")
+    if settings.insecure:
+        _insecure = True
+        INSECURE.set(1)
+        log.warning("INSECURE: %s runs without auth (`insecure: true` in %s): every route is open to anyone who "
+                    "reaches it and nothing it sends is signed", name, args.config)
     if settings.auth is not None:
         auth.install(Signer.from_config(settings.auth))
     if settings.tls is not None:

@@ -1,0 +1,30 @@
+"""Which service settings may start: keys, or `insecure: true` said out loud, never neither nor both."""
+
+from __future__ import annotations
+
+from blobstore.service_auth import role_auth, with_auth
+from libs.rpc.auth import AuthConfig, Capability, new_secret
+from libs.rpc.config import ServiceSettings, auth_problem
+
+
+def test_only_auth_or_insecure_alone_may_start() -> None:
+    keys = AuthConfig.for_capabilities(new_secret(), [Capability.OBSERVE])
+    assert auth_problem(ServiceSettings(auth=keys), "a.json", "worker") is None
+    assert auth_problem(ServiceSettings(insecure=True), "a.json", "worker") is None
+    neither = auth_problem(ServiceSettings(), "conf/a.json", "worker")
+    assert neither is not None and "conf/a.json" in neither and "blobstore auth config worker" in neither
+    assert '"insecure": true' in neither and "\n" not in neither
+    both = auth_problem(ServiceSettings(auth=keys, insecure=True), "a.json", "worker")
+    assert both is not None and "both" in both
+
+
+def test_role_auth_names_a_blobnode_by_its_advertised_host() -> None:
+    secret = new_secret()
+    by_bind = role_auth(secret, "blobnode", {"bind_addr": "127.0.0.1:9"})
+    assert by_bind["identity"]["name"] == "http://127.0.0.1:9"
+    assert role_auth(secret, "blobnode", {"bind_addr": "0.0.0.0:9", "host": "http://h:9"})["identity"]["name"] == \
+        "http://h:9"
+    cm = role_auth(secret, "clustermgr", {})
+    assert cm["identities"] and "identity" not in cm
+    assert set(role_auth(secret, "dashboard", {})["keys"]) == {"observe"}
+    assert "insecure" not in with_auth(secret, "dashboard", {"insecure": True, "bind_addr": "x"})
