@@ -14,6 +14,7 @@ class ProcessView(BaseModel):
     requests_per_s: float = 0.0
     in_flight: int = 0
     cpu_percent: float | None = None  # of one core, over the last scrape interval
+    insecure: bool = False  # runs without auth (`insecure: true`; its blobstore_insecure metric is 1)
 
 
 class ScrubView(BaseModel):
@@ -121,3 +122,4 @@ class Overview(BaseModel):
     open_tasks: int = 0  # all of them
     # volumes with a lost unit by how many more losses they take (0: one more loses blobs), from the scheduler
     volumes_by_margin: dict[str, int] = {}
+    insecure: list[str] = []  # processes running without auth, named in the page's red INSECURE badge

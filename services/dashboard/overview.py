@@ -55,6 +55,7 @@ def process_view(state: TargetState) -> ProcessView:
     if state.latest is not None:
         # less the scrape itself, which is in flight while the process counts
         view.in_flight = max(0, int(state.latest.total("blobstore_http_requests_in_flight")) - 1)
+        view.insecure = bool(state.latest.value("blobstore_insecure"))
     if state.previous is not None and state.latest is not None:
         view.requests_per_s = round(rate(state.previous, state.latest, REQUESTS), 2)
         view.cpu_percent = round(100 * rate(state.previous, state.latest, "process_cpu_seconds_total"), 1)
@@ -203,4 +204,5 @@ def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], clu
                     processes=processes, blobnodes=blobnodes, volumes_by_status=volumes, disks_by_status=disk_counts,
                     replicas=replicas, backlog=pipeline_views(next(iter(roles.get("tinker", [])), None), backlog),
                     series=list(series), tasks=task_views(tasks, now),
-                    open_tasks=sum(r.open for r in tasks), volumes_by_margin=margins)
+                    open_tasks=sum(r.open for r in tasks), volumes_by_margin=margins,
+                    insecure=[p.name for p in processes if p.insecure])

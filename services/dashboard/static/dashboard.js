@@ -39,6 +39,10 @@ function renderHeader(o) {
   const age = o.updated ? Math.max(0, Date.now() / 1000 - o.updated) : null;
   document.getElementById("updated").textContent =
     age === null ? "waiting for the first scrape" : `scraped ${age.toFixed(0)} s ago, every ${o.scrape_interval} s`;
+  const insecure = document.getElementById("insecure");  // services that run every route open: never quietly
+  insecure.hidden = !o.insecure.length;
+  insecure.textContent = o.insecure.length ? `INSECURE: ${o.insecure.join(", ")}` : "";
+  insecure.title = "these processes run without auth (insecure: true): every route open, nothing signed";
   const box = document.getElementById("problems");
   box.hidden = o.healthy;
   document.getElementById("problem-list").replaceChildren(...o.problems.map((p) => el("li", { text: p })));
@@ -63,7 +67,7 @@ function renderTasks(o) {
 function renderProcesses(o) {
   fill(document.querySelector("#processes tbody"), o.processes.map((p) => el("tr", { "data-process": p.name },
     el("td", { text: p.name }), el("td", { text: p.role }),
-    el("td", {}, p.up ? badge("up", "ok") : badge("down", "bad")),
+    el("td", {}, p.up ? badge("up", "ok") : badge("down", "bad"), p.insecure ? badge("INSECURE", "bad") : null),
     el("td", { text: p.up ? p.requests_per_s.toFixed(1) : "-" }),
     el("td", { text: p.up ? String(p.in_flight) : "-" }),
     el("td", { text: p.cpu_percent === null ? "-" : `${p.cpu_percent.toFixed(0)} %` }),
