@@ -8,13 +8,49 @@ from pathlib import Path
 
 import pytest
 
+from libs.rpc import auth
+from libs.rpc.auth import SECRET_ENV, operator_signer
 from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
-from tests.support.processes import BlobnodeFactory, LocalCluster, Service, free_port, stop_all, wait_until
+from tests.support.processes import (
+    TEST_SECRET,
+    BlobnodeFactory,
+    LocalCluster,
+    Service,
+    free_port,
+    stop_all,
+    wait_until,
+)
+
+
+@pytest.fixture(scope="session")
+def test_secret() -> str:
+    """The session's cluster secret: every fixture's service keys derive from it (tests.support.processes)."""
+    return TEST_SECRET
 
 
 @pytest.fixture
-def blobnode_factory(tmp_path: Path) -> Iterator[BlobnodeFactory]:
-    """Start real blobnode processes; every one is stopped by PID at teardown."""
+def signed_as_operator(test_secret: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This process signs what it sends as the operator (every capability) with the session's secret, and so does
+    the `blobstore` CLI ($BLOBSTORE_SECRET); the signer before is restored after. Per test, not per session: a
+    launcher cluster (`cluster up`) installs its own operator signer while it is loaded."""
+    before = auth.installed()
+    monkeypatch.setenv(SECRET_ENV, test_secret)
+    auth.install(operator_signer(test_secret))
+    try:
+        yield test_secret
+    finally:
+        auth.install(before)
+
+
+def insecure_fixtures(request: pytest.FixtureRequest) -> bool:
+    """Whether the test's services run with `insecure: true` (marked `pytest.mark.insecure`) instead of keys."""
+    return request.node.get_closest_marker("insecure") is not None
+
+
+@pytest.fixture
+def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
+                     signed_as_operator: str) -> Iterator[BlobnodeFactory]:
+    """Start real blobnode processes (with the role's keys); every one is stopped by PID at teardown."""
     started: list[Service] = []
 
     def start(name: str = "bn", disks: int = 2, first_disk_id: int = 1, clustermgr: list[Service] | None = None,
@@ -33,7 +69,8 @@ def blobnode_factory(tmp_path: Path) -> Iterator[BlobnodeFactory]:
             config["disks"] = [{"path": str(workdir / f"disk{i}")} for i in range(disks)]
             config["clustermgr_hosts"] = [cm.url for cm in clustermgr]
             config["heartbeat_interval"] = 0.5
-        service = Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}")
+        service = Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}",
+                          insecure=insecure_fixtures(request))
         started.append(service)
         return service.start()
 
@@ -42,8 +79,9 @@ def blobnode_factory(tmp_path: Path) -> Iterator[BlobnodeFactory]:
 
 
 @pytest.fixture
-def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]:
-    """Start a Raft group of real clustermgr processes; all are stopped by PID at teardown."""
+def clustermgr_factory(request: pytest.FixtureRequest, tmp_path: Path,
+                       signed_as_operator: str) -> Iterator[Callable[..., list[Service]]]:
+    """Start a Raft group of real clustermgr processes (with the role's keys); all are stopped by PID at teardown."""
     started: list[Service] = []
 
     def start(count: int = 3, **overrides: object) -> list[Service]:
@@ -56,7 +94,7 @@ def clustermgr_factory(tmp_path: Path) -> Iterator[Callable[..., list[Service]]]
             config = {"node_id": node_id, "members": members, "data_dir": str(workdir / "data"),
                       "heartbeat_ms": 50, "election_timeout_ms": [300, 600], **overrides}
             url = f"http://{members[str(node_id)]['http_addr']}"
-            services.append(Service("services.clustermgr", config, workdir, url))
+            services.append(Service("services.clustermgr", config, workdir, url, insecure=insecure_fixtures(request)))
         started.extend(services)
         for service in services:
             service.start()
@@ -78,7 +116,8 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
         workdir = tmp_path / name
         workdir.mkdir()
         port = free_port()
-        service = Service(module, {"bind_addr": f"127.0.0.1:{port}", **config}, workdir, f"http://127.0.0.1:{port}")
+        service = Service(module, {"bind_addr": f"127.0.0.1:{port}", **config}, workdir, f"http://127.0.0.1:{port}",
+                          insecure=insecure_fixtures(request))
         started.append(service)
         return service.start()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from isal.isal_zlib import crc32
 
 from libs.proto.blobnode import DiskStat
 from libs.proto.ids import Vuid
@@ -139,14 +140,15 @@ def test_duplicate_puts_and_length_mismatch(blobnode_factory: BlobnodeFactory) -
         params = {"disk_id": 1, "vuid": VUID, "bid": 6}
         for declared, body in ((10, b"short"), (3, b"longer body")):
             with pytest.raises(errors.LengthMismatch):
-                await c.http.request("PUT", f"{bn.url}/shard/put", params={**params, "size": declared}, data=body)
+                await c.http.request("PUT", f"{bn.url}/shard/put", params={**params, "size": declared,
+                                                                            "crc": crc32(body)}, data=body)
         with pytest.raises(errors.ShardNotFound):
             await c.shard_stat(bn.url, 1, VUID, 6)
         with pytest.raises(errors.TooLarge):
-            await c.http.request("PUT", f"{bn.url}/shard/put", params={**params, "size": 1 << 40}, data=b"")
+            await c.http.request("PUT", f"{bn.url}/shard/put", params={**params, "size": 1 << 40, "crc": 0}, data=b"")
         with pytest.raises(errors.BadRequest, match="bid"):
-            await c.http.request("PUT", f"{bn.url}/shard/put", params={"disk_id": 1, "vuid": VUID, "size": 1},
-                              data=b"x")
+            await c.http.request("PUT", f"{bn.url}/shard/put", params={"disk_id": 1, "vuid": VUID, "size": 1,
+                                                                        "crc": crc32(b"x")}, data=b"x")
         with pytest.raises(errors.DiskNotFound):
             await c.put_shard(bn.url, 9, VUID, 7, b"x")
         with pytest.raises(errors.BadRequest):

@@ -16,8 +16,23 @@ from typing import Any, ClassVar
 from blobstore.procs import free_port as free_port  # the one port helper, for the tests too
 from blobstore.procs import healthy
 from blobstore.procs import wait_until as wait_until  # the one polling helper, for the tests too
+from blobstore.service_auth import with_auth
+from libs.rpc.auth import new_secret
 
 REPO = Path(__file__).resolve().parents[2]
+# One secret per test session (pytest process): every service a test starts signs and checks with keys derived
+# from it, and the test process signs as the operator with it (tests/conftest.py `signed_as_operator`).
+TEST_SECRET = new_secret()
+
+
+def secured(module: str, config: dict[str, Any], insecure: bool = False) -> dict[str, Any]:
+    """`config` with the keys of its role (the module's last part) as `cluster up` would give them, unless it has
+    `auth` or `insecure` already; with `insecure`, `insecure: true` instead (tests of the open mode)."""
+    if "auth" in config or config.get("insecure"):
+        return config
+    if insecure:
+        return {**config, "insecure": True}
+    return with_auth(TEST_SECRET, module.rsplit(".", 1)[-1], config)
 
 
 @dataclass
@@ -29,6 +44,7 @@ class Service:
     workdir: Path
     url: str
     verify: ssl.SSLContext | bool = True  # for an https:// url: what its certificate is checked against
+    insecure: bool = False  # start with `insecure: true` rather than the role's keys (unless config says)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
 
@@ -42,6 +58,7 @@ class Service:
 
     def start(self, timeout: float = 15.0) -> Service:
         conf_path = self.workdir / "conf.json"
+        self.config = secured(self.module, self.config, self.insecure)
         conf_path.write_text(json.dumps(self.config))
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with open(self.log_path, "ab") as log:
