@@ -18,7 +18,7 @@ from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from tests.support.processes import BlobnodeFactory, Service, free_port
+from tests.support.processes import BlobnodeFactory, Service, free_port, signing_as
 
 T = TypeVar("T")
 ClusterMgrFactory = Callable[..., list[Service]]
@@ -103,10 +103,11 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
 
         # Refusals change nothing.
         known = await c.get_disk(1)
-        with pytest.raises(errors.Conflict, match="already registered"):
+        # another node's disk: refused by its owner's identity (with auth: any signer but the owner)
+        with signing_as("http://elsewhere"), pytest.raises(errors.Forbidden, match="belongs to"):
             await c.add_disk(DiskAdd(disk_id=1, host="http://elsewhere", idc="z0", rack="r", path="/x"))
         assert (await c.get_disk(1)).host == known.host
-        with pytest.raises(errors.BadRequest, match="never allocated"):
+        with signing_as("http://h"), pytest.raises(errors.BadRequest, match="never allocated"):
             await c.add_disk(DiskAdd(disk_id=999, host="http://h", idc="z0", rack="r", path="/x"))
         with pytest.raises(errors.BadRequest, match="unknown code mode"):
             await c.alloc_volumes(77, "alloc-a")

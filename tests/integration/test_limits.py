@@ -9,7 +9,7 @@ import time
 import httpx
 
 from libs.rpc.limits import ClientRates
-from tests.support.processes import BlobnodeFactory
+from tests.support.processes import SIGNED, BlobnodeFactory
 
 
 def _read_answer(sock: socket.socket) -> str:
@@ -43,7 +43,7 @@ def test_client_rates_admit_a_burst_then_the_rate() -> None:
 def test_rate_header_and_slow_body_limits(blobnode_factory: BlobnodeFactory) -> None:
     limits = {"client_rate": 5, "client_burst": 5, "max_header_bytes": 2048, "body_timeout": 1.0}
     node = blobnode_factory("limited", disks=1, limits=limits)
-    with httpx.Client(base_url=node.url, timeout=10) as client:
+    with httpx.Client(base_url=node.url, timeout=10, auth=SIGNED) as client:
         time.sleep(1.1)  # the start-up health checks used some of the budget
         codes = [client.get("/stat").status_code for _ in range(12)]
         assert codes[:5] == [200] * 5 and 429 in codes[5:]

@@ -29,7 +29,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def tls_blobnode(tmp_path: Path, certificate: tuple[Path, Path]) -> Iterator[str]:
+def tls_blobnode(tmp_path: Path, certificate: tuple[Path, Path], signed_as_operator: str) -> Iterator[str]:
     cert, key = certificate
     port = free_port()
     url = f"https://127.0.0.1:{port}"

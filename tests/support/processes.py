@@ -8,16 +8,20 @@ import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+import httpx
 
 from blobstore.procs import free_port as free_port  # the one port helper, for the tests too
 from blobstore.procs import healthy
 from blobstore.procs import wait_until as wait_until  # the one polling helper, for the tests too
 from blobstore.service_auth import with_auth
-from libs.rpc.auth import new_secret
+from libs.rpc import auth
+from libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, new_secret
 
 REPO = Path(__file__).resolve().parents[2]
 # One secret per test session (pytest process): every service a test starts signs and checks with keys derived
@@ -33,6 +37,33 @@ def secured(module: str, config: dict[str, Any], insecure: bool = False) -> dict
     if insecure:
         return {**config, "insecure": True}
     return with_auth(TEST_SECRET, module.rsplit(".", 1)[-1], config)
+
+
+class Signed(httpx.Auth):
+    """`httpx.get(url, auth=SIGNED)`: a raw request signed as this process signs (`auth.installed()`), as the
+    services' own clients sign theirs; unsigned when nothing is installed."""
+
+    requires_request_body = True
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        signer = auth.installed()
+        if signer is not None and AUTH_HEADER not in request.headers:
+            request.headers[AUTH_HEADER] = signer.header(request.method, str(request.url), None, request.content)
+        yield request
+
+
+SIGNED = Signed()
+
+
+@contextmanager
+def signing_as(name: str) -> Iterator[None]:
+    """Sign as the process named `name` (e.g. a blobnode's host: its disk reports), holding every capability."""
+    before = auth.installed()
+    auth.install(Signer.from_config(AuthConfig.for_capabilities(TEST_SECRET, Capability, name=name)))
+    try:
+        yield
+    finally:
+        auth.install(before)
 
 
 @dataclass
