@@ -6,9 +6,10 @@ route takes exactly one capability (`ROUTES`; a route not listed takes `admin`, 
 it is declared) and each service holds only the keys of what it calls (blobstore/plan.py), never the secret;
 only the operator's CLI derives every key. A request carries
 `x-blobstore-auth: v2 cap=C ts=T n=N [id=I] [exp=E] sig=S`, S being the HMAC under C's key of the method,
-path, sorted query, a body digest (SHA-256, or `unsigned:<length>` for shard bytes, whose CRC is then signed in
-the query), T, C, the nonce N and the identity I. The server takes a signature only from T - `window` to T +
-`skew` of its clock and only once: it remembers every nonce it accepted until the signature is too old to pass
+the target host:port (a service takes only requests whose Host names itself), path, sorted query, a body
+digest (SHA-256, or `unsigned:<length>` for shard bytes, whose CRC is then signed in the query), T, C, the
+nonce N and the identity I. The server takes a signature only from T - `window` to T + `skew` of its clock and
+only once: it remembers every nonce it accepted until the signature is too old to pass
 anyway, so a captured request cannot be replayed. A missing, stale, replayed or wrong signature is 401; a good
 one for another capability than the route's is 403. During a rotation the `previous` keys are accepted too.
 
@@ -160,6 +161,8 @@ class AuthConfig(BaseModel):
     window: float = Field(60.0, gt=0)
     skew: float = Field(5.0, ge=0)  # seconds a signature's time may run ahead of this clock
     nonces: int = Field(1_000_000, ge=1)  # accepted signatures remembered at most (beyond: 503, never a replay)
+    # host:port names others reach this service by besides the address it listens on (a DNS name, a proxy)
+    names: list[str] = Field(default_factory=list)
 
     @classmethod
     def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,
@@ -187,9 +190,10 @@ def canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
     return urlencode(sorted(pairs))
 
 
-def sign(key: bytes, method: str, path: str, query: str, digest: str, ts: str, capability: Capability, nonce: str,
-         identity: str) -> str:
-    text = "\n".join(("v2", method.upper(), path, query, digest, ts, capability, nonce, identity))
+def sign(key: bytes, method: str, target: str, path: str, query: str, digest: str, ts: str, capability: Capability,
+         nonce: str, identity: str) -> str:
+    """The signature of a request to `target` (the host:port it is sent to, as its Host header says)."""
+    text = "\n".join(("v2", method.upper(), target.lower(), path, query, digest, ts, capability, nonce, identity))
     return hmac.digest(key, text.encode(), "sha256").hex()  # one-shot: OpenSSL's fast path
 
 
@@ -219,7 +223,9 @@ class Signer:
     def header(self, method: str, url: str, params: Mapping[str, str] | None, body: Buffer | None) -> str:
         parts = urlsplit(url)
         pairs = [*parse_qsl(parts.query, keep_blank_values=True), *(params or {}).items()]
-        capability = required_capability(parts.path) or Capability.OBSERVE
+        capability = required_capability(parts.path)
+        if capability is None:
+            return "v2 public"  # an open route: nothing to prove
         ts, nonce = str(int(self.clock())), secrets.token_hex(12)
         digest = body_digest(body, streamed=parts.path in STREAMED)
         name = ""
@@ -231,7 +237,7 @@ class Signer:
             key = self.keys[capability]
         else:
             raise Forbidden(f"{method} {parts.path} takes the {capability} capability, which this process lacks")
-        sig = sign(key, method, parts.path, canonical_query(pairs), digest, ts, capability, nonce, name)
+        sig = sign(key, method, parts.netloc, parts.path, canonical_query(pairs), digest, ts, capability, nonce, name)
         extra = ("" if self.expires is None else f" exp={self.expires}") + (f" id={name}" if name else "")
         return f"v2 cap={capability} ts={ts} n={nonce}{extra} sig={sig}"
 
@@ -273,9 +279,10 @@ class Verifier:
         self.clock = clock
 
     def check(self, method: str, path: str, query_string: str, header: str | None, body: bytes | None,
-              content_length: int | None) -> Caller | None:
+              content_length: int | None, target: str = "") -> Caller | None:
         """Who called, or Unauthorized / Forbidden saying why not. `body` is None for a streamed route (its
-        declared length and the CRC in its query are signed)."""
+        declared length and the CRC in its query are signed); `target` is the request's Host, which the caller
+        checks names this service."""
         needed = required_capability(path)
         if needed is None:
             return None
@@ -307,8 +314,8 @@ class Verifier:
             raise Unauthorized(f"{method} {path} must sign the shard's CRC ({CRC_PARAM}=) in its query")
         digest = f"{UNSIGNED}{content_length or 0}" if body is None else body_digest(body)
         query = canonical_query(pairs)
-        if not any(hmac.compare_digest(sig, sign(key, method, path, query, digest, ts, capability, nonce, name))
-                   for key in keys):
+        if not any(hmac.compare_digest(sig, sign(key, method, target, path, query, digest, ts, capability, nonce,
+                                                 name)) for key in keys):
             raise Unauthorized(f"bad signature for {method} {path}")
         if capability is not needed:
             raise Forbidden(f"{method} {path} takes the {needed} capability, not {capability}")

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
@@ -30,7 +30,7 @@ from libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
 from libs.rpc.auth import AUTH_HEADER, CALLER_SCOPE_KEY, STREAMED, Signer, Verifier, required_capability
 from libs.rpc.client import trust
 from libs.rpc.config import ServiceSettings, TLSConfig, auth_problem, load_config
-from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge
+from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge, Unauthorized
 from libs.rpc.limits import limited
 from libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, instrument, measuring
 
@@ -328,13 +328,17 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
         trust(settings.tls.ca_file)
     app, bind_addr = build(config)
     if settings.auth is not None and not public:
-        app = authenticated(app, Verifier(settings.auth))
+        app = authenticated(app, Verifier(settings.auth), names=settings.auth.names)
     serve(limited(app, settings.limits, _send_error), bind_addr, settings.tls)
 
 
-def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_BODY) -> ASGIApp:
+def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_BODY,
+                  names: Iterable[str] = ()) -> ASGIApp:
     """`app` behind signature checks, made before the body reaches a route: the body is read (at most
-    `max_body` bytes) to check its digest, then handed on; a streamed shard body is not read here."""
+    `max_body` bytes) to check its digest, then handed on; a streamed shard body is not read here. A request's
+    Host must be the address it arrived at or one of `names` (host:port others reach this service by), so a
+    request signed for one service is refused by every other."""
+    names = frozenset(n.lower() for n in names)
 
     async def guard(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -353,15 +357,27 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
                     body = b""  # no body by HTTP's rules: nothing to read (most GETs)
                 else:
                     body, read = await _read_body(receive, max_body), True
+            target = headers.get("host", "").lower()
+            if target not in names and target != _local_address(scope):
+                raise Unauthorized(f"this request was signed for {target or 'no host'}, not for this service")
             scope[CALLER_SCOPE_KEY] = verifier.check(scope["method"], path,
                                                      scope.get("query_string", b"").decode("latin-1"),
-                                                     headers.get(AUTH_HEADER), body, declared)
+                                                     headers.get(AUTH_HEADER), body, declared, target)
         except RpcError as exc:
             await _send_error(send, exc)
             return
         await app(scope, _replay(body, receive) if read and body is not None else receive, send)
 
     return guard
+
+
+def _local_address(scope: Scope) -> str:
+    """host:port of the socket a request arrived at, as a Host header writes it."""
+    server = scope.get("server")
+    if not server or server[1] is None:
+        return ""
+    host, port = server
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def _send_error(send: Send, exc: RpcError) -> None:

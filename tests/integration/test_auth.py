@@ -125,7 +125,7 @@ def _signed_as(capability: Capability, secret: str, method: str, url: str, body:
     parts = urlsplit(url)
     key = bytes.fromhex(AuthConfig.for_capabilities(secret, [capability]).keys[capability])
     ts, nonce = str(int(time.time())), os.urandom(8).hex()
-    sig = sign(key, method, parts.path, "", body_digest(body), ts, capability, nonce, name)
+    sig = sign(key, method, parts.netloc, parts.path, "", body_digest(body), ts, capability, nonce, name)
     return f"v2 cap={capability} ts={ts} n={nonce}{f' id={name}' if name else ''} sig={sig}"
 
 
@@ -176,6 +176,21 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             url = f"{unit.host}/shard/delete"
             answer = await post(url, body, header_for(Capability.DELETE_SHARD, url, body))
             assert answer.status_code == 409 and "mark it first" in answer.text, answer.text
+            # a request signed for one blobnode, replayed to another (its Host header kept, or rewritten)
+            body = {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}
+            content = json.dumps(body).encode()
+            header = operator.header("POST", f"{unit.host}/shard/markdelete", None, content)
+            elsewhere = f"{other.host}/shard/markdelete"
+            for host in (urlsplit(unit.host).netloc, urlsplit(other.host).netloc):
+                answer = await raw.post(elsewhere, content=content, headers={
+                    AUTH_HEADER: header, "host": host, "content-type": "application/json"})
+                assert answer.status_code == 401, answer.text
+            # an export outside the blobnode's export roots (the cluster's folder)
+            body = {"target": "/tmp/../etc/blobstore-export"}
+            url = f"{unit.host}/inspect/export"
+            answer = await post(url, body, header_for(Capability.EXPORT, url, body))
+            assert answer.status_code == 403 and "export roots" in answer.text, answer.text
+            assert not Path("/etc/blobstore-export").exists()
             # a replayed request, and one dated ahead of the server's clock
             body = {"key": "replay-probe", "value": "1"}
             header = operator.header("POST", f"{leader}/kv/set", None, json.dumps(body).encode())

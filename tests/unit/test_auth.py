@@ -50,24 +50,31 @@ def test_a_signed_request_passes_and_any_change_to_it_does_not() -> None:
                                       ("POST", "/volume/lock", "vid=8&x=1", b"{}"),
                                       ("POST", "/volume/lock", "vid=7&x=1", b'{"vid":1}')]:
         with pytest.raises(Unauthorized, match="bad signature"):
-            check(method, path, query, header, body, len(body))
-    assert check("POST", "/volume/lock", "x=1&vid=7", header, b"{}", 2) == Caller(C.UNITS)  # any query order
+            check(method, path, query, header, body, len(body), "h")
+    assert check("POST", "/volume/lock", "x=1&vid=7", header, b"{}", 2, "h") == Caller(C.UNITS)  # any query order
+
+
+def test_a_request_signed_for_one_service_fails_at_another() -> None:
+    header = signed(signer(C.UNITS), "POST", "http://a:1/volume/lock")
+    with pytest.raises(Unauthorized, match="bad signature"):
+        verifier().check("POST", "/volume/lock", "", header, b"{}", 2, "b:1")
+    assert verifier().check("POST", "/volume/lock", "", header, b"{}", 2, "A:1")  # Host is case-insensitive
 
 
 def test_a_request_is_taken_once_and_only_within_its_window() -> None:
     check = verifier().check
     header = signed(signer(C.UNITS), "POST", "http://h/volume/lock")
-    assert check("POST", "/volume/lock", "", header, b"{}", 2)
+    assert check("POST", "/volume/lock", "", header, b"{}", 2, "h")
     with pytest.raises(Unauthorized, match="used before"):
-        check("POST", "/volume/lock", "", header, b"{}", 2)
+        check("POST", "/volume/lock", "", header, b"{}", 2, "h")
     with pytest.raises(Unauthorized, match="outside the 60s window"):
         check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=NOW - 61), "POST", "http://h/volume/lock"),
-              b"{}", 2)
+              b"{}", 2, "h")
     with pytest.raises(Unauthorized, match="ahead of this clock"):
         check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=NOW + 6), "POST", "http://h/volume/lock"),
-              b"{}", 2)
+              b"{}", 2, "h")
     assert check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=NOW + 5), "POST", "http://h/volume/lock"),
-                 b"{}", 2)
+                 b"{}", 2, "h")
 
 
 def test_the_nonce_cache_forgets_only_what_cannot_pass_anyway_and_refuses_when_full() -> None:
@@ -85,10 +92,10 @@ def test_missing_malformed_and_foreign_signatures_are_401() -> None:
     check = verifier().check
     for header in (None, "", "v1 role=control ts=1 sig=00", "v2 cap=root ts=1 n=1 sig=00", "v2 cap=units ts=1"):
         with pytest.raises(Unauthorized):
-            check("POST", "/volume/lock", "", header, b"{}", 2)
+            check("POST", "/volume/lock", "", header, b"{}", 2, "h")
     with pytest.raises(Unauthorized, match="bad signature"):
         check("POST", "/volume/lock", "", signed(signer(C.UNITS, secret=new_secret()), "POST",
-                                                 "http://h/volume/lock"), b"{}", 2)
+                                                 "http://h/volume/lock"), b"{}", 2, "h")
 
 
 def test_each_route_takes_exactly_its_capability() -> None:
@@ -97,14 +104,14 @@ def test_each_route_takes_exactly_its_capability() -> None:
         signed(signer(C.UNITS), "POST", "http://h/config/set")
     clustermgr = verifier((C.ADMIN, C.KV, C.UNITS))
     key = AuthConfig.for_capabilities(SECRET, [C.KV]).keys[C.KV]
-    as_kv = f"v2 cap=kv ts={int(NOW)} n=1 sig=" + sign(bytes.fromhex(key), "POST", "/config/set", "",
+    as_kv = f"v2 cap=kv ts={int(NOW)} n=1 sig=" + sign(bytes.fromhex(key), "POST", "h", "/config/set", "",
                                                        body_digest(b"{}"), str(int(NOW)), C.KV, "1", "")
     with pytest.raises(Forbidden, match="takes the admin capability, not kv"):
-        clustermgr.check("POST", "/config/set", "", as_kv, b"{}", 2)
-    assert clustermgr.check("POST", "/config/set", "", signed(operator, "POST", "http://h/config/set"), b"{}", 2)
+        clustermgr.check("POST", "/config/set", "", as_kv, b"{}", 2, "h")
+    assert clustermgr.check("POST", "/config/set", "", signed(operator, "POST", "http://h/config/set"), b"{}", 2, "h")
     blobnode = verifier((C.READ_SHARD, C.WRITE_SHARD))
     with pytest.raises(Unauthorized, match="takes no admin"):  # a blobnode never holds the admin key
-        blobnode.check("POST", "/config/set", "", signed(operator, "POST", "http://h/config/set"), b"{}", 2)
+        blobnode.check("POST", "/config/set", "", signed(operator, "POST", "http://h/config/set"), b"{}", 2, "h")
     assert required_capability("/health") is None and required_capability("/metrics") is None
     assert required_capability("/some/new/route") is C.ADMIN  # closed until declared
     assert required_capability("/shard/delete") is C.DELETE_SHARD and required_capability("/kv/set") is C.KV
@@ -114,32 +121,32 @@ def test_each_route_takes_exactly_its_capability() -> None:
 def test_shard_bodies_are_signed_by_length_and_crc() -> None:
     check = verifier((C.WRITE_SHARD,)).check
     header = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3&crc=77", body=b"x" * 1000)
-    assert check("POST", "/shard/put", "bid=3&crc=77", header, None, 1000)
+    assert check("POST", "/shard/put", "bid=3&crc=77", header, None, 1000, "h")
     header = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3&crc=77", body=b"x" * 1000)
     for query, length in (("bid=3&crc=77", 1001), ("bid=3&crc=78", 1000)):
         with pytest.raises(Unauthorized, match="bad signature"):
-            check("POST", "/shard/put", query, header, None, length)
+            check("POST", "/shard/put", query, header, None, length, "h")
     no_crc = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3", body=b"x" * 1000)
     with pytest.raises(Unauthorized, match="must sign the shard's CRC"):
-        check("POST", "/shard/put", "bid=3", no_crc, None, 1000)
+        check("POST", "/shard/put", "bid=3", no_crc, None, 1000, "h")
 
 
 def test_disk_reports_carry_their_signers_identity_which_no_other_process_can_claim() -> None:
     clustermgr = verifier((C.OBSERVE,), identities=True, clock=0)
     node_a = signer(C.OBSERVE, name="http://a:1")
-    header = signed(node_a, "POST", "http://cm/disk/broken")
+    header = signed(node_a, "POST", "http://h/disk/broken")
     fields = dict(part.partition("=")[::2] for part in header.split()[1:])
     clustermgr.clock = lambda: float(fields["ts"])
-    assert clustermgr.check("POST", "/disk/broken", "", header, b"{}", 2) == Caller(C.DISK_REPORT, "http://a:1")
-    claimed = signed(node_a, "POST", "http://cm/disk/broken").replace("id=http://a:1", "id=http://b:1")
+    assert clustermgr.check("POST", "/disk/broken", "", header, b"{}", 2, "h") == Caller(C.DISK_REPORT, "http://a:1")
+    claimed = signed(node_a, "POST", "http://h/disk/broken").replace("id=http://a:1", "id=http://b:1")
     with pytest.raises(Unauthorized, match="bad signature"):
-        clustermgr.check("POST", "/disk/broken", "", claimed, b"{}", 2)
+        clustermgr.check("POST", "/disk/broken", "", claimed, b"{}", 2, "h")
     with pytest.raises(Forbidden, match="has none"):  # a process without an identity cannot sign a report
-        signed(signer(C.OBSERVE), "POST", "http://cm/disk/broken")
+        signed(signer(C.OBSERVE), "POST", "http://h/disk/broken")
     plain = verifier((C.OBSERVE,))
     plain.clock = clustermgr.clock
     with pytest.raises(Unauthorized, match="takes no disk-report"):
-        plain.check("POST", "/disk/broken", "", signed(node_a, "POST", "http://cm/disk/broken"), b"{}", 2)
+        plain.check("POST", "/disk/broken", "", signed(node_a, "POST", "http://h/disk/broken"), b"{}", 2, "h")
 
 
 def test_rotation_accepts_old_and_new_keys_during_the_overlap() -> None:
@@ -147,11 +154,11 @@ def test_rotation_accepts_old_and_new_keys_during_the_overlap() -> None:
     rotating = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE], previous_secret=SECRET), clock=lambda: NOW)
     for secret in (SECRET, new):
         assert rotating.check("GET", "/volume/list", "", signed(signer(C.OBSERVE, secret=secret), "GET",
-                                                                "http://h/volume/list", body=None), b"", 0)
+                                                                "http://h/volume/list", body=None), b"", 0, "h")
     after = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE]), clock=lambda: NOW)
     with pytest.raises(Unauthorized):
         after.check("GET", "/volume/list", "", signed(signer(C.OBSERVE), "GET", "http://h/volume/list", body=None),
-                    b"", 0)
+                    b"", 0, "h")
 
 
 def test_a_read_grant_reads_until_it_expires_and_can_do_nothing_else() -> None:
@@ -162,14 +169,14 @@ def test_a_read_grant_reads_until_it_expires_and_can_do_nothing_else() -> None:
     executor = Signer.from_grant(grant, clock=lambda: NOW)
     for path in ("/shard/get", "/shard/list", "/shard/stat", "/chunk/list", "/chunk/stat"):
         header = signed(executor, "GET", f"http://h{path}?vid=1", body=None)
-        assert blobnode.check("GET", path, "vid=1", header, b"", 0) == Caller(C.READ_SHARD)
+        assert blobnode.check("GET", path, "vid=1", header, b"", 0, "h") == Caller(C.READ_SHARD)
     for path in ("/shard/put", "/shard/delete", "/shard/markdelete", "/chunk/create", "/chunk/release", "/stat"):
         with pytest.raises(Forbidden, match="lacks"):
             signed(executor, "POST", f"http://h{path}")
     later = verifier((C.READ_SHARD,), clock=NOW + 3601)
     with pytest.raises(Unauthorized, match="grant expired 1s ago"):
         later.check("GET", "/shard/get", "", signed(Signer.from_grant(grant, clock=lambda: NOW + 3601), "GET",
-                                                    "http://h/shard/get", body=None), b"", 0)
+                                                    "http://h/shard/get", body=None), b"", 0, "h")
 
 
 def test_a_grant_cannot_be_stretched_forged_or_pushed_past_the_limit() -> None:
@@ -181,9 +188,9 @@ def test_a_grant_cannot_be_stretched_forged_or_pushed_past_the_limit() -> None:
                                         clock=lambda: NOW).grant(C.READ_SHARD, 60), clock=lambda: NOW)
     for by in (stretched, stranger):
         with pytest.raises(Unauthorized, match="bad signature"):
-            blobnode.check("GET", "/shard/get", "", signed(by, "GET", "http://h/shard/get", body=None), b"", 0)
+            blobnode.check("GET", "/shard/get", "", signed(by, "GET", "http://h/shard/get", body=None), b"", 0, "h")
     too_long = Signer.from_grant(operator.grant(C.READ_SHARD, MAX_GRANT + 60), clock=lambda: NOW)
     with pytest.raises(Unauthorized, match="may reach"):
-        blobnode.check("GET", "/shard/get", "", signed(too_long, "GET", "http://h/shard/get", body=None), b"", 0)
+        blobnode.check("GET", "/shard/get", "", signed(too_long, "GET", "http://h/shard/get", body=None), b"", 0, "h")
     with pytest.raises(KeyError):  # a signer can only hand on a capability it holds
         Signer(AuthConfig.for_capabilities(SECRET, [C.WRITE_SHARD]).keys).grant(C.READ_SHARD, 60)
