@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 import socket
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -62,6 +63,7 @@ def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
         config: dict[str, object] = {
             "bind_addr": f"127.0.0.1:{port}",
             "cluster_id": 1,
+            "export_roots": [tempfile.gettempdir()],  # the tests' inspections write under their temporary folders
             "disks": [{"path": str(workdir / f"disk{i}"), "disk_id": first_disk_id + i} for i in range(disks)],
             **overrides,
         }
