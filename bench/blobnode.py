@@ -25,8 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_seconds, drive, summarize
 from libs.proto.ids import Vuid
+from libs.rpc import auth
+from libs.rpc.auth import operator_signer
 from services.blobnode.client import BlobnodeClient
-from tests.support.processes import Service, free_port
+from tests.support.processes import TEST_SECRET, Service, free_port
 
 SIZES = {"4KiB": 4 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20, "4MiB": 4 << 20}
 
@@ -95,6 +97,7 @@ def bench_raw(directory: Path, count_for: dict[str, int], concurrency: int) -> d
 
 
 def main() -> None:
+    auth.install(operator_signer(TEST_SECRET))  # the services run with the test fixtures' keys, as deployed
     parser = argparse.ArgumentParser()
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the op counts")

@@ -24,8 +24,10 @@ sys.path.insert(0, str(ROOT))
 from libs.ec import CodeMode  # noqa: E402
 from libs.proto.clustermgr import DiskBeat  # noqa: E402
 from libs.raft.kvcluster import LocalCluster  # noqa: E402
+from libs.rpc import auth  # noqa: E402
+from libs.rpc.auth import operator_signer  # noqa: E402
 from services.clustermgr.client import ClusterClient  # noqa: E402
-from tests.support.processes import Service, free_port, stop_all  # noqa: E402
+from tests.support.processes import TEST_SECRET, Service, free_port, stop_all  # noqa: E402
 
 
 async def rate(clients: int, seconds: float, op: Callable[[int, int], Awaitable[int]]) -> float:
@@ -122,6 +124,7 @@ async def service_rates(cms: list[Service], clients: int, seconds: float) -> dic
 
 
 def main() -> None:
+    auth.install(operator_signer(TEST_SECRET))  # the services run with the test fixtures' keys, as deployed
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)

@@ -35,7 +35,7 @@ def start_blobnode(root: Path, name: str, keys: AuthConfig | None) -> Service:
                                                                               "disk_id": 1}]}
     if keys is not None:
         config["auth"] = keys.model_dump(mode="json")
-    return Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}").start()
+    return Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}", insecure=keys is None).start()
 
 
 async def one_round(url: str, signer: Signer | None, vuid: int, size: int, count: int, concurrency: int,

@@ -28,13 +28,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from pydantic import BaseModel, Field
 
@@ -186,8 +187,17 @@ def body_digest(body: Buffer | None, streamed: bool = False) -> str:
     return EMPTY_DIGEST if not body else hashlib.sha256(body).hexdigest()
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _escaped(text: str) -> str:
+    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
+
+
 def canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
-    return urlencode(sorted(pairs))
+    """The sorted query, each name and value percent-escaped unless plain (most are digits), so that no two
+    different queries give the same text; cheaper than urlencode, which escapes every character one by one."""
+    return "&".join(f"{_escaped(k)}={_escaped(v)}" for k, v in sorted(pairs))
 
 
 def sign(key: bytes, method: str, target: str, path: str, query: str, digest: str, ts: str, capability: Capability,
