@@ -12,7 +12,7 @@ import httpx
 import redis
 
 from libs.proto.location import Location
-from tests.support.processes import LocalCluster, stop_all
+from tests.support.processes import SIGNED, LocalCluster, stop_all
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -127,7 +127,7 @@ def test_small_objects_share_a_reservation_and_its_unused_bytes_go_back(cluster_
         tokens.append(client.put("/blob", content=data[20]).json()["location"])  # returns the last one's rest
         for token, expected in zip(tokens, data, strict=True):
             assert client.get(f"/blob/{token}").content == expected
-        used = sum(v["used"] for v in httpx.get(f"{cluster.allocators[0].url}/stat").json()["volumes"])
+        used = sum(v["used"] for v in httpx.get(f"{cluster.allocators[0].url}/stat", auth=SIGNED).json()["volumes"])
     placed = [Location.from_token(t, LocalCluster.secret.encode()).blobs[0] for t in tokens[:16]]
     assert len({p.vid for p in placed}) == 1 and [p.min_bid for p in placed] == list(range(placed[0].min_bid,
                                                                                        placed[0].min_bid + 16))
