@@ -177,7 +177,7 @@ CAPABILITIES: dict[str, tuple[Capability, ...]] = {
     "scheduler": (C.OBSERVE, C.REGISTER, C.KV, C.UNITS, C.DISK_STATUS, C.TASKS, C.TASK_CONTROL, C.QUEUE_REPAIR,
                   C.READ_SHARD, C.CHUNK),
     "worker": (C.TASKS, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.OBSERVE, C.REGISTER, C.REPAIR),
-    "tinker": (C.OBSERVE, C.WRITE_SHARD, C.DELETE_SHARD, C.REPAIR),
+    "tinker": (C.OBSERVE, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.REPAIR),  # read-shard: a reclaim stats shards
     "dashboard": (C.OBSERVE,),
 }
 
