@@ -30,9 +30,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from libs.maven import cache_root, fetch_jars
 
@@ -78,6 +79,29 @@ share.coordinator.state.topic.min.isr={isr}
 group.initial.rebalance.delay.ms=0
 """
 
+# With users: clients and brokers log in with SASL/SCRAM-SHA-512 on the client listener, whose credentials live
+# in the metadata log (bootstrapped by `format --add-scram`). The controller listener cannot use SCRAM in KRaft
+# (a controller must authenticate before it has read any metadata), so it takes PLAIN with the admin's password
+# from this file. The StandardAuthorizer lets only the admin (super user) do what no ACL allows.
+SASL_PROPERTIES = """\
+listeners=SASL_PLAINTEXT://{address}:{port},CONTROLLER://{address}:{cport}
+advertised.listeners=SASL_PLAINTEXT://{address}:{port}
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT
+inter.broker.listener.name=SASL_PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \\
+    required username="{admin}" password="{password}";
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\
+    required username="{admin}" password="{password}" user_{admin}="{password}";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:{admin}
+allow.everyone.if.no.acl.found=false
+"""
+
 
 def kafka_version() -> str:
     """The broker version, declared once in pom.xml."""
@@ -106,22 +130,40 @@ def random_cluster_uuid() -> str:
 
 
 def server_properties(*, node_id: int, address: str, port: int, controller_port: int, voters: Sequence[Voter],
-                      data_dir: Path | str, replication_factor: int = 1, min_insync_replicas: int = 1) -> str:
+                      data_dir: Path | str, replication_factor: int = 1, min_insync_replicas: int = 1,
+                      admin: tuple[str, str] | None = None) -> str:
     """The server.properties of one broker+controller node; pure, so a renderer for other machines can use it.
 
     Every topic (internal ones too) gets `replication_factor` replicas, and an acks=all write needs
     `min_insync_replicas` of them. Every node is a broker, so the factor cannot exceed the voters. Kafka 4.1
     copies min.insync.replicas into its metadata log as the cluster-wide default when the quorum first starts,
     so a later change here is shadowed (change it with kafka-configs instead).
+
+    With `admin` (user, password) every listener requires SASL (SASL_PROPERTIES); without, all is PLAINTEXT.
     """
     if node_id not in {voter[0] for voter in voters}:
         raise ValueError(f"node {node_id} is not among the voters {voters}: every node is a controller")
     if not 1 <= min_insync_replicas <= replication_factor <= len(voters):
         raise ValueError(f"need 1 <= min_insync_replicas ({min_insync_replicas}) <= replication_factor "
                          f"({replication_factor}) <= brokers ({len(voters)})")
-    return SERVER_PROPERTIES.format(node_id=node_id, voters=",".join(f"{n}@{h}:{p}" for n, h, p in voters),
+    text = SERVER_PROPERTIES.format(node_id=node_id, voters=",".join(f"{n}@{h}:{p}" for n, h, p in voters),
                                     address=address, port=port, cport=controller_port, data=data_dir,
                                     rf=replication_factor, isr=min_insync_replicas)
+    if admin is None:
+        return text
+    if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", part) for part in admin):
+        raise ValueError("the Kafka admin's name and password must be plain [A-Za-z0-9_.-] (they go in JAAS)")
+    kept = [line for line in text.splitlines(keepends=True)
+            if not line.startswith(("listeners=", "advertised.listeners=", "listener.security.protocol.map=",
+                                    "inter.broker.listener.name="))]
+    return "".join(kept) + SASL_PROPERTIES.format(address=address, port=port, cport=controller_port,
+                                                  admin=admin[0], password=admin[1])
+
+
+def scram_arguments(users: Mapping[str, str]) -> list[str]:
+    """`kafka-storage format` arguments that store each user's SCRAM-SHA-512 credential in the metadata log."""
+    return [arg for user, password in users.items()
+            for arg in ("--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]")]
 
 
 def _java(libs: Path, log4j2: Path, main: str, *args: str) -> list[str]:
@@ -142,14 +184,14 @@ def _port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _serving_brokers(bootstrap: str) -> int:
+def _serving_brokers(bootstrap: str, client: Mapping[str, Any]) -> int:
     """How many brokers the cluster lists as serving; 0 while it does not answer. A broker that registered but
     has not caught up with the metadata log is fenced: it is not listed and gets no replicas yet."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     try:
-        return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=3).brokers)
+        return len(AdminClient({"bootstrap.servers": bootstrap, **client}).list_topics(timeout=3).brokers)
     except KafkaException:
         return 0
 
@@ -192,7 +234,7 @@ def _tails(directories: Sequence[Path]) -> str:
 
 
 def _format(libs: Path, log4j2: Path, props: Path, data: Path, cluster_uuid: str | None,
-            wrap: Sequence[str]) -> None:
+            wrap: Sequence[str], users: Mapping[str, str]) -> None:
     """Format `data` on first start; a quorum's members must all carry the same cluster id. Under `wrap` like the
     broker itself: a launcher killed meanwhile leaves the format JVM where a namespace sweep finds it."""
     meta = data / "meta.properties"
@@ -202,7 +244,7 @@ def _format(libs: Path, log4j2: Path, props: Path, data: Path, cluster_uuid: str
             raise RuntimeError(f"{data} was formatted for another cluster than {cluster_uuid}: remove it to reformat")
         return
     subprocess.run([*wrap, *_java(libs, log4j2, "kafka.tools.StorageTool", "format", "-t",
-                         cluster_uuid or random_cluster_uuid(), "-c", str(props))],
+                         cluster_uuid or random_cluster_uuid(), "-c", str(props), *scram_arguments(users))],
                    capture_output=True, text=True, check=True)
 
 
@@ -225,13 +267,15 @@ def _await_exec(proc: subprocess.Popen[bytes], jvm: list[str], directory: Path) 
 def start(directory: Path, port: int, controller_port: int, timeout: float = 90.0, *, address: str = "127.0.0.1",
           node_id: int = 1, voters: Sequence[Voter] | None = None, replication_factor: int = 1,
           min_insync_replicas: int = 1, cluster_uuid: str | None = None, wrap: Sequence[str] = (),
-          wait: bool = True) -> tuple[int, str]:
+          wait: bool = True, users: Mapping[str, str] | None = None, admin: str = "admin") -> tuple[int, str]:
     """Start a broker with its data under `directory` (formatted on first start); returns (pid, bootstrap).
 
     Without `voters` it is a quorum of its own. `wrap` prefixes the JVM's argv and must exec it, e.g.
     ("ip", "netns", "exec", NS). With `wait` it returns once the broker serves, else at once: a quorum member
     serves only once a majority of its voters runs, so start them all and then call `wait_serving`.
     Restarting on the same directory and ports keeps every topic and committed offset.
+    With `users` (name -> password, `admin` among them: the super user the brokers log in as) clients must log
+    in with SASL/SCRAM-SHA-512; the users are stored at the first start's format only.
     """
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -242,13 +286,15 @@ def start(directory: Path, port: int, controller_port: int, timeout: float = 90.
     props.write_text(server_properties(node_id=node_id, address=address, port=port, controller_port=controller_port,
                                        voters=voters or [(node_id, address, controller_port)], data_dir=data,
                                        replication_factor=replication_factor,
-                                       min_insync_replicas=min_insync_replicas))
+                                       min_insync_replicas=min_insync_replicas,
+                                       admin=(admin, users[admin]) if users else None))
+    props.chmod(0o600)  # with users it holds the admin's password
     log4j2.write_text(LOG4J2.format(log=directory / "kafka.log"))
-    _format(libs, log4j2, props, data, cluster_uuid, wrap)
+    _format(libs, log4j2, props, data, cluster_uuid, wrap, users or {})
     pid = relaunch(directory, wrap)
     bootstrap = f"{address}:{port}"
     if wait:
-        wait_serving(bootstrap, timeout, directories=[directory])
+        wait_serving(bootstrap, timeout, directories=[directory], client=login(admin, users[admin]) if users else {})
     return pid, bootstrap
 
 
@@ -266,25 +312,32 @@ def relaunch(directory: Path, wrap: Sequence[str] = ()) -> int:
 
 
 def wait_serving(bootstrap: str, timeout: float = 90.0, *, brokers: int | None = None,
-                 directories: Sequence[Path] = ()) -> None:
+                 directories: Sequence[Path] = (), client: Mapping[str, Any] | None = None) -> None:
     """Wait until the cluster behind `bootstrap` ("host:port,...") answers with `brokers` unfenced brokers
     (default: one per bootstrap address), so topics with that many replicas can be created.
 
     `directories` are the members started here: one whose JVM exits ends the wait early, and if the cluster
     does not come up they are all stopped (a quorum missing a member is of no use) and their logs quoted.
+    `client`: further librdkafka settings, e.g. `login(...)` on a cluster with users.
     """
     wanted = len(bootstrap.split(",")) if brokers is None else brokers
     addresses = [_host_port(item) for item in bootstrap.split(",")]
     members = [d.resolve() for d in directories]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and all(_running(d) for d in members):
-        if any(_port_open(*a) for a in addresses) and _serving_brokers(bootstrap) >= wanted:
+        if any(_port_open(*a) for a in addresses) and _serving_brokers(bootstrap, client or {}) >= wanted:
             return
         time.sleep(0.1)
     tails = _tails(members)
     for d in members:
         stop(d)
     raise RuntimeError(f"Kafka did not serve {wanted} broker(s) on {bootstrap} within {timeout}s:\n{tails}")
+
+
+def login(user: str, password: str) -> dict[str, Any]:
+    """librdkafka settings that log in as `user` on a broker started with users."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+            "sasl.password": password}
 
 
 def stop(directory: Path, timeout: float = 30.0) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -21,8 +21,12 @@ SETTLING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDI
                       KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "client.id": "blobstore-admin"})
+NO_SETTINGS: Mapping[str, Any] = {}
+
+
+def _admin(bootstrap: str, client: Mapping[str, Any] = NO_SETTINGS) -> AdminClient:
+    """`client`: further librdkafka settings, e.g. libs/mq/settings.client_auth's login."""
+    return AdminClient({"bootstrap.servers": bootstrap, "client.id": "blobstore-admin", **client})
 
 
 def _settled(call: Callable[[], T], timeout: float) -> T:
@@ -43,11 +47,11 @@ def _metadata(admin: AdminClient, timeout: float) -> ClusterMetadata:
 
 
 def ensure_topics(bootstrap: str, partitions: int, topics: Iterable[str] = ALL_TOPICS,
-                  timeout: float = 30.0) -> list[str]:
+                  timeout: float = 30.0, client: Mapping[str, Any] = NO_SETTINGS) -> list[str]:
     """Create the topics that do not exist yet and wait until each has a leader for every partition;
     returns the names created. Safe to call from every process (the replication factor is the broker's)."""
     wanted = [str(t) for t in topics]
-    admin = _admin(bootstrap)
+    admin = _admin(bootstrap, client)
     missing = [t for t in wanted if t not in _metadata(admin, timeout).topics]
     if missing:
         for future in admin.create_topics([NewTopic(t, partitions) for t in missing]).values():
@@ -74,7 +78,8 @@ def _all_led(metadata: ClusterMetadata, topics: list[str]) -> bool:
     return True
 
 
-def positions(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0) -> dict[TP, tuple[int, int]]:
+def positions(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0,
+              client: Mapping[str, Any] = NO_SETTINGS) -> dict[TP, tuple[int, int]]:
     """Per existing partition of `topics`: (where `group` resumes, the end offset). A partition the group never
     committed resumes at its earliest retained offset, so the messages between the two are not consumed yet.
 
@@ -83,7 +88,7 @@ def positions(bootstrap: str, group: str, topics: Iterable[str], timeout: float 
     cluster's first start (confluent-kafka-javascript#374 has the same trace).
     """
     reader = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "blobstore-lag",
-                                       "enable.auto.commit": False})
+                                       "enable.auto.commit": False, **client})
     try:
         known = reader.list_topics(timeout=timeout).topics
         parts = [TopicPartition(str(t), p) for t in topics if str(t) in known
@@ -98,9 +103,10 @@ def positions(bootstrap: str, group: str, topics: Iterable[str], timeout: float 
         reader.close()
 
 
-def lag(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0) -> dict[str, dict[int, int]]:
+def lag(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0,
+        client: Mapping[str, Any] = NO_SETTINGS) -> dict[str, dict[int, int]]:
     """Messages not yet committed by `group`, per topic and partition."""
     result: dict[str, dict[int, int]] = {}
-    for (topic, partition), (position, end) in positions(bootstrap, group, topics, timeout).items():
+    for (topic, partition), (position, end) in positions(bootstrap, group, topics, timeout, client).items():
         result.setdefault(topic, {})[partition] = max(0, end - position)
     return result
