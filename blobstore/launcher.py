@@ -26,8 +26,9 @@ from pathlib import Path
 
 import httpx
 import tomli_w
+from confluent_kafka import KafkaException
 
-from blobstore import netns, render
+from blobstore import kafka_auth, netns, render
 from blobstore.broker import SOURCE_ROOT, broker
 from blobstore.client import Client
 from blobstore.errors import BlobstoreError
@@ -201,10 +202,14 @@ def _start(spec: ProcessSpec, env: dict[str, str], namespace: str) -> ProcessRec
     return replace(record, pid=pid, started=started)
 
 
-def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float) -> list[ProcessRecord]:
+def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float, secret: str,
+                 group_prefixes: list[str]) -> list[ProcessRecord]:
     """Every broker, and wait until they serve together (a quorum member cannot serve alone); broker.py stops
-    a broker that did not come up."""
+    a broker that did not come up. Clients log in with SASL/SCRAM as the users blobstore/kafka_auth.py derives
+    from `secret`; once the brokers serve, the launcher (as admin) gives each user its ACLs."""
     records = []
+    users = kafka_auth.scram_users(secret)
+    admin = broker.login(kafka_auth.ADMIN, users[kafka_auth.ADMIN])
     try:
         broker.fetch()
         for b in kafka.brokers:
@@ -217,12 +222,13 @@ def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float) -
                                   replication_factor=kafka.replication_factor,
                                   min_insync_replicas=kafka.min_insync_replicas,
                                   cluster_uuid=kafka.cluster_uuid or None, wrap=record.wrap,
-                                  wait=len(kafka.brokers) == 1)
+                                  wait=len(kafka.brokers) == 1, users=users, admin=kafka_auth.ADMIN)
             records.append(replace(record, pid=pid, started=start_time(pid) or 0))
         if len(kafka.brokers) > 1:
             broker.wait_serving(kafka.bootstrap, timeout, brokers=len(kafka.brokers),
-                                directories=[b.place.workdir for b in kafka.brokers])
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+                                directories=[b.place.workdir for b in kafka.brokers], client=admin)
+        kafka_auth.apply_acls(kafka.bootstrap, secret, group_prefixes, timeout)
+    except (RuntimeError, OSError, subprocess.CalledProcessError, KafkaException) as exc:
         for r in records:
             broker.stop(Path(r.config).parent)
         raise LauncherError(f"Kafka: {exc} (logs in {', '.join(str(Path(r.log).parent) for r in records)})") from exc
@@ -342,7 +348,8 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
             info.save()
             if "kafka" in stage:
                 say(f"starting kafka ({len(plan.kafka.brokers)} JVM(s): a few seconds)")
-                brokers = _start_kafka(plan.kafka, namespaces, timeout)
+                brokers = _start_kafka(plan.kafka, namespaces, timeout, auth_secret,
+                                       [json.loads(t.config_text)["group_prefix"] for t in plan.of_role("tinker")])
                 info.processes.extend(brokers)
                 started.extend(brokers)
                 info.save()
@@ -375,8 +382,10 @@ def restart(root: Path, name: str, timeout: float = 30.0) -> ProcessRecord:
         pid = broker.relaunch(Path(old.config).parent, wrap=old.wrap)
         record = replace(old, pid=pid, started=start_time(pid) or 0)
         try:
+            admin = kafka_auth.kafka_user((root / SECRET_FILE).read_text().strip(), kafka_auth.ADMIN)
             broker.wait_serving(info.kafka_bootstrap, timeout, directories=[Path(old.config).parent],
-                                brokers=sum(p.role == "kafka" for p in info.processes))
+                                brokers=sum(p.role == "kafka" for p in info.processes),
+                                client=broker.login(admin.username, admin.password))
         except RuntimeError as exc:
             raise LauncherError(f"{name}: {exc}") from exc
     elif old.command:

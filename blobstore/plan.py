@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from blobstore.kafka_auth import kafka_user
 from blobstore.redis_auth import acl_config, with_credentials
 from blobstore.spec import ClusterSpec
 from libs.mq.seal import message_key
@@ -99,6 +100,7 @@ class KafkaPlan:
     replication_factor: int = 1
     min_insync_replicas: int = 1
     cluster_uuid: str = ""  # the KRaft cluster id every broker is formatted with; "": a fresh one
+    secret: str = ""  # our brokers' SASL/SCRAM users and ACLs derive from it (blobstore/kafka_auth.py); "": none
 
     @property
     def voters(self) -> list[tuple[int, str, int]]:
@@ -160,6 +162,7 @@ class Settings:
     partitions: int = KAFKA_PARTITIONS
     audit_log: bool = True
     export_roots: tuple[str, ...] = ()  # where blobnodes may write the inspection's exports
+    kafka_sasl: bool = True  # our brokers require SASL/SCRAM logins (blobstore/kafka_auth.py); an operator's need not
 
 
 # The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
@@ -230,13 +233,17 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
 
     tinker = layout["tinker"][0]
     sealing = message_key(s.auth_secret).hex()  # mqproxy seals repair and delete messages, tinker checks them
+
+    def login(user: str) -> dict[str, Any]:  # each logs in to Kafka as its own user, whose ACLs fit its part
+        return {"kafka_auth": kafka_user(s.auth_secret, user).model_dump()} if s.kafka_sasl else {}
+
     return [*cms, *blobnodes, *services("allocator", code_modes=list(s.code_modes)), *services("scheduler"),
             *services("worker"),
             *services("mqproxy", kafka_bootstrap=s.kafka_bootstrap, partitions=s.partitions, cluster_id=cluster_id,
-                      message_key=sealing),
+                      message_key=sealing, **login("mqproxy")),
             *services("tinker", kafka_bootstrap=s.kafka_bootstrap, delete_safe_delay=s.delete_delay,
                       delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
-                      group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing)]
+                      group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing, **login("tinker"))]
 
 
 def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboard: list[Place],
@@ -351,12 +358,12 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     brokers = [BrokerSpec(n, p) for n, p in enumerate(places("kafka"), 1)]
     bootstrap = ",".join(b.place.bind for b in brokers) or ",".join(spec.kafka.bootstrap)
     kafka = KafkaPlan(brokers, bootstrap, spec.kafka.replication_factor, spec.kafka.min_insync_replicas,
-                      kafka_cluster_uuid(auth_secret))
+                      kafka_cluster_uuid(auth_secret), auth_secret if brokers else "")
     redis = [_redis(p, auth_secret) for p in places("redis")]
     s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
                  spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
                  with_credentials(redis[0].url, auth_secret) if redis else spec.redis.url, spec.chunk_size,
-                 spec.kafka.partitions, export_roots=(spec.export_root,))
+                 spec.kafka.partitions, export_roots=(spec.export_root,), kafka_sasl=bool(brokers))
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
     return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("dashboard"),

@@ -7,11 +7,13 @@ needs), `DIR/<host>/systemd/` a unit per process and `blobstore.target`, `DIR/<h
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from blobstore import kafka_auth
 from blobstore.broker import broker
 from blobstore.plan import ClusterPlan, ProcessSpec, hosts_of
 from blobstore.spec import ClusterSpec
@@ -36,8 +38,28 @@ def kafka_properties(plan: ClusterPlan, process: ProcessSpec) -> str:
     text: str = broker.server_properties(
         node_id=b.node_id, address=b.place.address, port=b.place.port, controller_port=b.place.second_port,
         voters=plan.kafka.voters, data_dir=b.place.workdir / "data",
-        replication_factor=plan.kafka.replication_factor, min_insync_replicas=plan.kafka.min_insync_replicas)
+        replication_factor=plan.kafka.replication_factor, min_insync_replicas=plan.kafka.min_insync_replicas,
+        admin=(kafka_auth.ADMIN, kafka_auth.kafka_password(plan.kafka.secret, kafka_auth.ADMIN))
+        if plan.kafka.secret else None)
     return text
+
+
+def _group_prefixes(plan: ClusterPlan) -> list[str]:
+    return [str(json.loads(p.config_text)["group_prefix"]) for p in plan.of_role("tinker")]
+
+
+def kafka_scripts(spec: ClusterSpec, plan: ClusterPlan, config_dir: Path) -> list[tuple[str, str]]:
+    """(name, text) of the Kafka host's scripts, which hold passwords (mode 0600 like the configs): the storage
+    format with every SCRAM user, the admin's client.properties and the ACLs to create once the brokers run.
+    They stay in the bundle's kafka/ (run from there), out of the config folder the services read."""
+    home, users = spec.kafka.home, kafka_auth.scram_users(plan.kafka.secret)
+    scram = " ".join(shlex.quote(arg) for arg in broker.scram_arguments(users))
+    acls = kafka_auth.acl_commands(home, plan.kafka.bootstrap, '"$(dirname "$0")/kafka-admin.properties"',
+                                   _group_prefixes(plan))
+    return [("kafka-format.sh", f"#!/bin/sh -e\n{home}/bin/kafka-storage.sh format -t {plan.kafka.cluster_uuid} "
+                                f"-c {config_dir}/kafka.properties {scram}\n"),
+            ("kafka-admin.properties", kafka_auth.client_properties(plan.kafka.secret)),
+            ("kafka-acls.sh", "#!/bin/sh -e\n" + "\n".join(acls) + "\n")]
 
 
 def _exec_start(spec: ClusterSpec, process: ProcessSpec) -> str:
@@ -90,6 +112,17 @@ def _readme(spec: ClusterSpec, plan: ClusterPlan, host: str, processes: list[Pro
     listing = "\n".join(f"- `{p.name}`: {p.url.split('://', 1)[1]} (`{unit_name(p)}`)" for p in processes)
     kafka = [p for p in processes if p.role == "kafka"]
     format_kafka = (f"""
+Kafka (once, before its first start; every broker takes the same cluster id and the SCRAM users, whose
+passwords derive from the cluster secret):
+
+    sudo -u {spec.user} sh < kafka/kafka-format.sh   # as root: the file is readable by root only
+
+and once every broker serves, from one Kafka host, the ACLs (each service's user may do only its part):
+
+    sh kafka/kafka-acls.sh
+
+`kafka/` holds the Kafka users' passwords: delete it from the host once done.
+""" if kafka and plan.kafka.secret else f"""
 Kafka (once, before its first start; every broker takes the same cluster id):
 
     sudo -u {spec.user} {spec.kafka.home}/bin/kafka-storage.sh format -t {plan.kafka.cluster_uuid} \\
@@ -141,6 +174,9 @@ def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:
             text = kafka_properties(plan, p) if p.role == "kafka" else p.config_text
             files.append(BundleFile(root / "config" / p.config_path.name, text, 0o600))
             files.append(BundleFile(root / "systemd" / unit_name(p), _unit(spec, p)))
+            if p.role == "kafka" and plan.kafka.secret:
+                files.extend(BundleFile(root / "kafka" / name, text, 0o600)
+                             for name, text in kafka_scripts(spec, plan, spec.config_dir_of(spec.host(host))))
         files.append(BundleFile(root / "systemd" / TARGET, _target(host, mine)))
         files.append(BundleFile(root / "README.md", _readme(spec, plan, host, mine)))
     return files

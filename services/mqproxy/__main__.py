@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from libs.mq.admin import ensure_topics
+from libs.mq.producer import Producer
+from libs.mq.settings import client_auth
 from libs.rpc.metrics import register_collector
 from libs.rpc.server import ASGIApp, Lifecycle, run_service
 from services.clustermgr.client import ClusterClient, keep_registered
@@ -13,17 +18,20 @@ from services.mqproxy.metrics import publisher_figures
 class SealingPublisher(Publisher):
     """A publisher whose producer seals every message with the cluster's message key (libs/mq/seal.py).
 
+    It also logs in to Kafka as its own user when the config has `kafka_auth`.
     A subclass here rather than a change to `Publisher` only because app.py was being edited at the same time;
-    it can fold into `Publisher.connect` (`Producer.connect(..., seal_key=key)`)."""
+    it can fold into `Publisher.connect` (`Producer.connect(..., seal_key=key, **login)`)."""
 
     def __init__(self, config: MqProxyConfig) -> None:
         super().__init__(config.kafka_bootstrap, config.partitions, config.cluster_id, config.confirm_timeout)
         self.seal_key = bytes.fromhex(config.message_key) if config.message_key else None
+        self.login = client_auth(config.kafka_auth)
 
     async def connect(self) -> None:
-        await super().connect()
-        assert self.producer is not None
-        self.producer.seal_key = self.seal_key  # set before any await: no message leaves unsealed
+        """`Publisher.connect` with the seal and the login: create missing topics, then connect the producer."""
+        await asyncio.to_thread(ensure_topics, self.bootstrap, self.partitions, client=self.login)
+        self.producer = await Producer.connect(self.bootstrap, client_id="mqproxy", seal_key=self.seal_key,
+                                               **self.login)
 
 
 def build(config: MqProxyConfig) -> tuple[ASGIApp, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from libs.mq.settings import KafkaAuth
 from libs.rpc.config import ServiceSettings
 
 
@@ -24,3 +25,4 @@ class TinkerConfig(ServiceSettings):
     # Hex key sealing repair and delete messages (libs/mq/seal.py), derived from the cluster secret; None:
     # messages go unsealed and are accepted unsealed (a cluster run without auth).
     message_key: str | None = Field(None, pattern="^[0-9a-f]{64}$")
+    kafka_auth: KafkaAuth | None = None  # its SASL/SCRAM login (blobstore/kafka_auth.py); None: PLAINTEXT

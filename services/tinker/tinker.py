@@ -17,6 +17,7 @@ from libs.mq.admin import lag
 from libs.mq.consumer import Consumer, Record
 from libs.mq.producer import Producer
 from libs.mq.seal import Forged, unseal
+from libs.mq.settings import client_auth
 from libs.mq.topics import Topic, pipelines
 from libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
 from libs.proto.switches import Switches, TaskType
@@ -51,6 +52,7 @@ class Tinker:
         self.message_key = bytes.fromhex(config.message_key) if config.message_key else None
         self.forged: dict[str, int] = {  # topic -> messages skipped for a missing or wrong seal
             str(topic): 0 for spec in pipelines(config.group_prefix) for topic in spec.topics}
+        self.login = client_auth(config.kafka_auth)  # librdkafka settings of its Kafka user; {}: PLAINTEXT
         self.life = Lifecycle()
         self.life.close(self._close)
 
@@ -59,10 +61,11 @@ class Tinker:
         bootstrap = self.config.kafka_bootstrap
         await self.life.start()
         self.life.loop(lambda: self.switches.follow(self.cluster.list_config, self.config.switch_interval))
-        self._producer = await Producer.connect(bootstrap, client_id="tinker", seal_key=self.message_key)
+        self._producer = await Producer.connect(bootstrap, client_id="tinker", seal_key=self.message_key,
+                                                **self.login)
         repair_slots = asyncio.Semaphore(self.config.concurrency)  # shared by both repair pipelines
         for spec in pipelines(self.config.group_prefix):
-            consumer = await Consumer.connect(bootstrap, spec.group, spec.topics)
+            consumer = await Consumer.connect(bootstrap, spec.group, spec.topics, **self.login)
             deletes = spec.name in ("delete", "reclaim")
             handle = functools.partial(self._on_delete if deletes else self._on_repair, spec.name)
             slots = asyncio.Semaphore(self.config.concurrency) if deletes else repair_slots
@@ -169,6 +172,7 @@ class Tinker:
         out: dict[str, PipelineStats] = {}
         for spec in pipelines(self.config.group_prefix):
             counters = self.pipelines[spec.name].stats if spec.name in self.pipelines else PipelineStats()
-            lags = await asyncio.to_thread(lag, self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics])
+            lags = await asyncio.to_thread(lag, self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics],
+                                            client=self.login)
             out[spec.name] = counters.model_copy(update={"lag": lags})
         return TinkerStats(pipelines=out)

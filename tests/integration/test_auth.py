@@ -23,12 +23,14 @@ from typer.testing import CliRunner
 
 from blobstore import Client, NotFound
 from blobstore.cli import app
+from blobstore.kafka_auth import kafka_user
 from blobstore.launcher import SECRET_FILE, ClusterInfo, down, restart, up
 from blobstore.plan import ClusterShape
 from blobstore.redis_auth import redis_password, with_credentials
 from libs.mq.admin import positions
 from libs.mq.producer import Producer
 from libs.mq.seal import message_key
+from libs.mq.settings import client_auth
 from libs.mq.topics import Topic
 from libs.proto.cluster import DiskStatus, VolumeInfo
 from libs.proto.ids import Vuid
@@ -395,8 +397,11 @@ def _deadline_poll(condition: Callable[[], bool], timeout: float, what: str) -> 
 
 
 def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cluster: ClusterInfo) -> None:
-    """A Kafka writer without the message key: its delete (unsealed, or sealed with another key) is logged,
-    counted and committed past by tinker, and the blob still reads; a DELETE through access still deletes."""
+    """A Kafka writer without the message key (one holding mqproxy's Kafka login): its delete (unsealed, or sealed
+    with another key) is logged, counted and committed past by tinker, and the blob still reads; a DELETE through
+    access still deletes."""
+    secret = (Path(cluster.dir) / SECRET_FILE).read_text().strip()
+    writer, reader = (client_auth(kafka_user(secret, user)) for user in ("mqproxy", "backlog"))
     tinker = next(p for p in cluster.processes if p.role == "tinker")
     forged = 'blobstore_tinker_messages_forged_total', f'topic="{Topic.BLOB_DELETE}"'
     with Client(cluster.access_urls) as client:
@@ -406,8 +411,8 @@ def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cl
         msg = DeleteMsg(cluster_id=1, vid=blob.vid, bid=blob.min_bid, time=time.time() - 3600)  # long past due
 
         async def produce() -> list[tuple[int, int]]:
-            plain = await Producer.connect(cluster.kafka_bootstrap)
-            stranger = await Producer.connect(cluster.kafka_bootstrap, seal_key=message_key(new_secret()))
+            plain = await Producer.connect(cluster.kafka_bootstrap, **writer)
+            stranger = await Producer.connect(cluster.kafka_bootstrap, seal_key=message_key(new_secret()), **writer)
             try:
                 return [await p.send(Topic.BLOB_DELETE, msg.key(), msg.to_bytes()) for p in (plain, stranger)]
             finally:
@@ -417,7 +422,7 @@ def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cl
         sent = asyncio.run(produce())
 
         def consumed_past() -> bool:
-            at = positions(cluster.kafka_bootstrap, "tinker-delete", [Topic.BLOB_DELETE])
+            at = positions(cluster.kafka_bootstrap, "tinker-delete", [Topic.BLOB_DELETE], client=reader)
             return all(at[(Topic.BLOB_DELETE, partition)][0] > offset for partition, offset in sent)
 
         _deadline_poll(consumed_past, 20, "tinker to commit past the forged messages")

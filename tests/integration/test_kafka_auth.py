@@ -1,0 +1,121 @@
+"""The Kafka `cluster up` starts takes SASL/SCRAM logins only, and each service's user may do only its part
+(blobstore/kafka_auth.py): without a login a client writes and reads nothing, tinker's and the backlog's users
+cannot queue a delete, and the cluster still deletes through access and reports its lag."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka import KafkaError
+from typer.testing import CliRunner
+
+from blobstore import Client, NotFound
+from blobstore.cli import app
+from blobstore.kafka_auth import kafka_user
+from blobstore.launcher import SECRET_FILE, ClusterInfo, down, up
+from blobstore.plan import KAFKA_PARTITIONS, ClusterShape
+from libs.mq.settings import KafkaAuth, client_auth
+from libs.mq.topics import Topic
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
+    root = tmp_path_factory.mktemp("kafka-auth")
+    try:
+        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), timeout=60)
+    finally:
+        if (root / "cluster.json").exists():
+            down(root)
+
+
+def login(cluster: ClusterInfo, user: str) -> KafkaAuth:
+    return kafka_user((Path(cluster.dir) / SECRET_FILE).read_text().strip(), user)
+
+
+def produce(cluster: ClusterInfo, auth: KafkaAuth | None, topic: str, **config: Any) -> KafkaError | None:
+    """One record, as a service's producer sends it (idempotent unless `config` says otherwise); its error."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_bootstrap, "enable.idempotence": True,
+                                         "message.timeout.ms": 6000, **client_auth(auth), **config})
+    errors: list[KafkaError | None] = []
+    try:
+        producer.produce(topic, b'{"vid": 1, "bid": 1}', on_delivery=lambda error, _: errors.append(error))
+        producer.flush(10)
+    except (confluent_kafka.KafkaException, SystemError) as exc:  # a fatal error (no idempotence PID) raised
+        # by flush, as itself or as the cause of a SystemError around the delivery callback
+        fatal = exc if isinstance(exc, confluent_kafka.KafkaException) else exc.__cause__
+        assert isinstance(fatal, confluent_kafka.KafkaException), exc
+        return fatal.args[0]  # type: ignore[no-any-return]
+    assert len(errors) == 1
+    return errors[0]
+
+
+def consume(cluster: ClusterInfo, auth: KafkaAuth | None, group: str, topic: str, seconds: float = 6.0, *,
+            join: bool = True) -> int:
+    """How many records a consumer in `group` reads from the start of `topic` within `seconds`: a member of the
+    group if `join`, else reading its partitions as the backlog does (assigned, in no group)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": group,
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                         **client_auth(auth)})
+    try:
+        if join:
+            consumer.subscribe([topic])
+        else:
+            consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                             for p in range(KAFKA_PARTITIONS)])
+        deadline, count = time.monotonic() + seconds, 0
+        while time.monotonic() < deadline:
+            count += sum(m.error() is None for m in consumer.consume(100, timeout=0.5))
+        return count
+    finally:
+        consumer.close()
+
+
+def test_without_a_login_kafka_gives_nothing(cluster: ClusterInfo) -> None:
+    with Client(cluster.access_urls) as client:  # there is something to read: a delete went through
+        client.delete(client.put(b"queued"))
+    assert produce(cluster, None, Topic.BLOB_DELETE) is not None
+    assert consume(cluster, None, "intruder", Topic.BLOB_DELETE) == 0
+    assert consume(cluster, None, "intruder", Topic.BLOB_DELETE, join=False) == 0
+    with pytest.raises(confluent_kafka.KafkaException):
+        confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap}).list_topics(timeout=3)
+    wrong = login(cluster, "mqproxy").model_copy(update={"password": "0" * 64})
+    assert produce(cluster, wrong, Topic.BLOB_DELETE) is not None
+    assert consume(cluster, login(cluster, "backlog"), "backlog", Topic.BLOB_DELETE, join=False) > 0  # it was there
+
+
+def test_each_user_may_do_only_its_part(cluster: ClusterInfo) -> None:
+    tinker, backlog, mqproxy = (login(cluster, user) for user in ("tinker", "backlog", "mqproxy"))
+    refused = produce(cluster, tinker, Topic.BLOB_DELETE)
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
+    refused = produce(cluster, backlog, Topic.BLOB_DELETE_FAILED, **{"enable.idempotence": False})
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
+    refused = produce(cluster, backlog, Topic.BLOB_DELETE)  # idempotent: not even a producer id
+    assert refused is not None and refused.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, refused
+    assert consume(cluster, mqproxy, "mqproxy", Topic.BLOB_DELETE, join=False) == 0  # it writes, never reads
+    assert consume(cluster, backlog, "tinker-delete", Topic.BLOB_DELETE) == 0  # it cannot join tinker's group
+    assert consume(cluster, tinker, "not-tinkers", Topic.BLOB_DELETE) == 0  # only in its own groups
+
+
+def test_the_cluster_deletes_through_tinker_and_reports_its_lag(cluster: ClusterInfo) -> None:
+    with Client(cluster.access_urls) as client:
+        location = client.put(b"soon gone")
+        client.delete(location)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.get(location)
+            except NotFound:
+                break
+            assert time.monotonic() < deadline, "tinker did not delete the blob"
+            time.sleep(0.3)
+    result = CliRunner().invoke(app, ["queue", "stats", "--json", "--dir", cluster.dir])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.stdout)
+    assert set(stats["delete"]["lag"]) == {Topic.BLOB_DELETE, Topic.BLOB_DELETE_FAILED}
+    assert stats["delete"]["done"] >= 1
