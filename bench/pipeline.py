@@ -22,15 +22,18 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blobstore import AsyncClient, launcher
+from blobstore.kafka_auth import ADMIN, kafka_user
 from blobstore.plan import ClusterShape
 from libs.mq.consumer import Consumer
 from libs.mq.producer import Producer
+from libs.mq.settings import client_auth
 from libs.proto.location import Location
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
@@ -105,15 +108,16 @@ async def bench_delete(info: launcher.ClusterInfo, tokens: list[str]) -> dict[st
     return {"blobs_per_s": round(len(tokens) / elapsed, 1), "seconds": round(elapsed, 2)}
 
 
-async def bench_raw_kafka(bootstrap: str, count: int) -> dict[str, float]:
+async def bench_raw_kafka(bootstrap: str, count: int, login: dict[str, Any]) -> dict[str, float]:
+    """`login`: the librdkafka settings of a Kafka user allowed to write and read (the admin's)."""
     topic = "shard_repair"  # an existing topic; a fresh group reads only what it is told to count
-    producer = await Producer.connect(bootstrap)
+    producer = await Producer.connect(bootstrap, **login)
     start = time.perf_counter()
     sent = await asyncio.gather(*(producer.send(topic, b"k%d" % i, b'{"bench": %d}' % i) for i in range(count)))
     produce = time.perf_counter() - start
     await producer.close()
     first = {p: o for p, o in sorted(sent, reverse=True)}  # lowest offset we wrote, per partition
-    consumer = await Consumer.connect(bootstrap, f"bench-{uuid.uuid4().hex[:8]}", [topic])
+    consumer = await Consumer.connect(bootstrap, f"bench-{uuid.uuid4().hex[:8]}", [topic], **login)
     got, start = 0, time.perf_counter()
     while got < count:
         got += sum(1 for r in await consumer.poll(timeout=0.5) if r.offset >= first.get(r.partition, 1 << 62))
@@ -139,7 +143,8 @@ def main() -> None:
             blobs = [next(Location.from_token(t, key).blob_ids()) for t in tokens]
             repair = asyncio.run(bench_repair(info, blobs))
             delete = asyncio.run(bench_delete(info, tokens))
-            raw = asyncio.run(bench_raw_kafka(info.kafka_bootstrap, args.blobs))
+            admin = kafka_user((root / launcher.SECRET_FILE).read_text().strip(), ADMIN)
+            raw = asyncio.run(bench_raw_kafka(info.kafka_bootstrap, args.blobs, client_auth(admin)))
         finally:
             launcher.down(root)
     result = {"blobs": args.blobs, "size": args.size, "repair": repair, "delete": delete, "raw_kafka": raw}

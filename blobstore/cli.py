@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,16 +27,19 @@ from typer.core import TyperGroup
 
 from blobstore.client import Client
 from blobstore.errors import BlobstoreError, NotFound
-from blobstore.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, down, sign_as_operator, status, up
+from blobstore.kafka_auth import kafka_user
+from blobstore.launcher import DEFAULT_DIR, SECRET_FILE, ClusterInfo, LauncherError, down, sign_as_operator, status, up
 from blobstore.plan import LOCAL_BROKEN_AFTER, ClusterShape
 from blobstore.procs import poll
 from blobstore.shards import inspect_shards
 from libs.ec import parse_code_mode
 from libs.mq.admin import lag
+from libs.mq.settings import KafkaAuth, client_auth
 from libs.mq.topics import pipelines
 from libs.proto.cluster import DiskStatus, VolumeStatus
 from libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from libs.proto.tinker import TinkerStats
+from libs.rpc.auth import SECRET_ENV
 from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
@@ -98,6 +102,26 @@ def _kafka(root: Path, kafka: str) -> str:
     if not bootstrap:
         raise ValueError(f"the cluster in {root}/ runs no Kafka: pass --kafka HOST:PORT")
     return bootstrap
+
+
+KafkaUserOpt = Annotated[str, typer.Option(
+    "--kafka-user", help="Log in to Kafka as this user (backlog, admin), its password derived from the secret "
+    "[default: backlog for the cluster.json's Kafka, none for --kafka].")]
+
+
+def _kafka_login(root: Path, kafka: str, user: str) -> KafkaAuth | None:
+    """The SASL login for the Kafka of `_kafka`: the read-only backlog user on the cluster folder's own broker
+    (which requires one), `user` if named; the password derives from $BLOBSTORE_SECRET or the folder's secret."""
+    user = user or ("" if kafka else "backlog")
+    if not user:
+        return None
+    secret = os.environ.get(SECRET_ENV) or (
+        (root / SECRET_FILE).read_text().strip() if (root / SECRET_FILE).exists() else "")
+    if not secret:
+        if kafka:
+            raise ValueError(f"--kafka-user {user} needs the cluster secret: ${SECRET_ENV} or {root}/{SECRET_FILE}")
+        return None  # a cluster folder without a secret was started before Kafka had users
+    return kafka_user(secret, user)
 
 
 def _tinker(root: Path, tinker: str) -> str:
@@ -276,7 +300,8 @@ def delete(location: str, wait: Annotated[float, typer.Option(
 def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
                 kafka: Annotated[str, typer.Option(help="Kafka bootstrap HOST:PORT [default: cluster.json].")] = "",
                 tinker: Annotated[str, typer.Option(help="tinker URL [default: cluster.json].")] = "",
-                group_prefix: Annotated[str, typer.Option(help="tinker's group_prefix.")] = "tinker") -> None:
+                group_prefix: Annotated[str, typer.Option(help="tinker's group_prefix.")] = "tinker",
+                kafka_user_: KafkaUserOpt = "") -> None:
     """Lag per topic and partition of tinker's consumer groups, and tinker's in/done/failed/retried counters."""
     bootstrap, tinker_url = _kafka(dir, kafka), _tinker(dir, tinker)
 
@@ -290,7 +315,8 @@ def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
         err.print(f"tinker at {tinker_url} did not answer ({exc}): no counters", style="yellow")
         counters = None
     specs = pipelines(group_prefix)
-    lags = {spec.name: lag(bootstrap, spec.group, [str(t) for t in spec.topics]) for spec in specs}
+    login = client_auth(_kafka_login(dir, kafka, kafka_user_))
+    lags = {spec.name: lag(bootstrap, spec.group, [str(t) for t in spec.topics], client=login) for spec in specs}
     found = {spec.name: counters.pipelines.get(spec.name) if counters is not None else None for spec in specs}
     if as_json:
         typer.echo(json.dumps({spec.name: {"group": spec.group, "lag": lags[spec.name],

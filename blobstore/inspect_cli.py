@@ -15,7 +15,20 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from blobstore.cli import DEFAULT_DIR, CmOpt, DirOpt, JsonOpt, _clustermgr, _emit, _kafka, _on_cluster, err, out
+from blobstore.cli import (
+    DEFAULT_DIR,
+    CmOpt,
+    DirOpt,
+    JsonOpt,
+    KafkaUserOpt,
+    _clustermgr,
+    _emit,
+    _kafka,
+    _kafka_login,
+    _on_cluster,
+    err,
+    out,
+)
 from blobstore.launcher import ClusterInfo, LauncherError
 from libs.proto.switches import TaskType
 from libs.rpc import auth
@@ -181,7 +194,7 @@ def inspect_backlog(out_: OutOpt = "", master: MasterOpt = "local[*]",
                     stall_after: Annotated[float, typer.Option(
                         help="Seconds without progress after which a backlog is stalled.")] = 300.0,
                     conf: ConfOpt = None, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
-                    clustermgr: CmOpt = "") -> None:
+                    clustermgr: CmOpt = "", kafka_user: KafkaUserOpt = "") -> None:
     """Unconsumed repair and delete messages (Spark's Kafka source) and open scheduler tasks: counts by type,
     disk, volume and age, the oldest item, drain rate, ETA and stalled flags."""
     from spark.backlog import BacklogOptions, backlog, gather
@@ -191,7 +204,7 @@ def inspect_backlog(out_: OutOpt = "", master: MasterOpt = "local[*]",
     options = BacklogOptions(bootstrap=_kafka(dir, kafka),
                              cluster_id=cluster_id if cluster_id is not None else int(tinker.get("cluster_id", 1)),
                              group_prefix=group_prefix or str(tinker.get("group_prefix", "tinker")),
-                             window=window, stall_after=stall_after)
+                             window=window, stall_after=stall_after, auth=_kafka_login(dir, kafka, kafka_user))
     target = _absolute(out_ or str(dir / "backlog"))
     with _refusals_fail():
         gathered = _on_cluster(dir, clustermgr, lambda cm: gather(cm, options, target))

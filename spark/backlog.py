@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from libs.mq.admin import positions
+from libs.mq.settings import KafkaAuth, client_auth
 from libs.mq.topics import Topic, pipelines
 from libs.proto.scheduler import FINAL_STATES, TASK_PREFIX, TaskRecord
 from libs.proto.switches import TaskType, switch_states
@@ -56,6 +57,7 @@ class BacklogOptions:
     group_prefix: str = "tinker"
     window: float = 3600.0  # seconds of finished task records that make the task rate
     stall_after: float = 300.0  # backlog older than this that does not drain is stalled; a task not moved, stuck
+    auth: KafkaAuth | None = None  # the SASL login (the read-only backlog user); None: PLAINTEXT
 
 
 @dataclass
@@ -76,7 +78,8 @@ def sample_positions(options: BacklogOptions) -> Positions:
     """Where tinker's groups stand on every repair and delete topic, and the end offsets."""
     found: Positions = {}
     for spec in pipelines(options.group_prefix):
-        found.update(positions(options.bootstrap, spec.group, [str(t) for t in spec.topics]))
+        found.update(positions(options.bootstrap, spec.group, [str(t) for t in spec.topics],
+                               client=client_auth(options.auth)))
     return found
 
 
@@ -113,6 +116,15 @@ def _offsets_json(positions: Positions, pick: int) -> str:
     return json.dumps(by_topic)
 
 
+def _java_login(auth: KafkaAuth | None) -> dict[str, str]:
+    """The Kafka source's options (the Java client's settings, prefixed `kafka.`) that log in as `auth`."""
+    if auth is None:
+        return {}
+    return {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": auth.mechanism,
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                      f'username="{auth.username}" password="{auth.password}";'}
+
+
 def _messages(spark: SparkSession, options: BacklogOptions, positions: Positions, now: float) -> DataFrame:
     """One entry per unconsumed message of this cluster, read by the executors with Spark's Kafka source."""
     waiting = {tp: pair for tp, pair in positions.items() if pair[1] > pair[0]}
@@ -120,7 +132,7 @@ def _messages(spark: SparkSession, options: BacklogOptions, positions: Positions
         return spark.createDataFrame([], ENTRY_DDL)
     assign = {topic: sorted(p for t, p in waiting if t == topic) for topic, _ in waiting}
     raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", options.bootstrap)
-           .option("assign", json.dumps(assign))
+           .options(**_java_login(options.auth)).option("assign", json.dumps(assign))
            .option("startingOffsets", _offsets_json(waiting, 0)).option("endingOffsets", _offsets_json(waiting, 1))
            .load())
     task = F.lit(None).cast("string")
