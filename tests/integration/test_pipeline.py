@@ -22,7 +22,7 @@ from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from tests.integration.test_access import wait_for_put
-from tests.support.processes import LocalCluster, wait_until
+from tests.support.processes import SIGNED, LocalCluster, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -67,8 +67,8 @@ def chunk_blocks(cluster: LocalCluster) -> int:
 
 
 def tinker_stats(cluster: LocalCluster) -> dict[str, PipelineStats]:
-    return TinkerStats.model_validate_json(httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30).content
-                                           ).pipelines
+    answer = httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30, auth=SIGNED)
+    return TinkerStats.model_validate_json(answer.content).pipelines
 
 
 def test_delete_hides_at_once_and_reclaims_space_after_the_safe_delay(cluster_factory: ClusterFactory) -> None:
@@ -164,14 +164,14 @@ def test_priority_repairs_overtake_a_backlog(cluster_factory: ClusterFactory) ->
 
     lose_shard(cluster, blobs, 1)
     *backlog, urgent = blobs
-    with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60) as mq:
+    with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60, auth=SIGNED) as mq:
         # A first priority repair (of a blob that needs none) proves the priority consumer has joined its group.
         warm = {"vid": backlog[0][0], "bid": 0, "bad_indexes": [1], "priority": True}
         assert mq.post("/repairmsg", json={"messages": [warm]}).status_code == 200
     wait_until(lambda: tinker_stats(cluster)["repair_prior"].done >= 1, 30, "the priority group joined")
     os.kill(tinker.pid, signal.SIGSTOP)  # let both topics fill before tinker polls either
     try:
-        with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60) as mq:
+        with httpx.Client(base_url=cluster.background["mqproxy"].url, timeout=60, auth=SIGNED) as mq:
             ordinary = [{"vid": v, "bid": b, "bad_indexes": [1]} for v, b in backlog]
             assert mq.post("/repairmsg", json={"messages": ordinary}).status_code == 200
             first = {"vid": urgent[0], "bid": urgent[1], "bad_indexes": [1], "priority": True}
@@ -199,7 +199,7 @@ def test_kafka_restart_during_a_repair_stream_loses_no_message(
 
     lose_shard(cluster, blobs, 2)
     acked = []
-    with httpx.Client(base_url=mqproxy.url, timeout=60) as mq:
+    with httpx.Client(base_url=mqproxy.url, timeout=60, auth=SIGNED) as mq:
         for i, (vid, bid) in enumerate(blobs):
             if i == 20:
                 kafka_broker.restart()
