@@ -24,13 +24,14 @@ from services.clustermgr.client import ClusterClient
 from tests.integration.test_access import wait_for_put
 from tests.integration.test_pipeline import blobs_of, states
 from tests.spark.conftest import blobstore, cluster_args, found, summary
-from tests.support.processes import LocalCluster, wait_until
+from tests.support.processes import SIGNED, LocalCluster, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]
 
 
 def repair_paused(cluster: LocalCluster) -> bool:
-    stats = TinkerStats.model_validate_json(httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30).content)
+    answer = httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30, auth=SIGNED)
+    stats = TinkerStats.model_validate_json(answer.content)
     return stats.pipelines["repair"].paused and stats.pipelines["repair_prior"].paused
 
 
