@@ -42,7 +42,7 @@ from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.scheduler.client import SchedulerClient
 from services.scheduler.rules import units_per_disk
-from tests.support.processes import BlobnodeFactory, LocalCluster, Service
+from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
 
 ClusterFactory = Callable[..., LocalCluster]
 SIZES = [10, 3_000, 40_000, 300_000, 1_200_000, 3_000_000]
@@ -206,7 +206,7 @@ def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFac
 
     async def scenario() -> None:
         objects = await store(cluster, 24, seed=5)
-        async with ClusterClient(cm_urls) as cm, httpx.AsyncClient() as http:
+        async with ClusterClient(cm_urls) as cm, httpx.AsyncClient(auth=SIGNED) as http:
             await cm.set_config(switch_key(TaskType.BALANCE), OFF)
             broken = busiest_disk(await cm.list_volumes())
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
@@ -478,7 +478,7 @@ def test_volume_inspection_queues_repairs_for_missing_shards(cluster_factory: Cl
                 return True
 
             await until(back, 60, "the deleted shard repaired from the inspection's message")
-            async with httpx.AsyncClient() as http:
+            async with httpx.AsyncClient(auth=SIGNED) as http:
                 scrape = (await http.get(f"{cluster.background['scheduler0'].url}/metrics")).text
             assert _sample(scrape, "blobstore_scheduler_inspect_lost_blobs_total") >= 1
             assert _sample(scrape, "blobstore_scheduler_inspect_repairs_total") >= 1
