@@ -268,6 +268,7 @@ def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboar
     scraped = [*(p for k in clusters for p in clusters[k]), *nodes]
     boards = [_service("dashboard", p, s,
                        {"clustermgr_hosts": urls(home, "clustermgr"), "kafka_bootstrap": s.kafka_bootstrap,
+                        **({"kafka_auth": kafka_user(s.auth_secret, "backlog").model_dump()} if s.kafka_sasl else {}),
                         "targets": [{"name": t.name, "role": t.role, "url": t.url} for t in scraped]})
               for p in dashboard]
     return [*scraped, *boards]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from libs.mq.settings import KafkaAuth
 from libs.rpc.config import ServiceSettings
 
 
@@ -21,6 +22,7 @@ class DashboardConfig(ServiceSettings):
     # The processes to show; blobnodes found in clustermgr's disk table are added to them.
     targets: list[Target] = Field(default_factory=list)
     kafka_bootstrap: str = ""  # where tinker's backlog is read; empty: the backlog is not shown
+    kafka_auth: KafkaAuth | None = None  # the read-only `backlog` login on a Kafka that takes logins only
     tinker_group_prefix: str = "tinker"
     scrape_interval: float = Field(2.0, ge=0.2)
     scrape_timeout: float = Field(2.0, gt=0)

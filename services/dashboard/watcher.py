@@ -15,6 +15,7 @@ from collections import deque
 from confluent_kafka import KafkaException
 
 from libs.mq.admin import lag
+from libs.mq.settings import client_auth
 from libs.mq.topics import pipelines
 from libs.proto.clustermgr import DiskView
 from libs.proto.dashboard import Overview, RatePoint
@@ -99,7 +100,8 @@ class Watcher:
         """Messages each of tinker's consumer groups has not committed yet (blocking: run in a thread)."""
         backlog = {}
         for spec in pipelines(self.config.tinker_group_prefix):
-            per_topic = lag(self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics], timeout=3.0)
+            per_topic = lag(self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics], timeout=3.0,
+                            client=client_auth(self.config.kafka_auth))
             backlog[spec.name] = sum(n for parts in per_topic.values() for n in parts.values())
         return backlog
 
