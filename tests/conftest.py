@@ -16,6 +16,7 @@ from tests.support.processes import (
     TEST_SECRET,
     BlobnodeFactory,
     LocalCluster,
+    RedisServer,
     Service,
     free_port,
     stop_all,
@@ -176,7 +177,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
 
 
 @pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A real redis-server (Debian's) on a free port, stopped by PID at teardown."""
     port = free_port()
     workdir = tmp_path / "redis"
@@ -186,10 +187,15 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: _accepts(port), 10, "redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisServer(f"redis://127.0.0.1:{port}/0", proc)
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
 
 
 def _accepts(port: int) -> bool:

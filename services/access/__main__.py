@@ -71,7 +71,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     if config.redis_url:
         import redis.asyncio as aioredis
 
-        redis = aioredis.from_url(config.redis_url)
+        redis = aioredis.from_url(config.redis_url, socket_timeout=config.redis_timeout,
+                                   socket_connect_timeout=config.redis_timeout)
         life.close(redis.aclose)
     blobnodes = BlobnodeClient()
     life.close(blobnodes.close)

@@ -26,6 +26,7 @@ class AccessConfig(ServiceSettings):
     region: list[ClusterHosts] = Field(default_factory=list)  # more clusters behind this access layer
     region_refresh: float = Field(10.0, gt=0)  # seconds between looks at each cluster's free space
     redis_url: str = ""  # optional second-level volume cache, e.g. redis://127.0.0.1:6379/0
+    redis_timeout: float = Field(1.0, gt=0)  # seconds per Redis call or connect: past it, clustermgr answers
     blob_size: int = Field(4 << 20, ge=64 << 10, le=32 << 20)
     max_object_size: int = Field(5 << 30, ge=1)
     default_code_mode: str = "EC3P3"  # when clustermgr publishes no size policy

@@ -83,6 +83,9 @@ log = logging.getLogger(__name__)
 # client's deadline: a PUT waits on it), and for STALE_RETRY seconds more before it is asked again.
 STALE_ASK = 1.0
 STALE_RETRY = 5.0
+# What a Redis cache call may raise: redis-py's errors, and uvloop's RuntimeError for a pooled connection whose
+# socket closed unseen (a Redis host cut off, then back): either way the cache is skipped, never a failed request.
+REDIS_ERRORS = (RedisError, RuntimeError)
 T = TypeVar("T")
 
 
@@ -418,20 +421,20 @@ class VolumeCache:
             return None
         try:
             raw = await self.redis.get(self._key(vid))
-        except RedisError as exc:  # a cache: without it, clustermgr answers
+        except REDIS_ERRORS as exc:  # a cache: without it, clustermgr answers
             log.warning("volume %d not read from the Redis cache: %s", vid, exc)
             return None
         return None if raw is None else VolumeInfo.model_validate_json(raw)
 
     async def _to_redis(self, volume: VolumeInfo) -> None:
         if self.redis is not None:
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(*REDIS_ERRORS):
                 await self.redis.set(self._key(volume.vid), volume.model_dump_json(), ex=max(1, int(self.ttl)))
 
     async def invalidate(self, vid: int) -> None:
         self._local.pop(vid, None)
         if self.redis is not None:
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(*REDIS_ERRORS):
                 await self.redis.delete(self._key(vid))
 
     async def on_unit(self, vid: int, index: int, call: Callable[[Unit], Awaitable[T]]) -> T:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import httpx
 import redis
 
 from libs.proto.location import Location
-from tests.support.processes import SIGNED, LocalCluster, stop_all
+from tests.support.processes import SIGNED, LocalCluster, RedisServer, stop_all
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -112,6 +113,27 @@ def test_volume_info_is_shared_through_redis(cluster_factory: ClusterFactory, re
     fresh = cluster.add_access()
     with httpx.Client(base_url=fresh.url, timeout=60) as client:
         assert client.get(f"/blob/{token}").content == data
+
+
+def test_a_redis_that_resets_or_dies_under_access_costs_no_get(cluster_factory: ClusterFactory,
+                                                               redis_server: RedisServer) -> None:
+    """Redis is only a cache: its connections reset under access (the pooled sockets then close unseen), later
+    killed -9, the next volume lookups fall through to clustermgr and every GET is served."""
+    cluster = cluster_factory(redis_url=redis_server.url, volume_cache_ttl=0.3)
+    data = random.Random(12).randbytes(50_000)
+    port = redis_server.url.rsplit(":", 1)[1].split("/")[0]
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        token = wait_for_put(client, data)
+        for break_redis in (lambda: subprocess.run(["ss", "-K", "state", "established", "sport", "=", f":{port}"],
+                                                   check=True, capture_output=True),  # an RST to each client
+                            redis_server.process.kill):
+            assert client.get(f"/blob/{token}").content == data  # the volume is cached in Redis and locally
+            break_redis()
+            time.sleep(0.5)  # the local entry expires: the next GET asks Redis first
+            for _ in range(3):
+                answer = client.get(f"/blob/{token}")
+                assert answer.status_code == 200, answer.text
+                assert answer.content == data
 
 
 def test_small_objects_share_a_reservation_and_its_unused_bytes_go_back(cluster_factory: ClusterFactory) -> None:

@@ -136,6 +136,14 @@ def stop_all(services: list[Service]) -> None:
 BlobnodeFactory = Callable[..., Service]
 
 
+@dataclass(frozen=True)
+class RedisServer:
+    """A redis-server a test started (tests/conftest.py `redis_server`)."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+
 @dataclass
 class LocalCluster:
     clustermgr: list[Service]
