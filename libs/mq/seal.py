@@ -24,6 +24,8 @@ import hashlib
 import hmac
 from collections.abc import Iterable
 
+from libs.mac import hmac_sha256
+
 SEAL_HEADER = "blobstore-seal"
 VERSION = b"v1"
 Headers = Iterable[tuple[str, bytes | str | None]]
@@ -41,7 +43,7 @@ def message_key(secret: str) -> bytes:
 
 def _mac(key: bytes, topic: str, value: bytes) -> bytes:
     text = b"\0".join((b"blobstore seal " + VERSION, topic.encode(), value))
-    return hmac.digest(key, text, hashlib.sha256)
+    return hmac_sha256(key, text)
 
 
 def seal(key: bytes, topic: str, value: bytes) -> bytes:

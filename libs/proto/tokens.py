@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import re
 
+from libs.mac import hmac_sha256
 from libs.rpc.errors import BadRequest, Forbidden
 
 MAC_SIZE = 16
@@ -39,7 +39,7 @@ def verified_body(token: str, secret: bytes, what: str, max_len: int) -> bytes:
 def mac(secret: bytes, body: bytes) -> bytes:
     if not secret:
         raise ValueError("the cluster secret must not be empty")
-    return hmac.new(secret, body, hashlib.sha256).digest()[:MAC_SIZE]
+    return hmac_sha256(secret, body)[:MAC_SIZE]
 
 
 def max_token_len(max_body: int) -> int:

@@ -16,7 +16,6 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -27,7 +26,15 @@ from pydantic import BaseModel
 
 from libs.rpc import auth
 from libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
-from libs.rpc.auth import AUTH_HEADER, CALLER_SCOPE_KEY, STREAMED, Signer, Verifier, required_capability
+from libs.rpc.auth import (
+    AUTH_HEADER,
+    CALLER_SCOPE_KEY,
+    STREAMED,
+    Signer,
+    Verifier,
+    query_pairs,
+    required_capability,
+)
 from libs.rpc.client import trust
 from libs.rpc.config import ServiceSettings, TLSConfig, auth_problem, load_config
 from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge, Unauthorized
@@ -180,7 +187,7 @@ def _rendering_errors(handler: FastRoute) -> ASGIApp:
 
 
 def query_params(scope: Scope) -> dict[str, str]:
-    return dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    return {name: value for name, value in query_pairs(scope.get("query_string", b"").decode("latin-1")) if value}
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -345,7 +352,7 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
         if scope["type"] != "http" or required_capability(path) is None:
             await app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", []) if k in _GUARDED}
         try:
             declared = int(headers["content-length"]) if "content-length" in headers else None
             body: bytes | None = None
@@ -353,8 +360,8 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
             if path not in STREAMED:
                 if declared is not None and declared > max_body:
                     raise TooLarge(f"a signed request body may hold {max_body} bytes, not {declared}")
-                if declared is None and "transfer-encoding" not in headers:
-                    body = b""  # no body by HTTP's rules: nothing to read (most GETs)
+                if not declared and "transfer-encoding" not in headers:
+                    body = b""  # no body by HTTP's rules or an empty one: nothing to read (most GETs)
                 else:
                     body, read = await _read_body(receive, max_body), True
             target = headers.get("host", "").lower()
@@ -369,6 +376,9 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
         await app(scope, _replay(body, receive) if read and body is not None else receive, send)
 
     return guard
+
+
+_GUARDED = frozenset(name.encode() for name in ("content-length", "transfer-encoding", "host", AUTH_HEADER))
 
 
 def _local_address(scope: Scope) -> str:

@@ -182,8 +182,9 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             body = {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}
             content = json.dumps(body).encode()
             header = operator.header("POST", f"{unit.host}/shard/markdelete", None, content)
-            elsewhere = f"{other.host}/shard/markdelete"
-            for host in (urlsplit(unit.host).netloc, urlsplit(other.host).netloc):
+            stranger = next(d.host for d in disks if d.host != unit.host)
+            elsewhere = f"{stranger}/shard/markdelete"
+            for host in (urlsplit(unit.host).netloc, urlsplit(stranger).netloc):
                 answer = await raw.post(elsewhere, content=content, headers={
                     AUTH_HEADER: header, "host": host, "content-type": "application/json"})
                 assert answer.status_code == 401, answer.text
