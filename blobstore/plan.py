@@ -173,13 +173,14 @@ C = Capability
 CAPABILITIES: dict[str, tuple[Capability, ...]] = {
     "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.ALLOCATE, C.UNITS, C.KV, C.ADMIN, C.CHUNK,
                    C.RAFT_MEMBER),
-    "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE, C.QUEUE_REPAIR),
+    "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.DISCARD_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE,
+                 C.QUEUE_REPAIR),
     "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE),
     "allocator": (C.ALLOCATE, C.OBSERVE),
     "mqproxy": (C.QUEUE_REPAIR, C.QUEUE_DELETE, C.REGISTER, C.OBSERVE),
     "scheduler": (C.OBSERVE, C.REGISTER, C.KV, C.UNITS, C.DISK_STATUS, C.TASKS, C.TASK_CONTROL, C.QUEUE_REPAIR,
                   C.READ_SHARD, C.CHUNK),
-    "worker": (C.TASKS, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.OBSERVE, C.REGISTER, C.REPAIR),
+    "worker": (C.TASKS, C.READ_SHARD, C.WRITE_SHARD, C.DISCARD_SHARD, C.OBSERVE, C.REGISTER, C.REPAIR),
     "tinker": (C.OBSERVE, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.REPAIR),  # read-shard: a reclaim stats shards
     "dashboard": (C.OBSERVE,),
 }
@@ -224,7 +225,8 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
     cm_urls = [cm.url for cm in cms]
     blobnodes = [_service("blobnode", p, s, {"hostname": p.host, "rack": p.rack, "idc": p.az,
                                              "disks": [{"path": d} for d in p.disks], "clustermgr_hosts": cm_urls,
-                                             "heartbeat_interval": 1.0, "export_roots": list(s.export_roots)},
+                                             "heartbeat_interval": 1.0, "export_roots": list(s.export_roots),
+                                             "delete_hold": s.delete_delay},  # tinker's safe delay, enforced
                           cluster_id)
                  for p in layout["blobnode"]]
 

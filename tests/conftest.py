@@ -135,7 +135,8 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                                     "code_modes": [{"code_mode": code_mode, "min_volumes": min_volumes}],
                                     **(clustermgr or {})})
         cm_urls = [cm.url for cm in cms]
-        nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, **(blobnode or {})) for i in range(blobnodes)]
+        node_config = {"delete_hold": safe_delay, **(blobnode or {})}  # tinker's safe delay, as `cluster up` sets
+        nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, **node_config) for i in range(blobnodes)]
         allocs = [launch("services.allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
                          retain_interval=2.0) for i in range(allocators)]
         background: dict[str, Service] = {}

@@ -27,6 +27,10 @@ class ShardNotMarkDeleted(ChunkError):
     """A delete for good of a shard not marked deleted first (a blobnode takes it only in two steps)."""
 
 
+class ShardHeld(ChunkError):
+    """A delete for good of a shard marked deleted less than the blobnode's `delete_hold` ago."""
+
+
 class CrcMismatch(ChunkError):
     """The bytes of a put do not have the CRC its caller signed."""
 

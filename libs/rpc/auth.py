@@ -53,7 +53,8 @@ CALLER_SCOPE_KEY = "blobstore.caller"  # where `authenticated` leaves the verifi
 class Capability(StrEnum):
     READ_SHARD = "read-shard"  # read and list shards and chunks (also what an inspection grant carries)
     WRITE_SHARD = "write-shard"  # store a shard, mark or unmark it deleted
-    DELETE_SHARD = "delete-shard"  # remove a shard already marked deleted
+    DELETE_SHARD = "delete-shard"  # remove a shard marked deleted at least the blobnode's delete_hold ago (tinker)
+    DISCARD_SHARD = "discard-shard"  # remove a shard at once to write the right bytes in its place (repair)
     CHUNK = "chunk"  # create, seal, release and compact chunks
     EXPORT = "export"  # a blobnode writing its index for the inspection
     OBSERVE = "observe"  # read cluster state: disks, volumes, services, config, kv, tasks, stats
@@ -79,6 +80,7 @@ ROUTES: dict[str, Capability] = {
     **dict.fromkeys(("/shard/get", "/shard/stat", "/shard/list", "/chunk/list", "/chunk/stat"), _C.READ_SHARD),
     **dict.fromkeys(("/shard/put", "/shard/markdelete", "/shard/unmarkdelete"), _C.WRITE_SHARD),
     "/shard/delete": _C.DELETE_SHARD,
+    "/shard/discard": _C.DISCARD_SHARD,
     **dict.fromkeys(("/chunk/create", "/chunk/release", "/chunk/readonly", "/chunk/readwrite", "/chunk/compact"),
                     _C.CHUNK),
     "/inspect/export": _C.EXPORT,

@@ -120,6 +120,12 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     shard_status_route("/shard/unmarkdelete", ShardStatus.NORMAL)
     shard_status_route("/shard/delete", None)
 
+    @app.post("/shard/discard")
+    async def shard_discard(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        async with node.background(req.disk_id, io_class):
+            await node.discard_shard(req.disk_id, req.vuid, req.bid, io_class)
+        return ShardStatusResult(bid=req.bid, status="deleted")
+
     @app.get("/shard/stat")
     async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), bid: int = Query(ge=0),
                          io_class: IOClass = IOClass.USER) -> ShardInfo:

@@ -126,14 +126,13 @@ class BlobnodeClient(ServiceClient):
 
     async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                            io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        """Delete for good a shard already marked deleted (a blobnode refuses any other with Conflict)."""
+        """Delete for good a shard marked deleted at least the blobnode's `delete_hold` ago (Conflict otherwise)."""
         return await self._shard_op(host, "delete", disk_id, vuid, bid, io_class)
 
     async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                             io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        """Mark a shard deleted, then delete it for good: a repair or migration making room for the right bytes."""
-        await self._shard_op(host, "markdelete", disk_id, vuid, bid, io_class)
-        return await self._shard_op(host, "delete", disk_id, vuid, bid, io_class)
+        """Delete a shard at once: a repair or migration making room for the right bytes (discard-shard)."""
+        return await self._shard_op(host, "discard", disk_id, vuid, bid, io_class)
 
     async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int,
                          io_class: IOClass = IOClass.USER) -> ShardInfo:

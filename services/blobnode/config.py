@@ -41,6 +41,10 @@ class BlobnodeConfig(ServiceSettings):
     # I/O of the disk (within its background caps); a shard that fails gets a repair queued through mqproxy.
     scrub_period: float = Field(14 * 86400.0, ge=0)
     scrub_mb_per_sec: float = Field(8.0, gt=0)
+    # a shard marked deleted is deleted for good (/shard/delete, tinker's user deletes) only this many seconds after
+    # its mark: tinker's delete_safe_delay, so a caller holding the delete capability alone cannot hurry a delete;
+    # /shard/discard (repair and migration making room for the right bytes) takes another capability and no wait
+    delete_hold: float = Field(4 * 3600.0, ge=0)
     # inspection exports are written only under these (absolute paths or URIs); none: every export is refused
     export_roots: list[str] = Field(default_factory=list)
 

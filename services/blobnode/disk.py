@@ -25,6 +25,7 @@ from libs.chunkfile import (
     ChunkFile,
     ChunkId,
     GroupCommit,
+    ShardHeld,
     ShardMeta,
     ShardNotMarkDeleted,
     ShardStatus,
@@ -44,6 +45,12 @@ FORMAT_VERSION = 1
 
 class DiskFormatError(Exception):
     """The disk's format file is missing, damaged or belongs to another disk or cluster."""
+
+
+def delete_wait(marked_at: int, hold: float, now: float) -> float:
+    """Seconds until a shard marked deleted at `marked_at` (unix seconds; 0: unknown, an index entry older than the
+    field) may be deleted for good, `hold` seconds after its mark; 0 when it may be now."""
+    return 0.0 if marked_at == 0 else max(0.0, marked_at + hold - now)
 
 
 def _record_bytes(record: ChunkInfo) -> bytes:
@@ -276,18 +283,28 @@ class Disk:
         with self.unit_lock(vuid).shared():
             return self.chunk_for(vuid, write=False)
 
-    def shard_status(self, vuid: int, bid: int, status: ShardStatus | None) -> ShardMeta | None:
-        """Mark-delete (status MARK_DELETED), undo it (NORMAL), or delete for good (None)."""
+    def shard_status(self, vuid: int, bid: int, status: ShardStatus | None, hold: float = 0.0) -> ShardMeta | None:
+        """Mark-delete (status MARK_DELETED), undo it (NORMAL), or delete for good (None) a shard marked at least
+        `hold` seconds ago."""
         with self.unit_lock(vuid).shared():
             chunk = self.chunk_for(vuid, write=False)
             if status is None:
-                if chunk.stat_shard(bid).status is not ShardStatus.MARK_DELETED:
+                meta = chunk.stat_shard(bid)
+                if meta.status is not ShardStatus.MARK_DELETED:
                     raise ShardNotMarkDeleted(f"bid {bid} of unit {vuid} is not marked deleted: mark it first")
+                wait = delete_wait(meta.marked_at, hold, time.time())
+                if wait > 0:
+                    raise ShardHeld(f"bid {bid} of unit {vuid} is deleted for good only {hold:.0f} s after its mark "
+                                    f"(this blobnode's delete_hold): {wait:.0f} s from now")
                 chunk.delete_shard(bid)
                 return None
             if status is ShardStatus.MARK_DELETED:
                 return chunk.mark_delete(bid)
             return chunk.unmark_delete(bid)
+
+    def discard_shard(self, vuid: int, bid: int) -> None:
+        with self.unit_lock(vuid).shared():
+            self.chunk_for(vuid, write=False).delete_shard(bid)
 
     def stored_bytes(self) -> int:
         """Data bytes of the shards indexed on the disk (mark-deleted ones too): what a scrub pass reads, about."""

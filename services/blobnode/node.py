@@ -55,6 +55,7 @@ _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
     chunkfile.ChunkReadOnly: errors.ChunkReadonly,
     chunkfile.CrcMismatch: errors.BadRequest,
     chunkfile.ShardNotMarkDeleted: errors.Conflict,
+    chunkfile.ShardHeld: errors.Conflict,
 }
 
 
@@ -304,8 +305,13 @@ class Blobnode:
 
     async def set_shard_status(self, disk_id: int, vuid: int, bid: int, status: ShardStatus | None,
                                io_class: IOClass = IOClass.USER) -> ShardMeta | None:
+        """Mark, unmark, or (None) delete for good a shard marked at least `delete_hold` seconds ago."""
         return await self._shard_op(_STATUS_OPS[status], disk_id, io_class, self.disk(disk_id).shard_status, vuid,
-                                    bid, status)
+                                    bid, status, self.config.delete_hold)
+
+    async def discard_shard(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER) -> None:
+        """Delete a shard at once, to write the right bytes in its place (repair, migration)."""
+        await self._shard_op("discard", disk_id, io_class, self.disk(disk_id).discard_shard, vuid, bid)
 
     async def export(self, req: ExportRequest) -> list[DiskExport]:
         """Write the shard index and chunk list of each disk under `req.target` (all disks at once), each bounded

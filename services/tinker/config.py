@@ -14,7 +14,9 @@ class TinkerConfig(ServiceSettings):
     clustermgr_hosts: list[str] = Field(min_length=1)
     kafka_bootstrap: str = "127.0.0.1:9092"
     group_prefix: str = "tinker"  # consumer groups are <prefix>-repair-prior, <prefix>-repair, <prefix>-delete
-    delete_safe_delay: float = Field(4 * 3600.0, ge=0)  # seconds between DELETE and the space coming back
+    # seconds a deleted blob's shards stay marked (recoverable) before tinker removes them for good; its blobnodes'
+    # delete_hold should be the same (`cluster up` and `deploy render` set both), or they refuse the removal
+    delete_safe_delay: float = Field(4 * 3600.0, ge=0)
     delete_log: str = "tinker-deletes.jsonl"
     retry_base: float = Field(1.0, gt=0)  # back-off of a failed message: base * 2^(retry-1), capped
     retry_cap: float = Field(300.0, gt=0)

@@ -21,9 +21,10 @@ class RetryPolicy:
         return min(self.cap, self.base * 2 ** max(0, retry - 1))
 
 
-def delete_due(message_time: float, safe_delay: float, now: float) -> float:
-    """Seconds until a blob deleted at `message_time` may be removed for good (0: now)."""
-    return max(0.0, message_time + safe_delay - now)
+def delete_due(marked_at: float, safe_delay: float, now: float) -> float:
+    """Seconds until a blob whose shards were all marked deleted at `marked_at` may be removed for good (0: now):
+    its blobnodes refuse it before their `delete_hold` (the same delay) has passed since their mark."""
+    return max(0.0, marked_at + safe_delay - now)
 
 
 class UploadVerdict(StrEnum):

@@ -133,9 +133,10 @@ class Tinker:
                 pipeline.stats.done += 1
                 return
             log.info("reclaiming the unfinished upload from blob %d/%d", msg.vid, msg.bid)
+        marked_at = 0.0
         for step, wait in ((self.delete.mark, False), (self.delete.purge, True)):
             if wait:
-                await asyncio.sleep(delete_due(msg.time, self.config.delete_safe_delay, now=time.time()))
+                await asyncio.sleep(delete_due(marked_at, self.config.delete_safe_delay, now=time.time()))
             await self.switches.wait_on(TaskType.BLOB_DELETE)
             async with pipeline.slots:
                 try:
@@ -143,6 +144,7 @@ class Tinker:
                 except Exception as exc:
                     await pipeline.hand_on(retry_topic, msg, self.policy, f"{type(exc).__name__}: {exc}")
                     return
+            marked_at = time.time()
         pipeline.stats.done += 1
 
     def _parse(self, model: type[Msg], record: Record) -> Msg | None:

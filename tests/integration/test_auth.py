@@ -83,6 +83,7 @@ def test_unsigned_bad_and_replayed_calls_to_every_mutating_route_are_401_and_cha
             bid = shards[0].bid if shards else 1
             calls: list[tuple[str, str, dict[str, object]]] = [
                 (unit.host, "/shard/delete", {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}),
+                (unit.host, "/shard/discard", {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}),
                 (unit.host, "/chunk/create", {"disk_id": disk.disk_id, "vuid": unit.vuid + 99}),
                 (unit.host, "/chunk/release", {"disk_id": unit.disk_id, "vuid": unit.vuid}),
                 (cluster.clustermgr_urls[0], "/disk/set", {"disk_id": disk.disk_id, "status": "broken"}),
@@ -178,6 +179,15 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             url = f"{unit.host}/shard/delete"
             answer = await post(url, body, header_for(Capability.DELETE_SHARD, url, body))
             assert answer.status_code == 409 and "mark it first" in answer.text, answer.text
+            # nor right after its mark: tinker's safe delay (the cluster's delete_delay) holds on the blobnode too
+            await bn.mark_delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+            answer = await post(url, body, header_for(Capability.DELETE_SHARD, url, body))
+            assert answer.status_code == 409 and "delete_hold" in answer.text, answer.text
+            # and tinker's delete key does not discard (a repair's at-once delete, the worker's capability)
+            url = f"{unit.host}/shard/discard"
+            answer = await post(url, body, header_for(Capability.DELETE_SHARD, url, body))
+            assert answer.status_code == 403 and "discard-shard" in answer.text, answer.text
+            await bn.unmark_delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
             # a request signed for one blobnode, replayed to another (its Host header kept, or rewritten)
             body = {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}
             content = json.dumps(body).encode()
@@ -252,8 +262,8 @@ ROUTES: dict[str, list[tuple[str, str]]] = {
     "blobnode": [("GET", "/stat"), ("GET", "/disk/stat"), ("POST", "/chunk/create"), ("POST", "/chunk/release"),
                  ("POST", "/chunk/readonly"), ("POST", "/chunk/compact"), ("GET", "/chunk/list"),
                  ("GET", "/chunk/stat"), ("GET", "/shard/stat"), ("GET", "/shard/list"), ("POST", "/shard/delete"),
-                 ("POST", "/shard/markdelete"), ("POST", "/shard/put"), ("GET", "/shard/get"),
-                 ("POST", "/inspect/export")],
+                 ("POST", "/shard/discard"), ("POST", "/shard/markdelete"), ("POST", "/shard/put"),
+                 ("GET", "/shard/get"), ("POST", "/inspect/export")],
     "clustermgr": [("POST", "/disk/add"), ("POST", "/disk/heartbeat"), ("POST", "/disk/set"), ("POST", "/disk/broken"),
                    ("GET", "/disk/get"), ("GET", "/volume/get"), ("GET", "/volume/list"), ("POST", "/volume/alloc"),
                    ("POST", "/volume/retain"), ("POST", "/volume/lock"), ("POST", "/volume/unit/alloc"),

@@ -11,7 +11,7 @@ import pytest
 from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.blobnode.config import BlobnodeConfig
-from services.blobnode.disk import DiskFormatError, format_disk, read_format
+from services.blobnode.disk import DiskFormatError, delete_wait, format_disk, read_format
 from services.blobnode.node import Blobnode
 
 
@@ -69,3 +69,12 @@ def test_chunk_limit_per_disk(tmp_path: Path) -> None:
         asyncio.run(scenario())
     finally:
         node.close()
+
+
+def test_a_marked_shard_is_deletable_only_its_hold_after_the_mark() -> None:
+    assert delete_wait(marked_at=1000, hold=60, now=1000) == 60
+    assert delete_wait(marked_at=1000, hold=60, now=1059.5) == 0.5
+    assert delete_wait(marked_at=1000, hold=60, now=1060) == 0
+    assert delete_wait(marked_at=1000, hold=0, now=1000) == 0
+    assert delete_wait(marked_at=1000, hold=60, now=900) == 160  # a clock stepped back waits on
+    assert delete_wait(marked_at=0, hold=60, now=1000) == 0  # marked before marks were timed: no record to hold
