@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
 from libs.proto.location import Location
 from libs.rpc.errors import NotFound
@@ -22,10 +21,6 @@ from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from tests.integration.test_access import wait_for_put
 from tests.support.processes import LocalCluster
-
-# Not yet run with auth: the insecure-mode round (issue 27) ran out of time before these long fault runs; they run
-# open (insecure: true), as before. Drop this mark once the module passes with the fixtures' keys.
-pytestmark = pytest.mark.insecure
 
 ClusterFactory = Callable[..., LocalCluster]
 

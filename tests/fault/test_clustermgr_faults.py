@@ -40,10 +40,6 @@ from tests.integration.test_access import wait_for_put
 from tests.integration.test_clustermgr import eventually
 from tests.support.processes import LocalCluster, Service
 
-# Not yet run with auth: the insecure-mode round (issue 27) ran out of time before these long fault runs; they run
-# open (insecure: true), as before. Drop this mark once the module passes with the fixtures' keys.
-pytestmark = pytest.mark.insecure
-
 ClusterMgrFactory = Callable[..., list[Service]]
 ClusterFactory = Callable[..., LocalCluster]
 T = TypeVar("T")
