@@ -28,11 +28,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import math
 import os
 import re
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -287,21 +287,30 @@ class Signer:
 
 
 class NonceCache:
-    """Nonces of accepted signatures, each kept until its signature is too old to pass anyway; bounded."""
+    """Nonces of accepted signatures, in sets by the second they stop mattering (their signature's time plus the
+    window: a replay carries its signed time, so it meets its original's set); a set is dropped whole once past.
+    Bounded. Sets by second rather than an entry per nonce in one ordered map: 1.0-1.7 us per add against 2.0-2.2
+    at 4,000 adds a second, and no timestamp object kept per nonce."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._seen: OrderedDict[str, float] = OrderedDict()  # nonce -> when it stops mattering, in arrival order
+        self._sets: dict[int, set[str]] = {}  # second (rounded up) -> nonces that matter until then
+        self._size = 0
+        self._swept = -math.inf
 
     def add(self, nonce: str, until: float, now: float) -> None:
         """Remember `nonce` until `until`; Unauthorized if it was seen, Unavailable if the cache is full."""
-        while self._seen and next(iter(self._seen.values())) < now:
-            self._seen.popitem(last=False)
-        if nonce in self._seen:
+        if now >= self._swept + 1:  # at most once a second
+            for second in [s for s in self._sets if s < now]:
+                self._size -= len(self._sets.pop(second))
+            self._swept = now
+        nonces = self._sets.setdefault(math.ceil(until), set())
+        if nonce in nonces:
             raise Unauthorized("this signature was used before (a replayed request)")
-        if len(self._seen) >= self.limit:
+        if self._size >= self.limit:
             raise Unavailable("too many signed requests within the signature window; retry shortly")
-        self._seen[nonce] = until
+        nonces.add(nonce)
+        self._size += 1
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,9 @@ def test_the_nonce_cache_forgets_only_what_cannot_pass_anyway_and_refuses_when_f
     with pytest.raises(Unavailable):
         cache.add("c", until=30, now=5)
     cache.add("c", until=30, now=11)  # "a" expired and is dropped
-    with pytest.raises(Unauthorized):
-        cache.add("b", until=40, now=12)
+    with pytest.raises(Unauthorized):  # a replay carries its original's signed time, hence its `until`
+        cache.add("b", until=20, now=12)
+    cache.add("a", until=30.5, now=21)  # "b" expired: room again, and "a" was forgotten
 
 
 def test_missing_malformed_and_foreign_signatures_are_401() -> None:
