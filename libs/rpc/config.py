@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import TypeVar
@@ -49,6 +50,8 @@ class ConfigError(Exception):
 
 
 def load_config(path: str | Path, model: type[Model]) -> Model:
+    """The config in `path`; ConfigError naming the file when it is missing, not JSON, invalid, or has a key its
+    model does not know (a typo would otherwise leave a setting at its default without a word)."""
     try:
         raw = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -56,6 +59,34 @@ def load_config(path: str | Path, model: type[Model]) -> Model:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid JSON: {exc}") from None
     try:
-        return model.model_validate(raw)
+        config = model.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"config file {path} is invalid:\n{exc}") from None
+    unknown = unknown_keys(raw, config)
+    if unknown:
+        raise ConfigError(f"config file {path} has unknown keys: {'; '.join(unknown)}")
+    return config
+
+
+def unknown_keys(raw: object, value: object, where: str = "") -> list[str]:
+    """Keys of `raw` that validating it into `value` ignored, each with its place and a close known name."""
+    if isinstance(value, BaseModel) and isinstance(raw, dict):
+        if type(value).model_config.get("extra") == "allow":
+            return []
+        names = {key: name for name, field in type(value).model_fields.items() for key in {name, field.alias or name}}
+        found = []
+        for key, item in raw.items():
+            place = f"{where}.{key}" if where else str(key)
+            if key in names:
+                found += unknown_keys(item, getattr(value, names[key]), place)
+                continue
+            close = difflib.get_close_matches(str(key), list(names), n=1)
+            found.append(f"`{place}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+        return found
+    if isinstance(value, list | tuple) and isinstance(raw, list):
+        return [found for i, (r, v) in enumerate(zip(raw, value, strict=False))
+                for found in unknown_keys(r, v, f"{where}[{i}]")]
+    if isinstance(value, dict) and isinstance(raw, dict):
+        return [found for k, v in value.items() if str(k) in raw
+                for found in unknown_keys(raw[str(k)], v, f"{where}.{k}")]
+    return []

@@ -36,7 +36,7 @@ from libs.rpc.auth import (
     required_capability,
 )
 from libs.rpc.client import trust
-from libs.rpc.config import ServiceSettings, TLSConfig, auth_problem, load_config
+from libs.rpc.config import ConfigError, ServiceSettings, TLSConfig, auth_problem, load_config
 from libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge, Unauthorized
 from libs.rpc.limits import limited
 from libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, instrument, measuring
@@ -318,7 +318,10 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
     parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
     args = parser.parse_args()
-    config = load_config(args.config, model)
+    try:
+        config = load_config(args.config, model)
+    except ConfigError as exc:
+        sys.exit(f"{name}: refusing to start: {exc}")
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
     settings = config if isinstance(config, ServiceSettings) else ServiceSettings()
     problem = auth_problem(settings, args.config, name)

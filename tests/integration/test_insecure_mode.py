@@ -38,6 +38,19 @@ def test_no_auth_and_not_insecure_refuses_to_start(tmp_path: Path) -> None:
     assert not (tmp_path / "disk1").exists() or not any((tmp_path / "disk1").iterdir())  # nothing was served
 
 
+def test_a_config_typo_refuses_to_start_naming_the_key_the_file_and_a_close_name(tmp_path: Path) -> None:
+    keys = AuthConfig.for_capabilities(new_secret(), [Capability.OBSERVE]).model_dump(mode="json", exclude_none=True)
+    config = bare_blobnode(tmp_path)
+    config["disks"] = [{"path": str(tmp_path / "disk1"), "disk_id": 1, "reserved_byts": 1 << 20}]
+    done = exit_of(tmp_path, {**config, "auth": keys, "scrub_perod": 60})
+    assert done.returncode != 0
+    message = done.stderr.strip()
+    assert str(tmp_path / "conf.json") in message and "unknown keys" in message, done.stderr
+    assert "`scrub_perod` (did you mean `scrub_period`?)" in message, done.stderr
+    assert "`disks[0].reserved_byts`" in message, done.stderr
+    assert not (tmp_path / "disk1").exists() or not any((tmp_path / "disk1").iterdir())
+
+
 def test_auth_and_insecure_together_refuse_to_start(tmp_path: Path) -> None:
     keys = AuthConfig.for_capabilities(new_secret(), [Capability.OBSERVE]).model_dump(mode="json", exclude_none=True)
     done = exit_of(tmp_path, {**bare_blobnode(tmp_path), "auth": keys, "insecure": True})

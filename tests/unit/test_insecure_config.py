@@ -1,10 +1,12 @@
-"""Which service settings may start: keys, or `insecure: true` said out loud, never neither nor both."""
+"""Which service settings may start: keys, or `insecure: true` said out loud, never neither nor both; and no key the
+config's model does not know."""
 
 from __future__ import annotations
 
 from blobstore.service_auth import role_auth, with_auth
 from libs.rpc.auth import AuthConfig, Capability, new_secret
-from libs.rpc.config import ServiceSettings, auth_problem
+from libs.rpc.config import ServiceSettings, auth_problem, unknown_keys
+from services.clustermgr.config import ClusterMgrConfig
 
 
 def test_only_auth_or_insecure_alone_may_start() -> None:
@@ -28,3 +30,13 @@ def test_role_auth_names_a_blobnode_by_its_advertised_host() -> None:
     assert cm["identities"] and "identity" not in cm
     assert set(role_auth(secret, "dashboard", {})["keys"]) == {"observe"}
     assert "insecure" not in with_auth(secret, "dashboard", {"insecure": True, "bind_addr": "x"})
+
+
+def test_unknown_keys_are_found_at_any_depth_with_a_close_known_name() -> None:
+    raw = {"node_id": 1, "data_dir": "/d", "heartbeat_ms": 50, "limits": {"client_burst": 5, "client_brust": 5},
+           "members": {"1": {"raft_addr": "h:1", "http_addr": "h:2", "raft_adr": "h:1"}}, "zzz": 1}
+    config = ClusterMgrConfig.model_validate(raw)
+    assert unknown_keys(raw, config) == ["`limits.client_brust` (did you mean `client_burst`?)",
+                                         "`members.1.raft_adr` (did you mean `raft_addr`?)", "`zzz`"]
+    known = {"node_id": 1, "data_dir": "/d", "members": {"1": {"raft_addr": "h:1", "http_addr": "h:2"}}}
+    assert unknown_keys(known, ClusterMgrConfig.model_validate(known)) == []
