@@ -30,13 +30,12 @@ import hmac
 import itertools
 import math
 import os
-import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from pydantic import BaseModel, Field
 
@@ -191,27 +190,22 @@ def body_digest(body: Buffer | None, streamed: bool = False) -> str:
     return EMPTY_DIGEST if not body else hashlib.sha256(body).hexdigest()
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
-
-
-def _escaped(text: str) -> str:
-    if (text.isascii() and text.isalnum()) or _PLAIN.fullmatch(text):  # the first test: most names and values
-        return text
-    return quote(text, safe="")
-
-
 def query_pairs(query: str) -> list[tuple[str, str]]:
     """`parse_qsl(query, keep_blank_values=True)`, without its per-piece unquoting when nothing is escaped (the
-    shard routes' queries are names and digits): a third of what a signature check cost."""
+    shard routes' queries are names and digits)."""
     if "%" in query or "+" in query:
         return parse_qsl(query, keep_blank_values=True)
     return [(name, value) for name, _, value in (piece.partition("=") for piece in query.split("&") if piece)]
 
 
-def canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
-    """The sorted query, each name and value percent-escaped unless plain (most are digits), so that no two
-    different queries give the same text; cheaper than urlencode, which escapes every character one by one."""
-    return "&".join(f"{_escaped(k)}={_escaped(v)}" for k, v in sorted(pairs))
+def query_as_sent(url: str, params: Mapping[str, str] | None) -> str:
+    """The query string a request to `url` with `params` carries: the URL's own, then `params` urlencoded, which
+    is what every transport here sends (`libs.rpc.client` folds params into the URL before signing). The
+    signature covers it byte for byte, so a verifier checks the query it received without parsing it."""
+    query = urlsplit(url).query
+    if not params:
+        return query
+    return f"{query}&{urlencode(params)}" if query else urlencode(params)
 
 
 def sign(key: bytes, method: str, target: str, path: str, query: str, digest: str, ts: str, capability: Capability,
@@ -266,7 +260,6 @@ class Signer:
 
     def header(self, method: str, url: str, params: Mapping[str, str] | None, body: Buffer | None) -> str:
         parts = urlsplit(url)
-        pairs = [*query_pairs(parts.query), *(params or {}).items()]
         capability = required_capability(parts.path)
         if capability is None:
             return "v2 public"  # an open route: nothing to prove
@@ -281,7 +274,8 @@ class Signer:
             key = self.keys[capability]
         else:
             raise Forbidden(f"{method} {parts.path} takes the {capability} capability, which this process lacks")
-        sig = sign(key, method, parts.netloc, parts.path, canonical_query(pairs), digest, ts, capability, nonce, name)
+        sig = sign(key, method, parts.netloc, parts.path, query_as_sent(url, params), digest, ts, capability, nonce,
+                   name)
         extra = ("" if self.expires is None else f" exp={self.expires}") + (f" id={name}" if name else "")
         return f"v2 cap={capability} ts={ts} n={nonce}{extra} sig={sig}"
 
@@ -362,13 +356,11 @@ class Verifier:
             if expires > now + MAX_GRANT:
                 raise Unauthorized(f"a grant may reach {MAX_GRANT:.0f}s ahead, not {expires - now:.0f}s")
             keys = [_grant_key(key, expires) for key in keys]
-        pairs = query_pairs(query_string)
-        if body is None and path in STREAMED and not any(k == CRC_PARAM for k, _ in pairs):
+        if body is None and path in STREAMED and not any(k == CRC_PARAM for k, _ in query_pairs(query_string)):
             raise Unauthorized(f"{method} {path} must sign the shard's CRC ({CRC_PARAM}=) in its query")
         digest = f"{UNSIGNED}{content_length or 0}" if body is None else body_digest(body)
-        query = canonical_query(pairs)
-        if not any(hmac.compare_digest(sig, sign(key, method, target, path, query, digest, ts, capability, nonce,
-                                                 name)) for key in keys):
+        if not any(hmac.compare_digest(sig, sign(key, method, target, path, query_string, digest, ts, capability,
+                                                 nonce, name)) for key in keys):
             raise Unauthorized(f"bad signature for {method} {path}")
         if capability is not needed:
             raise Forbidden(f"{method} {path} takes the {needed} capability, not {capability}")

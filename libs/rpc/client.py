@@ -16,8 +16,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, TypeVar
+from urllib.parse import urlencode
 
 import aiohttp
+import yarl
 from pydantic import BaseModel, ValidationError
 
 from libs.rpc import auth
@@ -95,7 +97,8 @@ class AiohttpTransport:
         if request.timeout is not None:
             kwargs["timeout"] = aiohttp.ClientTimeout(total=request.timeout)
         try:
-            async with self._get_session().request(request.method, request.url, **kwargs) as resp:
+            url = yarl.URL(request.url, encoded=True)  # sent as signed: never requoted
+            async with self._get_session().request(request.method, url, **kwargs) as resp:
                 yield _AiohttpResponse(resp)
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise Unreachable(f"{request.method} {request.url}: {type(exc).__name__}: {exc}") from exc
@@ -150,7 +153,7 @@ class HttpClient:
                       data: Body | None = None, headers: Mapping[str, str] | None = None,
                       timeout: float | None = None) -> bytes:
         """One request; the answer's raw body. `json` is a model or (for tests of bad input) any JSON value."""
-        request = Request(method, url, _str_params(params), data, dict(headers or {}), timeout=timeout)
+        request = Request(method, _with_params(url, params), None, data, dict(headers or {}), timeout=timeout)
         if json is not None:
             request.body = json.model_dump_json().encode() if isinstance(json, BaseModel) else jsonlib.dumps(
                 json).encode()
@@ -176,7 +179,7 @@ class HttpClient:
 
     async def stream(self, url: str, *, params: Params | None = None, piece: int = 1 << 20,
                      timeout: float | None = None) -> AsyncIterator[bytes]:
-        request = Request("GET", url, _str_params(params), timeout=timeout)
+        request = Request("GET", _with_params(url, params), timeout=timeout)
         _sign(request)
         async with self.transport.send(request) as resp:
             await self._raise_for(resp)
@@ -191,9 +194,13 @@ def _sign(request: Request) -> None:
         request.headers[AUTH_HEADER] = signer.header(request.method, request.url, request.params, request.body)
 
 
-def _str_params(params: Params | None) -> dict[str, str] | None:
+def _with_params(url: str, params: Params | None) -> str:
+    """`url` with `params` urlencoded into its query: what is signed is then exactly what every transport sends."""
+    if not params:
+        return url
     # int() first: int subclasses such as Vuid may print as something other than digits.
-    return None if params is None else {k: str(int(v)) if isinstance(v, int) else v for k, v in params.items()}
+    query = urlencode({k: str(int(v)) if isinstance(v, int) else v for k, v in params.items()})
+    return f"{url}&{query}" if "?" in url else f"{url}?{query}"
 
 
 class ServiceClient:
