@@ -370,7 +370,7 @@ def bench_pysyncobj(args: argparse.Namespace, mode: str) -> dict[str, Any]:
                 p.wait()
             for f in logs:
                 f.close()
-        # its own warning about a known bug (NOTES.md): followers truncating applied entries
+        # its own warning about a known bug: followers truncating applied entries
         text = "".join((Path(tmp) / f"pso{i}.log").read_text(errors="replace") for i in range(3))
         result["warnings_truncating_applied_entries"] = text.count("truncating already-applied")
         return result

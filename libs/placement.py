@@ -1,6 +1,6 @@
 """Where a volume's units go: spread over AZs per the code mode, then hosts, then racks.
 
-Pure and deterministic given its inputs (seeds/003: BookKeeper's rack/region-aware ensemble
+Pure and deterministic given its inputs (after Apache BookKeeper's rack/region-aware ensemble
 placement, and replacing one member while keeping the spread). Unit i of a mode with A AZs lives in
 AZ `tactic.unit_az(i)`: each AZ holds N/A data, M/A parity and L/A local-parity units, so losing a
 whole AZ loses at most what the code can rebuild. Inside an AZ no host gets a second unit while

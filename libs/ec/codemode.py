@@ -1,4 +1,4 @@
-"""Code modes and their tactics (seeds/004 `constCodeModeTactic`), kept as data, not branches.
+"""Code modes and their tactics (CubeFS BlobStore's `constCodeModeTactic`), kept as data, not branches.
 
 The numeric values of `CodeMode` go on the wire and on disk, so they never change; they follow
 CubeFS BlobStore's numbering so that the two stay comparable.

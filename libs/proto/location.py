@@ -1,4 +1,4 @@
-"""The Location of a stored object (DESIGN section 3) and its signed, compact token.
+"""The Location of a stored object (docs/architecture.md) and its signed, compact token.
 
 A Location is all access needs to read or delete an object, so it is handed to the client and must
 not be forgeable: it travels as a signed token (`libs/proto/tokens.py`). The body is a version byte,
@@ -16,9 +16,9 @@ from libs.proto.tokens import MAX_VARINT, Reader, max_token_len, put_varint, sig
 from libs.rpc.errors import BadRequest
 
 VERSION = 1
-MAX_SLICES = 4  # seeds/004 MaxLocationBlobs
+MAX_SLICES = 4  # CubeFS BlobStore: MaxLocationBlobs
 MAX_OBJECT_SIZE = 5 << 30
-MAX_BLOB_SIZE = 1 << 25  # seeds/004 MaxBlobSize; the codec's limit too
+MAX_BLOB_SIZE = 1 << 25  # CubeFS BlobStore: MaxBlobSize; the codec's limit too
 U32 = (1 << 32) - 1
 U64 = (1 << 64) - 1
 # Longest possible body: version, 5 header varints and the CRC, slice count, 4 slices of 3 varints.

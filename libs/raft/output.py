@@ -1,4 +1,4 @@
-"""What the core asks of its shell after a batch of events (the "instructions" of STYLE.md)."""
+"""What the core asks of its shell after a batch of events: the I/O it must do, as plain data."""
 
 from __future__ import annotations
 

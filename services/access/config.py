@@ -8,7 +8,7 @@ from libs.rpc.config import ServiceSettings
 
 
 class ClusterHosts(BaseModel):
-    """Another cluster of the region (seeds/004): its id and where its services answer."""
+    """Another cluster of the region (as in CubeFS BlobStore): its id and where its services answer."""
 
     cluster_id: int = Field(ge=0, lt=2**32)
     clustermgr_hosts: list[str] = Field(min_length=1)

@@ -5,7 +5,7 @@ answer, or answered with a server error, is punished for `disk_punish` seconds: 
 rest still reach the quorum, the allocator is asked to avoid volumes on it, and reads ask it last. A
 volume on which a blob missed its quorum is punished for `volume_punish` seconds: the allocator must not
 hand it out. A disk that left a read waiting past the hedge delay is slow for `disk_punish` seconds:
-reads ask it last (seeds/003: BookKeeper orders reads by each bookie's failure history), writes still
+reads ask it last (as Apache BookKeeper orders reads by each bookie's failure history), writes still
 go to it. So a dead or hung node costs one timeout per punishment period, not one per request; when
 the period ends the next call tries it again, and one success clears it at once.
 """

@@ -1,6 +1,6 @@
 """Verdicts on a stripe's shards, free of I/O: when a PUT may be acknowledged, and what a failed read means.
 
-PUT (seeds/004 writeToBlobnodes): success when at least the mode's put quorum of shards is durable;
+PUT (CubeFS BlobStore's writeToBlobnodes): success when at least the mode's put quorum of shards is durable;
 otherwise, for modes spread over three or more AZs, also when every shard outside one AZ was written:
 an AZ being down must not stop writes, and the data stays recoverable from the surviving AZs. Every
 shard not written gets a repair message either way. Units on punished disks are skipped while the

@@ -1,4 +1,4 @@
-"""A region (seeds/004): one access layer in front of several clusters.
+"""A region (as in CubeFS BlobStore): one access layer in front of several clusters.
 
 A PUT goes to a cluster drawn at random weighted by the free space of its writable disks, so clusters
 fill evenly; a cluster without writable space (full, read-only or unheard from) gets none. GET, DELETE

@@ -1,6 +1,6 @@
 """One disk of a blobnode: its on-disk layout, its chunks, and the thread pool its I/O runs in.
 
-Layout (DESIGN section 3): `.sys/format.json` names the disk; `meta/` is the disk's RocksDB
+Layout (docs/architecture.md, "On disk"): `.sys/format.json` names the disk; `meta/` is the disk's RocksDB
 (chunk records and the shard index); `data/<chunk_id>` are chunk files; `.trash/` holds released
 or compacted-away chunk files until they are removed. Every method here blocks; `DiskStore`
 callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself; background

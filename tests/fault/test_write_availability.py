@@ -1,4 +1,4 @@
-"""Writes keep flowing when blobnodes die (DESIGN guarantee 7), with real processes: kill -9 under a PUT
+"""Writes keep flowing when blobnodes die, with real processes: kill -9 under a PUT
 stream, nodes coming back, disks marked broken, and the spread of every volume."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@ import pytest
 
 from libs.ec import ALIGN_2KB, CodeMode, UnknownCodeMode, parse_code_mode, tactic
 
-# (N, M, L, AZ count, put quorum) exactly as seeds/004 constCodeModeTactic.
+# (N, M, L, AZ count, put quorum) exactly as CubeFS BlobStore's constCodeModeTactic.
 SEED_TABLE = {
     "EC15P12": (15, 12, 0, 3, 24),
     "EC6P6": (6, 6, 0, 3, 11),
