@@ -19,7 +19,7 @@ from libs.proto.location import Location
 from libs.rpc.errors import NotFound
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from tests.integration.test_access import wait_for_put
+from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]

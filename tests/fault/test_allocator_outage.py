@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import httpx
 
-from tests.integration.test_access import wait_for_put
+from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]

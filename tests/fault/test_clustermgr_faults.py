@@ -36,9 +36,8 @@ from libs.proto.clustermgr import (
 from libs.rpc import errors
 from libs.rpc.client import AiohttpTransport, HttpClient, Request, Response
 from services.clustermgr.client import ClusterClient
-from tests.integration.test_access import wait_for_put
-from tests.integration.test_clustermgr import eventually
-from tests.support.processes import LocalCluster, Service
+from tests.support.load import wait_for_put
+from tests.support.processes import LocalCluster, Service, eventually
 
 ClusterMgrFactory = Callable[..., list[Service]]
 ClusterFactory = Callable[..., LocalCluster]

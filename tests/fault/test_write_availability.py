@@ -24,8 +24,7 @@ from services.access.config import AccessConfig
 from services.allocator.client import AllocatorClient
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from tests.integration.test_access import wait_for_put
-from tests.support.load import failures, put_stream, read_back, success_rate
+from tests.support.load import failures, put_stream, read_back, success_rate, wait_for_put
 from tests.support.processes import LocalCluster, Service, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]

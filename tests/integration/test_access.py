@@ -13,20 +13,10 @@ import httpx
 import redis
 
 from libs.proto.location import Location
+from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, RedisServer, stop_all
 
 ClusterFactory = Callable[..., LocalCluster]
-
-
-def wait_for_put(client: httpx.Client, data: bytes, timeout: float = 20) -> str:
-    """The first PUT waits for volumes to be created and leased."""
-    deadline = time.monotonic() + timeout
-    while True:
-        resp = client.put("/blob", content=data)
-        if resp.status_code == 200 or time.monotonic() > deadline:
-            assert resp.status_code == 200, resp.text
-            return str(resp.json()["location"])
-        time.sleep(0.2)
 
 
 def test_round_trips_and_ranges(cluster_factory: ClusterFactory) -> None:

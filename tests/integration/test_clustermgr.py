@@ -18,7 +18,7 @@ from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from tests.support.processes import BlobnodeFactory, Service, free_port, signing_as
+from tests.support.processes import BlobnodeFactory, Service, eventually, free_port, signing_as
 
 T = TypeVar("T")
 ClusterMgrFactory = Callable[..., list[Service]]
@@ -31,21 +31,6 @@ def run(coro: Awaitable[T]) -> T:
         return await coro
 
     return asyncio.run(main())
-
-
-async def eventually(check: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
-    """Poll an async condition until it returns a truthy value, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = await check()
-            if last:
-                return last
-        except errors.RpcError as exc:
-            last = exc
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 async def volumes_ready(c: ClusterClient, count: int) -> list[Any]:

@@ -20,7 +20,7 @@ from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.worker.config import WorkerConfig
 from services.worker.migrate import DestinationFailed, UnitMigrator
-from tests.integration.test_access import wait_for_put
+from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service
 
 ClusterFactory = Callable[..., LocalCluster]

@@ -14,9 +14,9 @@ import pytest
 
 from blobstore import AsyncClient, Client, NotFound, Upload, UploadIncomplete
 from libs.proto.uploads import BlobToken
-from tests.integration.test_access import wait_for_put
-from tests.integration.test_pipeline import blobs_of, states
+from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, wait_until
+from tests.support.shards import blobs_of, states
 
 ClusterFactory = Callable[..., LocalCluster]
 MiB = 1 << 20

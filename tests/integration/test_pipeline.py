@@ -16,38 +16,14 @@ from typing import Any
 
 import httpx
 
-from libs.proto.location import Location
 from libs.proto.tinker import PipelineStats, TinkerStats
-from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
-from tests.integration.test_access import wait_for_put
+from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, wait_until
+from tests.support.shards import blobs_of, states
 
 ClusterFactory = Callable[..., LocalCluster]
-
-
-def blobs_of(cluster: LocalCluster, token: str) -> list[tuple[int, int]]:
-    return list(Location.from_token(token, cluster.secret.encode()).blob_ids())
-
-
-async def shard_states(cluster: LocalCluster, vid: int, bid: int) -> list[str]:
-    """present / mark_deleted / missing / unreachable for every unit of the blob."""
-    async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
-        states = []
-        for unit in (await cm.get_volume(vid)).units:
-            try:
-                info = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
-                states.append("present" if info.status == "normal" else info.status)
-            except errors.NotFound:
-                states.append("missing")
-            except errors.Unavailable:
-                states.append("unreachable")
-        return states
-
-
-def states(cluster: LocalCluster, vid: int, bid: int) -> list[str]:
-    return asyncio.run(shard_states(cluster, vid, bid))
 
 
 def lose_shard(cluster: LocalCluster, blobs: list[tuple[int, int]], index: int) -> None:

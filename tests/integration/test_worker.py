@@ -14,7 +14,7 @@ from libs.rpc import errors
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.worker.client import WorkerClient
-from tests.integration.test_access import wait_for_put
+from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service, free_port
 
 ClusterFactory = Callable[..., LocalCluster]

@@ -3,19 +3,12 @@ JVM starts once. The standalone-master test runs the CLI as real subprocesses in
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
-from typer.testing import CliRunner, Result
 
-from blobstore.cli import app
 from spark.session import spark_session
-from tests.support.processes import LocalCluster
 
 LOCAL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", "spark.driver.memory": "1g"}
 
@@ -24,25 +17,3 @@ LOCAL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", 
 def spark() -> Iterator[SparkSession]:
     with spark_session("local[2]", "blobstore-tests", LOCAL_CONF, kafka_source=True) as session:
         yield session
-
-
-def blobstore(*args: str) -> Result:
-    """The `blobstore` CLI in this process (a running SparkSession is reused by the jobs)."""
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
-
-
-def cluster_args(cluster: LocalCluster) -> list[str]:
-    return ["--clustermgr", ",".join(cm.url for cm in cluster.clustermgr)]
-
-
-def summary(out: Path) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((out / "summary.json").read_text())
-    return loaded
-
-
-def found(out: Path, finding: str) -> set[tuple[int, int, int]]:
-    """(vid, bid, unit index) of every finding of a type (None where the type has no such field)."""
-    folder = out / "findings" / f"finding={finding}"
-    if not folder.exists():
-        return set()
-    return {(r["vid"], r["bid"], r["unit_index"]) for r in pq.read_table(folder).to_pylist()}

@@ -21,10 +21,10 @@ from libs.proto.scheduler import TaskRecord, TaskState
 from libs.proto.switches import TaskType
 from libs.proto.tinker import TinkerStats
 from services.clustermgr.client import ClusterClient
-from tests.integration.test_access import wait_for_put
-from tests.integration.test_pipeline import blobs_of, states
-from tests.spark.conftest import blobstore, cluster_args, found, summary
+from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, wait_until
+from tests.support.shards import blobs_of, states
+from tests.support.spark import blobstore, cluster_args, found, summary
 
 ClusterFactory = Callable[..., LocalCluster]
 

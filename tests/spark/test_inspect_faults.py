@@ -18,11 +18,11 @@ from libs.proto.cluster import Unit
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from spark.inputs import export_all
-from tests.integration.test_access import wait_for_put
-from tests.integration.test_pipeline import blobs_of
-from tests.spark.conftest import blobstore, cluster_args, found, summary
 from tests.support.damage import flip_a_byte
+from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service
+from tests.support.shards import blobs_of
+from tests.support.spark import blobstore, cluster_args, found, summary
 
 ClusterFactory = Callable[..., LocalCluster]
 

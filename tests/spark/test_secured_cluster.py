@@ -41,9 +41,9 @@ from libs.rpc.auth import AuthConfig, Capability, Grant
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.tinker.client import TinkerClient
-from tests.spark.conftest import blobstore, found, summary
 from tests.support.damage import flip_a_byte
 from tests.support.processes import wait_until
+from tests.support.spark import blobstore, found, summary
 
 BLOBSTORE = str(Path(sys.executable).with_name("blobstore"))
 ORPHAN_VID = 900_000

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import httpx
+
 from blobstore import BlobstoreError, Client
 from tests.support.processes import wait_until
 
@@ -91,3 +93,14 @@ def success_rate(attempts: list[Attempt]) -> float:
 def failures(attempts: list[Attempt]) -> list[tuple[str, int]]:
     """The commonest errors among `attempts`, for an assertion's message."""
     return Counter(a.error[:300] for a in attempts if not a.ok).most_common(3)
+
+
+def wait_for_put(client: httpx.Client, data: bytes, timeout: float = 20) -> str:
+    """The first PUT waits for volumes to be created and leased."""
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = client.put("/blob", content=data)
+        if resp.status_code == 200 or time.monotonic() > deadline:
+            assert resp.status_code == 200, resp.text
+            return str(resp.json()["location"])
+        time.sleep(0.2)

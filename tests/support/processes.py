@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import Callable, Generator, Iterator
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx
 
@@ -20,7 +22,7 @@ from blobstore.procs import free_port as free_port  # the one port helper, for t
 from blobstore.procs import healthy
 from blobstore.procs import wait_until as wait_until  # the one polling helper, for the tests too
 from blobstore.service_auth import with_auth
-from libs.rpc import auth
+from libs.rpc import auth, errors
 from libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, new_secret
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,3 +155,21 @@ class LocalCluster:
     add_access: Callable[..., Service]  # another access node of the same cluster
     background: dict[str, Service] = field(default_factory=dict)  # worker, mqproxy, tinker when started
     secret: ClassVar[str] = "test-cluster-secret"
+
+
+T = TypeVar("T")
+
+
+async def eventually(check: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
+    """Poll an async condition until it returns a truthy value, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = await check()
+            if last:
+                return last
+        except errors.RpcError as exc:
+            last = exc
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")

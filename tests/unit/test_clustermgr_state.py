@@ -3,73 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from libs.ec import CodeMode
-from libs.proto.cluster import DiskStatus, Unit, VolumeInfo, VolumeStatus
+from libs.proto.cluster import DiskStatus, Unit, VolumeStatus
 from libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
 from libs.proto.ids import Vuid
 from libs.rpc import errors
 from services.clustermgr import commands as c
-from services.clustermgr.commands import COMMANDS, Command, decode_result, encode
+from services.clustermgr.commands import COMMANDS, encode
 from services.clustermgr.sessions import MAX_DROPS, LoggedSession
 from services.clustermgr.state import ClusterState
-
-R = Any
-
-
-class AnyResult(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Driver:
-    """Applies commands with consecutive indexes and decodes the answers."""
-
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self.index = state.applied_index()
-        self.now = 1000.0
-
-    def __call__(self, cmd: Command[R], session: LoggedSession | None = None) -> R:
-        return self.raw(encode(cmd, self.now, session), cmd.result_type)
-
-    def raw(self, command: bytes, result_type: type[BaseModel] = AnyResult) -> Any:
-        self.index += 1
-        return decode_result(self.state.apply(self.index, command), result_type)
-
-
-@pytest.fixture
-def cm(tmp_path: Path) -> Iterator[Driver]:
-    state = ClusterState(tmp_path / "state")
-    yield Driver(state)
-    state.close()
-
-
-def disk(disk_id: int, host: str, idc: str = "z0", rack: str = "r0") -> DiskAdd:
-    return DiskAdd(disk_id=disk_id, host=host, idc=idc, rack=rack, path="/d", size=100, free=100)
-
-
-def add_disks(cm: Driver, azs: int = 1, hosts: int = 6) -> None:
-    cm(c.ScopeAlloc(name="disk_id", count=azs * hosts))
-    disk_id = 0
-    for a in range(azs):
-        for h in range(hosts):
-            disk_id += 1
-            cm(c.DiskAddCmd(disk=disk(disk_id, f"http://h{a}-{h}", f"z{a}", f"r{h % 2}")))
-
-
-def ec3p3_units(vid: int, first_disk: int = 1) -> list[Unit]:
-    return [Unit(vuid=Vuid.make(vid, i, 1), disk_id=first_disk + i, host=f"http://h0-{i}") for i in range(6)]
-
-
-def create_volume(cm: Driver, vid: int) -> VolumeInfo:
-    return cm(c.VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(vid),
-                             capacity=1 << 30))
+from tests.support.clustermgr_state import Driver, add_disks, create_volume, disk, ec3p3_units
 
 
 def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() -> None:

@@ -18,7 +18,7 @@ from services.clustermgr import commands as c
 from services.clustermgr.sessions import LoggedSession
 from services.clustermgr.state import ClusterState
 from services.scheduler.election import Election
-from tests.unit.test_clustermgr_state import Driver, add_disks, ec3p3_units
+from tests.support.clustermgr_state import Driver, add_disks, ec3p3_units
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from services.blobnode.client import BlobnodeClient
 from services.clustermgr import commands as c
 from services.clustermgr.health import lease_rank, volume_health
 from services.clustermgr.volumes import VolumeCreator, writable_count
-from tests.unit.test_clustermgr_state import Driver, cm  # noqa: F401  (cm is a fixture)
+from tests.support.clustermgr_state import Driver
 
 EC3P3 = int(CodeMode.EC3P3)
 TIMEOUT = 30.0
@@ -87,7 +87,7 @@ def create(driver: Driver, vid: int, disk_ids: list[int]) -> VolumeInfo:
     return driver(c.VolumeCreate(vid=vid, code_mode=EC3P3, backend="isal", units=volume.units, capacity=1 << 20))
 
 
-def test_leasing_takes_whole_volumes_first_and_never_one_past_the_slack(cm: Driver) -> None:  # noqa: F811
+def test_leasing_takes_whole_volumes_first_and_never_one_past_the_slack(cm: Driver) -> None:
     add_hosts(cm, 8)
     cm(c.ScopeAlloc(name="vid", count=3))
     create(cm, 1, [1, 2, 3, 4, 5, 6])
@@ -110,7 +110,7 @@ def test_leasing_takes_whole_volumes_first_and_never_one_past_the_slack(cm: Driv
     assert lease("c", 5, avoid=[7]) == []  # volume 3 would miss disk 1's unit and disk 7's
 
 
-def test_old_log_leases_keep_their_vid_order(cm: Driver) -> None:  # noqa: F811
+def test_old_log_leases_keep_their_vid_order(cm: Driver) -> None:
     add_hosts(cm, 7)
     add_a_second_disk_to_h1(cm)
     cm(c.ScopeAlloc(name="vid", count=2))
@@ -121,7 +121,7 @@ def test_old_log_leases_keep_their_vid_order(cm: Driver) -> None:  # noqa: F811
     assert [v.vid for v in got.volumes] == [1]
 
 
-def test_renewals_carry_health(cm: Driver) -> None:  # noqa: F811
+def test_renewals_carry_health(cm: Driver) -> None:
     add_hosts(cm, 6)
     cm(c.ScopeAlloc(name="vid", count=1))
     create(cm, 1, [1, 2, 3, 4, 5, 6])
@@ -133,7 +133,7 @@ def test_renewals_carry_health(cm: Driver) -> None:  # noqa: F811
     assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 0
 
 
-def test_under_spread_is_recorded_at_creation_and_cleared_by_a_move(cm: Driver) -> None:  # noqa: F811
+def test_under_spread_is_recorded_at_creation_and_cleared_by_a_move(cm: Driver) -> None:
     add_hosts(cm, 7)
     add_a_second_disk_to_h1(cm)
     cm(c.ScopeAlloc(name="vid", count=2))
@@ -148,7 +148,7 @@ def test_under_spread_is_recorded_at_creation_and_cleared_by_a_move(cm: Driver) 
 
 
 @pytest.mark.parametrize("status", [DiskStatus.BROKEN, DiskStatus.DROPPED])
-def test_a_volume_on_an_out_of_service_disk_does_not_count_toward_the_floor(cm: Driver,  # noqa: F811
+def test_a_volume_on_an_out_of_service_disk_does_not_count_toward_the_floor(cm: Driver,
                                                                            status: DiskStatus) -> None:
     add_hosts(cm, 7)
     cm(c.ScopeAlloc(name="vid", count=2))
@@ -163,7 +163,7 @@ def test_a_volume_on_an_out_of_service_disk_does_not_count_toward_the_floor(cm: 
     assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT) == 1
 
 
-def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:  # noqa: F811
+def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:
     """Volume creation by the leader over a fake blobnode transport (named so: the blobnode on h3 plays
     a node killed moments ago, which clustermgr still counts as alive)."""
     add_hosts(cm, 7)

@@ -1,0 +1,35 @@
+"""The `blobstore` CLI run in the test process, and what an inspection wrote (its summary and findings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from typer.testing import CliRunner, Result
+
+from blobstore.cli import app
+from tests.support.processes import LocalCluster
+
+
+def blobstore(*args: str) -> Result:
+    """The `blobstore` CLI in this process (a running SparkSession is reused by the jobs)."""
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def cluster_args(cluster: LocalCluster) -> list[str]:
+    return ["--clustermgr", ",".join(cm.url for cm in cluster.clustermgr)]
+
+
+def summary(out: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return loaded
+
+
+def found(out: Path, finding: str) -> set[tuple[int, int, int]]:
+    """(vid, bid, unit index) of every finding of a type (None where the type has no such field)."""
+    folder = out / "findings" / f"finding={finding}"
+    if not folder.exists():
+        return set()
+    return {(r["vid"], r["bid"], r["unit_index"]) for r in pq.read_table(folder).to_pylist()}
