@@ -9,148 +9,66 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
-import httpx
 import typer
-from confluent_kafka import KafkaException
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-from rich.table import Table
-from typer.core import TyperGroup
 
+from blobstore.auth_cli import auth_app
+from blobstore.cli_common import (
+    AccessOpt,
+    CmOpt,
+    CommandGroup,
+    DirOpt,
+    JsonOpt,
+    KafkaUserOpt,
+    access_urls,
+    disk_app,
+    emit,
+    err,
+    kafka_bootstrap,
+    kafka_login,
+    on_cluster,
+    out,
+    sub_app,
+    tinker_url,
+    volume_app,
+)
 from blobstore.client import Client
-from blobstore.errors import BlobstoreError, NotFound
-from blobstore.kafka_auth import kafka_user
-from blobstore.launcher import DEFAULT_DIR, SECRET_FILE, ClusterInfo, LauncherError, down, sign_as_operator, status, up
+from blobstore.deploy_cli import deploy_app
+from blobstore.durability_cli import durability_app
+from blobstore.errors import NotFound
+from blobstore.inspect_cli import inspect_app
+from blobstore.launcher import DEFAULT_DIR, down, status, up
 from blobstore.plan import LOCAL_BROKEN_AFTER, ClusterShape
 from blobstore.procs import poll
 from blobstore.shards import inspect_shards
+from blobstore.task_cli import task_app
 from libs.ec import parse_code_mode
 from libs.mq.admin import lag
-from libs.mq.settings import KafkaAuth, client_auth
+from libs.mq.settings import client_auth
 from libs.mq.topics import pipelines
 from libs.proto.cluster import DiskStatus, VolumeStatus
 from libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from libs.proto.tinker import TinkerStats
-from libs.rpc.auth import SECRET_ENV
 from libs.rpc.errors import RpcError
 from services.blobnode.client import BlobnodeClient
 from services.clustermgr.client import ClusterClient
 from services.tinker.client import TinkerClient
 
-T = TypeVar("T")
-EXPECTED = (BlobstoreError, RpcError, LauncherError, OSError, ValueError, httpx.HTTPError, KafkaException)
 COUNTERS = ("messages_in", "done", "failed", "retried")
-out = Console()
-err = Console(stderr=True)
-
-
-class _Group(TyperGroup):
-    """Turns an expected failure anywhere below into one line and exit status 1."""
-
-    def invoke(self, ctx: Any) -> Any:  # typer vendors click: its Context type is private
-        try:
-            return super().invoke(ctx)
-        except EXPECTED as exc:
-            err.print(f"error: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
-
-
-def _typer(help_text: str) -> typer.Typer:
-    return typer.Typer(help=help_text, no_args_is_help=True, pretty_exceptions_show_locals=False)
-
-
-app = typer.Typer(cls=_Group, help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
-cluster_app, blob_app = _typer("Run a local cluster."), _typer("Look inside stored objects.")
-disk_app: typer.Typer = _typer("Disks: status, drop, repair progress.")
-volume_app: typer.Typer = _typer("Volumes, and moving their units.")
-config_app = _typer("Cluster configuration.")
-queue_app = _typer("The repair and delete queues in Kafka, and tinker's work on them.")
+app = typer.Typer(cls=CommandGroup, help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
+cluster_app, blob_app = sub_app("Run a local cluster."), sub_app("Look inside stored objects.")
+config_app = sub_app("Cluster configuration.")
+queue_app = sub_app("The repair and delete queues in Kafka, and tinker's work on them.")
 for sub, name in ((cluster_app, "cluster"), (blob_app, "blob"), (disk_app, "disk"), (volume_app, "volume"),
                   (config_app, "config"), (queue_app, "queue")):
     app.add_typer(sub, name=name)
-
-DirOpt = Annotated[Path, typer.Option("--dir", help="Folder of the local cluster (its cluster.json).")]
-AccessOpt = Annotated[str, typer.Option("--access", help="Access URL(s), comma-separated [default: cluster.json].")]
-CmOpt = Annotated[str, typer.Option("--clustermgr", help="clustermgr URL(s), comma-separated [default: cluster.json].")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-
-
-def _access(root: Path, access: str) -> list[str]:
-    """The access URLs given, or every access node of the local cluster."""
-    return access.split(",") if access else ClusterInfo.load(root).access_urls
-
-
-def _clustermgr(root: Path, clustermgr: str) -> list[str]:
-    """The clustermgr URLs given, or the local cluster's; requests are signed with the secret of $BLOBSTORE_SECRET
-    or the cluster folder (never one given on the command line, where other users could read it)."""
-    if clustermgr:
-        sign_as_operator(root if root.exists() else None)
-        return clustermgr.split(",")
-    return ClusterInfo.load(root).clustermgr_urls
-
-
-def _kafka(root: Path, kafka: str) -> str:
-    bootstrap = kafka or ClusterInfo.load(root).kafka_bootstrap
-    if not bootstrap:
-        raise ValueError(f"the cluster in {root}/ runs no Kafka: pass --kafka HOST:PORT")
-    return bootstrap
-
-
-KafkaUserOpt = Annotated[str, typer.Option(
-    "--kafka-user", help="Log in to Kafka as this user (backlog, admin), its password derived from the secret "
-    "[default: backlog for the cluster.json's Kafka, none for --kafka].")]
-
-
-def _kafka_login(root: Path, kafka: str, user: str) -> KafkaAuth | None:
-    """The SASL login for the Kafka of `_kafka`: the read-only backlog user on the cluster folder's own broker
-    (which requires one), `user` if named; the password derives from $BLOBSTORE_SECRET or the folder's secret."""
-    user = user or ("" if kafka else "backlog")
-    if not user:
-        return None
-    secret = os.environ.get(SECRET_ENV) or (
-        (root / SECRET_FILE).read_text().strip() if (root / SECRET_FILE).exists() else "")
-    if not secret:
-        if kafka:
-            raise ValueError(f"--kafka-user {user} needs the cluster secret: ${SECRET_ENV} or {root}/{SECRET_FILE}")
-        return None  # a cluster folder without a secret was started before Kafka had users
-    return kafka_user(secret, user)
-
-
-def _tinker(root: Path, tinker: str) -> str:
-    urls = [tinker] if tinker else [p.url for p in ClusterInfo.load(root).processes if p.role == "tinker"]
-    if not urls:
-        raise ValueError(f"the cluster in {root}/ runs no tinker: pass --tinker URL")
-    return urls[0]
-
-
-def _on_cluster(root: Path, clustermgr: str, call: Callable[[ClusterClient], Awaitable[T]]) -> T:
-    async def run() -> T:
-        async with ClusterClient(_clustermgr(root, clustermgr)) as cm:
-            return await call(cm)
-
-    return asyncio.run(run())
-
-
-def _emit(rows: Sequence[Mapping[str, object]], as_json: bool, title: str | None = None) -> None:
-    """Rows as a table, or as JSON for scripts."""
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    table = Table(title=title)
-    for column in rows[0] if rows else []:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    out.print(table)
-
 
 @contextmanager
 def _progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
@@ -217,7 +135,7 @@ def cluster_status(dir: DirOpt = DEFAULT_DIR, as_json: JsonOpt = False) -> None:
     if as_json:
         typer.echo(json.dumps(asdict(state), indent=2))
         return
-    _emit([{"role": p.role, "name": p.name, **({"host": p.host} if p.host else {}), "pid": p.pid,
+    emit([{"role": p.role, "name": p.name, **({"host": p.host} if p.host else {}), "pid": p.pid,
             "address": p.url.split("://", 1)[1].split("/", 1)[0],
             "healthy": "yes" if p.healthy else ("no" if p.running else "stopped")} for p in state.processes], False)
     out.print(f"leader: {state.leader or 'none'}    access: {', '.join(state.access_urls)}")
@@ -235,7 +153,7 @@ def put(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
         parallel: Annotated[int, typer.Option(min=1, max=64, help="upload up to K parts (blobs) at once")] = 1,
         dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """Store FILE and print its location."""
-    with Client(_access(dir, access)) as client, open(file, "rb") as f, _progress_bar(f"put {file.name}") as report:
+    with Client(access_urls(dir, access)) as client, open(file, "rb") as f, _progress_bar(f"put {file.name}") as report:
         location = client.put(f, code_mode=code_mode or None, progress=report, parallel=parallel)
     typer.echo(location)
 
@@ -246,7 +164,7 @@ def get(location: str, output: Annotated[Path | None, typer.Option("-o", "--outp
         dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """Read an object (or a byte range of it) to a file or stdout."""
     offset, size = _parse_range(range_) if range_ else (0, None)
-    with Client(_access(dir, access)) as client:
+    with Client(access_urls(dir, access)) as client:
         if output is None:
             for piece in client.get_stream(location, offset, size):
                 sys.stdout.buffer.write(piece)
@@ -260,14 +178,14 @@ def get(location: str, output: Annotated[Path | None, typer.Option("-o", "--outp
 @app.command()
 def stat(location: str, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "", as_json: JsonOpt = False) -> None:
     """What the location says: size, CRC, code mode, its cluster and its blobs."""
-    with Client(_access(dir, access)) as client:
+    with Client(access_urls(dir, access)) as client:
         found = client.stat(location)
     if as_json:
         typer.echo(found.model_dump_json(indent=2))
         return
     out.print(f"size {found.size}  crc {found.crc}  code mode {found.code_mode}  cluster {found.cluster_id}  "
               f"blob size {found.blob_size}")
-    _emit([{"vid": s.vid, "first bid": s.min_bid, "blobs": s.count} for s in found.blobs], False)
+    emit([{"vid": s.vid, "first bid": s.min_bid, "blobs": s.count} for s in found.blobs], False)
 
 
 @app.command("del")
@@ -284,7 +202,7 @@ def delete(location: str, wait: Annotated[float, typer.Option(
             return True
         return False
 
-    with Client(_access(dir, access)) as client:
+    with Client(access_urls(dir, access)) as client:
         info = client.stat(location)
         client.delete(location)
         out.print("delete queued")
@@ -303,19 +221,19 @@ def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
                 group_prefix: Annotated[str, typer.Option(help="tinker's group_prefix.")] = "tinker",
                 kafka_user_: KafkaUserOpt = "") -> None:
     """Lag per topic and partition of tinker's consumer groups, and tinker's in/done/failed/retried counters."""
-    bootstrap, tinker_url = _kafka(dir, kafka), _tinker(dir, tinker)
+    bootstrap, tinker = kafka_bootstrap(dir, kafka), tinker_url(dir, tinker)
 
     async def tinker_stats() -> TinkerStats:
         async with TinkerClient() as client:
-            return await client.stats(tinker_url)
+            return await client.stats(tinker)
 
     try:
         counters: TinkerStats | None = asyncio.run(tinker_stats())
     except RpcError as exc:  # the lag is what matters most when tinker is down
-        err.print(f"tinker at {tinker_url} did not answer ({exc}): no counters", style="yellow")
+        err.print(f"tinker at {tinker} did not answer ({exc}): no counters", style="yellow")
         counters = None
     specs = pipelines(group_prefix)
-    login = client_auth(_kafka_login(dir, kafka, kafka_user_))
+    login = client_auth(kafka_login(dir, kafka, kafka_user_))
     lags = {spec.name: lag(bootstrap, spec.group, [str(t) for t in spec.topics], client=login) for spec in specs}
     found = {spec.name: counters.pipelines.get(spec.name) if counters is not None else None for spec in specs}
     if as_json:
@@ -323,10 +241,10 @@ def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
                                            **(c.model_dump(include=set(COUNTERS)) if (c := found[spec.name]) else {})}
                                for spec in specs}, indent=2))
         return
-    _emit([{"group": spec.group, "topic": topic, "partition": partition, "lag": n}
+    emit([{"group": spec.group, "topic": topic, "partition": partition, "lag": n}
            for spec in specs for topic, parts in lags[spec.name].items() for partition, n in parts.items()],
           False, title=f"consumer lag at {bootstrap}")
-    _emit([{"pipeline": spec.name, **{k: getattr(c, k) if (c := found[spec.name]) else "?" for k in COUNTERS},
+    emit([{"pipeline": spec.name, **{k: getattr(c, k) if (c := found[spec.name]) else "?" for k in COUNTERS},
             "lag": sum(n for parts in lags[spec.name].values() for n in parts.values())} for spec in specs],
           False, title=f"tinker at {tinker_url}")
 
@@ -335,14 +253,14 @@ def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
 def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "",
                 clustermgr: CmOpt = "") -> None:
     """Every shard of every blob: index, vuid, disk, host, and present / missing / corrupt."""
-    with Client(_access(dir, access)) as client:
+    with Client(access_urls(dir, access)) as client:
         info = client.stat(location)
 
     async def run(cm: ClusterClient) -> list[dict[str, object]]:
         async with BlobnodeClient() as blobnodes:
             return [asdict(r) for r in await inspect_shards(info, cm, blobnodes)]
 
-    _emit(_on_cluster(dir, clustermgr, run), as_json, title=f"{info.code_mode} shards")
+    emit(on_cluster(dir, clustermgr, run), as_json, title=f"{info.code_mode} shards")
 
 
 # disks, volumes, config
@@ -351,9 +269,9 @@ def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_D
 @disk_app.command("list")
 def disk_list(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Every disk clustermgr knows, with whether its blobnode heartbeats."""
-    disks = _on_cluster(dir, clustermgr, lambda cm: cm.list_disks())
+    disks = on_cluster(dir, clustermgr, lambda cm: cm.list_disks())
     keys = {"disk_id", "host", "path", "status", "readonly", "alive", "chunks", "free"}
-    _emit([d.model_dump(mode="json", include=None if as_json else keys) for d in disks], as_json)
+    emit([d.model_dump(mode="json", include=None if as_json else keys) for d in disks], as_json)
 
 
 @disk_app.command("set")
@@ -361,7 +279,7 @@ def disk_set(disk_id: int, status_: Annotated[DiskStatus | None, typer.Option("-
              readonly: Annotated[bool | None, typer.Option("--readonly/--writable")] = None,
              dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Change a disk's status or readonly flag."""
-    disk = _on_cluster(dir, clustermgr, lambda cm: cm.set_disk(disk_id, status=status_, readonly=readonly))
+    disk = on_cluster(dir, clustermgr, lambda cm: cm.set_disk(disk_id, status=status_, readonly=readonly))
     typer.echo(disk.model_dump_json(indent=2))
 
 
@@ -369,11 +287,11 @@ def disk_set(disk_id: int, status_: Annotated[DiskStatus | None, typer.Option("-
 def volume_list(status_: Annotated[VolumeStatus | None, typer.Option("--status", help="idle, active or lock")] = None,
                 as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Every volume: code mode, status, capacity, use, lease, and whether new blobs may go to it (why not)."""
-    volumes = _on_cluster(dir, clustermgr, lambda cm: cm.list_volumes(status_))
+    volumes = on_cluster(dir, clustermgr, lambda cm: cm.list_volumes(status_))
     if as_json:
-        _emit([v.model_dump(mode="json") for v in volumes], True)
+        emit([v.model_dump(mode="json") for v in volumes], True)
         return
-    _emit([{"vid": v.vid, "code_mode": parse_code_mode(v.code_mode).name, "status": v.status.value,
+    emit([{"vid": v.vid, "code_mode": parse_code_mode(v.code_mode).name, "status": v.status.value,
             "units": len(v.units), "capacity": v.capacity, "used": v.used, "lease_holder": v.lease_holder,
             "writable": "yes" if v.writable else f"no: {v.why_not}"} for v in volumes], False)
 
@@ -381,13 +299,13 @@ def volume_list(status_: Annotated[VolumeStatus | None, typer.Option("--status",
 @volume_app.command("get")
 def volume_get(vid: int, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """One volume and where each of its units lives."""
-    volume = _on_cluster(dir, clustermgr, lambda cm: cm.get_volume(vid))
+    volume = on_cluster(dir, clustermgr, lambda cm: cm.get_volume(vid))
     if as_json:
         typer.echo(volume.model_dump_json(indent=2))
         return
     out.print(f"volume {volume.vid}: {parse_code_mode(volume.code_mode).name}, {volume.status.value}, "
               f"used {volume.used} of {volume.capacity}, lease holder {volume.lease_holder or '-'}")
-    _emit([{"index": i, **u.model_dump()} for i, u in enumerate(volume.units)], False)
+    emit([{"index": i, **u.model_dump()} for i, u in enumerate(volume.units)], False)
 
 
 @config_app.command("get")
@@ -395,29 +313,23 @@ def config_get(key: Annotated[str, typer.Argument(help="[default: list every key
                dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Print one config value, or every key and value."""
     if key:
-        value = _on_cluster(dir, clustermgr, lambda cm: cm.get_config(key))
+        value = on_cluster(dir, clustermgr, lambda cm: cm.get_config(key))
         if value is None:
             raise ValueError(f"config key {key!r} is not set")
         typer.echo(value)
         return
-    _emit([{"key": k, "value": v} for k, v in _on_cluster(dir, clustermgr, lambda cm: cm.list_config()).items()],
+    emit([{"key": k, "value": v} for k, v in on_cluster(dir, clustermgr, lambda cm: cm.list_config()).items()],
           False)
 
 
 @config_app.command("set")
 def config_set(key: str, value: str, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Set a config value through the Raft log (e.g. code_mode_policy, a JSON list)."""
-    _on_cluster(dir, clustermgr, lambda cm: cm.set_config(key, value))
+    on_cluster(dir, clustermgr, lambda cm: cm.set_config(key, value))
     out.print(f"{key} set")
 
 
-# The Spark jobs and the background tasks live in their own modules, which uses the options and helpers above.
-from blobstore.auth_cli import auth_app  # noqa: E402
-from blobstore.deploy_cli import deploy_app  # noqa: E402
-from blobstore.durability_cli import durability_app  # noqa: E402
-from blobstore.inspect_cli import inspect_app  # noqa: E402
-from blobstore.task_cli import task_app  # noqa: E402
-
+# The Spark jobs, background tasks, deploy, durability and auth commands live in their own modules.
 app.add_typer(inspect_app, name="inspect")
 app.add_typer(task_app, name="task")
 app.add_typer(deploy_app, name="deploy")

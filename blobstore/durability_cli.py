@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from blobstore.cli import JsonOpt, _emit, out
+from blobstore.cli_common import JsonOpt, emit, out
 from libs.durability.model import (
     DEFAULT_MODES,
     MEASURED_REBUILD_MB_S,
@@ -114,7 +114,7 @@ def durability(ctx: typer.Context, as_json: JsonOpt = False,
                                "modes": [{**asdict(r), "object_nines": r.durability.object_nines,
                                           "cluster_nines": r.durability.cluster_nines} for r in rows]}, indent=2))
         return
-    _emit([_model_row(r) for r in rows], False,
+    emit([_model_row(r) for r in rows], False,
           title=f"{disks} disks x {disk_tb:g} TB, {fill:.0%} full, AFR {afr:.1%}, rebuild {rate:g} MB/s per failed "
                 f"disk ({source}), detection {detect_s:g} s, margin priority {'on' if priority else 'off'}")
 
@@ -151,7 +151,7 @@ def _power_rows(result: ModeSimulation) -> dict[str, object]:
 
 def _show(sim: SimReport) -> None:
     p = sim.params
-    _emit([_sim_rows(r) for r in sim.modes], False,
+    emit([_sim_rows(r) for r in sim.modes], False,
           title=f"{p.nodes} hosts x {p.disks_per_node} disks, {p.years:g} years, disk AFR {p.disk_afr:.1%}, host AFR "
                 f"{p.host_afr:.1%}{', rack events' if p.rack_failures else ''}; rebuild <= {p.disk_repair_mb_s:g} MB/s "
                 f"per disk and <= {p.max_tasks} x {p.task_mb_s:g} MB/s in all; margin priority "
@@ -161,7 +161,7 @@ def _show(sim: SimReport) -> None:
               "k^(m+1); the interval is the 99.9% Wilson bound of that run (losses come in bursts, so the truer "
               "error is wider; the slope over several k checks the scaling). '<' is a bound: none was seen.",
               markup=False)
-    _emit([_power_rows(r) for r in sim.modes], False,
+    emit([_power_rows(r) for r in sim.modes], False,
           title=f"P(any volume lost) when {p.power_fraction:.0%} of disks never come back after a power event")
     out.print(f"simulated in {sim.seconds:.0f} s")
 

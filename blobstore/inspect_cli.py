@@ -15,21 +15,20 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from blobstore.cli import (
-    DEFAULT_DIR,
+from blobstore.cli_common import (
     CmOpt,
     DirOpt,
     JsonOpt,
     KafkaUserOpt,
-    _clustermgr,
-    _emit,
-    _kafka,
-    _kafka_login,
-    _on_cluster,
+    clustermgr_urls,
+    emit,
     err,
+    kafka_bootstrap,
+    kafka_login,
+    on_cluster,
     out,
 )
-from blobstore.launcher import ClusterInfo, LauncherError
+from blobstore.launcher import DEFAULT_DIR, ClusterInfo, LauncherError
 from libs.proto.switches import TaskType
 from libs.rpc import auth
 from libs.rpc.auth import Capability
@@ -133,7 +132,7 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
 
     target = _absolute(out_ or str(dir / "inspect"))
     source = _absolute(input_) if input_ else f"{target.rstrip('/')}/input"
-    hosts = _clustermgr(dir, clustermgr)
+    hosts = clustermgr_urls(dir, clustermgr)
     if not input_:
         err.print(f"exporting clustermgr's tables and every disk's shard index to {source}")
 
@@ -173,7 +172,7 @@ def _print_inspection(summary: dict[str, Any], target: str) -> None:
     from spark.rules import Finding
 
     rows = [{"finding": f.value, "count": summary[f.value]} for f in Finding if f.value in summary]
-    _emit(rows, False, title="inspection findings")
+    emit(rows, False, title="inspection findings")
     out.print(f"volumes: {summary['volumes_scanned']} scanned, {summary['volumes_unavailable']} partly unavailable, "
               f"{summary['volumes_skipped']} skipped (migrating); blobs: {summary['blobs_scanned']} scanned, "
               f"{summary['blobs_recent']} too recent; bytes at risk: {summary['bytes_at_risk']}")
@@ -201,19 +200,19 @@ def inspect_backlog(out_: OutOpt = "", master: MasterOpt = "local[*]",
     from spark.session import spark_session
 
     tinker = _tinker_config(dir)
-    options = BacklogOptions(bootstrap=_kafka(dir, kafka),
+    options = BacklogOptions(bootstrap=kafka_bootstrap(dir, kafka),
                              cluster_id=cluster_id if cluster_id is not None else int(tinker.get("cluster_id", 1)),
                              group_prefix=group_prefix or str(tinker.get("group_prefix", "tinker")),
-                             window=window, stall_after=stall_after, auth=_kafka_login(dir, kafka, kafka_user))
+                             window=window, stall_after=stall_after, auth=kafka_login(dir, kafka, kafka_user))
     target = _absolute(out_ or str(dir / "backlog"))
     with _refusals_fail():
-        gathered = _on_cluster(dir, clustermgr, lambda cm: gather(cm, options, target))
+        gathered = on_cluster(dir, clustermgr, lambda cm: gather(cm, options, target))
         with spark_session(master, "blobstore-backlog", _conf(conf), kafka_source=True) as spark:
             summary = backlog(spark, gathered, target, options)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
-    _emit([{"task": task.value, "backlog": s["backlog"], "oldest_s": _seconds(s["oldest_age_s"]),
+    emit([{"task": task.value, "backlog": s["backlog"], "oldest_s": _seconds(s["oldest_age_s"]),
             "rate_per_s": f"{s['rate_per_s']:.2f}", "eta_s": _seconds(s["eta_s"]), "paused": s["paused"],
             "stalled": s["stalled"], "stuck_tasks": s["stuck_tasks"]}
            for task in TaskType if (s := summary[task.value])], False, title="repair backlog")

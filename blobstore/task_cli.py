@@ -13,7 +13,8 @@ from typing import Annotated
 
 import typer
 
-from blobstore.cli import DEFAULT_DIR, CmOpt, DirOpt, JsonOpt, _emit, _on_cluster, disk_app, out, volume_app
+from blobstore.cli_common import CmOpt, DirOpt, JsonOpt, disk_app, emit, on_cluster, out, volume_app
+from blobstore.launcher import DEFAULT_DIR
 from libs.proto.cluster import DiskStatus
 from libs.proto.scheduler import TASK_PREFIX, ManualMigrate, TaskRecord, disk_progress
 from libs.proto.switches import OFF, ON, TaskType, switch_key, switch_states
@@ -41,12 +42,12 @@ def _size(n: float) -> str:
 def task_list(as_json: JsonOpt = False, all_: Annotated[bool, typer.Option("--all", help="Finished ones too.")] = False,
               dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Background tasks, oldest first: type, state, disk, volume and unit, progress, age."""
-    tasks = [t for t in _on_cluster(dir, clustermgr, _records) if all_ or t.open]
+    tasks = [t for t in on_cluster(dir, clustermgr, _records) if all_ or t.open]
     if as_json:
-        _emit([t.model_dump(mode="json") for t in tasks], True)
+        emit([t.model_dump(mode="json") for t in tasks], True)
         return
     now = time.time()
-    _emit([{"task": t.task_id, "type": t.task_type.value, "state": t.state.value, "disk": t.disk_id,
+    emit([{"task": t.task_id, "type": t.task_type.value, "state": t.state.value, "disk": t.disk_id,
             "vid": t.vid, "unit": t.unit_index, "to disk": t.destination.disk_id if t.destination else "",
             "progress": f"{_size(t.done_bytes)} / {_size(t.total_bytes)}, {t.done_shards}/{t.total_shards} shards",
             "age": f"{now - t.ctime:.0f}s", "note": t.reason} for t in tasks], False)
@@ -58,18 +59,18 @@ def task_switch(name: TaskType, state: Annotated[str, typer.Argument(help="on or
     """Turn a background task type on or off (tinker and the scheduler notice within seconds)."""
     if state not in (ON, OFF):
         raise typer.BadParameter(f"{state!r}: say on or off", param_hint="STATE")
-    _on_cluster(dir, clustermgr, lambda cm: cm.set_config(switch_key(name), state))
+    on_cluster(dir, clustermgr, lambda cm: cm.set_config(switch_key(name), state))
     out.print(f"{name.value} switched {state}")
 
 
 @task_app.command("switches")
 def task_switches(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
     """Every task type and whether it is switched on."""
-    states = switch_states(_on_cluster(dir, clustermgr, lambda cm: cm.list_config()))
+    states = switch_states(on_cluster(dir, clustermgr, lambda cm: cm.list_config()))
     if as_json:
         typer.echo(json.dumps({task.value: ON if on else OFF for task, on in states.items()}, indent=2))
         return
-    _emit([{"task": task.value, "switch": ON if on else OFF} for task, on in states.items()], False)
+    emit([{"task": task.value, "switch": ON if on else OFF} for task, on in states.items()], False)
 
 
 @disk_app.command("repair-progress")
@@ -79,7 +80,7 @@ def disk_repair_progress(disk_id: int, as_json: JsonOpt = False, dir: DirOpt = D
     async def read(cm: ClusterClient) -> tuple[DiskStatus, list[TaskRecord]]:
         return (await cm.get_disk(disk_id)).status, await _records(cm)
 
-    status, tasks = _on_cluster(dir, clustermgr, read)
+    status, tasks = on_cluster(dir, clustermgr, read)
     progress = disk_progress(tasks, disk_id, time.time())
     if as_json:
         typer.echo(json.dumps({"status": status.value, **progress.model_dump(mode="json")}, indent=2))
@@ -98,7 +99,7 @@ def disk_drop(disk_id: int, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -
         await cm.set_disk(disk_id, readonly=True)
         return (await cm.set_disk(disk_id, status=DiskStatus.DROPPING)).status
 
-    status = _on_cluster(dir, clustermgr, drop)
+    status = on_cluster(dir, clustermgr, drop)
     out.print(f"disk {disk_id} is {status.value}; follow it with: blobstore disk repair-progress {disk_id}")
 
 
@@ -111,5 +112,5 @@ def volume_migrate(vid: int, index: int, to: Annotated[int | None, typer.Option(
         async with SchedulerClient(cm) as scheduler:
             return await scheduler.manual_migrate(ManualMigrate(vid=vid, index=index, disk_id=to))
 
-    task = _on_cluster(dir, clustermgr, ask)
+    task = on_cluster(dir, clustermgr, ask)
     out.print(f"task {task.task_id} queued; follow it with: blobstore task list")
