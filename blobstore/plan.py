@@ -339,8 +339,16 @@ def derived(secret: str, purpose: str, size: int = 32) -> bytes:
 
 
 def kafka_cluster_uuid(secret: str) -> str:
-    """A KRaft cluster id (base64url of 16 bytes, as Kafka's Uuid prints), the same for every broker."""
-    return base64.urlsafe_b64encode(derived(secret, "kafka cluster id", 16)).decode().rstrip("=")
+    """A KRaft cluster id (base64url of 16 bytes, as Kafka's Uuid prints), the same for every broker; never one
+    starting with '-', which `kafka-storage format -t` would read as an option (one secret in 64 derived one:
+    Kafka's own Uuid.randomUuid draws again then, and so does this, deterministically)."""
+    purpose, attempt = "kafka cluster id", 0
+    while True:
+        text = base64.urlsafe_b64encode(derived(secret, purpose, 16)).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+        attempt += 1
+        purpose = f"kafka cluster id {attempt}"
 
 
 def _spec_place(spec: ClusterSpec, role: str, host_name: str) -> Place:

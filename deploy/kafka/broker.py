@@ -243,9 +243,12 @@ def _format(libs: Path, log4j2: Path, props: Path, data: Path, cluster_uuid: str
         if cluster_uuid is not None and (found is None or found.group(1) != cluster_uuid):
             raise RuntimeError(f"{data} was formatted for another cluster than {cluster_uuid}: remove it to reformat")
         return
-    subprocess.run([*wrap, *_java(libs, log4j2, "kafka.tools.StorageTool", "format", "-t",
-                         cluster_uuid or random_cluster_uuid(), "-c", str(props), *scram_arguments(users))],
-                   capture_output=True, text=True, check=True)
+    done = subprocess.run([*wrap, *_java(libs, log4j2, "kafka.tools.StorageTool", "format", "-t",
+                                cluster_uuid or random_cluster_uuid(), "-c", str(props), *scram_arguments(users))],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"formatting {data} failed (exit {done.returncode}): "
+                           f"{(done.stderr or done.stdout).strip()[-1500:]}")
 
 
 def _await_exec(proc: subprocess.Popen[bytes], jvm: list[str], directory: Path) -> None:

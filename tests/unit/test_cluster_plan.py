@@ -4,6 +4,7 @@ before there were several access nodes still loads."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,15 @@ from typing import Any
 import pytest
 
 from blobstore.launcher import STATE_FILE, ClusterInfo
-from blobstore.plan import ClusterPlan, ClusterShape, ProcessSpec, plan_cluster, port_count
+from blobstore.plan import (
+    ClusterPlan,
+    ClusterShape,
+    ProcessSpec,
+    derived,
+    kafka_cluster_uuid,
+    plan_cluster,
+    port_count,
+)
 from libs.rpc.auth import SECRET_ENV, new_secret
 
 
@@ -121,3 +130,19 @@ def test_a_cluster_json_from_before_several_access_nodes_loads(tmp_path: Path,
     info.access_urls = ["http://127.0.0.1:9500", "http://127.0.0.1:9501"]
     info.save()
     assert ClusterInfo.load(tmp_path).access_urls == ["http://127.0.0.1:9500", "http://127.0.0.1:9501"]
+
+
+def test_a_kafka_cluster_id_never_starts_with_a_dash_and_stays_the_same_for_a_secret() -> None:
+    """`kafka-storage format -t -x...` reads such an id as an option: one secret in 64 derived one (a CI run's
+    --hosts cluster failed to format its brokers)."""
+    def first_draw(secret: str) -> str:
+        return base64.urlsafe_b64encode(derived(secret, "kafka cluster id", 16)).decode().rstrip("=")
+
+    secrets = [f"{n:064x}" for n in range(2000)]
+    dashed = [s for s in secrets if first_draw(s).startswith("-")]
+    assert dashed  # about 2000 / 64 of them
+    for secret in dashed:
+        uuid = kafka_cluster_uuid(secret)
+        assert not uuid.startswith("-") and len(uuid) == 22 and uuid == kafka_cluster_uuid(secret)
+    plain = next(s for s in secrets if s not in dashed)
+    assert kafka_cluster_uuid(plain) == first_draw(plain)  # ids of existing clusters do not change
