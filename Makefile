@@ -28,7 +28,7 @@ setup: .venv/.installed
 # template deploy/blobnode.json in run/blobnode1/conf.json.
 run: setup
 	.venv/bin/blobstore auth config blobnode deploy/blobnode.json --secret-file run/secret -o run/blobnode1/conf.json
-	$(PY) -m services.blobnode -c run/blobnode1/conf.json
+	$(PY) -m blobstore_server.services.blobnode -c run/blobnode1/conf.json
 
 # A whole local cluster in ./run/, one real file stored, read back and deleted; the cluster is left running.
 demo: setup
@@ -52,12 +52,12 @@ demo: setup
 
 test: setup
 	.venv/bin/ruff check .
-	.venv/bin/mypy libs services blobstore spark bench deploy
+	.venv/bin/mypy blobstore blobstore_server bench deploy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/mypy libs services blobstore spark bench deploy
+	.venv/bin/mypy blobstore blobstore_server bench deploy
 
 bench: setup
 	$(PY) bench/ec_codec.py

@@ -29,9 +29,9 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_seconds, drive, summarize
-from blobstore import launcher
-from blobstore.launcher import ProcessRecord
-from blobstore.plan import ClusterShape
+from blobstore_server.admin import launcher
+from blobstore_server.admin.launcher import ProcessRecord
+from blobstore_server.admin.plan import ClusterShape
 
 
 @dataclass(frozen=True)

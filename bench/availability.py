@@ -52,12 +52,13 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from blobstore import AsyncClient, BlobstoreError, launcher
+from blobstore import AsyncClient, BlobstoreError
 from blobstore.errors import error_from_answer
-from blobstore.plan import ClusterShape
-from blobstore.procs import poll
-from libs.proto.cluster import VolumeInfo
-from services.clustermgr.client import ClusterClient
+from blobstore_server.admin import launcher
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.admin.procs import poll
+from blobstore_server.libs.proto.cluster import VolumeInfo
+from blobstore_server.services.clustermgr.client import ClusterClient
 
 SETTLE = 10.0  # seconds after the kill that the issue allows the cluster to adapt
 ROLE_DOWN = 15.0  # --roles: seconds an allocator or an access node stays down

@@ -24,10 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_seconds, drive, summarize
-from libs.proto.ids import Vuid
-from libs.rpc import auth
-from libs.rpc.auth import operator_signer
-from services.blobnode.client import BlobnodeClient
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc.auth import operator_signer
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.processes import TEST_SECRET, Service, free_port
 
 SIZES = {"4KiB": 4 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20, "4MiB": 4 << 20}
@@ -109,7 +109,7 @@ def main() -> None:
         workdir = Path(tmp)
         port = free_port()
         config = {"bind_addr": f"127.0.0.1:{port}", "disks": [{"path": str(workdir / "disk1"), "disk_id": 1}]}
-        service = Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}")
+        service = Service("blobnode", config, workdir, f"http://127.0.0.1:{port}")
         service.start()
         try:
             node = asyncio.run(bench_blobnode(service.url, service.pid, count_for, args.concurrency))

@@ -21,12 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from libs.ec import CodeMode  # noqa: E402
-from libs.proto.clustermgr import DiskBeat  # noqa: E402
-from libs.raft.kvcluster import LocalCluster  # noqa: E402
-from libs.rpc import auth  # noqa: E402
-from libs.rpc.auth import operator_signer  # noqa: E402
-from services.clustermgr.client import ClusterClient  # noqa: E402
+from blobstore_server.libs.ec import CodeMode  # noqa: E402
+from blobstore_server.libs.proto.clustermgr import DiskBeat  # noqa: E402
+from blobstore_server.libs.raft.kvcluster import LocalCluster  # noqa: E402
+from blobstore_server.libs.rpc import auth  # noqa: E402
+from blobstore_server.libs.rpc.auth import operator_signer  # noqa: E402
+from blobstore_server.services.clustermgr.client import ClusterClient  # noqa: E402
 from tests.support.processes import TEST_SECRET, Service, free_port, stop_all  # noqa: E402
 
 
@@ -80,7 +80,7 @@ def start_clustermgr(base: Path, volumes: int) -> list[Service]:
         workdir.mkdir(parents=True)
         config = {"node_id": i, "members": members, "data_dir": str(workdir / "data"), "chunk_size": 64 << 20,
                   "volume_check_interval": 0.2, "code_modes": [{"code_mode": "EC3P3", "min_volumes": volumes}]}
-        services.append(Service("services.clustermgr", config, workdir, f"http://{members[str(i)]['http_addr']}"))
+        services.append(Service("clustermgr", config, workdir, f"http://{members[str(i)]['http_addr']}"))
     return services
 
 
@@ -92,7 +92,7 @@ def start_blobnodes(base: Path, cms: list[Service]) -> list[Service]:
         port = free_port()
         config = {"bind_addr": f"127.0.0.1:{port}", "disks": [{"path": str(workdir / "disk")}],
                   "clustermgr_hosts": [cm.url for cm in cms], "heartbeat_interval": 1.0}
-        nodes.append(Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}"))
+        nodes.append(Service("blobnode", config, workdir, f"http://127.0.0.1:{port}"))
     return nodes
 
 

@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.availability import Op, phase, stream
 from bench.common import cpu_seconds
 from bench.repair import MiB, fill, paced_load, under_load, until
-from blobstore import launcher
-from blobstore.plan import ClusterShape
-from libs.proto.blobnode import DiskExport
-from services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA
-from spark.inputs import DISK_SCHEMA, UNIT_SCHEMA
+from blobstore_server.admin import launcher
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.libs.proto.blobnode import DiskExport
+from blobstore_server.services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA
+from blobstore_server.spark.inputs import DISK_SCHEMA, UNIT_SCHEMA
 
 DISKS, UNITS, N = 90, 9, 6  # EC6P3
 SETTLE = 10.0  # live: the fill ended longer ago than this before the inspection starts (capacity + baseline)
@@ -129,9 +129,9 @@ def measure(master: str, source: str, out: str) -> dict[str, float]:
     """In this process (a fresh JVM, so the run is cold as a real job's is): the job's wall time and the CPU the
     JVM spent (tasks, and the JIT compilers, GC and planning that run beside them); local[1] is pinned to one CPU,
     or those threads would take the second core for free and it would not be a one-core run."""
-    from spark.inputs import load_inputs
-    from spark.inspect import InspectOptions, inspect
-    from spark.session import spark_session
+    from blobstore_server.spark.inputs import load_inputs
+    from blobstore_server.spark.inspect import InspectOptions, inspect
+    from blobstore_server.spark.session import spark_session
 
     if master == "local[1]":
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})

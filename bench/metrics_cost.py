@@ -30,11 +30,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import drive, summarize
-from blobstore import launcher
-from blobstore.plan import ClusterShape
-from blobstore.procs import stop
-from libs.rpc.asgi import Message, Receive, Scope, Send
-from libs.rpc.metrics import Instrumented
+from blobstore_server.admin import launcher
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.admin.procs import stop
+from blobstore_server.libs.rpc.asgi import Message, Receive, Scope, Send
+from blobstore_server.libs.rpc.metrics import Instrumented
 
 VARIANTS = {"metrics+audit": (True, True), "metrics": (True, False), "off": (False, False)}
 CONCURRENCY = 8

@@ -32,9 +32,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.availability import Op, counted, drive, ratio, read_back, say, select, through_sdk, write
-from blobstore import AsyncClient, BlobstoreError, launcher, nemesis
-from blobstore.netns import Network
-from blobstore.plan import ClusterShape
+from blobstore import AsyncClient, BlobstoreError
+from blobstore_server.admin import launcher, nemesis
+from blobstore_server.admin.netns import Network
+from blobstore_server.admin.plan import ClusterShape
 
 HOSTS = 8
 MAJORITY = ["h2", "h3", "h4", "h5", "h6", "h7"]

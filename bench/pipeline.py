@@ -28,15 +28,16 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from blobstore import AsyncClient, launcher
-from blobstore.kafka_auth import ADMIN, kafka_user
-from blobstore.plan import ClusterShape
-from libs.mq.consumer import Consumer
-from libs.mq.producer import Producer
-from libs.mq.settings import client_auth
-from libs.proto.location import Location
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore import AsyncClient
+from blobstore_server.admin import launcher
+from blobstore_server.admin.kafka_auth import ADMIN, kafka_user
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.libs.mq.consumer import Consumer
+from blobstore_server.libs.mq.producer import Producer
+from blobstore_server.libs.mq.settings import client_auth
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 
 
 def url_of(info: launcher.ClusterInfo, role: str) -> str:

@@ -39,14 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.availability import Op, phase, stream
 from bench.common import cpu_seconds, summarize
-from blobstore import launcher
-from blobstore.plan import ClusterShape
-from libs.ec import tactic
-from libs.proto.cluster import DiskStatus
-from libs.proto.scheduler import TASK_PREFIX, TaskRecord
-from libs.proto.switches import OFF, TaskType, switch_key
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.admin import launcher
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.libs.ec import tactic
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.scheduler import TASK_PREFIX, TaskRecord
+from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 
 MiB = 1 << 20
 

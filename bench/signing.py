@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import drive, summarize
-from libs.proto.ids import Vuid
-from libs.rpc import auth
-from libs.rpc.auth import AuthConfig, Capability, Signer, new_secret
-from services.blobnode.client import BlobnodeClient
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc.auth import AuthConfig, Capability, Signer, new_secret
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.processes import Service, free_port
 
 
@@ -37,7 +37,7 @@ def start_blobnode(root: Path, name: str, keys: AuthConfig | None) -> Service:
                                                                               "disk_id": 1}]}
     if keys is not None:
         config["auth"] = keys.model_dump(mode="json")
-    return Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}", insecure=keys is None).start()
+    return Service("blobnode", config, workdir, f"http://127.0.0.1:{port}", insecure=keys is None).start()
 
 
 async def one_round(url: str, signer: Signer | None, vuid: int, size: int, count: int, concurrency: int,

@@ -11,7 +11,7 @@ from blobstore.errors import (
     Unavailable,
     UploadIncomplete,
 )
-from libs.proto.access import Slice, Stat
+from blobstore.records import Slice, Stat
 
 __all__ = [
     "AsyncClient",

@@ -29,7 +29,7 @@ from blobstore.errors import (
     UploadIncomplete,
     error_from_answer,
 )
-from libs.proto.access import AllocRequest, AllocResult, PutResult, Stat
+from blobstore.records import AllocRequest, AllocResult, PutResult, Stat
 
 CHUNK = 1 << 20
 MAX_TRIES = 3  # hosts tried per request

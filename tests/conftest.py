@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from libs.rpc import auth
-from libs.rpc.auth import SECRET_ENV, operator_signer
+from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc.auth import SECRET_ENV, operator_signer
 from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
 from tests.support.processes import (
     TEST_SECRET,
@@ -72,7 +72,7 @@ def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
             config["disks"] = [{"path": str(workdir / f"disk{i}")} for i in range(disks)]
             config["clustermgr_hosts"] = [cm.url for cm in clustermgr]
             config["heartbeat_interval"] = 0.5
-        service = Service("services.blobnode", config, workdir, f"http://127.0.0.1:{port}",
+        service = Service("blobnode", config, workdir, f"http://127.0.0.1:{port}",
                           insecure=insecure_fixtures(request))
         started.append(service)
         return service.start()
@@ -97,7 +97,7 @@ def clustermgr_factory(request: pytest.FixtureRequest, tmp_path: Path,
             config = {"node_id": node_id, "members": members, "data_dir": str(workdir / "data"),
                       "heartbeat_ms": 50, "election_timeout_ms": [300, 600], **overrides}
             url = f"http://{members[str(node_id)]['http_addr']}"
-            services.append(Service("services.clustermgr", config, workdir, url, insecure=insecure_fixtures(request)))
+            services.append(Service("clustermgr", config, workdir, url, insecure=insecure_fixtures(request)))
         started.extend(services)
         for service in services:
             service.start()
@@ -115,11 +115,11 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
     schedulers and a worker; `blobnode` is config every blobnode gets."""
     started: list[Service] = []
 
-    def launch(module: str, name: str, **config: object) -> Service:
+    def launch(role: str, name: str, **config: object) -> Service:
         workdir = tmp_path / name
         workdir.mkdir()
         port = free_port()
-        service = Service(module, {"bind_addr": f"127.0.0.1:{port}", **config}, workdir, f"http://127.0.0.1:{port}",
+        service = Service(role, {"bind_addr": f"127.0.0.1:{port}", **config}, workdir, f"http://127.0.0.1:{port}",
                           insecure=insecure_fixtures(request))
         started.append(service)
         return service.start()
@@ -137,20 +137,20 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
         cm_urls = [cm.url for cm in cms]
         node_config = {"delete_hold": safe_delay, **(blobnode or {})}  # tinker's safe delay, as `cluster up` sets
         nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, **node_config) for i in range(blobnodes)]
-        allocs = [launch("services.allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
+        allocs = [launch("allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
                          retain_interval=2.0) for i in range(allocators)]
         background: dict[str, Service] = {}
         for n in range(schedulers):  # the first to start is elected; the others stand by
-            background[f"scheduler{n}"] = launch("services.scheduler", f"scheduler{n}", clustermgr_hosts=cm_urls,
+            background[f"scheduler{n}"] = launch("scheduler", f"scheduler{n}", clustermgr_hosts=cm_urls,
                                                  **(scheduler or {}))
         if pipelines or schedulers:
-            background["worker"] = launch("services.worker", "worker", clustermgr_hosts=cm_urls, **(worker or {}))
+            background["worker"] = launch("worker", "worker", clustermgr_hosts=cm_urls, **(worker or {}))
         if pipelines:
             kafka = request.getfixturevalue("kafka_broker")
             cluster_id = random.randrange(2, 2**31)  # this cluster's messages only: tests share the broker
-            background["mqproxy"] = launch("services.mqproxy", "mqproxy", clustermgr_hosts=cm_urls,
+            background["mqproxy"] = launch("mqproxy", "mqproxy", clustermgr_hosts=cm_urls,
                                            cluster_id=cluster_id, kafka_bootstrap=kafka.bootstrap, partitions=2)
-            background["tinker"] = launch("services.tinker", "tinker", clustermgr_hosts=cm_urls,
+            background["tinker"] = launch("tinker", "tinker", clustermgr_hosts=cm_urls,
                                           cluster_id=cluster_id, kafka_bootstrap=kafka.bootstrap,
                                           delete_safe_delay=safe_delay,
                                           retry_base=0.5, retry_cap=2.0, group_prefix=f"tinker-{tmp_path.name}",
@@ -159,7 +159,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
 
         def add_access(**overrides: object) -> Service:
             name = f"access{len(fronts)}"
-            service = launch("services.access", name, secret=LocalCluster.secret, clustermgr_hosts=cm_urls,
+            service = launch("access", name, secret=LocalCluster.secret, clustermgr_hosts=cm_urls,
                              allocator_hosts=[a.url for a in allocs],
                              orphan_log=str(tmp_path / f"{name}-orphans.jsonl"),
                              audit_log=str(tmp_path / f"{name}-audit.jsonl"),

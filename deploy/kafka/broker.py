@@ -35,7 +35,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from libs.maven import cache_root, fetch_jars
+from blobstore_server.libs.maven import cache_root, fetch_jars
 
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"

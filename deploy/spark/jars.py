@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from spark.session import fetch_kafka_source
+from blobstore_server.spark.session import fetch_kafka_source
 
 if __name__ == "__main__":
     print(f"Spark's Kafka source: {fetch_kafka_source()}")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 
-from libs.proto.location import Location
-from libs.rpc.errors import NotFound
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.rpc.errors import NotFound
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster
 

@@ -10,8 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-from libs.chunkfile import ChunkFile, ChunkId, Vuid, required_column_families
-from libs.kv import KVStore
+from blobstore_server.libs.chunkfile import ChunkFile, ChunkId, Vuid, required_column_families
+from blobstore_server.libs.kv import KVStore
 
 ROOT = Path(__file__).resolve().parents[2]
 VUID = Vuid.make(3, 0, 1)
@@ -22,8 +22,8 @@ MIN_ACKS = 50
 CHILD = """
 import random, sys, threading
 from pathlib import Path
-from libs.chunkfile import ChunkFile, ChunkId, required_column_families
-from libs.kv import KVStore
+from blobstore_server.libs.chunkfile import ChunkFile, ChunkId, required_column_families
+from blobstore_server.libs.kv import KVStore
 
 base, cid, first, writers = Path(sys.argv[1]), ChunkId.parse(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 kv = KVStore(base / "meta", required_column_families())

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from libs.proto.clustermgr import (
+from blobstore_server.libs.proto.clustermgr import (
     SESSION_HEADER,
     DropReplies,
     KeyCas,
@@ -33,9 +33,9 @@ from libs.proto.clustermgr import (
     ScopeAlloc,
     ScopeRange,
 )
-from libs.rpc import errors
-from libs.rpc.client import AiohttpTransport, HttpClient, Request, Response
-from services.clustermgr.client import ClusterClient
+from blobstore_server.libs.rpc import errors
+from blobstore_server.libs.rpc.client import AiohttpTransport, HttpClient, Request, Response
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service, eventually
 

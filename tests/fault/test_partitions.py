@@ -26,16 +26,24 @@ from pathlib import Path
 
 import pytest
 
-from blobstore import Client, NotFound, Unavailable, nemesis
-from blobstore.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
-from blobstore.plan import ClusterShape
-from blobstore.procs import poll
-from libs.proto.cluster import DiskStatus
-from libs.proto.scheduler import LEADER_KEY, TASK_PREFIX, AcquireRequest, LeaderRecord, TaskRecord, TaskState
-from libs.proto.switches import OFF, ON, TaskType, switch_key
-from libs.rpc.errors import Conflict, Fenced, RpcError
-from services.clustermgr.client import ClusterClient
-from services.scheduler.client import SchedulerClient
+from blobstore import Client, NotFound, Unavailable
+from blobstore_server.admin import nemesis
+from blobstore_server.admin.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.admin.procs import poll
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.scheduler import (
+    LEADER_KEY,
+    TASK_PREFIX,
+    AcquireRequest,
+    LeaderRecord,
+    TaskRecord,
+    TaskState,
+)
+from blobstore_server.libs.proto.switches import OFF, ON, TaskType, switch_key
+from blobstore_server.libs.rpc.errors import Conflict, Fenced, RpcError
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.linearizable import Op, check
 from tests.support.load import Attempt, PutStream, failures, put_stream, success_rate
 from tests.support.settle import settled

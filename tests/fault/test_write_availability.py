@@ -15,15 +15,15 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from blobstore.cli import app
-from libs.proto.cluster import Unit
-from libs.proto.clustermgr import VolumeView
-from libs.proto.location import Location
-from libs.rpc.errors import RpcError
-from services.access.config import AccessConfig
-from services.allocator.client import AllocatorClient
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.admin.cli import app
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.clustermgr import VolumeView
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.services.access.config import AccessConfig
+from blobstore_server.services.allocator.client import AllocatorClient
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import failures, put_stream, read_back, success_rate, wait_for_put
 from tests.support.processes import LocalCluster, Service, wait_until
 

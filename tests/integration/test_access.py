@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from libs.proto.location import Location
+from blobstore_server.libs.proto.location import Location
 from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, RedisServer, stop_all
 

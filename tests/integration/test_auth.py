@@ -22,25 +22,25 @@ import redis
 from typer.testing import CliRunner
 
 from blobstore import Client, NotFound
-from blobstore.cli import app
-from blobstore.kafka_auth import kafka_user
-from blobstore.launcher import SECRET_FILE, ClusterInfo, down, restart, up
-from blobstore.plan import ClusterShape
-from blobstore.redis_auth import redis_password, with_credentials
-from libs.mq.admin import positions
-from libs.mq.producer import Producer
-from libs.mq.seal import message_key
-from libs.mq.settings import client_auth
-from libs.mq.topics import Topic
-from libs.proto.cluster import DiskStatus, VolumeInfo
-from libs.proto.ids import Vuid
-from libs.proto.messages import DeleteMsg
-from libs.proto.scheduler import LEADER_KEY, LeaderRecord
-from libs.rpc import auth
-from libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, body_digest, new_secret, sign
-from libs.rpc.errors import RpcError
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.admin.cli import app
+from blobstore_server.admin.kafka_auth import kafka_user
+from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, down, restart, up
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.admin.redis_auth import redis_password, with_credentials
+from blobstore_server.libs.mq.admin import positions
+from blobstore_server.libs.mq.producer import Producer
+from blobstore_server.libs.mq.seal import message_key
+from blobstore_server.libs.mq.settings import client_auth
+from blobstore_server.libs.mq.topics import Topic
+from blobstore_server.libs.proto.cluster import DiskStatus, VolumeInfo
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.messages import DeleteMsg
+from blobstore_server.libs.proto.scheduler import LEADER_KEY, LeaderRecord
+from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, body_digest, new_secret, sign
+from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.processes import BlobnodeFactory
 
 

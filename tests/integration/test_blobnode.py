@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 import pytest
 from isal.isal_zlib import crc32
 
-from libs.proto.blobnode import DiskStat
-from libs.proto.ids import Vuid
-from libs.rpc import errors
-from libs.rpc.client import HttpClient
-from services.blobnode.client import BlobnodeClient
+from blobstore_server.libs.proto.blobnode import DiskStat
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import errors
+from blobstore_server.libs.rpc.client import HttpClient
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.processes import BlobnodeFactory
 
 T = TypeVar("T")

@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from libs.ec import CodeMode
-from libs.proto.cluster import DiskStatus
-from libs.proto.clustermgr import DiskAdd, DiskView, RetainItem
-from libs.proto.ids import Vuid
-from libs.rpc import errors
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.libs.ec import CodeMode
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskView, RetainItem
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import errors
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.processes import BlobnodeFactory, Service, eventually, free_port, signing_as
 
 T = TypeVar("T")
@@ -295,7 +295,7 @@ def test_membership_change_under_writes_and_a_silent_disk(
     new = {"raft_addr": f"127.0.0.1:{free_port()}", "http_addr": f"127.0.0.1:{free_port()}"}
     workdir = tmp_path / "cm4"
     workdir.mkdir()
-    joiner = Service("services.clustermgr", {**cms[0].config, "node_id": 4, "members": {**members, "4": new},
+    joiner = Service("clustermgr", {**cms[0].config, "node_id": 4, "members": {**members, "4": new},
                                              "join": True, "data_dir": str(workdir / "data")},
                      workdir, f"http://{new['http_addr']}")
 

@@ -13,7 +13,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from libs.rpc.auth import AuthConfig, Capability, new_secret
+from blobstore_server.libs.rpc.auth import AuthConfig, Capability, new_secret
 from tests.support.browser import headless_chromium
 from tests.support.processes import REPO, BlobnodeFactory, Service, free_port, wait_until
 
@@ -22,7 +22,7 @@ def exit_of(tmp_path: Path, config: dict[str, object]) -> subprocess.CompletedPr
     """Start a blobnode with exactly `config` and wait for it to exit (it must, at once)."""
     path = tmp_path / "conf.json"
     path.write_text(json.dumps(config))
-    return subprocess.run([sys.executable, "-m", "services.blobnode", "-c", str(path)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "blobstore_server.services.blobnode", "-c", str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=30)
 
 
@@ -69,11 +69,11 @@ def test_insecure_warns_reports_in_health_and_the_dashboard_badge(blobnode_facto
     # A node with keys beside it (its /health says nothing of insecurity) and a dashboard watching both.
     (tmp_path / "signed").mkdir()
     config = bare_blobnode(tmp_path / "signed")
-    signed_node = Service("services.blobnode", config, tmp_path / "signed", f"http://{config['bind_addr']}")
+    signed_node = Service("blobnode", config, tmp_path / "signed", f"http://{config['bind_addr']}")
     dash_dir = tmp_path / "dashboard"
     dash_dir.mkdir()
     port = free_port()
-    dashboard = Service("services.dashboard", {
+    dashboard = Service("dashboard", {
         "bind_addr": f"127.0.0.1:{port}", "clustermgr_hosts": [signed_node.url], "scrape_interval": 0.5,
         "targets": [{"name": "open-node", "role": "blobnode", "url": open_node.url},
                     {"name": "signed-node", "role": "blobnode", "url": signed_node.url}]},

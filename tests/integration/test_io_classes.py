@@ -9,10 +9,10 @@ import time
 
 import httpx
 
-from libs.proto.blobnode import IOClass
-from libs.proto.ids import Vuid
-from libs.rpc.errors import BadRequest
-from services.blobnode.client import BlobnodeClient
+from blobstore_server.libs.proto.blobnode import IOClass
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc.errors import BadRequest
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.processes import BlobnodeFactory
 
 RATE_MIB = 8

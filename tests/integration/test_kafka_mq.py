@@ -8,13 +8,13 @@ import uuid
 
 import pytest
 
-from libs.mq.admin import ensure_topics, lag
-from libs.mq.consumer import Consumer, Record
-from libs.mq.offsets import OffsetTracker
-from libs.mq.producer import Producer
-from libs.mq.seal import Forged, message_key, unseal
-from libs.mq.topics import ALL_TOPICS
-from libs.rpc.auth import new_secret
+from blobstore_server.libs.mq.admin import ensure_topics, lag
+from blobstore_server.libs.mq.consumer import Consumer, Record
+from blobstore_server.libs.mq.offsets import OffsetTracker
+from blobstore_server.libs.mq.producer import Producer
+from blobstore_server.libs.mq.seal import Forged, message_key, unseal
+from blobstore_server.libs.mq.topics import ALL_TOPICS
+from blobstore_server.libs.rpc.auth import new_secret
 from tests.support.kafka import KafkaBroker
 
 

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from libs.rpc.limits import ClientRates
+from blobstore_server.libs.rpc.limits import ClientRates
 from tests.support.processes import SIGNED, BlobnodeFactory
 
 

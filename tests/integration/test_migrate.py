@@ -11,15 +11,15 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from libs.proto.blobnode import ShardInfo
-from libs.proto.cluster import Unit
-from libs.proto.location import Location
-from libs.proto.scheduler import TaskProgress, TaskRef, WorkTask
-from libs.proto.switches import TaskType
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
-from services.worker.config import WorkerConfig
-from services.worker.migrate import DestinationFailed, UnitMigrator
+from blobstore_server.libs.proto.blobnode import ShardInfo
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.proto.scheduler import TaskProgress, TaskRef, WorkTask
+from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.worker.config import WorkerConfig
+from blobstore_server.services.worker.migrate import DestinationFailed, UnitMigrator
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service
 

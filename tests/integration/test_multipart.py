@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from blobstore import AsyncClient, Client, NotFound, Upload, UploadIncomplete
-from libs.proto.uploads import BlobToken
+from blobstore_server.libs.proto.uploads import BlobToken
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, wait_until
 from tests.support.shards import blobs_of, states

@@ -26,19 +26,19 @@ from selenium.webdriver.support.ui import WebDriverWait
 from typer.testing import CliRunner
 
 from blobstore import Client, Forbidden
-from blobstore.cli import app
-from blobstore.launcher import ClusterInfo, ProcessRecord, down, up
-from blobstore.plan import ClusterShape
-from blobstore.procs import free_port, stop, wait_until
-from libs.proto.location import Location
-from libs.proto.mqproxy import RepairIn
-from libs.proto.scheduler import TaskRecord, TaskState
-from libs.proto.switches import TaskType
-from libs.rpc import auth
-from libs.rpc.auth import AUTH_HEADER
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
-from services.mqproxy.client import MqProxyClient
+from blobstore_server.admin.cli import app
+from blobstore_server.admin.launcher import ClusterInfo, ProcessRecord, down, up
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.admin.procs import free_port, stop, wait_until
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.proto.mqproxy import RepairIn
+from blobstore_server.libs.proto.scheduler import TaskRecord, TaskState
+from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc.auth import AUTH_HEADER
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.mqproxy.client import MqProxyClient
 from tests.support.browser import headless_chromium
 
 SCRAPED = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker", "access", "dashboard")

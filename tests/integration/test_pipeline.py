@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from libs.proto.tinker import PipelineStats, TinkerStats
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.libs.proto.tinker import PipelineStats, TinkerStats
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, wait_until
 from tests.support.shards import blobs_of, states

@@ -1,4 +1,4 @@
-"""libs.raft with real kvserver processes on 127.0.0.1: crashes, quorum loss, restarts,
+"""blobstore_server.libs.raft with real kvserver processes on 127.0.0.1: crashes, quorum loss, restarts,
 wiped nodes and membership changes. Every process is killed by PID at teardown."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from libs.raft.kvclient import KVClient, KVError
-from libs.raft.kvcluster import LocalCluster, wait_for
+from blobstore_server.libs.raft.kvclient import KVClient, KVError
+from blobstore_server.libs.raft.kvcluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from blobstore import Client, NotFound
-from blobstore.cli import app
-from blobstore.launcher import ClusterInfo, down, up
-from blobstore.plan import ClusterShape
-from services.clustermgr.client import ClusterClient
+from blobstore_server.admin.cli import app
+from blobstore_server.admin.launcher import ClusterInfo, down, up
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.processes import wait_until
 
 

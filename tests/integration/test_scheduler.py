@@ -18,11 +18,11 @@ import httpx
 from typer.testing import CliRunner
 
 from blobstore import AsyncClient
-from blobstore.cli import app
-from blobstore.shards import inspect_shards
-from libs.proto.cluster import DiskStatus
-from libs.proto.ids import Vuid
-from libs.proto.scheduler import (
+from blobstore_server.admin.cli import app
+from blobstore_server.admin.shards import inspect_shards
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.scheduler import (
     BROKEN_AFTER_KEY,
     DEFAULT_BROKEN_AFTER,
     LEADER_KEY,
@@ -36,12 +36,12 @@ from libs.proto.scheduler import (
     TaskState,
     WorkTask,
 )
-from libs.proto.switches import OFF, ON, TaskType, switch_key
-from libs.rpc.errors import Conflict, Internal, RpcError
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
-from services.scheduler.client import SchedulerClient
-from services.scheduler.rules import units_per_disk
+from blobstore_server.libs.proto.switches import OFF, ON, TaskType, switch_key
+from blobstore_server.libs.rpc.errors import Conflict, Internal, RpcError
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.scheduler.client import SchedulerClient
+from blobstore_server.services.scheduler.rules import units_per_disk
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
 
 ClusterFactory = Callable[..., LocalCluster]

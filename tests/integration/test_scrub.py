@@ -12,13 +12,13 @@ import httpx
 from isal.isal_zlib import crc32
 from prometheus_client.parser import text_string_to_metric_families
 
-from blobstore.procs import wait_until
-from libs.proto.blobnode import DiskStat, NodeStat
-from libs.proto.cluster import Unit
-from libs.proto.location import Location
-from libs.rpc.errors import RpcError
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.admin.procs import wait_until
+from blobstore_server.libs.proto.blobnode import DiskStat, NodeStat
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.damage import flip_a_byte
 from tests.support.processes import LocalCluster
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from libs.proto.ids import Vuid
-from libs.rpc import client as rpc_client
-from libs.rpc.errors import Unavailable
-from services.blobnode.client import BlobnodeClient
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import client as rpc_client
+from blobstore_server.libs.rpc.errors import Unavailable
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.processes import Service, free_port
 
 
@@ -35,7 +35,7 @@ def tls_blobnode(tmp_path: Path, certificate: tuple[Path, Path], signed_as_opera
     url = f"https://127.0.0.1:{port}"
     config = {"bind_addr": f"127.0.0.1:{port}", "host": url, "disks": [{"path": str(tmp_path / "d"), "disk_id": 1}],
               "tls": {"cert_file": str(cert), "key_file": str(key), "ca_file": str(cert)}}
-    node = Service("services.blobnode", config, tmp_path, url, verify=ssl.create_default_context(cafile=str(cert)))
+    node = Service("blobnode", config, tmp_path, url, verify=ssl.create_default_context(cafile=str(cert)))
     try:
         yield node.start().url
     finally:

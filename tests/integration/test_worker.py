@@ -9,11 +9,11 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from libs.proto.location import Location
-from libs.rpc import errors
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
-from services.worker.client import WorkerClient
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.rpc import errors
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.worker.client import WorkerClient
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service, free_port
 
@@ -24,7 +24,7 @@ def start_worker(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
     workdir = tmp_path_factory.mktemp("worker")
     port = free_port()
     config = {"bind_addr": f"127.0.0.1:{port}", "clustermgr_hosts": [cm.url for cm in cluster.clustermgr]}
-    return Service("services.worker", config, workdir, f"http://127.0.0.1:{port}").start()
+    return Service("worker", config, workdir, f"http://127.0.0.1:{port}").start()
 
 
 def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(

@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 from pyspark.sql import SparkSession
 
-from libs.proto.scheduler import TaskRecord, TaskState
-from libs.proto.switches import TaskType
-from libs.proto.tinker import TinkerStats
-from services.clustermgr.client import ClusterClient
+from blobstore_server.libs.proto.scheduler import TaskRecord, TaskState
+from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.libs.proto.tinker import TinkerStats
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, wait_until
 from tests.support.shards import blobs_of, states

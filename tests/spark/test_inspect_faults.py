@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 from pyspark.sql import SparkSession
 
-from libs.proto.cluster import Unit
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
-from spark.inputs import export_all
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.spark.inputs import export_all
 from tests.support.damage import flip_a_byte
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service

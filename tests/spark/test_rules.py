@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from spark.rules import BlobState, blob_state
+from blobstore_server.spark.rules import BlobState, blob_state
 
 ALL = 0b111111  # EC3P3: six units, any three rebuild the blob
 CUTOFF, PURGE_BEFORE = 1000.0, 500.0

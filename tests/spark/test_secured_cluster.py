@@ -29,18 +29,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 from blobstore import Client
-from blobstore.launcher import SECRET_FILE, ClusterInfo, ProcessRecord, down, restart, up
-from blobstore.plan import ClusterShape
-from blobstore.shards import inspect_shards
+from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, ProcessRecord, down, restart, up
+from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.admin.shards import inspect_shards
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
+from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc.auth import AuthConfig, Capability, Grant
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.tinker.client import TinkerClient
 from deploy.spark import standalone
-from libs.proto.cluster import Unit
-from libs.proto.ids import Vuid
-from libs.proto.switches import OFF, TaskType, switch_key
-from libs.rpc import auth
-from libs.rpc.auth import AuthConfig, Capability, Grant
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
-from services.tinker.client import TinkerClient
 from tests.support.damage import flip_a_byte
 from tests.support.processes import wait_until
 from tests.support.spark import blobstore, found, summary

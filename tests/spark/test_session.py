@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spark.session import kafka_source_jars
+from blobstore_server.spark.session import kafka_source_jars
 
 
 def test_a_missing_kafka_source_names_make_setup_and_fetches_nothing(tmp_path: Path,

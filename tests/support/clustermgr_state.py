@@ -6,14 +6,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from libs.ec import CodeMode
-from libs.proto.cluster import Unit, VolumeInfo
-from libs.proto.clustermgr import DiskAdd
-from libs.proto.ids import Vuid
-from services.clustermgr import commands as c
-from services.clustermgr.commands import Command, decode_result, encode
-from services.clustermgr.sessions import LoggedSession
-from services.clustermgr.state import ClusterState
+from blobstore_server.libs.ec import CodeMode
+from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
+from blobstore_server.libs.proto.clustermgr import DiskAdd
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.services.clustermgr import commands as c
+from blobstore_server.services.clustermgr.commands import Command, decode_result, encode
+from blobstore_server.services.clustermgr.sessions import LoggedSession
+from blobstore_server.services.clustermgr.state import ClusterState
 
 R = Any
 

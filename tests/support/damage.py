@@ -8,9 +8,9 @@ from pathlib import Path
 
 from isal.isal_zlib import crc32
 
-from libs.chunkfile.format import BLOCK_CRC_SIZE, BLOCK_SIZE, SHARD_HEADER_SIZE
-from libs.proto.cluster import Unit
-from services.blobnode.client import BlobnodeClient
+from blobstore_server.libs.chunkfile.format import BLOCK_CRC_SIZE, BLOCK_SIZE, SHARD_HEADER_SIZE
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.services.blobnode.client import BlobnodeClient
 
 FLIPPED_AT = 100  # the byte of the shard's first block that is flipped
 

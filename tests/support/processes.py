@@ -18,12 +18,12 @@ from typing import Any, ClassVar, TypeVar
 
 import httpx
 
-from blobstore.procs import free_port as free_port  # the one port helper, for the tests too
-from blobstore.procs import healthy
-from blobstore.procs import wait_until as wait_until  # the one polling helper, for the tests too
-from blobstore.service_auth import with_auth
-from libs.rpc import auth, errors
-from libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, new_secret
+from blobstore_server.admin.procs import free_port as free_port  # the one port helper, for the tests too
+from blobstore_server.admin.procs import healthy
+from blobstore_server.admin.procs import wait_until as wait_until  # the one polling helper, for the tests too
+from blobstore_server.admin.service_auth import with_auth
+from blobstore_server.libs.rpc import auth, errors
+from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, new_secret
 
 REPO = Path(__file__).resolve().parents[2]
 # One secret per test session (pytest process): every service a test starts signs and checks with keys derived
@@ -31,14 +31,14 @@ REPO = Path(__file__).resolve().parents[2]
 TEST_SECRET = new_secret()
 
 
-def secured(module: str, config: dict[str, Any], insecure: bool = False) -> dict[str, Any]:
-    """`config` with the keys of its role (the module's last part) as `cluster up` would give them, unless it has
+def secured(role: str, config: dict[str, Any], insecure: bool = False) -> dict[str, Any]:
+    """`config` with the keys of its role as `cluster up` would give them, unless it has
     `auth` or `insecure` already; with `insecure`, `insecure: true` instead (tests of the open mode)."""
     if "auth" in config or config.get("insecure"):
         return config
     if insecure:
         return {**config, "insecure": True}
-    return with_auth(TEST_SECRET, module.rsplit(".", 1)[-1], config)
+    return with_auth(TEST_SECRET, role, config)
 
 
 class Signed(httpx.Auth):
@@ -72,7 +72,7 @@ def signing_as(name: str) -> Iterator[None]:
 class Service:
     """A service process started from a JSON config; `url` is its HTTP base."""
 
-    module: str
+    role: str  # the service's package under blobstore_server/services, e.g. "blobnode"
     config: dict[str, Any]
     workdir: Path
     url: str
@@ -82,7 +82,11 @@ class Service:
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        self.log_path = self.workdir / f"{self.module.rsplit('.', 1)[-1]}.log"
+        self.log_path = self.workdir / f"{self.role}.log"
+
+    @property
+    def module(self) -> str:
+        return f"blobstore_server.services.{self.role}"
 
     @property
     def pid(self) -> int:
@@ -91,7 +95,7 @@ class Service:
 
     def start(self, timeout: float = 15.0) -> Service:
         conf_path = self.workdir / "conf.json"
-        self.config = secured(self.module, self.config, self.insecure)
+        self.config = secured(self.role, self.config, self.insecure)
         conf_path.write_text(json.dumps(self.config))
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with open(self.log_path, "ab") as log:

@@ -8,13 +8,13 @@ import time
 from collections.abc import Iterable
 
 from blobstore import AsyncClient
-from blobstore.launcher import ClusterInfo
-from libs.proto.access import Stat
-from libs.proto.blobnode import ShardInfo
-from libs.proto.cluster import Unit
-from libs.rpc.errors import RpcError
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore.records import Stat
+from blobstore_server.admin.launcher import ClusterInfo
+from blobstore_server.libs.proto.blobnode import ShardInfo
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import read_back
 
 PARALLEL = 16  # requests in flight

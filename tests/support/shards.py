@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from libs.proto.location import Location
-from libs.rpc import errors
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr.client import ClusterClient
+from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.rpc import errors
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.processes import LocalCluster
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.clustermgr.state import ClusterState
+from blobstore_server.services.clustermgr.state import ClusterState
 from tests.support.clustermgr_state import Driver
 
 

@@ -6,9 +6,9 @@ import json
 import time
 from pathlib import Path
 
-from libs.proto.location import Location, SliceInfo
-from libs.rpc.metrics import Exchange
-from services.access.audit import LOCATION_KEY, AuditLog
+from blobstore_server.libs.proto.location import Location, SliceInfo
+from blobstore_server.libs.rpc.metrics import Exchange
+from blobstore_server.services.access.audit import LOCATION_KEY, AuditLog
 
 
 class Route:

@@ -5,10 +5,10 @@ from itertools import combinations
 
 import pytest
 
-from libs.ec import Codec, CodeMode, Tactic, tactic
-from libs.proto.blobnode import ShardState
-from libs.rpc.errors import NotFound, Unavailable
-from services.access.quorum import Written, decide_put, unreadable
+from blobstore_server.libs.ec import Codec, CodeMode, Tactic, tactic
+from blobstore_server.libs.proto.blobnode import ShardState
+from blobstore_server.libs.rpc.errors import NotFound, Unavailable
+from blobstore_server.services.access.quorum import Written, decide_put, unreadable
 
 MODES = [CodeMode.EC3P3, CodeMode.EC6P3, CodeMode.EC6P6, CodeMode.EC4P4L2, CodeMode.EC6P3L3]
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from libs.proto.cluster import DiskStatus
-from libs.proto.clustermgr import DiskView
-from services.access.region import put_order, writable_free
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.clustermgr import DiskView
+from blobstore_server.services.access.region import put_order, writable_free
 
 
 def _disk(disk_id: int, free: int, *, alive: bool = True, status: DiskStatus = DiskStatus.NORMAL,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from libs.proto.allocator import BlobSlice, UnusedSpace
-from services.access.reserve import Reservations
+from blobstore_server.libs.proto.allocator import BlobSlice, UnusedSpace
+from blobstore_server.services.access.reserve import Reservations
 
 MODE = 11
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.ec import CodeMode, tactic
-from libs.proto.allocator import BlobSlice
-from libs.proto.location import MAX_SLICES, Location
-from services.access.health import HealthTable
-from services.access.putplan import PutPlan, RetryRefused
-from services.access.quorum import units_to_skip
+from blobstore_server.libs.ec import CodeMode, tactic
+from blobstore_server.libs.proto.allocator import BlobSlice
+from blobstore_server.libs.proto.location import MAX_SLICES, Location
+from blobstore_server.services.access.health import HealthTable
+from blobstore_server.services.access.putplan import PutPlan, RetryRefused
+from blobstore_server.services.access.quorum import units_to_skip
 
 
 class Allocator:

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from libs.proto.allocator import BlobSlice, UnusedSpace
-from services.access.standby import RateMeter, Standby, Want
+from blobstore_server.libs.proto.allocator import BlobSlice, UnusedSpace
+from blobstore_server.services.access.standby import RateMeter, Standby, Want
 
 MODE = 11
 MiB = 1 << 20

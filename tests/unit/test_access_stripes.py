@@ -7,9 +7,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from libs.ec import ALIGN_2KB, Codec, CodeMode, tactic
-from libs.rpc.errors import BadRequest, RangeNotSatisfiable
-from services.access.stripes import (
+from blobstore_server.libs.ec import ALIGN_2KB, Codec, CodeMode, tactic
+from blobstore_server.libs.rpc.errors import BadRequest, RangeNotSatisfiable
+from blobstore_server.services.access.stripes import (
     JOIN_BELOW,
     BlobRange,
     ShardRead,

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from libs.proto.allocator import LeasedVolume
-from libs.proto.cluster import VolumeHealth
-from services.allocator.pool import BidRanges, PoolEmpty, VolumePool
+from blobstore_server.libs.proto.allocator import LeasedVolume
+from blobstore_server.libs.proto.cluster import VolumeHealth
+from blobstore_server.services.allocator.pool import BidRanges, PoolEmpty, VolumePool
 
 MODE = 11
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from libs.rpc.auth import (
+from blobstore_server.libs.rpc.auth import (
     MAX_GRANT,
     ROUTES,
     AuthConfig,
@@ -22,7 +22,7 @@ from libs.rpc.auth import (
     required_capability,
     sign,
 )
-from libs.rpc.errors import Forbidden, Unauthorized, Unavailable
+from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
 
 SECRET = new_secret()
 NOW = 1_000_000.0

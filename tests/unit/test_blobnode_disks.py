@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from libs.proto.ids import Vuid
-from libs.rpc import errors
-from services.blobnode.config import BlobnodeConfig
-from services.blobnode.disk import DiskFormatError, delete_wait, format_disk, read_format
-from services.blobnode.node import Blobnode
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import errors
+from blobstore_server.services.blobnode.config import BlobnodeConfig
+from blobstore_server.services.blobnode.disk import DiskFormatError, delete_wait, format_disk, read_format
+from blobstore_server.services.blobnode.node import Blobnode
 
 
 def make_node(tmp_path: Path, disks: int = 2) -> Blobnode:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.blobnode.node import export_allowed
+from blobstore_server.services.blobnode.node import export_allowed
 
 ROOTS = ["/srv/cluster", "s3://bucket/inspect"]
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from services.blobnode.iolimit import BackgroundGate
+from blobstore_server.services.blobnode.iolimit import BackgroundGate
 
 
 def test_the_gate_caps_concurrency_and_rate_and_counts_what_waits() -> None:

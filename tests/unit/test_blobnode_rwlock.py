@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from services.blobnode.rwlock import RWLock
+from blobstore_server.services.blobnode.rwlock import RWLock
 
 
 def test_shared_holds_coexist_and_a_try_fails_only_while_a_writer_holds_or_waits() -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from libs.chunkfile import (
+from blobstore_server.libs.chunkfile import (
     SHARD_CF,
     ChunkCorrupted,
     ChunkError,
@@ -31,8 +31,8 @@ from libs.chunkfile import (
     physical_size,
     required_column_families,
 )
-from libs.chunkfile import format as fmt
-from libs.kv import KVStore
+from blobstore_server.libs.chunkfile import format as fmt
+from blobstore_server.libs.kv import KVStore
 
 VUID = Vuid.make(7, 1, 1)
 

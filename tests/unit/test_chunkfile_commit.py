@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from libs.chunkfile import (
+from blobstore_server.libs.chunkfile import (
     ChunkError,
     ChunkFile,
     ChunkId,
@@ -20,7 +20,7 @@ from libs.chunkfile import (
     Vuid,
     required_column_families,
 )
-from libs.kv import Batch, KVStore
+from blobstore_server.libs.kv import Batch, KVStore
 
 
 class CountingStore(KVStore):

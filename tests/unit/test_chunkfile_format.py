@@ -5,9 +5,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from isal.isal_zlib import crc32
 
-import libs.chunkfile as chunkfile
-from libs.chunkfile import ChunkCorrupted, ChunkId, ShardCorrupted, Vuid
-from libs.chunkfile import format as fmt
+import blobstore_server.libs.chunkfile as chunkfile
+from blobstore_server.libs.chunkfile import ChunkCorrupted, ChunkId, ShardCorrupted, Vuid
+from blobstore_server.libs.chunkfile import format as fmt
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(0, 255), st.integers(0, 2**24 - 1))

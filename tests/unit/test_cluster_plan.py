@@ -1,4 +1,4 @@
-"""What `blobstore cluster up` plans (blobstore/plan.py), without starting anything: two allocators per cluster,
+"""What `blobstore cluster up` plans (admin/plan.py), without starting anything: two allocators per cluster,
 two access nodes each given every allocator, and exactly `port_count` ports drawn; and a cluster.json written
 before there were several access nodes still loads."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from blobstore.launcher import STATE_FILE, ClusterInfo
-from blobstore.plan import (
+from blobstore_server.admin.launcher import STATE_FILE, ClusterInfo
+from blobstore_server.admin.plan import (
     ClusterPlan,
     ClusterShape,
     ProcessSpec,
@@ -22,7 +22,7 @@ from blobstore.plan import (
     plan_cluster,
     port_count,
 )
-from libs.rpc.auth import SECRET_ENV, new_secret
+from blobstore_server.libs.rpc.auth import SECRET_ENV, new_secret
 
 
 class Ports:

@@ -1,4 +1,4 @@
-"""The cluster spec (blobstore/spec.py) and its per-host bundles (blobstore/render.py, `blobstore deploy`): the
+"""The cluster spec (admin/spec.py) and its per-host bundles (admin/render.py, `blobstore deploy`): the
 example spec renders into what an operator installs on six machines, and each kind of bad spec is one clear
 error that writes nothing."""
 
@@ -12,18 +12,18 @@ import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner, Result
 
-from blobstore.cli import app
-from blobstore.plan import CAPABILITIES
-from blobstore.spec import Services, SpecError, for_hosts, load, parse
-from services.access.config import AccessConfig
-from services.allocator.config import AllocatorConfig
-from services.blobnode.config import BlobnodeConfig
-from services.clustermgr.config import ClusterMgrConfig
-from services.dashboard.config import DashboardConfig
-from services.mqproxy.config import MqProxyConfig
-from services.scheduler.config import SchedulerConfig
-from services.tinker.config import TinkerConfig
-from services.worker.config import WorkerConfig
+from blobstore_server.admin.cli import app
+from blobstore_server.admin.plan import CAPABILITIES
+from blobstore_server.admin.spec import Services, SpecError, for_hosts, load, parse
+from blobstore_server.services.access.config import AccessConfig
+from blobstore_server.services.allocator.config import AllocatorConfig
+from blobstore_server.services.blobnode.config import BlobnodeConfig
+from blobstore_server.services.clustermgr.config import ClusterMgrConfig
+from blobstore_server.services.dashboard.config import DashboardConfig
+from blobstore_server.services.mqproxy.config import MqProxyConfig
+from blobstore_server.services.scheduler.config import SchedulerConfig
+from blobstore_server.services.tinker.config import TinkerConfig
+from blobstore_server.services.worker.config import WorkerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "cluster.example.toml"
 MODELS: dict[str, type[BaseModel]] = {

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from libs.ec import CodeMode
-from libs.proto.cluster import DiskStatus, Unit, VolumeStatus
-from libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
-from libs.proto.ids import Vuid
-from libs.rpc import errors
-from services.clustermgr import commands as c
-from services.clustermgr.commands import COMMANDS, encode
-from services.clustermgr.sessions import MAX_DROPS, LoggedSession
-from services.clustermgr.state import ClusterState
+from blobstore_server.libs.ec import CodeMode
+from blobstore_server.libs.proto.cluster import DiskStatus, Unit, VolumeStatus
+from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import errors
+from blobstore_server.services.clustermgr import commands as c
+from blobstore_server.services.clustermgr.commands import COMMANDS, encode
+from blobstore_server.services.clustermgr.sessions import MAX_DROPS, LoggedSession
+from blobstore_server.services.clustermgr.state import ClusterState
 from tests.support.clustermgr_state import Driver, add_disks, create_volume, disk, ec3p3_units
 
 

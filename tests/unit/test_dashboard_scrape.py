@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from libs.proto.cluster import DiskStatus
-from libs.proto.clustermgr import DiskView
-from libs.proto.scheduler import TaskRecord, TaskState
-from libs.proto.switches import TaskType
-from services.dashboard.config import Target
-from services.dashboard.overview import TargetState, build_overview, task_views
-from services.dashboard.scrape import Scrape, quantile, rate, rate_point
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.clustermgr import DiskView
+from blobstore_server.libs.proto.scheduler import TaskRecord, TaskState
+from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.services.dashboard.config import Target
+from blobstore_server.services.dashboard.overview import TargetState, build_overview, task_views
+from blobstore_server.services.dashboard.scrape import Scrape, quantile, rate, rate_point
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 

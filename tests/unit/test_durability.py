@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from blobstore.cli import app
-from blobstore.durability_cli import _repair_rate
-from libs.durability import layout
-from libs.durability.model import (
+from blobstore_server.admin.cli import app
+from blobstore_server.admin.durability_cli import _repair_rate
+from blobstore_server.libs.durability import layout
+from blobstore_server.libs.durability.model import (
     ELEVEN_NINES,
     ClusterParams,
     CodeShape,
@@ -22,10 +22,10 @@ from libs.durability.model import (
     mean_time_to_loss,
     required_rate,
 )
-from libs.durability.power import loss_probability, power_event, rack_patterns
-from libs.durability.simulate import SimParams, run, simulate, wilson
-from libs.ec import CodeMode, tactic
-from libs.placement import Candidate, place_volume
+from blobstore_server.libs.durability.power import loss_probability, power_event, rack_patterns
+from blobstore_server.libs.durability.simulate import SimParams, run, simulate, wilson
+from blobstore_server.libs.ec import CodeMode, tactic
+from blobstore_server.libs.placement import Candidate, place_volume
 
 
 def one_repair_time(hours: float, **changes: object) -> ClusterParams:

@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from libs.ec import (
+from blobstore_server.libs.ec import (
     BACKENDS,
     DEFAULT_BACKEND,
     MAX_BLOB_SIZE,
@@ -21,8 +21,8 @@ from libs.ec import (
     UnknownCodeMode,
     tactic,
 )
-from libs.ec.gf256 import MUL
-from libs.ec.isal import _lib, library_path
+from blobstore_server.libs.ec.gf256 import MUL
+from blobstore_server.libs.ec.isal import _lib, library_path
 
 MiB = 1024 * 1024
 

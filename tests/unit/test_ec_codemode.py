@@ -1,6 +1,6 @@
 import pytest
 
-from libs.ec import ALIGN_2KB, CodeMode, UnknownCodeMode, parse_code_mode, tactic
+from blobstore_server.libs.ec import ALIGN_2KB, CodeMode, UnknownCodeMode, parse_code_mode, tactic
 
 # (N, M, L, AZ count, put quorum) exactly as CubeFS BlobStore's constCodeModeTactic.
 SEED_TABLE = {

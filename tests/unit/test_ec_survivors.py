@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from libs.ec import BACKENDS, Codec, NotEnoughShards, Tactic
+from blobstore_server.libs.ec import BACKENDS, Codec, NotEnoughShards, Tactic
 
 
 def recoverable(t: Tactic, lost: frozenset[int]) -> bool:

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from libs.ec import CodeMode
-from libs.proto.clustermgr import Fence, KeyValue, Session, lease_epoch
-from libs.proto.ids import Vuid
-from libs.proto.scheduler import LEADER_KEY, LeaderRecord
-from libs.rpc.errors import BadRequest, Conflict, Fenced
-from services.clustermgr import commands as c
-from services.clustermgr.sessions import LoggedSession
-from services.clustermgr.state import ClusterState
-from services.scheduler.election import Election
+from blobstore_server.libs.ec import CodeMode
+from blobstore_server.libs.proto.clustermgr import Fence, KeyValue, Session, lease_epoch
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.scheduler import LEADER_KEY, LeaderRecord
+from blobstore_server.libs.rpc.errors import BadRequest, Conflict, Fenced
+from blobstore_server.services.clustermgr import commands as c
+from blobstore_server.services.clustermgr.sessions import LoggedSession
+from blobstore_server.services.clustermgr.state import ClusterState
+from blobstore_server.services.scheduler.election import Election
 from tests.support.clustermgr_state import Driver, add_disks, ec3p3_units
 
 

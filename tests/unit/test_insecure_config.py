@@ -3,10 +3,10 @@ config's model does not know."""
 
 from __future__ import annotations
 
-from blobstore.service_auth import role_auth, with_auth
-from libs.rpc.auth import AuthConfig, Capability, new_secret
-from libs.rpc.config import ServiceSettings, auth_problem, unknown_keys
-from services.clustermgr.config import ClusterMgrConfig
+from blobstore_server.admin.service_auth import role_auth, with_auth
+from blobstore_server.libs.rpc.auth import AuthConfig, Capability, new_secret
+from blobstore_server.libs.rpc.config import ServiceSettings, auth_problem, unknown_keys
+from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 
 
 def test_only_auth_or_insecure_alone_may_start() -> None:

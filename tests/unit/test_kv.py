@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from libs.kv import KVError, KVStore
+from blobstore_server.libs.kv import KVError, KVStore
 
 
 def test_column_families_are_separate_and_persist(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from libs.rpc.client import HttpClient
-from libs.rpc.errors import Internal, NotFound, Unavailable
-from libs.rpc.lean import LeanTransport
+from blobstore_server.libs.rpc.client import HttpClient
+from blobstore_server.libs.rpc.errors import Internal, NotFound, Unavailable
+from blobstore_server.libs.rpc.lean import LeanTransport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.ec import CodeMode
-from libs.proto.location import (
+from blobstore_server.libs.ec import CodeMode
+from blobstore_server.libs.proto.location import (
     MAX_BLOB_SIZE,
     MAX_OBJECT_SIZE,
     MAX_SLICES,
@@ -20,8 +20,8 @@ from libs.proto.location import (
     Location,
     SliceInfo,
 )
-from libs.proto.tokens import MAC_SIZE
-from libs.rpc.errors import BadRequest, Forbidden
+from blobstore_server.libs.proto.tokens import MAC_SIZE
+from blobstore_server.libs.rpc.errors import BadRequest, Forbidden
 
 SECRET = b"cluster-secret-0123456789abcdef"
 MiB = 1 << 20

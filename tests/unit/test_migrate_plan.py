@@ -9,11 +9,11 @@ from itertools import product
 import pytest
 from isal import isal_zlib
 
-from libs.ec import codec_for, parse_code_mode
-from libs.proto.blobnode import ShardInfo
-from libs.rpc.errors import RpcError, ShardNotFound, Unavailable
-from services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_bid, plan_unit
-from services.worker.rebuild import RepairFailed, rebuild_shards
+from blobstore_server.libs.ec import codec_for, parse_code_mode
+from blobstore_server.libs.proto.blobnode import ShardInfo
+from blobstore_server.libs.rpc.errors import RpcError, ShardNotFound, Unavailable
+from blobstore_server.services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_bid, plan_unit
+from blobstore_server.services.worker.rebuild import RepairFailed, rebuild_shards
 
 SIZE, CRC = 4096, 77
 

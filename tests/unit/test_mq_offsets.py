@@ -7,8 +7,8 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from libs.mq.offsets import OffsetTracker
-from libs.proto.messages import DeleteMsg, RepairMsg
+from blobstore_server.libs.mq.offsets import OffsetTracker
+from blobstore_server.libs.proto.messages import DeleteMsg, RepairMsg
 
 TP = ("shard_repair", 0)
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.ec import CodeMode, tactic
-from libs.placement import (
+from blobstore_server.libs.ec import CodeMode, tactic
+from blobstore_server.libs.placement import (
     Candidate,
     PlacementError,
     candidates,
@@ -18,7 +18,7 @@ from libs.placement import (
     replacement_disk,
     shares_a_host,
 )
-from libs.proto.cluster import DiskInfo, DiskStatus
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus
 
 
 def topology(azs: int, racks: int, hosts: int, disks: int, free: int = 100) -> list[Candidate]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from libs.ports import free_port, free_ports
+from blobstore_server.libs.ports import free_port, free_ports
 
 
 def test_ports_are_never_handed_out_twice_by_one_process() -> None:

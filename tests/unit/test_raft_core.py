@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from libs.raft.core import RaftNode
-from libs.raft.errors import ConfigChangeInProgress, InvariantViolation, NotLeader
-from libs.raft.fakenet import FakeNetwork
-from libs.raft.messages import Append, Entry, Member, SnapshotMeta, Vote
-from libs.raft.output import Role
+from blobstore_server.libs.raft.core import RaftNode
+from blobstore_server.libs.raft.errors import ConfigChangeInProgress, InvariantViolation, NotLeader
+from blobstore_server.libs.raft.fakenet import FakeNetwork
+from blobstore_server.libs.raft.messages import Append, Entry, Member, SnapshotMeta, Vote
+from blobstore_server.libs.raft.output import Role
 
 
 def _elect(net: FakeNetwork) -> int:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from libs.raft.config import RaftConfig
-from libs.raft.errors import InvariantViolation, LeadershipLost, NotLeader
-from libs.raft.kvcluster import free_port, wait_for
-from libs.raft.server import RaftServer
-from libs.raft.snapshot import Receiver, SnapshotStore
+from blobstore_server.libs.raft.config import RaftConfig
+from blobstore_server.libs.raft.errors import InvariantViolation, LeadershipLost, NotLeader
+from blobstore_server.libs.raft.kvcluster import free_port, wait_for
+from blobstore_server.libs.raft.server import RaftServer
+from blobstore_server.libs.raft.snapshot import Receiver, SnapshotStore
 
 pytestmark = pytest.mark.timeout(60)
 

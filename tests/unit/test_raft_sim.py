@@ -16,7 +16,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from libs.raft.fakenet import FakeNetwork
+from blobstore_server.libs.raft.fakenet import FakeNetwork
 
 DERANDOMIZE = not os.environ.get("RAFT_SIM_EXPLORE")
 ACTIONS = st.one_of(
@@ -106,7 +106,7 @@ def test_random_schedules_with_paused_nodes(seed: int, drop: float, delay: int,
 @given(seed=st.integers(0, 2**32), actions=st.lists(ACTIONS, min_size=5, max_size=25))
 def test_random_schedules_with_membership_changes(seed: int, actions: list[tuple[str, int]]) -> None:
     """Add a learner, promote it and remove an old voter while faults happen."""
-    from libs.raft.messages import Member
+    from blobstore_server.libs.raft.messages import Member
 
     net = FakeNetwork(3, seed, drop=0.05, max_delay=3, flush_prob=0.5, snapshot_every=9, learners=1)
     net.run(60)

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.raft.codec import decode, encode
-from libs.raft.errors import InvariantViolation
-from libs.raft.log import RaftLog
-from libs.raft.messages import (
+from blobstore_server.libs import raft
+from blobstore_server.libs.raft.codec import decode, encode
+from blobstore_server.libs.raft.errors import InvariantViolation
+from blobstore_server.libs.raft.log import RaftLog
+from blobstore_server.libs.raft.messages import (
     Append,
     AppendResp,
     Entry,
@@ -23,7 +24,7 @@ from libs.raft.messages import (
     Vote,
     VoteResp,
 )
-from libs.raft.output import HardState, Output
+from blobstore_server.libs.raft.output import HardState, Output
 
 U64 = st.integers(0, 2**64 - 1)
 U32 = st.integers(0, 2**32 - 1)
@@ -83,8 +84,7 @@ def test_log_refuses_a_second_vote_in_a_term(tmp_path: Path) -> None:
 
 
 def test_public_surface_is_explicit() -> None:
-    import libs.raft
 
-    assert sorted(libs.raft.__all__) == libs.raft.__all__
-    for name in libs.raft.__all__:
-        assert getattr(libs.raft, name) is not None
+    assert sorted(raft.__all__) == raft.__all__
+    for name in raft.__all__:
+        assert getattr(raft, name) is not None

@@ -8,8 +8,8 @@ import os
 import socket
 from collections.abc import Callable
 
-from libs.raft.messages import Message, PreVote
-from libs.raft.transport import CHALLENGE, Transport
+from blobstore_server.libs.raft.messages import Message, PreVote
+from blobstore_server.libs.raft.transport import CHALLENGE, Transport
 
 KEY = os.urandom(32)
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from libs.ratelimit import TokenBucket
+from blobstore_server.libs.ratelimit import TokenBucket
 
 
 def test_a_full_bucket_lets_a_burst_through_then_paces_at_the_rate() -> None:

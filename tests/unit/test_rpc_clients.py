@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from libs.proto.allocator import AllocResult, BlobSlice
-from libs.proto.clustermgr import SESSION_HEADER, LeaderView, MaybeValue, ScopeRange, VolumeView
-from libs.rpc import errors
-from libs.rpc.client import HttpClient, Request
-from libs.rpc.testing import FakeReply, FakeTransport
-from services.allocator.client import AllocatorClient
-from services.clustermgr.client import ClusterClient, VolumeCache
+from blobstore_server.libs.proto.allocator import AllocResult, BlobSlice
+from blobstore_server.libs.proto.clustermgr import SESSION_HEADER, LeaderView, MaybeValue, ScopeRange, VolumeView
+from blobstore_server.libs.rpc import errors
+from blobstore_server.libs.rpc.client import HttpClient, Request
+from blobstore_server.libs.rpc.testing import FakeReply, FakeTransport
+from blobstore_server.services.allocator.client import AllocatorClient
+from blobstore_server.services.clustermgr.client import ClusterClient, VolumeCache
 
 Handler = Callable[[Request], Awaitable[FakeReply]]
 HOSTS = ["http://cm1", "http://cm2", "http://cm3"]

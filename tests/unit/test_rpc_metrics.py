@@ -8,8 +8,8 @@ import asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from libs.rpc.asgi import Message, Receive, Scope, Send
-from libs.rpc.metrics import STATS, Exchange, Instrumented, RequestStats
+from blobstore_server.libs.rpc.asgi import Message, Receive, Scope, Send
+from blobstore_server.libs.rpc.metrics import STATS, Exchange, Instrumented, RequestStats
 
 
 def _scrape(stats: RequestStats) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from libs.rpc.asgi import Message, Receive, Scope, Send
-from libs.rpc.server import create_app, send_json, with_fast_routes
+from blobstore_server.libs.rpc.asgi import Message, Receive, Scope, Send
+from blobstore_server.libs.rpc.server import create_app, send_json, with_fast_routes
 
 
 def _call(app, method: str, path: str) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]

@@ -6,13 +6,20 @@ import itertools
 
 import pytest
 
-from libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo
-from libs.proto.ids import Vuid
-from libs.proto.scheduler import LeaderRecord, TaskRecord, TaskRef, TaskState, disk_progress, parse_broken_after
-from libs.proto.switches import TaskType
-from services.scheduler import rules
-from services.scheduler.election import Election
-from services.scheduler.rules import BadTransition, Lease
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.scheduler import (
+    LeaderRecord,
+    TaskRecord,
+    TaskRef,
+    TaskState,
+    disk_progress,
+    parse_broken_after,
+)
+from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.services.scheduler import rules
+from blobstore_server.services.scheduler.election import Election
+from blobstore_server.services.scheduler.rules import BadTransition, Lease
 
 
 def volume(vid: int, disks: list[int]) -> VolumeInfo:

@@ -14,21 +14,21 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from libs.proto.blobnode import ShardState
-from libs.proto.dashboard import ScrubView
-from libs.proto.ids import Vuid
-from libs.proto.mqproxy import Queued, RepairBatch
-from libs.rpc import errors
-from libs.rpc.client import HttpClient, Request
-from libs.rpc.testing import FakeReply, FakeTransport
-from services.blobnode.config import BlobnodeConfig
-from services.blobnode.metrics import scrub_figures
-from services.blobnode.node import Blobnode
-from services.blobnode.scrub import MAX_OWED, ScrubFinding, ScrubRecord, ScrubState, pause
-from services.blobnode.scrubber import DiskScrubber, Scrubber, load_record
-from services.dashboard.overview import scrub_view
-from services.dashboard.scrape import Scrape
-from services.mqproxy.client import MqProxyClient
+from blobstore_server.libs.proto.blobnode import ShardState
+from blobstore_server.libs.proto.dashboard import ScrubView
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.mqproxy import Queued, RepairBatch
+from blobstore_server.libs.rpc import errors
+from blobstore_server.libs.rpc.client import HttpClient, Request
+from blobstore_server.libs.rpc.testing import FakeReply, FakeTransport
+from blobstore_server.services.blobnode.config import BlobnodeConfig
+from blobstore_server.services.blobnode.metrics import scrub_figures
+from blobstore_server.services.blobnode.node import Blobnode
+from blobstore_server.services.blobnode.scrub import MAX_OWED, ScrubFinding, ScrubRecord, ScrubState, pause
+from blobstore_server.services.blobnode.scrubber import DiskScrubber, Scrubber, load_record
+from blobstore_server.services.dashboard.overview import scrub_view
+from blobstore_server.services.dashboard.scrape import Scrape
+from blobstore_server.services.mqproxy.client import MqProxyClient
 from tests.support.damage import flip_in_chunk
 
 MB = 1 << 20

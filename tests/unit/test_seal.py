@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from libs.mq.seal import SEAL_HEADER, Forged, message_key, seal, seal_headers, unseal
-from libs.mq.topics import Topic
-from libs.proto.messages import DeleteMsg
-from libs.rpc.auth import new_secret
+from blobstore_server.libs.mq.seal import SEAL_HEADER, Forged, message_key, seal, seal_headers, unseal
+from blobstore_server.libs.mq.topics import Topic
+from blobstore_server.libs.proto.messages import DeleteMsg
+from blobstore_server.libs.rpc.auth import new_secret
 
 SECRET = new_secret()
 KEY = message_key(SECRET)

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from libs.proto.scheduler import TaskRecord, TaskState, task_key
-from libs.proto.switches import Switches, TaskType, parse_switch, switch_key, switch_states
-from spark.deep import Pacer
+from blobstore_server.libs.proto.scheduler import TaskRecord, TaskState, task_key
+from blobstore_server.libs.proto.switches import Switches, TaskType, parse_switch, switch_key, switch_states
+from blobstore_server.spark.deep import Pacer
 
 
 def test_every_cubefs_task_type_has_a_switch_key() -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import itertools
 
-from libs.proto.blobnode import ShardState
-from services.tinker.rules import RetryPolicy, UploadVerdict, delete_due, upload_verdict
+from blobstore_server.libs.proto.blobnode import ShardState
+from blobstore_server.services.tinker.rules import RetryPolicy, UploadVerdict, delete_due, upload_verdict
 
 
 def test_backoff_doubles_and_caps() -> None:

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from libs.ec import CodeMode
-from libs.proto.location import MAX_BLOB_SIZE, U32, U64, Location, SliceInfo
-from libs.proto.uploads import MAX_TOKEN_LEN, BlobToken
-from libs.rpc.errors import BadRequest, Forbidden
+from blobstore_server.libs.ec import CodeMode
+from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, U32, U64, Location, SliceInfo
+from blobstore_server.libs.proto.uploads import MAX_TOKEN_LEN, BlobToken
+from blobstore_server.libs.rpc.errors import BadRequest, Forbidden
 
 SECRET = b"upload-test-secret"
 NOW = 1_800_000_000

@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
-from libs.ec import CodeMode, tactic
-from libs.proto.blobnode import ChunkInfo, ChunkStatus
-from libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo, VolumeStatus
-from libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
-from libs.proto.ids import Vuid
-from libs.rpc.client import HttpClient, Request
-from libs.rpc.errors import Unavailable
-from libs.rpc.testing import FakeReply, FakeTransport
-from services.blobnode.client import BlobnodeClient
-from services.clustermgr import commands as c
-from services.clustermgr.health import lease_rank, volume_health
-from services.clustermgr.volumes import VolumeCreator, writable_count
+from blobstore_server.libs.ec import CodeMode, tactic
+from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStatus
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo, VolumeStatus
+from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc.client import HttpClient, Request
+from blobstore_server.libs.rpc.errors import Unavailable
+from blobstore_server.libs.rpc.testing import FakeReply, FakeTransport
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr import commands as c
+from blobstore_server.services.clustermgr.health import lease_rank, volume_health
+from blobstore_server.services.clustermgr.volumes import VolumeCreator, writable_count
 from tests.support.clustermgr_state import Driver
 
 EC3P3 = int(CodeMode.EC3P3)

@@ -4,8 +4,8 @@ from itertools import product
 
 import pytest
 
-from libs.proto.blobnode import ShardState
-from services.worker.rules import RepairPlan, plan_repair
+from blobstore_server.libs.proto.blobnode import ShardState
+from blobstore_server.services.worker.rules import RepairPlan, plan_repair
 
 P, M, C, D, U = (ShardState.PRESENT, ShardState.MISSING, ShardState.CORRUPT, ShardState.DELETED,
                  ShardState.UNREACHABLE)

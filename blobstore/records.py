@@ -1,0 +1,65 @@
+"""The access API's request and answer bodies: the SDK's records, and the models access's routes declare.
+
+They live with the SDK, which depends on pydantic and nothing of the server, and the server imports them from here."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_OBJECT_SIZE = 5 << 30  # the largest object one Location can name
+
+
+class PutResult(BaseModel):
+    location: str
+    size: int
+    crc: int
+    code_mode: str
+
+
+class Slice(BaseModel):
+    """`count` consecutive blobs from `min_bid` in volume `vid`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    vid: int
+    min_bid: int
+    count: int
+
+
+class Stat(BaseModel):
+    """What a location says about its object: no blobnode is read to answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    size: int
+    crc: int
+    code_mode: str
+    blob_size: int
+    cluster_id: int
+    blobs: tuple[Slice, ...]
+
+
+class DeleteResult(BaseModel):
+    queued_blobs: int
+
+
+class AllocRequest(BaseModel):
+    """A multipart upload: allocate the whole object's blobs at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
+    code_mode: str | None = None  # default: the cluster's size policy
+
+
+class AllocResult(BaseModel):
+    location: str  # reads back once every blob is written; its CRC is 0 (the bytes are not seen in order)
+    tokens: list[str]  # one per blob, in object order: PUT /blob/putat?token=T with that blob's bytes
+    blob_size: int  # every blob holds this many bytes but the last, which holds the rest
+    expiry: int  # unix seconds; the upload is reclaimed later unless every blob was written
+
+
+class PutAtResult(BaseModel):
+    vid: int
+    bid: int
+    size: int

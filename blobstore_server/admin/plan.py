@@ -1,0 +1,386 @@
+"""What a cluster consists of: every process with its address, port, config and command. No I/O here.
+
+Two layouts feed one set of config builders: `plan_cluster` puts a local cluster on 127.0.0.1 (a "host" is a
+port, every process gets a free one), `plan_spec` puts a cluster spec's processes on its hosts (the same ports
+on every host). The launcher turns a plan into running processes and `blobstore.render` into per-host bundles;
+keeping it pure lets a test or a benchmark look at (or tweak) the configs before anything starts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from blobstore_server.admin.kafka_auth import kafka_user
+from blobstore_server.admin.redis_auth import acl_config, with_credentials
+from blobstore_server.admin.spec import ClusterSpec
+from blobstore_server.libs.mq.seal import message_key
+from blobstore_server.libs.rpc.auth import AuthConfig, Capability
+
+HOST = "127.0.0.1"
+CLUSTERMGR_COUNT = 3
+KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stats` stays short
+LOCAL_BROKEN_AFTER = 120.0  # `cluster up`'s disk_broken_after: an unattended repair within minutes
+# Start order: each stage is healthy before the next one starts, because later stages register with (or, for
+# tinker, consume the topics created by) earlier ones.
+STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",), ("allocator",),
+                                       ("scheduler",), ("worker",), ("mqproxy",), ("tinker",), ("access",),
+                                       ("dashboard",))
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    blobnodes: int = 6
+    disks_per_node: int = 2
+    code_mode: str = "EC3P3"
+    # writable volumes clustermgr keeps: each allocator leases 4, so two lease all 8 of them and clustermgr makes
+    # another as soon as one fills up or loses a disk; a restarted allocator takes back the leases it held
+    min_volumes: int = 8
+    chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
+    delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
+    audit_log: bool = True  # each access node writes accessN/audit.jsonl
+    export_roots: tuple[str, ...] = ()  # besides the cluster's folder, where blobnodes may write inspection exports
+    clusters: int = 1  # a region: this many clusters (ids 1..K) behind the access nodes, sharing Kafka and Redis
+    # seconds of silence before a disk is repaired unattended (None: off); shorter than production's 600 s so a
+    # local cluster shows it within minutes
+    disk_broken_after: float | None = LOCAL_BROKEN_AFTER
+    allocators: int = 2  # per cluster: allocator1..N, any of which serves any access node
+    access_nodes: int = 2  # access1..N, each given every allocator of every cluster
+
+    def __post_init__(self) -> None:
+        if self.allocators < 1 or self.access_nodes < 1:
+            raise ValueError(f"a cluster needs at least one allocator and one access node, not "
+                             f"{self.allocators} and {self.access_nodes}")
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one process runs: the address and port it binds, its folders, and the machine facts placement
+    spreads over (empty `host` on one machine, where its URL stands for the host)."""
+
+    name: str
+    address: str
+    port: int
+    workdir: Path  # its state and its log
+    config_path: Path
+    host: str = ""
+    rack: str = "r0"
+    az: str = "z0"
+    disks: tuple[str, ...] = ()  # a blobnode's
+    second_port: int = 0  # a clustermgr's Raft port, a Kafka broker's controller port
+
+    @property
+    def bind(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.bind}"
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    """One Kafka broker of a KRaft quorum (broker and controller in one JVM), which deploy/kafka/broker.py
+    starts itself with its data under `place.workdir`."""
+
+    node_id: int
+    place: Place
+
+
+@dataclass(frozen=True)
+class KafkaPlan:
+    brokers: list[BrokerSpec]  # ours; empty when the spec names the operator's brokers
+    bootstrap: str  # host:port,host:port,...
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    cluster_uuid: str = ""  # the KRaft cluster id every broker is formatted with; "": a fresh one
+    secret: str = ""  # our brokers' SASL/SCRAM users and ACLs derive from it (admin/kafka_auth.py); "": none
+
+    @property
+    def voters(self) -> list[tuple[int, str, int]]:
+        return [(b.node_id, b.place.address, b.place.second_port) for b in self.brokers]
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process: `command` reads `config_text` from `config_path`; it logs to `log_path`."""
+
+    role: str
+    name: str
+    port: int
+    url: str
+    workdir: Path
+    config_path: Path
+    config_text: str
+    command: tuple[str, ...]
+    cluster_id: int = 1  # of a region's cluster; shared processes (access nodes, Kafka, Redis) say 1
+    host: str = ""  # the machine it runs on, when the plan has machines
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    kafka: KafkaPlan
+    processes: list[ProcessSpec]  # in start order; Kafka's brokers are in `kafka`
+
+    def clustermgr_urls(self) -> dict[int, list[str]]:
+        """Each cluster's clustermgr URLs, by cluster id."""
+        by_cluster: dict[int, list[str]] = {}
+        for p in self.processes:
+            if p.role == "clustermgr":
+                by_cluster.setdefault(p.cluster_id, []).append(p.url)
+        return by_cluster
+
+    def of_role(self, role: str) -> list[ProcessSpec]:
+        """Every process of `role`, in start order (access1, access2, ...)."""
+        return [p for p in self.processes if p.role == role]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every process of a plan shares besides where it runs."""
+
+    python: str
+    auth_secret: str  # signs internal requests: each process gets its role keys
+    location_secret: str  # signs Locations, the same on every access node
+    code_modes: tuple[str, ...]  # the first is the default
+    min_volumes: int
+    delete_delay: float
+    disk_broken_after: float | None
+    kafka_bootstrap: str
+    redis_url: str
+    chunk_size: int
+    partitions: int = KAFKA_PARTITIONS
+    audit_log: bool = True
+    export_roots: tuple[str, ...] = ()  # where blobnodes may write the inspection's exports
+    kafka_sasl: bool = True  # our brokers require SASL/SCRAM logins (admin/kafka_auth.py); an operator's need not
+
+
+# The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
+# more; the note of issue 27 has the table. The operator's CLI derives every key from the cluster secret. A
+# blobnode signs its disk reports with its own identity (its advertised host), which clustermgr checks against the
+# disk's owner; blobnodes also check read-shard grants (the inspection's executors).
+C = Capability
+CAPABILITIES: dict[str, tuple[Capability, ...]] = {
+    "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.ALLOCATE, C.UNITS, C.KV, C.ADMIN, C.CHUNK,
+                   C.RAFT_MEMBER),
+    "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.DISCARD_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE,
+                 C.QUEUE_REPAIR),
+    "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE),
+    "allocator": (C.ALLOCATE, C.OBSERVE),
+    "mqproxy": (C.QUEUE_REPAIR, C.QUEUE_DELETE, C.REGISTER, C.OBSERVE),
+    "scheduler": (C.OBSERVE, C.REGISTER, C.KV, C.UNITS, C.DISK_STATUS, C.TASKS, C.TASK_CONTROL, C.QUEUE_REPAIR,
+                  C.READ_SHARD, C.CHUNK),
+    "worker": (C.TASKS, C.READ_SHARD, C.WRITE_SHARD, C.DISCARD_SHARD, C.OBSERVE, C.REGISTER, C.REPAIR),
+    "tinker": (C.OBSERVE, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.REPAIR),  # read-shard: a reclaim stats shards
+    "dashboard": (C.OBSERVE,),
+}
+
+
+def _service(role: str, place: Place, settings: Settings, config: dict[str, Any],
+             cluster_id: int = 1) -> ProcessSpec:
+    name = (config.get("host") or f"http://{place.bind}") if role == "blobnode" else None  # its advertised host
+    keys = AuthConfig.for_capabilities(settings.auth_secret, CAPABILITIES[role], name=name,
+                                       verifies_identities=role == "clustermgr").model_dump(mode="json",
+                                                                                            exclude_none=True)
+    bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry
+    return ProcessSpec(role, place.name, place.port, place.url, place.workdir, place.config_path,
+                       json.dumps({**bind, **config, "auth": keys}, indent=2),
+                       (settings.python, "-m", f"blobstore_server.services.{role}", "-c", str(place.config_path)),
+                       cluster_id, place.host)
+
+
+def _redis(place: Place, auth_secret: str) -> ProcessSpec:
+    # A volume cache only: no persistence, so nothing is written but the log. Protected mode is off (it would
+    # refuse every client of another host); the ACL requires a password instead (admin/redis_auth.py).
+    # Its URL names no password: it is shown by `cluster status`; the access nodes get `with_credentials`.
+    text = (f'bind {place.address}\nport {place.port}\nprotected-mode no\nsave ""\nappendonly no\n'
+            f'daemonize no\ndir {place.workdir}\n{acl_config(auth_secret)}')
+    return ProcessSpec("redis", place.name, place.port, f"redis://{place.bind}/0", place.workdir, place.config_path,
+                       text, ("redis-server", str(place.config_path)), host=place.host)
+
+
+def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> list[ProcessSpec]:
+    """The processes of one cluster: clustermgrs, blobnodes, allocators, schedulers, workers, mqproxies, tinker."""
+    members = {str(n): {"raft_addr": f"{p.address}:{p.second_port}", "http_addr": p.bind}
+               for n, p in enumerate(layout["clustermgr"], 1)}
+    policy = [{"code_mode": mode, "min_volumes": s.min_volumes} for mode in s.code_modes]
+    disks = sum(len(p.disks) for p in layout["blobnode"])
+    cms = [_service("clustermgr", p, s,
+                    {"node_id": n, "members": members, "data_dir": str(p.workdir / "data"), "code_modes": policy,
+                     "chunk_size": s.chunk_size, "volume_check_interval": 0.5,
+                     # no volume before every disk planned here registered: each one spreads over all hosts
+                     "first_volume_after_disks": disks,
+                     "disk_heartbeat_timeout": 10.0, "disk_broken_after": s.disk_broken_after}, cluster_id)
+           for n, p in enumerate(layout["clustermgr"], 1)]
+    cm_urls = [cm.url for cm in cms]
+    blobnodes = [_service("blobnode", p, s, {"hostname": p.host, "rack": p.rack, "idc": p.az,
+                                             "disks": [{"path": d} for d in p.disks], "clustermgr_hosts": cm_urls,
+                                             "heartbeat_interval": 1.0, "export_roots": list(s.export_roots),
+                                             "delete_hold": s.delete_delay},  # tinker's safe delay, enforced
+                          cluster_id)
+                 for p in layout["blobnode"]]
+
+    def services(role: str, **config: Any) -> list[ProcessSpec]:
+        return [_service(role, p, s, {"clustermgr_hosts": cm_urls, **config}, cluster_id) for p in layout[role]]
+
+    tinker = layout["tinker"][0]
+    sealing = message_key(s.auth_secret).hex()  # mqproxy seals repair and delete messages, tinker checks them
+
+    def login(user: str) -> dict[str, Any]:  # each logs in to Kafka as its own user, whose ACLs fit its part
+        return {"kafka_auth": kafka_user(s.auth_secret, user).model_dump()} if s.kafka_sasl else {}
+
+    return [*cms, *blobnodes, *services("allocator", code_modes=list(s.code_modes)), *services("scheduler"),
+            *services("worker"),
+            *services("mqproxy", kafka_bootstrap=s.kafka_bootstrap, partitions=s.partitions, cluster_id=cluster_id,
+                      message_key=sealing, **login("mqproxy")),
+            *services("tinker", kafka_bootstrap=s.kafka_bootstrap, delete_safe_delay=s.delete_delay,
+                      delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
+                      group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing, **login("tinker"))]
+
+
+def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboard: list[Place],
+           s: Settings) -> list[ProcessSpec]:
+    """The access nodes (each given every allocator of every cluster; the first cluster is their own) and the
+    dashboard scraping everything."""
+    home = next(iter(clusters))
+
+    def urls(k: int, role: str) -> list[str]:
+        return [p.url for p in clusters[k] if p.role == role]
+
+    region = [{"cluster_id": k, "clustermgr_hosts": urls(k, "clustermgr"), "allocator_hosts": urls(k, "allocator"),
+               "mqproxy_hosts": urls(k, "mqproxy")} for k in clusters if k != home]
+    nodes = [_service("access", p, s,
+                      {"cluster_id": home, "clustermgr_hosts": urls(home, "clustermgr"),
+                       "allocator_hosts": urls(home, "allocator"), "mqproxy_hosts": urls(home, "mqproxy"),
+                       "region": region, "region_refresh": 2.0, "secret": s.location_secret,
+                       "redis_url": s.redis_url, "default_code_mode": s.code_modes[0],
+                       "orphan_log": str(p.workdir / "orphans.jsonl"),
+                       "audit_log": str(p.workdir / "audit.jsonl") if s.audit_log else ""})
+             for p in access]
+    scraped = [*(p for k in clusters for p in clusters[k]), *nodes]
+    boards = [_service("dashboard", p, s,
+                       {"clustermgr_hosts": urls(home, "clustermgr"), "kafka_bootstrap": s.kafka_bootstrap,
+                        **({"kafka_auth": kafka_user(s.auth_secret, "backlog").model_dump()} if s.kafka_sasl else {}),
+                        "targets": [{"name": t.name, "role": t.role, "url": t.url} for t in scraped]})
+              for p in dashboard]
+    return [*scraped, *boards]
+
+
+def port_count(shape: ClusterShape) -> int:
+    """How many ports `plan_cluster` takes from its iterator."""
+    # clustermgrs (a Raft and an HTTP port each), blobnodes, allocators, two schedulers (one stands by), worker,
+    # mqproxy, tinker
+    per_cluster = 2 * CLUSTERMGR_COUNT + shape.blobnodes + shape.allocators + 5
+    # redis, kafka (a broker and a controller port), the clusters, the access nodes, dashboard
+    return 1 + 2 + shape.clusters * per_cluster + shape.access_nodes + 1
+
+
+def cluster_prefix(cluster_id: int) -> str:
+    """Process names of cluster 1 are plain (clustermgr1, blobnode3, ...); of cluster k, `c<k>-...`."""
+    return "" if cluster_id == 1 else f"c{cluster_id}-"
+
+
+def _local(root: Path, name: str, ports: Iterator[int], second_port: bool = False, **facts: Any) -> Place:
+    port = next(ports)
+    return Place(name, HOST, port, root / name, root / name / "conf.json",
+                 second_port=next(ports) if second_port else 0, **facts)
+
+
+def _local_layout(root: Path, shape: ClusterShape, ports: Iterator[int], cluster_id: int) -> dict[str, list[Place]]:
+    name = cluster_prefix(cluster_id)
+
+    def places(role: str, count: int, numbered: bool = True) -> list[Place]:
+        return [_local(root, f"{name}{role}{n if numbered else ''}", ports) for n in range(1, count + 1)]
+
+    def clustermgr(n: int) -> Place:
+        raft = next(ports)  # drawn before its HTTP port
+        return replace(_local(root, f"{name}clustermgr{n}", ports), second_port=raft)
+
+    cms = [clustermgr(n) for n in range(1, CLUSTERMGR_COUNT + 1)]
+    blobnodes = [_local(root, f"{name}blobnode{i}", ports,
+                        disks=tuple(str(root / f"{name}blobnode{i}" / "disks" / str(d))
+                                    for d in range(1, shape.disks_per_node + 1)))
+                 for i in range(1, shape.blobnodes + 1)]
+    return {"clustermgr": cms, "blobnode": blobnodes, "allocator": places("allocator", shape.allocators),
+            "scheduler": places("scheduler", 2), "worker": places("worker", 1, False),
+            "mqproxy": places("mqproxy", 1, False), "tinker": places("tinker", 1, False)}
+
+
+def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: str, secret: str,
+                 auth_secret: str) -> ClusterPlan:
+    """Every process of a local cluster (or region) under `root`; `ports` hands out `port_count(shape)` ports.
+    `secret` signs Locations, `auth_secret` internal requests (each process gets its role keys)."""
+    root = root.resolve()
+    redis = _redis(_local(root, "redis", ports), auth_secret)
+    kafka_place = _local(root, "kafka", ports, second_port=True)
+    kafka = KafkaPlan([BrokerSpec(1, kafka_place)], kafka_place.bind)
+    s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
+                 shape.disk_broken_after, kafka.bootstrap, with_credentials(redis.url, auth_secret), shape.chunk_size,
+                 audit_log=shape.audit_log, export_roots=(str(root), *shape.export_roots))
+    clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
+    access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
+    dashboard = [_local(root, "dashboard", ports)]
+    return ClusterPlan(kafka, [redis, *_front(clusters, access, dashboard, s)])
+
+
+def derived(secret: str, purpose: str, size: int = 32) -> bytes:
+    """A value derived from the cluster secret, so rendering a spec again gives the same one."""
+    return hmac.digest(bytes.fromhex(secret), f"blobstore {purpose}".encode(), hashlib.sha256)[:size]
+
+
+def kafka_cluster_uuid(secret: str) -> str:
+    """A KRaft cluster id (base64url of 16 bytes, as Kafka's Uuid prints), the same for every broker; never one
+    starting with '-', which `kafka-storage format -t` would read as an option (one secret in 64 derived one:
+    Kafka's own Uuid.randomUuid draws again then, and so does this, deterministically)."""
+    purpose, attempt = "kafka cluster id", 0
+    while True:
+        text = base64.urlsafe_b64encode(derived(secret, purpose, 16)).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+        attempt += 1
+        purpose = f"kafka cluster id {attempt}"
+
+
+def _spec_place(spec: ClusterSpec, role: str, host_name: str) -> Place:
+    host = spec.host(host_name)
+    second = {"clustermgr": spec.ports.clustermgr_raft, "kafka": spec.ports.kafka_controller}.get(role, 0)
+    config = spec.config_dir_of(host) / (f"{role}.properties" if role == "kafka" else
+                                         f"{role}.conf" if role == "redis" else f"{role}.json")
+    return Place(f"{role}-{host.name}", host.address, getattr(spec.ports, role),
+                 spec.data_root_of(host) / f"{role}-{host.name}", config, host.name, host.rack, host.az,
+                 tuple(host.disks) if role == "blobnode" else (), second)
+
+
+def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
+    """Every process of `spec` on its hosts; keys and the Location secret derive from `auth_secret`."""
+    def places(role: str) -> list[Place]:
+        return [_spec_place(spec, role, h.name) for h in spec.hosts_of(role)]
+
+    brokers = [BrokerSpec(n, p) for n, p in enumerate(places("kafka"), 1)]
+    bootstrap = ",".join(b.place.bind for b in brokers) or ",".join(spec.kafka.bootstrap)
+    kafka = KafkaPlan(brokers, bootstrap, spec.kafka.replication_factor, spec.kafka.min_insync_replicas,
+                      kafka_cluster_uuid(auth_secret), auth_secret if brokers else "")
+    redis = [_redis(p, auth_secret) for p in places("redis")]
+    s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
+                 spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
+                 with_credentials(redis[0].url, auth_secret) if redis else spec.redis.url, spec.chunk_size,
+                 spec.kafka.partitions, export_roots=(spec.export_root,), kafka_sasl=bool(brokers))
+    roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
+    cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
+    return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("dashboard"),
+                                              s)])
+
+
+def hosts_of(processes: Sequence[ProcessSpec]) -> list[str]:
+    """The machines a plan's processes run on, in first-seen order."""
+    return list(dict.fromkeys(p.host for p in processes if p.host))

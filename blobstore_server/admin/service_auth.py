@@ -1,0 +1,49 @@
+"""A service config's `auth` section for one role, derived from the cluster secret: what `cluster up` gives each
+process (blobstore.plan), for a config written by hand (`blobstore auth config`, `make run`) or by a test."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from blobstore_server.admin.plan import CAPABILITIES
+from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
+
+
+def role_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The `auth` section of a `role` process with `config`: the role's capabilities, a blobnode's identity named
+    after its advertised host (its `host`, else http://<bind_addr>, as clustermgr knows it), and for clustermgr the
+    identities root it checks disk reports against."""
+    name = None
+    if role == "blobnode":
+        name = str(config.get("host") or f"http://{config['bind_addr']}")
+    return AuthConfig.for_capabilities(secret, CAPABILITIES[role], name=name,
+                                       verifies_identities=role == "clustermgr").model_dump(mode="json",
+                                                                                            exclude_none=True)
+
+
+def with_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with its role's `auth` section (any `insecure` flag dropped: the two exclude each other)."""
+    rest = {k: v for k, v in config.items() if k not in ("auth", "insecure")}
+    return {**rest, "auth": role_auth(secret, role, config)}
+
+
+def secret_file(path: Path) -> str:
+    """The secret in `path`, generated there first (owner-only) if the file is missing."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(new_secret())
+    return path.read_text().strip()
+
+
+def write_private_json(path: Path, data: dict[str, Any]) -> None:
+    """Write a config only its owner may read: it holds keys."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+    os.chmod(path, 0o600)

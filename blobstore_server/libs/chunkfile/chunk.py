@@ -1,0 +1,549 @@
+"""One chunk file: append shards, read verified ranges, mark/delete, compact.
+
+Durability rule: shard bytes are made durable (fdatasync) before the index entry is written, so an
+index entry always points at complete bytes; concurrent writers to all chunks of a disk share one
+fdatasync per chunk and one synced index batch (`libs.chunkfile.commit`). On
+open, everything past the end of the last indexed shard is unacknowledged and is cut off.
+
+Concurrency: the write offset is reserved under a short lock and the bytes are written
+with pwritev outside it, so concurrent puts overlap. Reads take no lock during I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from isal.isal_zlib import crc32
+
+from blobstore_server.libs.kv import Batch, KVStore
+from blobstore_server.libs.proto.ids import ChunkId
+
+from . import format as fmt
+from .commit import GroupCommit, StagedPut
+from .errors import (
+    ChunkError,
+    ChunkFull,
+    ChunkReadOnly,
+    CrcMismatch,
+    RangeError,
+    ShardCorrupted,
+    ShardExists,
+    ShardMarkDeleted,
+    ShardNotFound,
+)
+from .index import ShardIndex, ShardMeta, ShardStatus, check_bid
+from .punch import punch_hole
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+SyncObserver = Callable[[float], object]  # told the seconds each fdatasync of shard bytes took
+
+
+@dataclass(frozen=True)
+class ChunkStats:
+    shard_count: int
+    live_bytes: int  # sum of the data sizes of indexed shards (incl. mark-deleted)
+    physical_bytes: int  # sum of their 4 KiB-aligned extents
+    write_offset: int  # where the next shard goes
+    punched_bytes: int  # bytes below write_offset owned by no indexed shard (punched or abandoned)
+    disk_bytes: int  # st_blocks * 512: what the file really occupies
+
+
+def _pwritev_all(fd: int, bufs: list[memoryview | bytes], offset: int) -> None:
+    """pwritev that survives short writes and lists longer than IOV_MAX."""
+    views = [memoryview(b) for b in bufs]
+    i = 0
+    while i < len(views):
+        n = os.pwritev(fd, views[i:i + _IOV_MAX], offset)
+        if n == 0 and any(v.nbytes for v in views[i:i + _IOV_MAX]):
+            raise OSError(f"pwritev wrote nothing at offset {offset}")
+        offset += n
+        while i < len(views) and n >= views[i].nbytes:
+            n -= views[i].nbytes
+            i += 1
+        if n:
+            views[i] = views[i][n:]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ChunkFile:
+    """A chunk file plus its slice of the disk's shard index. Thread-safe."""
+
+    def __init__(self, path: Path, kv: KVStore, chunk_id: ChunkId, fd: int, header: fmt.ChunkHeader,
+                 *, sync: bool, max_size: int | None, on_sync: SyncObserver | None = None,
+                 commits: GroupCommit | None = None) -> None:
+        """Use `create` or `open`. Chunks of one disk share its `commits` (else the chunk has its own)."""
+        self.path = Path(path)
+        self.on_sync = on_sync
+        self.kv = kv
+        self.chunk_id = chunk_id
+        self.parent: ChunkId | None = header.parent
+        self.ctime = header.ctime
+        self.sync = sync
+        self.max_size = max_size
+        self._fd = fd
+        self.commits = commits or GroupCommit(kv)
+        self._index = ShardIndex(kv, chunk_id)
+        self._cond = threading.Condition()  # guards everything below
+        self._write_off = fmt.CHUNK_HEADER_SIZE
+        self._pending: set[int] = set()  # bids being written; a put of one waits on _cond
+        self._inflight = 0  # physical bytes reserved by unfinished puts
+        self._count = 0
+        self._live = 0
+        self._live_phys = 0
+        self._users = 0
+        self._closed = False
+        self._readonly: str | None = None  # why writes are refused
+        self._broken: BaseException | None = None  # a failed sync: nothing is durable anymore
+        self._meta_lock = threading.RLock()  # serialises index read-modify-writes
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def create(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, parent: ChunkId | None = None,
+               sync: bool = True, max_size: int | None = None, on_sync: SyncObserver | None = None,
+               commits: GroupCommit | None = None) -> ChunkFile:
+        """Make a new, empty chunk file; fails if the file exists or the index has entries for it."""
+        path = Path(path)
+        if next(ShardIndex(kv, chunk_id).scan(), None) is not None:
+            raise ChunkError(f"index already holds shards of chunk {chunk_id}")
+        header = fmt.ChunkHeader(parent=parent, ctime=time.time_ns())
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.pwrite(fd, header.pack(), 0)
+            if sync:
+                os.fsync(fd)
+                _fsync_dir(path.parent)
+        except BaseException:
+            os.close(fd)
+            with suppress(OSError):
+                path.unlink()
+            raise
+        return cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync, commits=commits)
+
+    @classmethod
+    def open(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, sync: bool = True,
+             max_size: int | None = None, on_sync: SyncObserver | None = None,
+             commits: GroupCommit | None = None) -> ChunkFile:
+        """Open an existing chunk, verify its header and cut off any unacknowledged tail."""
+        path = Path(path)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            header = fmt.ChunkHeader.unpack(os.pread(fd, fmt.CHUNK_HEADER_SIZE, 0))
+            chunk = cls(path, kv, chunk_id, fd, header, sync=sync, max_size=max_size, on_sync=on_sync,
+                        commits=commits)
+            chunk._recover()
+        except BaseException:
+            os.close(fd)
+            raise
+        return chunk
+
+    def _recover(self) -> None:
+        """Rebuild counters from the index; drop entries past EOF; truncate the torn tail."""
+        file_size = os.fstat(self._fd).st_size
+        end = fmt.CHUNK_HEADER_SIZE
+        lost: list[int] = []
+        for meta in self._index.scan():
+            phys = fmt.physical_size(meta.size)
+            if meta.offset + phys > file_size or meta.offset < fmt.CHUNK_HEADER_SIZE:
+                lost.append(meta.bid)  # only possible if data was not synced (sync=False)
+                continue
+            self._count += 1
+            self._live += meta.size
+            self._live_phys += phys
+            end = max(end, meta.offset + phys)
+        if lost:
+            batch = self.kv.batch()
+            for bid in lost:
+                self._index.delete_into(batch, bid)
+            self.kv.write(batch)
+        if file_size > end:
+            os.ftruncate(self._fd, end)
+            if self.sync:
+                os.fsync(self._fd)
+        self._write_off = end
+
+    def close(self) -> None:
+        """Wait for running operations, then close the file descriptor (idempotent)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.wait_for(lambda: self._users == 0)
+        os.close(self._fd)
+
+    def __enter__(self) -> ChunkFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ChunkFile({self.chunk_id}, {self.path})"
+
+    @contextmanager
+    def _use(self) -> Iterator[None]:
+        """Keep the fd open while an operation runs (close waits), so it is never reused under us."""
+        self._enter()
+        try:
+            yield
+        finally:
+            self._leave()
+
+    def _enter(self) -> None:
+        with self._cond:
+            if self._closed:
+                raise ChunkError(f"chunk {self.chunk_id} is closed")
+            self._users += 1
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._users -= 1
+            if self._closed and self._users == 0:
+                self._cond.notify_all()
+
+    # ------------------------------------------------------------ writes
+
+    def put_shard(self, bid: int, vuid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
+        """Store a shard durably and index it. Same bid + same bytes returns the existing meta."""
+        return self.commits.stored(self.stage_put(bid, vuid, data))
+
+    def stage_put(self, bid: int, vuid: int, data: bytes | bytearray | memoryview, *,
+                  blocking: bool = True, expected_crc: int | None = None) -> ShardMeta | StagedPut | None:
+        """Write a shard's bytes at a reserved offset; the caller then commits the `StagedPut` through
+        `self.commits`, which makes it durable and indexes it. An already stored equal shard is returned as
+        its meta. With `blocking` False, None instead of waiting for a concurrent put of the same bid or
+        reading a stored one back to compare (so an event loop can call it and fall back to a thread)."""
+        check_bid(bid)
+        view = memoryview(data).cast("B")
+        bufs, crc, phys = fmt.encode_shard(bid, vuid, view)
+        if expected_crc is not None and crc != expected_crc:
+            raise CrcMismatch(f"bid {bid}: the bytes have CRC {crc}, the request said {expected_crc}")
+        self._enter()
+        staged: StagedPut | None = None
+        try:
+            with self._cond:
+                if bid in self._pending:
+                    if not blocking:
+                        return None
+                    self._cond.wait_for(lambda: bid not in self._pending)  # then compare with what it stored
+                self._check_writable()
+                existing = self._index.get(bid)
+                if existing is None:
+                    offset = self._reserve(phys)
+                    self._pending.add(bid)
+            if existing is not None:
+                return None if not blocking else self._same_or_exists(existing, vuid, view, crc)
+            meta = ShardMeta(bid=bid, vuid=vuid, offset=offset, size=len(view), crc=crc,
+                             status=ShardStatus.NORMAL, written_at=int(time.time()))
+            written = StagedPut(self, meta, phys)
+            try:
+                _pwritev_all(self._fd, bufs, offset)
+            except BaseException:
+                self._settle(written, ok=False)
+                raise
+            staged = written
+            return staged
+        finally:
+            if staged is None:
+                self._leave()
+
+    def sync_data(self) -> None:
+        """fdatasync the chunk's bytes (a no-op without `sync`); after one failed, every later one fails too:
+        a retried fdatasync may report success for pages the failed one dropped."""
+        if self._broken is not None:
+            raise ChunkError(f"chunk {self.chunk_id}: a sync failed earlier") from self._broken
+        if self.sync:
+            started = time.perf_counter()
+            os.fdatasync(self._fd)
+            if self.on_sync is not None:
+                self.on_sync(time.perf_counter() - started)
+
+    def index_into(self, batch: Batch, meta: ShardMeta) -> None:
+        self._index.put_into(batch, meta)
+
+    def finish_put(self, staged: StagedPut, error: BaseException | None) -> None:
+        """End a staged put: counted when its commit succeeded, else the chunk takes no more writes."""
+        if error is not None:
+            with self._cond:
+                self._broken = self._broken or error
+        self._settle(staged, ok=error is None)
+        self._leave()
+
+    def _check_writable(self) -> None:
+        if self._broken is not None:
+            raise ChunkReadOnly(f"chunk {self.chunk_id} is broken: {self._broken}")
+        if self._readonly is not None:
+            raise ChunkReadOnly(f"chunk {self.chunk_id} is read-only: {self._readonly}")
+
+    def _reserve(self, phys: int) -> int:
+        """Claim [offset, offset+phys); caller holds _cond."""
+        offset = self._write_off
+        if self.max_size is not None and offset + phys > self.max_size:
+            raise ChunkFull(f"chunk {self.chunk_id}: {phys} more bytes at {offset} exceed {self.max_size}")
+        self._write_off += phys
+        self._inflight += phys
+        return offset
+
+    def _settle(self, staged: StagedPut, ok: bool) -> None:
+        meta, phys = staged.meta, staged.phys
+        with self._cond:
+            self._inflight -= phys
+            if ok:
+                self._count += 1
+                self._live += meta.size
+                self._live_phys += phys
+            elif self._write_off == meta.offset + phys:
+                self._write_off = meta.offset  # the failed shard was last: reuse its space
+            self._pending.discard(meta.bid)
+            self._cond.notify_all()
+
+    def _same_or_exists(self, existing: ShardMeta, vuid: int, view: memoryview, crc: int) -> ShardMeta:
+        """Idempotent retry check: equal only if vuid, size, crc and every byte match."""
+        same_sum = (existing.vuid, existing.size, existing.crc) == (vuid, len(view), crc)
+        if same_sum and self._read_range(existing, 0, existing.size) == view:
+            return existing
+        raise ShardExists(f"bid {existing.bid} already stored in chunk {self.chunk_id} with other bytes")
+
+    # ------------------------------------------------------------ reads
+
+    def stat_shard(self, bid: int) -> ShardMeta:
+        meta = self._index.get(bid)
+        if meta is None:
+            raise ShardNotFound(f"bid {bid} not in chunk {self.chunk_id}")
+        return meta
+
+    def _readable(self, bid: int) -> ShardMeta:
+        meta = self.stat_shard(bid)
+        if meta.status == ShardStatus.MARK_DELETED:
+            raise ShardMarkDeleted(f"bid {bid} in chunk {self.chunk_id} is mark-deleted")
+        return meta
+
+    @staticmethod
+    def _bounds(meta: ShardMeta, offset: int, size: int | None) -> tuple[int, int]:
+        if size is None:
+            size = meta.size - offset
+        if offset < 0 or size < 0 or offset + size > meta.size:
+            raise RangeError(f"bid {meta.bid}: range {offset}+{size} outside shard of {meta.size} bytes")
+        return offset, offset + size
+
+    def read_shard(self, bid: int, offset: int = 0, size: int | None = None) -> bytes:
+        """Bytes [offset, offset+size) of a shard; verifies only the 64 KiB blocks they touch."""
+        with self._use():
+            meta = self._readable(bid)
+            lo, hi = self._bounds(meta, offset, size)
+            return self._read_checked(meta, lo, hi)
+
+    def iter_shard(self, bid: int, offset: int = 0, size: int | None = None,
+                   piece: int = 1 << 20) -> Iterator[bytes]:
+        """Like read_shard in block-aligned pieces. Lookup and range errors raise at call time."""
+        with self._use():
+            meta = self._readable(bid)
+            lo, hi = self._bounds(meta, offset, size)
+        step = max(fmt.BLOCK_SIZE, piece // fmt.BLOCK_SIZE * fmt.BLOCK_SIZE)
+        return self._pieces(meta, lo, hi, step)
+
+    def _pieces(self, meta: ShardMeta, lo: int, hi: int, step: int) -> Iterator[bytes]:
+        if lo == hi and meta.size:
+            return
+        while True:
+            end = min(hi, (lo // step + 1) * step)
+            with self._use():
+                yield self._read_checked(meta, lo, end)
+            lo = end
+            if lo >= hi:
+                return
+
+    def verify_shard(self, bid: int) -> ShardMeta:
+        """Check header, every block and the footer (mark-deleted shards too); for scrubbing."""
+        with self._use():
+            meta = self.stat_shard(bid)
+            data = self._read_checked(meta, 0, meta.size)
+            if crc32(data) != meta.crc:
+                raise ShardCorrupted(f"bid {bid}: shard crc mismatch against the index")
+            return meta
+
+    def _read_checked(self, meta: ShardMeta, lo: int, hi: int) -> bytes:
+        """A CRC failure on a shard deleted meanwhile (hole punched) is 'not found', not corruption."""
+        try:
+            return self._read_range(meta, lo, hi)
+        except ShardCorrupted:
+            now = self._index.get(meta.bid)
+            if now is None or now.offset != meta.offset:
+                raise ShardNotFound(f"bid {meta.bid} was deleted from chunk {self.chunk_id}") from None
+            raise
+
+    def _read_range(self, meta: ShardMeta, lo: int, hi: int) -> bytes:
+        """One pread covering the touched blocks (plus header/footer when adjacent), then CRC checks."""
+        size = meta.size
+        if lo == hi and size:
+            return b""
+        where = f"chunk {self.chunk_id} offset {meta.offset}"
+        if size == 0:
+            raw = os.pread(self._fd, fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE, meta.offset)
+            if len(raw) != fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE:
+                raise ShardCorrupted(f"bid {meta.bid}: shard truncated at {where}")
+            fmt.check_shard_header(raw, meta.bid, meta.vuid, size, where)
+            fmt.check_footer(memoryview(raw)[fmt.SHARD_HEADER_SIZE:], meta.bid, meta.crc, where)
+            return b""
+        first, last = lo // fmt.BLOCK_SIZE, (hi - 1) // fmt.BLOCK_SIZE
+        is_tail = last == fmt.block_count(size) - 1
+        start = 0 if first == 0 else fmt.block_pos(first)
+        end = fmt.block_pos(last) + fmt.BLOCK_CRC_SIZE + fmt.block_len(size, last)
+        if is_tail:
+            end += fmt.SHARD_FOOTER_SIZE
+        raw = os.pread(self._fd, end - start, meta.offset + start)
+        if len(raw) != end - start:
+            raise ShardCorrupted(f"bid {meta.bid}: shard truncated at {where}")
+        mv = memoryview(raw)
+        if first == 0:
+            fmt.check_shard_header(mv, meta.bid, meta.vuid, size, where)
+        pieces: list[memoryview] = []
+        for i in range(first, last + 1):
+            pos = fmt.block_pos(i) - start
+            n = fmt.block_len(size, i)
+            block = mv[pos + fmt.BLOCK_CRC_SIZE:pos + fmt.BLOCK_CRC_SIZE + n]
+            if crc32(block) != fmt.block_crc(mv, pos):
+                base = i * fmt.BLOCK_SIZE
+                raise ShardCorrupted(
+                    f"bid {meta.bid}: block {i} (shard bytes {base}..{base + n}) failed its CRC "
+                    f"at file offset {meta.offset + start + pos} of chunk {self.chunk_id}")
+            pieces.append(block[max(lo - i * fmt.BLOCK_SIZE, 0):min(hi - i * fmt.BLOCK_SIZE, n)])
+        if is_tail:
+            fmt.check_footer(mv[end - start - fmt.SHARD_FOOTER_SIZE:], meta.bid, meta.crc, where)
+        return pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+
+    def list_shards(self, start_bid: int = 0, count: int | None = None,
+                    status: ShardStatus | None = None) -> list[ShardMeta]:
+        """Index entries with bid >= start_bid in bid order, optionally of one status."""
+        out: list[ShardMeta] = []
+        if count is not None and count <= 0:
+            return out
+        for meta in self._index.scan(start_bid):
+            if status is None or meta.status == status:
+                out.append(meta)
+                if count is not None and len(out) >= count:
+                    break
+        return out
+
+    # ------------------------------------------------------------ deletes
+
+    def _set_status(self, bid: int, status: ShardStatus) -> ShardMeta:
+        with self._use(), self._meta_lock:
+            meta = self.stat_shard(bid)
+            if meta.status != status:
+                marked = int(time.time()) if status is ShardStatus.MARK_DELETED else 0
+                meta = replace(meta, status=status, marked_at=marked)
+                self._index.put(meta)
+            return meta
+
+    def mark_delete(self, bid: int) -> ShardMeta:
+        """Reversible first step of a delete: reads now fail with ShardMarkDeleted."""
+        return self._set_status(bid, ShardStatus.MARK_DELETED)
+
+    def unmark_delete(self, bid: int) -> ShardMeta:
+        return self._set_status(bid, ShardStatus.NORMAL)
+
+    def delete_shard(self, bid: int) -> None:
+        """Drop the index entry, then punch the extent. A crash between leaks space, never data."""
+        with self._use(), self._meta_lock:
+            meta = self.stat_shard(bid)
+            self._index.delete(bid)
+            phys = fmt.physical_size(meta.size)
+            with self._cond:
+                self._count -= 1
+                self._live -= meta.size
+                self._live_phys -= phys
+            punch_hole(self._fd, meta.offset, phys)
+
+    def remove_index(self) -> None:
+        """Drop every index entry of this chunk in one batch (after release or compaction)."""
+        with self._use(), self._meta_lock:
+            batch = self.kv.batch()
+            for meta in self._index.scan():
+                self._index.delete_into(batch, meta.bid)
+            if batch.count:
+                self.kv.write(batch)
+            with self._cond:
+                self._count = self._live = self._live_phys = 0
+
+    def stats(self) -> ChunkStats:
+        with self._use():
+            blocks = os.fstat(self._fd).st_blocks
+            with self._cond:
+                used = self._write_off - fmt.CHUNK_HEADER_SIZE
+                return ChunkStats(
+                    shard_count=self._count, live_bytes=self._live, physical_bytes=self._live_phys,
+                    write_offset=self._write_off,
+                    punched_bytes=used - self._live_phys - self._inflight,
+                    disk_bytes=blocks * 512)
+
+    # ------------------------------------------------------------ compaction
+
+    def compact_into(self, path: Path, new_id: ChunkId, *,
+                     before_commit: Callable[[Batch], None] | None = None) -> ChunkFile:
+        """Copy every indexed shard (mark-deleted too) into a new chunk whose parent is this one.
+
+        Writes to this chunk are refused from the start; each shard is re-verified while read.
+        The new data is synced, then one KV batch moves all index entries (plus whatever
+        `before_commit` adds, e.g. the blobnode's chunk record). Afterwards this chunk stays
+        read-only and indexless; the caller closes and removes it.
+        """
+        with self._use(), self._meta_lock:
+            with self._cond:
+                self._check_writable()
+                self._readonly = f"compacting into {new_id}"
+                self._cond.wait_for(lambda: not self._pending)
+            new: ChunkFile | None = None
+            try:
+                new = ChunkFile.create(path, self.kv, new_id, parent=self.chunk_id, sync=self.sync,
+                                       max_size=self.max_size, on_sync=self.on_sync, commits=self.commits)
+                moved: list[ShardMeta] = []
+                for meta in self._index.scan():
+                    data = self._read_range(meta, 0, meta.size)
+                    bufs, crc, phys = fmt.encode_shard(meta.bid, meta.vuid, memoryview(data))
+                    if crc != meta.crc:
+                        raise ShardCorrupted(f"bid {meta.bid}: shard crc mismatch against the index")
+                    with new._cond:
+                        offset = new._reserve(phys)
+                        new._inflight -= phys
+                    _pwritev_all(new._fd, bufs, offset)
+                    moved.append(replace(meta, offset=offset))
+                new.sync_data()
+                batch = self.kv.batch()
+                for meta in moved:
+                    new._index.put_into(batch, meta)
+                    self._index.delete_into(batch, meta.bid)
+                if before_commit is not None:
+                    before_commit(batch)
+                self.kv.write(batch)
+            except BaseException:
+                with self._cond:
+                    self._readonly = None
+                if new is not None:
+                    new.close()
+                    with suppress(OSError):
+                        Path(path).unlink()
+                raise
+            with new._cond:
+                for meta in moved:
+                    new._count += 1
+                    new._live += meta.size
+                    new._live_phys += fmt.physical_size(meta.size)
+            with self._cond:
+                self._readonly = f"compacted into {new_id}"
+                self._count = self._live = self._live_phys = 0
+            return new
+

@@ -1,0 +1,71 @@
+"""The allocator API: space and bids for one object, shared by its routes and its client (access)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from blobstore_server.libs.proto.body import RequestBody
+from blobstore_server.libs.proto.cluster import VolumeHealth
+from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
+
+MAX_EXCLUDED = 4096
+MAX_RESERVED_BIDS = 65536
+
+
+class UnusedSpace(BaseModel):
+    """Bytes of volume `vid` an earlier allocation reserved and no object used."""
+
+    vid: int = Field(ge=0)
+    size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
+
+
+class AllocRequest(RequestBody):
+    code_mode: int | str
+    size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
+    blob_size: int = Field(4 << 20, ge=1, le=MAX_BLOB_SIZE)
+    # What access punished: never these volumes, and these disks' volumes only when nothing else has room.
+    exclude_vids: list[int] = Field(default_factory=list, max_length=MAX_EXCLUDED)
+    avoid_disks: list[int] = Field(default_factory=list, max_length=MAX_EXCLUDED)
+    # Consecutive bids wanted, when more than one per blob of `size`: access reserves bids and bytes for
+    # the small objects to come, and gives back what they did not use in `returned`.
+    bids: int | None = Field(None, ge=1, le=MAX_RESERVED_BIDS)
+    returned: list[UnusedSpace] = Field(default_factory=list, max_length=MAX_EXCLUDED)
+
+
+class BlobSlice(BaseModel):
+    """`count` consecutive bids from `min_bid`, all in volume `vid`, to be written within `usable_for` seconds
+    of the answer: until the allocator's lease on the volume ends, less its lease margin."""
+
+    vid: int
+    min_bid: int
+    count: int
+    usable_for: float = 0.0
+
+
+class AllocResult(BaseModel):
+    code_mode: int
+    blobs: list[BlobSlice]
+
+
+class LeasedVolume(VolumeHealth):
+    """A volume the allocator holds a lease on, with the space it has handed out, where its units are,
+    and its health as clustermgr last reported it."""
+
+    vid: int
+    code_mode: int
+    capacity: int
+    used: int
+    lease_expiry: float
+    disks: list[int] = Field(default_factory=list)  # of each unit, in unit order
+    hosts: list[str] = Field(default_factory=list)
+    under_spread: bool = False  # two units share a host
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+
+class AllocatorStat(BaseModel):
+    holder: str
+    bids_left: int
+    volumes: list[LeasedVolume]

@@ -1,0 +1,214 @@
+"""The blobnode API: chunk and shard requests and answers, shared by its routes and its client.
+
+Also the one classification of what a blobnode's answer says about a shard (`shard_state`), used by
+access, the worker, tinker and the CLI alike.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from blobstore_server.libs.proto.body import RequestBody
+from blobstore_server.libs.rpc.errors import (
+    ChunkNotFound,
+    DiskNotFound,
+    RpcError,
+    ShardCorrupted,
+    ShardDeleted,
+    ShardNotFound,
+    StaleEpoch,
+    Unavailable,
+)
+
+U32 = Field(ge=0, lt=2**32)
+U64 = Field(ge=0, lt=2**64)
+
+
+class IOClass(StrEnum):
+    """Who a shard request serves. A blobnode serves user I/O first and caps background I/O per disk (MB/s
+    and concurrency), so repair, migration, inspection, compaction and deletes never starve user traffic."""
+
+    USER = "user"
+    BACKGROUND = "background"
+    # Background work that cannot wait: rebuilding a volume at margin <= 1 (one more loss and blobs are gone).
+    # It runs on the background threads but past the disk's background caps.
+    URGENT = "urgent"
+
+
+IO_CLASS_PARAM = "io_class"  # the query parameter that carries it; absent means user
+
+
+class ChunkStatus(StrEnum):
+    NORMAL = "normal"
+    READONLY = "readonly"
+    RELEASED = "released"
+
+
+class ChunkRef(RequestBody):
+    disk_id: int = U32
+    vuid: int = U64
+
+
+class ChunkCreate(ChunkRef):
+    chunk_size: int | None = Field(None, ge=1 << 20)
+
+
+class ShardRef(ChunkRef):
+    bid: int = U64
+
+
+class ChunkInfo(BaseModel):
+    """A chunk's record (also how the blobnode keeps it in its RocksDB)."""
+
+    chunk_id: str
+    vuid: int
+    status: ChunkStatus
+    chunk_size: int
+    created: float
+
+
+class ChunkList(BaseModel):
+    chunks: list[ChunkInfo]
+
+
+class ChunkStat(ChunkInfo):
+    disk_id: int
+    shard_count: int
+    live_bytes: int  # data sizes of indexed shards (mark-deleted included)
+    physical_bytes: int  # their 4 KiB-aligned extents
+    write_offset: int
+    punched_bytes: int  # below write_offset, owned by no indexed shard
+    disk_bytes: int  # what the file really occupies
+
+
+class ShardInfo(BaseModel):
+    bid: int
+    vuid: int
+    offset: int
+    size: int
+    crc: int
+    status: str  # "normal" or "mark_deleted"
+
+
+class ShardList(BaseModel):
+    shards: list[ShardInfo]
+
+
+class ShardPutResult(BaseModel):
+    bid: int
+    size: int
+    crc: int
+
+
+class ShardStatusResult(BaseModel):
+    """After mark-delete, unmark or delete: the shard's status ("deleted" once gone for good)."""
+
+    bid: int
+    status: str
+
+
+class ScrubStat(BaseModel):
+    """A disk's scrub (services/blobnode/scrub.py): its current pass, its last full one, and what it found."""
+
+    enabled: bool
+    running: bool  # a pass is under way (else the next waits for its period)
+    progress: float  # fraction of the current pass read (1.0 between passes, once one ended)
+    pass_started: float  # unix time the current or last pass began; 0: none yet
+    last_full_pass: float | None  # unix time the last full pass ended; None: none yet
+    passes: int  # full passes, ever
+    shards: int  # shards read, ever
+    bytes: int
+    corrupt: int  # shards found corrupt or unreadable, ever
+    repairs_queued: int  # repairs mqproxy took for them
+    repairs_owed: int  # findings mqproxy has not taken yet (kept, and sent again)
+
+
+class DiskStat(BaseModel):
+    disk_id: int
+    path: str
+    size: int
+    free: int
+    used: int
+    chunks: int
+    max_chunks: int
+    readonly_chunks: int
+    scrub: ScrubStat | None = None  # in a blobnode's /stat and /disk/stat
+
+
+class NodeStat(BaseModel):
+    host: str
+    cluster_id: int
+    idc: str
+    rack: str
+    disks: list[DiskStat]
+
+
+class ShardState(StrEnum):
+    """What one blobnode answer says about a shard."""
+
+    PRESENT = "present"
+    MISSING = "missing"  # gone from its chunk: repair it
+    CORRUPT = "corrupt"  # failed its CRC: repair it
+    DELETED = "mark_deleted"  # the blob is being deleted: never repair it
+    MOVED = "moved"  # the caller's view of the volume is stale: refetch the volume, then ask again
+    UNREACHABLE = "unreachable"  # the blobnode is down or slow: says nothing about the shard
+    ERROR = "error"
+
+
+# A repair is owed for these; the others are not the shard's fault, or must not be repaired.
+NEEDS_REPAIR = frozenset({ShardState.MISSING, ShardState.CORRUPT})
+# The blobnode contradicts the caller's volume info (a newer epoch, no such chunk, or no such disk on that host:
+# e.g. a stale or poisoned Redis entry naming the wrong host): refetch the volume from clustermgr, never punish
+# the disk for it.
+MOVED_ERRORS = (StaleEpoch, ChunkNotFound, DiskNotFound)
+
+
+def shard_state(outcome: object) -> ShardState:
+    """Classify a shard call's outcome: its result (present) or the error it raised."""
+    if not isinstance(outcome, BaseException):
+        return ShardState.PRESENT
+    if isinstance(outcome, MOVED_ERRORS):
+        return ShardState.MOVED
+    if isinstance(outcome, ShardDeleted):
+        return ShardState.DELETED
+    if isinstance(outcome, ShardNotFound):
+        return ShardState.MISSING
+    if isinstance(outcome, ShardCorrupted):
+        return ShardState.CORRUPT
+    if isinstance(outcome, Unavailable):
+        return ShardState.UNREACHABLE
+    if isinstance(outcome, RpcError):
+        return ShardState.ERROR
+    return ShardState.UNREACHABLE
+
+
+# the offline inspection's input: each disk's shard index and chunk list as Parquet, with a manifest
+
+
+class ExportRequest(RequestBody):
+    """Export every disk (or `disk_ids`) into `target`: an absolute path every Spark executor can read, or a
+    filesystem URI pyarrow knows (file://, s3://, hdfs://, gs://)."""
+
+    target: str = Field(min_length=1)
+    disk_ids: list[int] | None = None
+    piece_rows: int = Field(20_000, ge=100, le=1_000_000)  # index entries read per trip to the disk's pool
+
+
+class DiskExport(BaseModel):
+    """A disk's manifest, written last: a disk without one (or with a broken one) is unavailable, not empty.
+    Paths are relative to the export's target."""
+
+    disk_id: int
+    host: str
+    started: float  # unix time the scan began; shards written later may or may not be in it
+    finished: float
+    shard_file: str
+    shards: int
+    chunk_file: str
+    chunks: int
+
+
+class ExportResult(BaseModel):
+    exports: list[DiskExport]

@@ -1,0 +1,400 @@
+"""clustermgr's API: the request and response of every route, shared by its routes and its client.
+
+The records these carry (disks, volumes, units, services) are in `libs.proto.cluster`; the code-mode
+size policy, which clustermgr publishes and access reads, is here too.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
+
+from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.proto.body import RequestBody
+from blobstore_server.libs.proto.cluster import (
+    U32,
+    DiskInfo,
+    DiskStatus,
+    ServiceInfo,
+    VolumeHealth,
+    VolumeInfo,
+    VolumeStatus,
+)
+
+U64 = Field(ge=0, lt=2**64)
+DISK_ID = Field(ge=1, lt=2**32)
+POLICY_KEY = "code_mode_policy"  # the config key of the size policy
+SESSION_HEADER = "x-clustermgr-session"  # carries a `Session` on every mutating request
+
+
+# client sessions
+
+
+class Fence(BaseModel):
+    """The lease a command is sent under (Kleppmann's fencing token): clustermgr applies it only while the
+    lease record at `key` (JSON with an `epoch`) still carries `epoch`; a holder superseded by a takeover gets
+    `Fenced` back, however late its command arrives and whatever its own clock says."""
+
+    key: str = Field(pattern=r"^\S{1,256}$")
+    epoch: int = Field(ge=1)
+
+
+def lease_epoch(record: str | None) -> int:
+    """The epoch of a lease record in kv (0: none, or a record without one)."""
+    if record is None:
+        return 0
+    try:
+        epoch = json.loads(record).get("epoch", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return epoch if isinstance(epoch, int) else 0
+
+
+class Session(BaseModel):
+    """Which client sends a mutating command, and which of its commands it is (Raft thesis 6.3).
+
+    clustermgr applies each (client, seq) once and answers a retry with the first answer, so a retry
+    after a lost reply is safe. `acked`: every seq up to it has been answered or given up, so the
+    client never retries those and clustermgr may forget their answers. Sent in `SESSION_HEADER` as
+    "client seq acked [fence-key fence-epoch]"; a request without it is applied without this protection
+    (e.g. from curl). A lease holder's commands carry its `Fence`.
+    """
+
+    client: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    seq: int = Field(ge=1, lt=2**63)
+    acked: int = Field(ge=0)
+    fence: Fence | None = None
+
+    @model_validator(mode="after")
+    def _acked_before_seq(self) -> Session:
+        if self.acked >= self.seq:
+            raise ValueError(f"acked {self.acked} must be below seq {self.seq}")
+        return self
+
+    def header(self) -> str:
+        fence = f" {self.fence.key} {self.fence.epoch}" if self.fence else ""
+        return f"{self.client} {self.seq} {self.acked}{fence}"
+
+    @classmethod
+    def parse(cls, raw: str) -> Session:
+        """ValueError naming what is wrong."""
+        parts = raw.split()
+        if len(parts) not in (3, 5):
+            raise ValueError(f"{SESSION_HEADER} must be 'client seq acked [fence-key fence-epoch]', got {raw!r}")
+        try:
+            fence = Fence(key=parts[3], epoch=int(parts[4])) if len(parts) == 5 else None
+            return cls(client=parts[0], seq=int(parts[1]), acked=int(parts[2]), fence=fence)
+        except ValueError as exc:  # a bad number, or pydantic's ValidationError
+            raise ValueError(f"{SESSION_HEADER} {raw!r}: {exc}") from None
+
+
+class LeaderView(BaseModel):
+    """One replica's idea of who leads (cheap: no state read), for a client looking for the leader."""
+
+    node_id: int
+    role: str
+    term: int
+    leader: str | None  # the leader's HTTP base URL as this replica knows it; its own when it leads
+
+
+# disks
+
+
+class DiskAdd(RequestBody):
+    disk_id: int = DISK_ID
+    host: str
+    idc: str
+    rack: str
+    path: str
+    hostname: str = ""  # the machine's name (blobnode config `hostname`); "": its URL stands for it
+    size: int = Field(0, ge=0)
+    free: int = Field(0, ge=0)
+    max_chunks: int = Field(1024, ge=0)
+
+
+class DiskBeat(RequestBody):
+    disk_id: int = DISK_ID
+    size: int = Field(ge=0)
+    free: int = Field(ge=0)
+    chunks: int = Field(0, ge=0)
+
+
+class DiskHeartbeat(RequestBody):
+    disks: list[DiskBeat]
+
+
+class DiskRef(RequestBody):
+    disk_id: int = DISK_ID
+
+
+class DiskSet(RequestBody):
+    disk_id: int = DISK_ID
+    status: DiskStatus | None = None
+    readonly: bool | None = None
+
+
+class DiskId(BaseModel):
+    disk_id: int
+
+
+class DiskIds(BaseModel):
+    disks: list[int]
+
+
+class DiskView(DiskInfo):
+    """A disk as clustermgr reports it: with whether its blobnode heartbeats within the timeout."""
+
+    alive: bool
+
+
+class DiskList(BaseModel):
+    disks: list[DiskView]
+
+
+# volumes
+
+
+class VolumeAlloc(RequestBody):
+    code_mode: int | str
+    holder: str = Field(min_length=1)
+    count: int = Field(1, ge=1, le=1000)
+    avoid_disks: list[int] = Field(default_factory=list, max_length=4096)  # lease volumes on these last
+    # Also the volumes `holder` still leases: a restarted allocator (its name is its URL) takes back what its
+    # previous run held instead of waiting for those leases to lapse. Only a holder that holds none yet asks.
+    reclaim: bool = False
+
+
+class VolumeView(VolumeInfo, VolumeHealth):
+    """A volume as clustermgr reports it: with whether new blobs may go to it now, and why not."""
+
+
+class VolumeList(BaseModel):
+    volumes: list[VolumeView]
+
+
+class RetainItem(RequestBody):
+    vid: int = U32
+    used: int = Field(0, ge=0)
+
+
+class VolumeRetain(RequestBody):
+    holder: str = Field(min_length=1)
+    volumes: list[RetainItem]
+
+
+class Retained(VolumeHealth):
+    """A renewed lease, with the volume's health as of the renewal."""
+
+    vid: int
+    lease_expiry: float
+
+
+class Refused(BaseModel):
+    vid: int
+    reason: str
+
+
+class RetainResult(BaseModel):
+    retained: list[Retained]
+    refused: list[Refused]
+
+
+class VolumeRef(RequestBody):
+    vid: int = U32
+
+
+class VolumeHolder(VolumeRef):
+    holder: str
+
+
+class UnitRef(VolumeRef):
+    index: int = Field(ge=0, lt=256)
+
+
+class UnitAlloc(UnitRef):
+    disk_id: int | None = Field(None, ge=1, lt=2**32)  # the target; None: the placement policy chooses
+    avoid: list[int] = Field(default_factory=list, max_length=4096)  # disks the policy must not choose
+
+
+class UnitUpdate(UnitRef):
+    vuid: int = U64
+    disk_id: int = DISK_ID
+
+
+class UnitRelease(VolumeRef):
+    """May the chunk of unit `vuid` be released? Only if it is not the volume's live unit."""
+
+    vuid: int = U64
+
+
+# scopes, services, config, kv
+
+
+class ScopeAlloc(RequestBody):
+    name: str = Field(min_length=1, max_length=64)
+    count: int = Field(ge=1, le=1 << 32)
+
+
+class ScopeRange(BaseModel):
+    """Ids [start, end] of a scope, both ends included."""
+
+    name: str
+    start: int
+    end: int
+
+
+class ServiceRegister(RequestBody):
+    name: str = Field(min_length=1)
+    host: str = Field(min_length=1)
+    idc: str = ""
+    ttl: float = Field(30.0, gt=0)
+
+
+class ServiceRef(RequestBody):
+    name: str
+    host: str
+
+
+class ServiceList(BaseModel):
+    services: list[ServiceInfo]
+
+
+class KeyValue(RequestBody):
+    key: str = Field(min_length=1)
+    value: str
+
+
+class KeyRef(RequestBody):
+    key: str = Field(min_length=1)
+
+
+class KeyCas(RequestBody):
+    """Set `key` to `value` (None: delete it) only if it now holds `expected` (None: absent)."""
+
+    key: str = Field(min_length=1)
+    expected: str | None
+    value: str | None
+
+
+class MaybeValue(BaseModel):
+    """A config or kv value; None when the key is not set."""
+
+    key: str
+    value: str | None
+
+
+class ConfigList(BaseModel):
+    config: dict[str, str]
+
+
+class KvItems(BaseModel):
+    items: dict[str, str]
+    next_after: str | None = None  # the marker of the next page; None when this page was the last
+
+
+KV_PAGE = 1000  # the most keys one /kv/list answers
+
+
+# raft
+
+
+class MemberAdd(RequestBody):
+    node_id: int = Field(ge=1)
+    raft_addr: str
+    http_addr: str
+    learner: bool = True
+
+
+class MemberRemove(RequestBody):
+    node_id: int = Field(ge=1)
+
+
+class RaftMember(BaseModel):
+    addr: str
+    voter: bool
+
+
+class RaftStatus(BaseModel):
+    id: int
+    role: str
+    term: int
+    leader: int | None
+    commit: int
+    applied: int
+    last_index: int
+    snapshot_index: int
+    members: dict[str, RaftMember]
+
+
+class ReplicaStatus(RaftStatus):
+    """One replica's Raft status with its state machine's position and checksum."""
+
+    node_id: int
+    checksum: int
+    applied_index: int
+
+
+class DropReplies(RequestBody):
+    """Fault hook (off unless clustermgr runs with `fault_hooks`): cut the next `count` successful
+    replies on `path` after their command committed, as a connection lost at that moment would."""
+
+    path: str = Field(pattern=r"^/")
+    count: int = Field(1, ge=0)
+
+
+class ClusterStat(BaseModel):
+    disks: int
+    volumes: int
+    volumes_by_status: dict[VolumeStatus, int]
+    sessions: int  # client sessions whose answers are remembered
+    raft: RaftStatus
+
+
+# the code-mode size policy
+
+
+class CodeModeRule(BaseModel):
+    """Keep at least `min_volumes` allocatable volumes of `code_mode`; objects up to `max_size`
+    bytes use it (the smallest matching max_size wins)."""
+
+    code_mode: str
+    min_volumes: int = Field(2, ge=0)
+    max_size: int = Field(1 << 62, ge=0)
+    enable: bool = True
+
+    @property
+    def mode(self) -> CodeMode:
+        return parse_code_mode(self.code_mode)
+
+    @model_validator(mode="after")
+    def _known_mode(self) -> CodeModeRule:
+        parse_code_mode(self.code_mode)
+        return self
+
+
+_RULES = TypeAdapter(list[CodeModeRule])
+
+
+class CodeModePolicy:
+    """Object size -> code mode, from the rules clustermgr publishes under `POLICY_KEY`."""
+
+    def __init__(self, rules: list[CodeModeRule], default: CodeMode) -> None:
+        self.rules = rules
+        self.default = default
+        self._by_size = sorted(((r.max_size, r.mode) for r in rules if r.enable), key=lambda r: r[0])
+
+    @staticmethod
+    def parse(raw: str) -> list[CodeModeRule]:
+        """The rules of a published policy; ValueError naming what is wrong."""
+        try:
+            return _RULES.validate_json(raw)
+        except (ValidationError, UnknownCodeMode) as exc:
+            raise ValueError(f"invalid {POLICY_KEY}: {exc}") from None
+
+    @staticmethod
+    def dump(rules: list[CodeModeRule]) -> str:
+        return json.dumps([r.model_dump() for r in rules])
+
+    def mode_for(self, size: int) -> CodeMode:
+        return next((mode for max_size, mode in self._by_size if size <= max_size), self.default)

@@ -1,0 +1,246 @@
+"""One blob's shards on the wire: write a stripe with a put quorum, read a byte range with a
+degraded-read fallback. Codec work runs in threads (ISA-L releases the GIL); the loop only waits.
+The verdicts (quorum, what a failed read means) are `quorum.py`'s; the byte math is `stripes.py`'s;
+what every shard call taught about its disk goes to the health table (`health.py`), which decides
+which units a PUT skips and which shards a GET asks last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+from blobstore_server.libs.ec import Codec, NotEnoughShards
+from blobstore_server.libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
+from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
+from blobstore_server.libs.rpc.errors import RpcError, ShardExists, Unavailable
+from blobstore_server.services.access.health import HealthTable
+from blobstore_server.services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
+from blobstore_server.services.access.quorum import decide_put, units_to_skip, unreadable
+from blobstore_server.services.access.stripes import Piece, ShardRead, assemble, shard_reads
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import VolumeCache
+
+T = TypeVar("T")
+P = ParamSpec("P")
+INLINE_CODEC_BYTES = 64 << 10
+DISK_TROUBLE = frozenset({ShardState.UNREACHABLE, ShardState.ERROR})  # the disk's fault, not the shard's
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BlobWrite:
+    """What happened to one blob's shards: which landed, which did not (to repair or clean up)."""
+
+    vid: int
+    bid: int
+    written: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    missing: tuple[int, ...] = ()  # shards owed a repair: every one not written
+    conflicts: list[int] = field(default_factory=list)  # shards the blobnode holds with other bytes
+
+
+class ShardIO:
+    """Shard calls to a volume's units, refreshing the volume once when a unit has moved, and noting in
+    `health` how each disk answered."""
+
+    def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float, health: HealthTable,
+                 put_grace: float) -> None:
+        self.blobnodes = blobnodes
+        self.volumes = volumes
+        self.timeout = timeout
+        self.health = health
+        self.put_grace = put_grace
+
+    async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
+        return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
+            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout), read=False))
+
+    async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> bytes:
+        return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shard(
+            u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout), read=True))
+
+    async def _noted(self, unit: Unit, call: Awaitable[T], *, read: bool) -> T:
+        started = time.monotonic()
+        try:
+            result = await call
+        except RpcError as exc:
+            if shard_state(exc) in DISK_TROUBLE:
+                self.health.failed(unit.disk_id, time.monotonic())
+            raise
+        now = time.monotonic()
+        self.health.succeeded(unit.disk_id, now, now - started if read else None)
+        return result
+
+
+async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, data: bytes) -> BlobWrite:
+    """Encode and write every shard in parallel, but for units on punished disks while the quorum
+    allows; succeed once the put quorum (or the AZ-down rule) holds and the other shards landed or had
+    `io.put_grace` seconds more: a shard still on its way then is abandoned to repair and its disk
+    punished, so a host that stopped answering costs one PUT the grace, not every PUT the shard timeout.
+    Raises `BlobWriteFailed` naming the blob when the quorum does not hold."""
+    now = time.monotonic()
+    skip = units_to_skip(codec.tactic, {i for i, u in enumerate(volume.units) if io.health.punished(u.disk_id, now)})
+    shards = await _codec_call(len(data), codec.encode, data)
+    outcome = BlobWrite(volume.vid, bid)
+    for index in sorted(skip):
+        outcome.failed[index] = f"skipped: disk {volume.units[index].disk_id} is punished after failing"
+    tasks = {asyncio.create_task(io.put(volume.vid, i, bid, shards[i])): i for i in range(len(shards)) if i not in skip}
+    pending = set(tasks)
+    try:
+        while pending and not decide_put(codec.tactic, set(outcome.written)).ok:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            _note_puts(outcome, done, tasks)
+        if pending:
+            done, pending = await asyncio.wait(pending, timeout=io.put_grace)
+            _note_puts(outcome, done, tasks)
+    finally:
+        for task in pending:
+            task.cancel()
+    for task in pending:
+        index = tasks[task]
+        outcome.failed[index] = f"not written {io.put_grace} s after the put quorum held"
+        io.health.failed(volume.units[index].disk_id, time.monotonic())
+    outcome.written.sort()
+    decision = decide_put(codec.tactic, set(outcome.written))
+    outcome.missing = decision.missing
+    if not decision.ok:
+        QUORUM_MISSES.inc()
+        raise BlobWriteFailed(outcome, decision.reason)
+    return outcome
+
+
+def _note_puts(outcome: BlobWrite, done: Collection[asyncio.Task[int]], tasks: dict[asyncio.Task[int], int]) -> None:
+    for task in done:
+        index = tasks[task]
+        if (exc := task.exception()) is not None:
+            outcome.failed[index] = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ShardExists):
+                outcome.conflicts.append(index)
+        else:
+            outcome.written.append(index)
+
+
+class BlobWriteFailed(Unavailable):
+    def __init__(self, outcome: BlobWrite, reason: str) -> None:
+        super().__init__(f"blob {outcome.vid}/{outcome.bid}: {reason}; failures: {outcome.failed}")
+        self.outcome = outcome
+        self.reason = reason
+
+
+@dataclass
+class BlobRead:
+    data: list[Piece]  # to send in order
+    bad: dict[int, ShardState]  # shard index -> what its blobnode said
+
+    def to_repair(self) -> list[int]:
+        """Shards whose blobnode says they are gone or corrupt (not merely unreachable or slow)."""
+        return sorted(i for i, state in self.bad.items() if state in NEEDS_REPAIR)
+
+
+async def read_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, blob_len: int, start: int, end: int,
+                    hedge_after: float) -> BlobRead:
+    """Bytes [start, end) of a blob: from the data shards that hold them when they answer in time,
+    otherwise rebuilt from any N shards of the same shard-byte range (degraded read). A data shard on
+    a disk that failed or was slow lately is not waited for: the read is degraded from the start."""
+    vid = volume.vid
+    plan = shard_reads(codec.tactic, blob_len, start, end)
+    if not plan:
+        return BlobRead([], {})
+    now = time.monotonic()
+    late = {i for i, u in enumerate(volume.units) if io.health.read_last(u.disk_id, now)}
+    if len(late) > codec.tactic.total - codec.tactic.n:
+        late = set()  # too few others to read instead: they all get asked as usual
+    if any(r.shard_index in late for r in plan):
+        return await _degraded(io, codec, vid, bid, plan, {}, late)
+    tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.offset, r.length))
+             for r in plan}
+    done, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
+    bad = {i: shard_state(exc) for i, t in tasks.items() if t in done and (exc := t.exception()) is not None}
+    if not bad and not pending:
+        return BlobRead(assemble(plan, [t.result() for t in tasks.values()]), {})
+    for index, task in tasks.items():
+        if task in pending:
+            task.cancel()
+            io.health.slow(volume.units[index].disk_id, time.monotonic())
+    if pending:
+        HEDGED_READS.inc()
+    return await _degraded(io, codec, vid, bid, plan, bad, late)
+
+
+async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[ShardRead],
+                    bad: dict[int, ShardState], late: Collection[int]) -> BlobRead:
+    """Read one common shard range [lo, hi) from every shard not known bad, those on disks to read
+    `late` only if the others do not suffice, and as soon as the answers suffice, rebuild the data
+    shards the plan needs and cut its pieces out of them."""
+    t = codec.tactic
+    lo = min(r.offset for r in plan)
+    hi = max(r.offset + r.length for r in plan)
+
+    async def fetch(index: int) -> tuple[int, bytes | RpcError]:
+        try:
+            return index, await io.get(vid, index, bid, lo, hi - lo)
+        except RpcError as exc:
+            return index, exc
+
+    pieces: list[bytes | None] = [None] * t.total
+    needed = [r.shard_index for r in plan]
+    rebuilt: dict[int, bytes] | None = None
+    for wave in ([i for i in range(t.total) if i not in bad and i not in late], sorted(set(late) - set(bad))):
+        tasks = [asyncio.create_task(fetch(i)) for i in wave]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                index, result = await next_done
+                if isinstance(result, RpcError):
+                    bad[index] = shard_state(result)
+                    continue
+                pieces[index] = result
+                enough = sum(p is not None for p in pieces[: t.global_count]) >= t.n
+                if enough or all(pieces[i] is not None for i in needed):
+                    rebuilt = await _rebuild(codec, pieces, needed)
+                    if rebuilt is not None:
+                        break
+        finally:
+            for task in tasks:
+                task.cancel()
+        if rebuilt is not None:
+            break
+    if rebuilt is None:
+        raise unreadable(t, vid, bid, bad, sum(p is not None for p in pieces))
+    if bad:
+        DEGRADED_READS.inc()
+        log.warning("degraded read of blob %d/%d; bad shards %s", vid, bid, bad)
+    return BlobRead(assemble(plan, [rebuilt[r.shard_index][r.offset - lo: r.offset - lo + r.length] for r in plan]),
+                    bad)
+
+
+async def _codec_call(size: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Codec work on `size` bytes: on the event loop when small (ISA-L encodes 64 KiB in well under the
+    ~50-100 us of CPU a hop to a thread and back costs), else in a thread."""
+    if size <= INLINE_CODEC_BYTES:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _rebuild(codec: Codec, pieces: list[bytes | None], needed: list[int]) -> dict[int, bytes] | None:
+    """The needed data shards, rebuilt from `pieces` where missing; None when too few pieces are here."""
+    missing = [i for i in needed if pieces[i] is None]
+    rebuilt: dict[int, bytes] = {}
+    if missing:
+        try:
+            rebuilt = {i: bytes(shard) for i, shard in
+                       (await _codec_call(sum(len(p) for p in pieces if p is not None), codec.reconstruct,
+                                          pieces, missing)).items()}
+        except NotEnoughShards:
+            return None
+    return {i: rebuilt[i] if i in rebuilt else _present(pieces[i]) for i in needed}
+
+
+def _present(piece: bytes | None) -> bytes:
+    assert piece is not None  # every needed shard is either present or rebuilt
+    return piece

@@ -1,0 +1,87 @@
+"""Repair and delete messages this access node owes mqproxy, kept until mqproxy takes them.
+
+A PUT that left shards unwritten, or a failed PUT's leftovers, must reach the repair or delete pipeline even when
+mqproxy or Kafka is cut off for a while: the request does not wait for it, so nothing else would ever send the
+message again. The outbox holds them in memory (bounded), sends them in batches in the background and, after a
+refusal, tries again with a growing pause. Only a crash of this process loses what it holds; scrubbing and
+inspection find those shards later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from blobstore_server.libs.proto.mqproxy import DeleteIn, RepairIn
+from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.services.access.metrics import OUTBOX_DROPPED, OUTBOX_HELD
+from blobstore_server.services.mqproxy.client import MqProxyClient
+
+M = TypeVar("M", RepairIn, DeleteIn)
+FIRST_PAUSE = 0.2
+LAST_PAUSE = 5.0
+
+log = logging.getLogger(__name__)
+
+
+class Outbox:
+    def __init__(self, mq: MqProxyClient, limit: int = 100_000, batch: int = 256) -> None:
+        self.mq = mq
+        self.limit = limit
+        self.batch = batch
+        self.repairs: deque[RepairIn] = deque()
+        self.deletes: deque[DeleteIn] = deque()
+        self._waiting = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self.repairs) + len(self.deletes)
+
+    def repair(self, message: RepairIn) -> None:
+        self._add(self.repairs, [message], "repair")
+
+    def delete(self, messages: Sequence[DeleteIn]) -> None:
+        self._add(self.deletes, messages, "delete")
+
+    def _add(self, queue: deque[M], messages: Sequence[M], kind: str) -> None:
+        room = max(self.limit - len(self), 0)
+        if len(messages) > room:
+            OUTBOX_DROPPED.labels(kind).inc(len(messages) - room)
+            log.error("outbox full (%d messages): %d %s message(s) dropped", self.limit, len(messages) - room, kind)
+        queue.extend(messages[:room])
+        OUTBOX_HELD.set(len(self))
+        self._waiting.set()
+
+    async def run(self) -> None:
+        """Send what is held, for ever (a Lifecycle loop)."""
+        pause = FIRST_PAUSE
+        while True:
+            await self._waiting.wait()
+            if await self.flush():
+                pause = FIRST_PAUSE
+                if not len(self):
+                    self._waiting.clear()
+            else:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, LAST_PAUSE)
+
+    async def flush(self) -> bool:
+        """Send everything held; False at the first refusal (what was not taken stays, in order)."""
+        return (await self._send(self.repairs, self.mq.send_repair, "repair")
+                and await self._send(self.deletes, self.mq.send_delete, "delete"))
+
+    async def _send(self, queue: deque[M], send: Callable[[list[M]], Awaitable[int]], kind: str) -> bool:
+        while queue:
+            batch = [queue[i] for i in range(min(self.batch, len(queue)))]
+            try:
+                await send(batch)
+            except RpcError as exc:
+                log.warning("mqproxy did not take %d %s message(s), %d held, trying again: %s", len(batch), kind,
+                            len(self), exc)
+                return False
+            for _ in batch:
+                queue.popleft()
+            OUTBOX_HELD.set(len(self))
+        return True

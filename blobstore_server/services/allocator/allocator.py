@@ -1,0 +1,118 @@
+"""The allocator's async shell: keeps the pool leased, renewed and stocked with bids.
+
+Disk health comes with every lease renewal: clustermgr answers each retained volume with whether all its
+units are on live, in-service disks (one judgement, clustermgr's, from the heartbeats it records), so the
+pool stops preferring a volume within one retain interval of clustermgr declaring its disk dead, and takes
+it back as soon as the disk heartbeats again. The lease is kept meanwhile: such a volume is still the
+fallback when no writable one is left (every volume of a 6-host EC3P3 cluster has a unit on a dead host).
+A restarted allocator first takes back the leases its previous run held (`reclaim`): otherwise it would have
+nothing to allocate from until they lapsed, when clustermgr keeps no spare volumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from blobstore_server.libs.ec import CodeMode, parse_code_mode
+from blobstore_server.libs.proto.allocator import AllocatorStat, BlobSlice, LeasedVolume, UnusedSpace
+from blobstore_server.libs.proto.clustermgr import RetainItem, VolumeView
+from blobstore_server.libs.rpc.errors import RpcError, Unavailable
+from blobstore_server.libs.rpc.server import Lifecycle
+from blobstore_server.services.allocator.config import AllocatorConfig
+from blobstore_server.services.allocator.pool import PoolEmpty, VolumePool
+from blobstore_server.services.clustermgr.client import ClusterClient
+
+log = logging.getLogger(__name__)
+LEASE_RETRY = 1.0  # seconds: after clustermgr had fewer volumes to lease than asked, ask again no sooner
+
+
+def _leased(volume: VolumeView) -> LeasedVolume:
+    return LeasedVolume(vid=volume.vid, code_mode=volume.code_mode, capacity=volume.capacity, used=volume.used,
+                        lease_expiry=volume.lease_expiry, disks=[u.disk_id for u in volume.units],
+                        hosts=[u.host for u in volume.units], under_spread=volume.under_spread,
+                        writable=volume.writable, why_not=volume.why_not, down_units=volume.down_units)
+
+
+class Allocator:
+    def __init__(self, config: AllocatorConfig, cluster: ClusterClient | None = None) -> None:
+        self.config = config
+        self.holder = config.advertised_host
+        self.cluster = cluster or ClusterClient(config.clustermgr_hosts)
+        self.modes = [parse_code_mode(m) for m in config.code_modes]
+        self.pool = VolumePool(config.lease_margin)
+        self._lock = asyncio.Lock()  # one refill at a time
+        self._short_until: dict[CodeMode, float] = {}  # clustermgr had no more volumes of the mode until then
+        self._leased_modes: set[CodeMode] = set()  # leased before by this process: nothing left to reclaim
+        self.life = Lifecycle()
+        self.life.loop(lambda: self._every(config.retain_interval, self.retain))
+        self.life.loop(lambda: self._every(config.refill_interval, self.refill))
+        self.life.close(self.cluster.close)
+
+    @staticmethod
+    async def _every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await job()
+            except RpcError as exc:
+                log.warning("%s failed: %s", getattr(job, "__name__", job), exc)
+            await asyncio.sleep(interval)
+
+    async def refill(self, mode: CodeMode | None = None, bids_wanted: int = 0, extra: int = 0,
+                     avoid_disks: Sequence[int] = ()) -> None:
+        """Lease volumes until each mode has enough usable ones (and `extra` more, within the cap);
+        fetch bids when running low."""
+        async with self._lock:
+            now = time.time()
+            for m in [mode] if mode is not None else self.modes:
+                held = len(self.pool.usable(int(m), now))
+                missing = min(self.pool.wanted(int(m), now, self.config.volumes_per_mode) + extra,
+                              self.config.max_volumes_per_mode - held)
+                if missing > 0 and now >= self._short_until.get(m, 0.0):
+                    leased = await self.cluster.alloc_volumes(int(m), self.holder, missing, avoid_disks,
+                                                              reclaim=m not in self._leased_modes)
+                    self._leased_modes.add(m)
+                    for volume in leased:
+                        self.pool.add(_leased(volume))
+                    if len(leased) < missing:  # clustermgr has no more to give: not again on every request
+                        self._short_until[m] = now + LEASE_RETRY
+            if self.pool.bids.left < max(self.config.bid_batch // 2, bids_wanted):
+                got = await self.cluster.alloc_scope("bid", max(self.config.bid_batch, bids_wanted))
+                self.pool.bids.add(got.start, got.end)
+
+    async def retain(self) -> None:
+        """Renew every lease; a refused one (lapsed, or taken away) leaves the pool at once."""
+        if not self.pool.volumes:
+            return
+        items = [RetainItem(vid=v.vid, used=v.used) for v in self.pool.volumes.values()]
+        answer = await self.cluster.retain_volumes(self.holder, items)
+        for kept in answer.retained:
+            self.pool.renewed(kept.vid, kept.lease_expiry, kept)
+        for refused in answer.refused:
+            log.warning("volume %s left the pool: %s", refused.vid, refused.reason)
+            self.pool.drop(refused.vid)
+
+    async def allocate(self, code_mode: CodeMode, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
+                       avoid_disks: Sequence[int] = (), bids: int | None = None,
+                       returned: Sequence[UnusedSpace] = ()) -> list[BlobSlice]:
+        """Space in the best volume for access (see pool.py); when none fits, lease another one first.
+        Space `returned` unused by earlier allocations is given back first."""
+        for unused in returned:
+            self.pool.give_back(unused.vid, unused.size)
+        excluded, avoided = set(exclude_vids), set(avoid_disks)
+        for attempt in range(3):
+            try:
+                return self.pool.allocate(int(code_mode), size, blob_size, time.time(), excluded, avoided, bids)
+            except PoolEmpty as exc:
+                if attempt == 2:
+                    raise Unavailable(f"cannot allocate {size} bytes of {code_mode.name}: {exc}") from None
+                no_volume = not self.pool.choices(int(code_mode), size, time.time(), excluded, avoided)
+                await self.refill(code_mode, bids_wanted=max(-(-size // blob_size), bids or 0), extra=int(no_volume),
+                                  avoid_disks=avoid_disks)
+        raise AssertionError("unreachable")
+
+    def stat(self) -> AllocatorStat:
+        return AllocatorStat(holder=self.holder, bids_left=self.pool.bids.left,
+                             volumes=list(self.pool.volumes.values()))

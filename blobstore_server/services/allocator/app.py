@@ -1,0 +1,33 @@
+"""Allocator HTTP routes."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from blobstore_server.libs.ec import UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.proto.allocator import AllocatorStat, AllocRequest, AllocResult
+from blobstore_server.libs.rpc.errors import BadRequest
+from blobstore_server.libs.rpc.server import create_app
+from blobstore_server.services.allocator.allocator import Allocator
+
+
+def build_app(allocator: Allocator) -> FastAPI:
+    app = create_app("allocator", on_start=allocator.life.start, on_stop=allocator.life.stop)
+
+    @app.post("/volume/alloc")
+    async def volume_alloc(req: AllocRequest) -> AllocResult:
+        try:
+            mode = parse_code_mode(req.code_mode)
+        except UnknownCodeMode as exc:
+            raise BadRequest(str(exc)) from None
+        if mode not in allocator.modes:
+            raise BadRequest(f"this allocator serves {[m.name for m in allocator.modes]}, not {mode.name}")
+        blobs = await allocator.allocate(mode, req.size, req.blob_size, req.exclude_vids, req.avoid_disks, req.bids,
+                                         req.returned)
+        return AllocResult(code_mode=int(mode), blobs=blobs)
+
+    @app.get("/stat")
+    async def stat() -> AllocatorStat:
+        return allocator.stat()
+
+    return app

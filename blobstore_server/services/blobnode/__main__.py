@@ -1,0 +1,41 @@
+"""`python -m services.blobnode -c blobnode.json`"""
+
+from __future__ import annotations
+
+import asyncio
+
+from blobstore_server.libs.rpc.metrics import register_collector
+from blobstore_server.libs.rpc.server import ASGIApp, run_service
+from blobstore_server.services.blobnode.app import build_app
+from blobstore_server.services.blobnode.cluster import ClusterLink, assign_disk_ids
+from blobstore_server.services.blobnode.config import BlobnodeConfig
+from blobstore_server.services.blobnode.metrics import disk_figures, scrub_figures
+from blobstore_server.services.blobnode.node import Blobnode
+from blobstore_server.services.blobnode.scrubber import Scrubber
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.mqproxy.client import MqProxyClient
+
+
+def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
+    link = None
+    if config.clustermgr_hosts:
+        config = asyncio.run(_with_disk_ids(config))
+    node = Blobnode(config)
+    register_collector(lambda: disk_figures(node))
+    mq = None
+    if config.clustermgr_hosts:
+        link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval,
+                           config.io_errors_broken)
+        mq = MqProxyClient(cluster=link.cluster)  # any live mqproxy clustermgr knows
+    scrubber = Scrubber(node, mq)
+    register_collector(lambda: scrub_figures(scrubber))
+    return build_app(node, link, scrubber), config.bind_addr
+
+
+async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:
+    async with ClusterClient(config.clustermgr_hosts) as cluster:
+        return await assign_disk_ids(config, cluster)
+
+
+if __name__ == "__main__":
+    run_service("blobnode", BlobnodeConfig, build)

@@ -1,0 +1,177 @@
+"""Blobnode HTTP routes. Shard put/get are bare ASGI (the data path); the rest is FastAPI.
+
+Every shard route takes `io_class` (user when absent): a background request holds one of its disk's
+background slots for its whole length (see services/blobnode/iolimit.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import Query
+
+from blobstore_server.libs.chunkfile import ShardStatus
+from blobstore_server.libs.proto.blobnode import (
+    IO_CLASS_PARAM,
+    ChunkCreate,
+    ChunkInfo,
+    ChunkList,
+    ChunkRef,
+    ChunkStat,
+    ChunkStatus,
+    DiskStat,
+    ExportRequest,
+    ExportResult,
+    IOClass,
+    NodeStat,
+    ShardInfo,
+    ShardList,
+    ShardPutResult,
+    ShardRef,
+    ShardStatusResult,
+)
+from blobstore_server.libs.rpc.auth import CRC_PARAM
+from blobstore_server.libs.rpc.errors import BadRequest, TooLarge
+from blobstore_server.libs.rpc.server import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    create_app,
+    int_param,
+    query_params,
+    read_exact_body,
+    send_json,
+    send_stream,
+    with_fast_routes,
+)
+from blobstore_server.services.blobnode.cluster import ClusterLink
+from blobstore_server.services.blobnode.node import Blobnode, shard_info
+from blobstore_server.services.blobnode.scrubber import Scrubber
+
+
+def _io_class(params: dict[str, str]) -> IOClass:
+    try:
+        return IOClass(params.get(IO_CLASS_PARAM, IOClass.USER))
+    except ValueError:
+        raise BadRequest(f"io_class must be one of {[c.value for c in IOClass]}") from None
+
+
+def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None) -> ASGIApp:
+    lives = [x.life for x in (scrubber, link) if x is not None]
+
+    async def start() -> None:
+        for life in lives:
+            await life.start()
+
+    async def stop() -> None:
+        for life in lives:
+            await life.stop()
+        await asyncio.to_thread(node.close)  # flush RocksDB and close chunk files
+
+    app = create_app("blobnode", on_start=start, on_stop=stop)
+
+    def with_scrub(stat: DiskStat) -> DiskStat:
+        return stat if scrubber is None else stat.model_copy(update={"scrub": scrubber.stat(stat.disk_id)})
+
+    @app.get("/stat")
+    async def stat() -> NodeStat:
+        found = await node.stat()
+        return found.model_copy(update={"disks": [with_scrub(d) for d in found.disks]})
+
+    @app.get("/disk/stat")
+    async def disk_stat(disk_id: int = Query(ge=0)) -> DiskStat:
+        return with_scrub(await node.disk_stat(disk_id))
+
+    @app.post("/chunk/create")
+    async def chunk_create(req: ChunkCreate) -> ChunkInfo:
+        return await node.create_chunk(req.disk_id, req.vuid, req.chunk_size)
+
+    def chunk_status_route(path: str, status: ChunkStatus) -> None:
+        async def route(req: ChunkRef) -> ChunkInfo:
+            return await node.set_chunk_status(req.disk_id, req.vuid, status)
+
+        app.post(path)(route)
+
+    chunk_status_route("/chunk/release", ChunkStatus.RELEASED)
+    chunk_status_route("/chunk/readonly", ChunkStatus.READONLY)
+    chunk_status_route("/chunk/readwrite", ChunkStatus.NORMAL)
+
+    @app.post("/chunk/compact")
+    async def chunk_compact(req: ChunkRef) -> ChunkInfo:
+        return await node.compact_chunk(req.disk_id, req.vuid)
+
+    @app.get("/chunk/list")
+    async def chunk_list(disk_id: int = Query(ge=0)) -> ChunkList:
+        return ChunkList(chunks=await node.list_chunks(disk_id))
+
+    @app.get("/chunk/stat")
+    async def chunk_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0)) -> ChunkStat:
+        return await node.chunk_stat(disk_id, vuid)
+
+    def shard_status_route(path: str, status: ShardStatus | None) -> None:
+        async def route(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+            async with node.background(req.disk_id, io_class):
+                meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status, io_class)
+            return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
+
+        app.post(path)(route)
+
+    shard_status_route("/shard/markdelete", ShardStatus.MARK_DELETED)
+    shard_status_route("/shard/unmarkdelete", ShardStatus.NORMAL)
+    shard_status_route("/shard/delete", None)
+
+    @app.post("/shard/discard")
+    async def shard_discard(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        async with node.background(req.disk_id, io_class):
+            await node.discard_shard(req.disk_id, req.vuid, req.bid, io_class)
+        return ShardStatusResult(bid=req.bid, status="deleted")
+
+    @app.get("/shard/stat")
+    async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), bid: int = Query(ge=0),
+                         io_class: IOClass = IOClass.USER) -> ShardInfo:
+        async with node.background(disk_id, io_class):
+            return shard_info(await node.shard_stat(disk_id, vuid, bid, io_class))
+
+    @app.get("/shard/list")
+    async def shard_list(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), start_bid: int = Query(0, ge=0),
+                         count: int | None = Query(None, ge=1, le=100_000),
+                         status: str | None = Query(None, pattern="^(normal|mark_deleted)$"),
+                         io_class: IOClass = IOClass.USER) -> ShardList:
+        wanted = ShardStatus[status.upper()] if status else None
+        async with node.background(disk_id, io_class):
+            shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted, io_class)
+        return ShardList(shards=[shard_info(m) for m in shards])
+
+    @app.post("/inspect/export")
+    async def inspect_export(req: ExportRequest) -> ExportResult:
+        return ExportResult(exports=await node.export(req))
+
+    async def shard_put(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "PUT":
+            raise BadRequest("use PUT for /shard/put")
+        params = query_params(scope)
+        size = int_param(params, "size")
+        if size > node.config.max_shard_size:
+            raise TooLarge(f"shard of {size} bytes exceeds the limit of {node.config.max_shard_size}")
+        disk_id, vuid, bid = int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid")
+        io_class = _io_class(params)
+        node.disk(disk_id)  # refuse before reading the body
+        expected_crc = int_param(params, CRC_PARAM) if CRC_PARAM in params else None
+        data = await read_exact_body(receive, size)
+        async with node.background(disk_id, io_class):
+            meta = await node.put_shard(disk_id, vuid, bid, data, io_class, expected_crc)
+        await send_json(send, 200, ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
+
+    async def shard_get(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "GET":
+            raise BadRequest("use GET for /shard/get")
+        params = query_params(scope)
+        size = int_param(params, "size") if "size" in params else None
+        disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
+        async with node.background(disk_id, io_class):
+            meta, length, pieces = await node.open_shard_read(
+                disk_id, int_param(params, "vuid"), int_param(params, "bid"), int_param(params, "offset", 0), size,
+                io_class)
+            await send_stream(send, length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
+
+    return with_fast_routes(app, {"/shard/put": shard_put, "/shard/get": shard_get})

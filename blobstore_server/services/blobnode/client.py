@@ -1,0 +1,182 @@
+"""Typed async client of the blobnode API, used by access, workers, the CLI and the tests.
+
+One client talks to every blobnode (the host is an argument of each call) over one shared
+connection pool, because an access PUT fans out to N+M of them at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from isal.isal_zlib import crc32
+
+from blobstore_server.libs.proto.blobnode import (
+    IO_CLASS_PARAM,
+    ChunkCreate,
+    ChunkInfo,
+    ChunkList,
+    ChunkRef,
+    ChunkStat,
+    DiskStat,
+    ExportRequest,
+    ExportResult,
+    IOClass,
+    NodeStat,
+    ShardInfo,
+    ShardList,
+    ShardPutResult,
+    ShardRef,
+    ShardStatusResult,
+)
+from blobstore_server.libs.rpc.auth import CRC_PARAM
+from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
+from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.libs.rpc.lean import LeanTransport
+
+Params = dict[str, str | int]
+
+
+def _with_class(params: Params, io_class: IOClass) -> Params:
+    """User I/O goes without the parameter (the blobnode's default); background I/O names itself."""
+    if io_class is not IOClass.USER:
+        params[IO_CLASS_PARAM] = io_class.value
+    return params
+
+
+class BlobnodeClient(ServiceClient):
+    """Shard puts and whole-shard gets go over the lean transport (`libs.rpc.lean`), the rest over aiohttp."""
+
+    def __init__(self, http: HttpClient | None = None, timeout: float = 30.0, shards: HttpClient | None = None) -> None:
+        super().__init__(http, timeout)
+        self.shards = shards or HttpClient(LeanTransport(timeout=timeout))
+
+    async def close(self) -> None:
+        await self.shards.close()
+        await super().close()
+
+    # chunks
+
+    async def create_chunk(self, host: str, disk_id: int, vuid: int, chunk_size: int | None = None) -> ChunkInfo:
+        body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size)
+        return await self.http.call("POST", f"{host}/chunk/create", ChunkInfo, body=body)
+
+    async def _chunk_op(self, host: str, op: str, disk_id: int, vuid: int) -> ChunkInfo:
+        return await self.http.call("POST", f"{host}/chunk/{op}", ChunkInfo, body=ChunkRef(disk_id=disk_id, vuid=vuid))
+
+    async def release_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
+        return await self._chunk_op(host, "release", disk_id, vuid)
+
+    async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True) -> ChunkInfo:
+        return await self._chunk_op(host, "readonly" if readonly else "readwrite", disk_id, vuid)
+
+    async def compact_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
+        return await self._chunk_op(host, "compact", disk_id, vuid)
+
+    async def list_chunks(self, host: str, disk_id: int) -> list[ChunkInfo]:
+        return (await self.http.call("GET", f"{host}/chunk/list", ChunkList, params={"disk_id": disk_id})).chunks
+
+    async def chunk_stat(self, host: str, disk_id: int, vuid: int) -> ChunkStat:
+        return await self.http.call("GET", f"{host}/chunk/stat", ChunkStat, params={"disk_id": disk_id, "vuid": vuid})
+
+    # shards
+
+    async def put_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                        data: bytes | bytearray | memoryview, timeout: float | None = None,
+                        io_class: IOClass = IOClass.USER) -> int:
+        """Store one shard; returns its CRC32 once the blobnode holds it durably."""
+        # the CRC goes in the signed query: the blobnode refuses bytes that do not match it
+        params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data),
+                              CRC_PARAM: crc32(data)}, io_class)
+        answer = await self.shards.call("PUT", f"{host}/shard/put", ShardPutResult, params=params, data=data,
+                                        timeout=timeout)
+        return answer.crc
+
+    @staticmethod
+    def _get_params(disk_id: int, vuid: int, bid: int, offset: int, size: int | None, io_class: IOClass) -> Params:
+        params: Params = {"disk_id": disk_id, "vuid": vuid, "bid": bid, "offset": offset}
+        if size is not None:
+            params["size"] = size
+        return _with_class(params, io_class)
+
+    async def get_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
+                        size: int | None = None, timeout: float | None = None,
+                        io_class: IOClass = IOClass.USER) -> bytes:
+        """Read a shard or a range of it; corrupted bytes come back as `ShardCorrupted`, never data."""
+        params = self._get_params(disk_id, vuid, bid, offset, size, io_class)
+        return await self.shards.request("GET", f"{host}/shard/get", params=params, timeout=timeout)
+
+    def stream_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
+                     size: int | None = None, io_class: IOClass = IOClass.USER) -> AsyncIterator[bytes]:
+        return self.http.stream(f"{host}/shard/get",
+                                params=self._get_params(disk_id, vuid, bid, offset, size, io_class))
+
+    async def _shard_op(self, host: str, op: str, disk_id: int, vuid: int, bid: int,
+                        io_class: IOClass) -> ShardStatusResult:
+        body = ShardRef(disk_id=disk_id, vuid=vuid, bid=bid)
+        return await self.http.call("POST", f"{host}/shard/{op}", ShardStatusResult, body=body,
+                                    params=_with_class({}, io_class))
+
+    async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                                io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        return await self._shard_op(host, "markdelete", disk_id, vuid, bid, io_class)
+
+    async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                                  io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        return await self._shard_op(host, "unmarkdelete", disk_id, vuid, bid, io_class)
+
+    async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                           io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        """Delete for good a shard marked deleted at least the blobnode's `delete_hold` ago (Conflict otherwise)."""
+        return await self._shard_op(host, "delete", disk_id, vuid, bid, io_class)
+
+    async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int,
+                            io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        """Delete a shard at once: a repair or migration making room for the right bytes (discard-shard)."""
+        return await self._shard_op(host, "discard", disk_id, vuid, bid, io_class)
+
+    async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int,
+                         io_class: IOClass = IOClass.USER) -> ShardInfo:
+        params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid}, io_class)
+        return await self.http.call("GET", f"{host}/shard/stat", ShardInfo, params=params)
+
+    async def list_shards(self, host: str, disk_id: int, vuid: int, start_bid: int = 0, count: int | None = None,
+                          status: str | None = None, io_class: IOClass = IOClass.USER) -> list[ShardInfo]:
+        params = _with_class({"disk_id": disk_id, "vuid": vuid, "start_bid": start_bid}, io_class)
+        if count is not None:
+            params["count"] = count
+        if status is not None:
+            params["status"] = status
+        return (await self.http.call("GET", f"{host}/shard/list", ShardList, params=params)).shards
+
+    async def list_all_shards(self, host: str, disk_id: int, vuid: int, page: int = 10_000,
+                              io_class: IOClass = IOClass.USER) -> dict[int, ShardInfo]:
+        """Every shard of a chunk by bid, listed `page` at a time."""
+        shards: dict[int, ShardInfo] = {}
+        start = 0
+        while True:
+            listed = await self.list_shards(host, disk_id, vuid, start, page, io_class=io_class)
+            shards.update((s.bid, s) for s in listed)
+            if len(listed) < page:
+                return shards
+            start = listed[-1].bid + 1
+
+    # node
+
+    async def disk_stat(self, host: str, disk_id: int) -> DiskStat:
+        return await self.http.call("GET", f"{host}/disk/stat", DiskStat, params={"disk_id": disk_id})
+
+    async def stat(self, host: str) -> NodeStat:
+        return await self.http.call("GET", f"{host}/stat", NodeStat)
+
+    async def export(self, host: str, target: str, timeout: float | None = None) -> ExportResult:
+        """Have every disk of the node write its shard index into `target` (see ExportRequest); returns the
+        manifests once all are written."""
+        return await self.http.call("POST", f"{host}/inspect/export", ExportResult,
+                                    body=ExportRequest(target=target), timeout=timeout)
+
+    async def health(self, host: str, timeout: float = 2.0) -> bool:
+        try:
+            await self.http.request("GET", f"{host}/health", timeout=timeout)
+        except RpcError:
+            return False
+        return True

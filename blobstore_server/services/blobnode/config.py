@@ -1,0 +1,61 @@
+"""Blobnode configuration (`python -m services.blobnode -c blobnode.json`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+from blobstore_server.libs.rpc.config import ServiceSettings
+
+
+class DiskConfig(BaseModel):
+    path: str
+    auto_format: bool = True
+    max_chunks: int = Field(1024, ge=1)
+    # Until clustermgr hands out disk ids, a new disk takes its id from here.
+    disk_id: int | None = Field(None, ge=1, lt=2**32)
+
+
+class BlobnodeConfig(ServiceSettings):
+    bind_addr: str = "127.0.0.1:8889"
+    cluster_id: int = Field(1, ge=0, lt=2**32)
+    idc: str = "z0"  # the AZ
+    rack: str = "r0"
+    hostname: str = ""  # the machine's name: no two units of a volume on one; "": the URL (one machine, a host a port)
+    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    disks: list[DiskConfig] = Field(min_length=1)
+    sync: bool = True  # fdatasync shard bytes before acknowledging; off only for throwaway benchmarks
+    io_threads_per_disk: int = Field(4, ge=1, le=64)  # user I/O
+    # Background I/O (repair, migration, inspection, compaction, deletes) per disk: its own threads, at most
+    # this many operations at a time and this many MiB/s on average; user I/O is never queued behind it.
+    background_mb_per_sec: float = Field(64.0, gt=0)
+    background_concurrency: int = Field(4, ge=1, le=64)
+    default_chunk_size: int = Field(16 << 30, ge=1 << 20)
+    max_shard_size: int = Field(64 << 20, ge=1)
+    clustermgr_hosts: list[str] = Field(default_factory=list)  # empty: run standalone
+    heartbeat_interval: float = Field(3.0, gt=0)
+    # A disk whose system calls failed this many times (not counting a full disk) is reported broken to
+    # clustermgr; the scheduler then moves its units elsewhere.
+    io_errors_broken: int = Field(3, ge=1)
+    # Scrubbing (services/blobnode/scrub.py): every normal shard of a disk is read and its CRCs checked once per
+    # `scrub_period` seconds (0: never), at stored bytes / period but at most `scrub_mb_per_sec`, as background
+    # I/O of the disk (within its background caps); a shard that fails gets a repair queued through mqproxy.
+    scrub_period: float = Field(14 * 86400.0, ge=0)
+    scrub_mb_per_sec: float = Field(8.0, gt=0)
+    # a shard marked deleted is deleted for good (/shard/delete, tinker's user deletes) only this many seconds after
+    # its mark: tinker's delete_safe_delay, so a caller holding the delete capability alone cannot hurry a delete;
+    # /shard/discard (repair and migration making room for the right bytes) takes another capability and no wait
+    delete_hold: float = Field(4 * 3600.0, ge=0)
+    # inspection exports are written only under these (absolute paths or URIs); none: every export is refused
+    export_roots: list[str] = Field(default_factory=list)
+
+    @field_validator("disks")
+    @classmethod
+    def _distinct_paths(cls, disks: list[DiskConfig]) -> list[DiskConfig]:
+        paths = [d.path for d in disks]
+        if len(set(paths)) != len(paths):
+            raise ValueError("two disks share a path")
+        return disks
+
+    @property
+    def advertised_host(self) -> str:
+        return self.host or f"http://{self.bind_addr}"

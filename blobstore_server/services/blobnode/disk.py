@@ -1,0 +1,324 @@
+"""One disk of a blobnode: its on-disk layout, its chunks, and the thread pool its I/O runs in.
+
+Layout (docs/architecture.md, "On disk"): `.sys/format.json` names the disk; `meta/` is the disk's RocksDB
+(chunk records and the shard index); `data/<chunk_id>` are chunk files; `.trash/` holds released
+or compacted-away chunk files until they are removed. Every method here blocks; `DiskStore`
+callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself; background
+I/O runs in `self.background_executor`, so user I/O never waits behind it in a queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from blobstore_server.libs.chunkfile import (
+    ChunkError,
+    ChunkFile,
+    ChunkId,
+    GroupCommit,
+    ShardHeld,
+    ShardMeta,
+    ShardNotMarkDeleted,
+    ShardStatus,
+    StagedPut,
+    required_column_families,
+)
+from blobstore_server.libs.kv import KVStore
+from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
+from blobstore_server.services.blobnode.metrics import FSYNC_SECONDS
+from blobstore_server.services.blobnode.rwlock import RWLock
+
+CHUNK_CF = "chunk"
+FORMAT_VERSION = 1
+
+
+class DiskFormatError(Exception):
+    """The disk's format file is missing, damaged or belongs to another disk or cluster."""
+
+
+def delete_wait(marked_at: int, hold: float, now: float) -> float:
+    """Seconds until a shard marked deleted at `marked_at` (unix seconds; 0: unknown, an index entry older than the
+    field) may be deleted for good, `hold` seconds after its mark; 0 when it may be now."""
+    return 0.0 if marked_at == 0 else max(0.0, marked_at + hold - now)
+
+
+def _record_bytes(record: ChunkInfo) -> bytes:
+    return record.model_dump_json().encode()
+
+
+def _unit_key(vuid: int) -> bytes:
+    """Chunk records are keyed by (vid, unit index): one live chunk per unit, whatever the epoch."""
+    return (vuid >> 24).to_bytes(8, "big")
+
+
+def _format_checksum(fields: dict[str, object]) -> int:
+    return zlib.crc32(json.dumps(fields, sort_keys=True).encode())
+
+
+def format_disk(path: Path, disk_id: int, cluster_id: int) -> None:
+    """Write `.sys/format.json` atomically: a half-written format file never names a disk."""
+    sys_dir = path / ".sys"
+    sys_dir.mkdir(parents=True, exist_ok=True)
+    fields: dict[str, object] = {"version": FORMAT_VERSION, "disk_id": disk_id, "cluster_id": cluster_id,
+                                 "format_time": time.time()}
+    payload = json.dumps({**fields, "checksum": _format_checksum(fields)}).encode()
+    tmp = sys_dir / "format.json.tmp"
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, sys_dir / "format.json")
+    for sub in ("meta", "data", ".trash"):
+        (path / sub).mkdir(exist_ok=True)
+
+
+@dataclass(frozen=True)
+class DiskFormat:
+    version: int
+    disk_id: int
+    cluster_id: int
+    format_time: float
+
+
+def read_format(path: Path) -> DiskFormat:
+    try:
+        fields = json.loads((path / ".sys" / "format.json").read_text())
+    except FileNotFoundError:
+        raise DiskFormatError(f"{path} is not formatted") from None
+    except json.JSONDecodeError as exc:
+        raise DiskFormatError(f"{path}/.sys/format.json is damaged: {exc}") from None
+    checksum = fields.pop("checksum", None)
+    if checksum != _format_checksum(fields):
+        raise DiskFormatError(f"{path}/.sys/format.json fails its checksum")
+    try:
+        return DiskFormat(**fields)
+    except TypeError as exc:
+        raise DiskFormatError(f"{path}/.sys/format.json has unexpected fields: {exc}") from None
+
+
+class Disk:
+    """A formatted, loaded disk with its open chunks."""
+
+    def __init__(self, path: Path, disk_id: int, *, max_chunks: int, sync: bool, io_threads: int,
+                 background_threads: int = 1) -> None:
+        self.path = path
+        self.disk_id = disk_id
+        self.max_chunks = max_chunks
+        self.sync = sync
+        self.on_sync = FSYNC_SECONDS.labels(str(disk_id)).observe
+        self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
+        self.background_executor = ThreadPoolExecutor(background_threads, thread_name_prefix=f"disk{disk_id}-bg")
+        self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
+        self.commits = GroupCommit(self.kv)
+        self._lock = threading.Lock()  # guards the chunk tables
+        self._records: dict[bytes, ChunkInfo] = {}
+        self._chunks: dict[bytes, ChunkFile] = {}
+        self._unit_locks: dict[bytes, RWLock] = {}
+        for key, raw in self.kv.items(CHUNK_CF):
+            record = ChunkInfo.model_validate_json(raw)
+            self._records[key] = record
+            self._unit_locks[key] = RWLock()
+            if record.status is not ChunkStatus.RELEASED:
+                self._chunks[key] = ChunkFile.open(self._data_path(record.chunk_id), self.kv,
+                                                   ChunkId.parse(record.chunk_id), sync=sync, on_sync=self.on_sync,
+                                                   commits=self.commits)
+
+    @classmethod
+    def load(cls, path: Path, *, cluster_id: int, disk_id: int | None, auto_format: bool,
+             max_chunks: int, sync: bool, io_threads: int, background_threads: int = 1) -> Disk:
+        path.mkdir(parents=True, exist_ok=True)
+        if not (path / ".sys" / "format.json").exists():
+            if not auto_format:
+                raise DiskFormatError(f"{path} is not formatted and auto_format is off")
+            if disk_id is None:
+                raise DiskFormatError(f"{path} is not formatted and no disk_id is configured for it")
+            format_disk(path, disk_id, cluster_id)
+        found = read_format(path)
+        if found.cluster_id != cluster_id:
+            raise DiskFormatError(f"{path} belongs to cluster {found.cluster_id}, not {cluster_id}")
+        if disk_id is not None and found.disk_id != disk_id:
+            raise DiskFormatError(f"{path} is disk {found.disk_id}, config says {disk_id}")
+        return cls(path, found.disk_id, max_chunks=max_chunks, sync=sync, io_threads=io_threads,
+                   background_threads=background_threads)
+
+    def _data_path(self, chunk_id: str) -> Path:
+        return self.path / "data" / chunk_id
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.background_executor.shutdown(wait=True)
+        self.commits.close()
+        for chunk in self._chunks.values():
+            chunk.close()
+        self.kv.close()
+
+    # chunks
+
+    def _record(self, vuid: int) -> ChunkInfo:
+        record = self._records.get(_unit_key(vuid))
+        if record is None or record.status is ChunkStatus.RELEASED:
+            raise ChunkNotFound(f"disk {self.disk_id} has no chunk for vuid {vuid}")
+        return record
+
+    def chunk_for(self, vuid: int, *, write: bool) -> ChunkFile:
+        """The chunk serving `vuid`, fenced by epoch: an older epoch means the caller's view of the
+        volume is stale (409); a newer one means this disk never got that unit (404)."""
+        record = self._record(vuid)
+        have, want = Vuid(record.vuid).epoch(), Vuid(vuid).epoch()
+        if want < have:
+            raise StaleEpoch(f"vuid {vuid} has epoch {want}; the chunk on disk {self.disk_id} is at {have}")
+        if want > have:
+            raise ChunkNotFound(f"disk {self.disk_id} holds vuid {record.vuid}, not the newer {vuid}")
+        if write and record.status is not ChunkStatus.NORMAL:
+            raise ChunkReadonly(f"chunk for vuid {vuid} is {record.status}")
+        return self._chunks[_unit_key(vuid)]
+
+    def unit_lock(self, vuid: int) -> RWLock:
+        self._record(vuid)
+        return self._unit_locks[_unit_key(vuid)]
+
+    def create_chunk(self, vuid: int, chunk_size: int) -> ChunkInfo:
+        key = _unit_key(vuid)
+        with self._lock:
+            existing = self._records.get(key)
+            if existing is not None and existing.status is not ChunkStatus.RELEASED:
+                if existing.vuid == vuid:
+                    return existing  # a retried create is harmless
+                raise ChunkExists(f"disk {self.disk_id} already holds vuid {existing.vuid} for this unit")
+            live = sum(r.status is not ChunkStatus.RELEASED for r in self._records.values())
+            if live >= self.max_chunks:
+                raise NoSpace(f"disk {self.disk_id} has its maximum of {self.max_chunks} chunks")
+            chunk_id = ChunkId(vuid, time.time_ns())
+            chunk = ChunkFile.create(self._data_path(str(chunk_id)), self.kv, chunk_id, sync=self.sync,
+                                     max_size=chunk_size, on_sync=self.on_sync, commits=self.commits)
+            record = ChunkInfo(chunk_id=str(chunk_id), vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=chunk_size,
+                               created=time.time())
+            self.kv.put(CHUNK_CF, key, _record_bytes(record))
+            self._records[key] = record
+            self._chunks[key] = chunk
+            self._unit_locks[key] = RWLock()
+            return record
+
+    def set_chunk_status(self, vuid: int, status: ChunkStatus) -> ChunkInfo:
+        key = _unit_key(vuid)
+        with self._lock:
+            record = self._record(vuid)
+            if record.vuid != vuid:
+                raise StaleEpoch(f"vuid {vuid} is not the chunk's current vuid {record.vuid}")
+            if status is ChunkStatus.RELEASED:
+                chunk = self._chunks.pop(key)
+                chunk.remove_index()
+                chunk.close()
+                self._move_to_trash(record.chunk_id)
+            record.status = status
+            self.kv.put(CHUNK_CF, key, _record_bytes(record))
+            return record
+
+    def _move_to_trash(self, chunk_id: str) -> None:
+        src = self._data_path(chunk_id)
+        if src.exists():
+            shutil.move(src, self.path / ".trash" / chunk_id)
+
+    def compact_chunk(self, vuid: int) -> ChunkInfo:
+        """Rewrite the chunk without its deleted shards; writes to it wait meanwhile. The new chunk
+        record and the moved shard index commit in one batch. A stream still reading the old chunk
+        fails after this (its reader falls back to other shards), it never reads the wrong bytes."""
+        key = _unit_key(vuid)
+        with self.unit_lock(vuid).exclusive():
+            old = self.chunk_for(vuid, write=False)
+            record = self._records[key]
+            new_id = ChunkId(vuid, time.time_ns())
+            updated = ChunkInfo(chunk_id=str(new_id), vuid=vuid, status=record.status, chunk_size=record.chunk_size,
+                                created=time.time())
+            new = old.compact_into(self._data_path(str(new_id)), new_id,
+                                   before_commit=lambda batch: batch.put(CHUNK_CF, key, _record_bytes(updated)))
+            with self._lock:
+                self._records[key] = updated
+                self._chunks[key] = new
+            old.close()
+            self._move_to_trash(record.chunk_id)
+            return updated
+
+    def list_chunks(self) -> list[ChunkInfo]:
+        with self._lock:
+            return [r for r in self._records.values() if r.status is not ChunkStatus.RELEASED]
+
+    def chunk_stat(self, vuid: int) -> ChunkStat:
+        record = self._record(vuid)
+        stats = self._chunks[_unit_key(vuid)].stats()
+        return ChunkStat(**record.model_dump(), **asdict(stats), disk_id=self.disk_id)
+
+    # shards
+
+    def put_shard(self, vuid: int, bid: int, data: bytes | bytearray | memoryview,
+                  expected_crc: int | None = None) -> ShardMeta:
+        return self.commits.stored(self.stage_put(vuid, bid, data, expected_crc=expected_crc))
+
+    def stage_put(self, vuid: int, bid: int, data: bytes | bytearray | memoryview, *,
+                  blocking: bool = True, expected_crc: int | None = None) -> ShardMeta | StagedPut | None:
+        """`ChunkFile.stage_put` on the unit's chunk. The unit lock is held only while staging: a compaction
+        that starts after it still waits for the staged put (it waits for every pending put)."""
+        lock = self.unit_lock(vuid)
+        if not lock.acquire_shared(blocking):
+            return None
+        try:
+            return self.chunk_for(vuid, write=True).stage_put(bid, vuid, data, blocking=blocking,
+                                                              expected_crc=expected_crc)
+        finally:
+            lock.release_shared()
+
+    def read_chunk(self, vuid: int) -> ChunkFile:
+        """The chunk to read from; a compaction swapping it waits for reads started under the lock."""
+        with self.unit_lock(vuid).shared():
+            return self.chunk_for(vuid, write=False)
+
+    def shard_status(self, vuid: int, bid: int, status: ShardStatus | None, hold: float = 0.0) -> ShardMeta | None:
+        """Mark-delete (status MARK_DELETED), undo it (NORMAL), or delete for good (None) a shard marked at least
+        `hold` seconds ago."""
+        with self.unit_lock(vuid).shared():
+            chunk = self.chunk_for(vuid, write=False)
+            if status is None:
+                meta = chunk.stat_shard(bid)
+                if meta.status is not ShardStatus.MARK_DELETED:
+                    raise ShardNotMarkDeleted(f"bid {bid} of unit {vuid} is not marked deleted: mark it first")
+                wait = delete_wait(meta.marked_at, hold, time.time())
+                if wait > 0:
+                    raise ShardHeld(f"bid {bid} of unit {vuid} is deleted for good only {hold:.0f} s after its mark "
+                                    f"(this blobnode's delete_hold): {wait:.0f} s from now")
+                chunk.delete_shard(bid)
+                return None
+            if status is ShardStatus.MARK_DELETED:
+                return chunk.mark_delete(bid)
+            return chunk.unmark_delete(bid)
+
+    def discard_shard(self, vuid: int, bid: int) -> None:
+        with self.unit_lock(vuid).shared():
+            self.chunk_for(vuid, write=False).delete_shard(bid)
+
+    def stored_bytes(self) -> int:
+        """Data bytes of the shards indexed on the disk (mark-deleted ones too): what a scrub pass reads, about."""
+        with self._lock:
+            chunks = list(self._chunks.values())
+        total = 0
+        for chunk in chunks:
+            with contextlib.suppress(ChunkError):  # released or compacted away meanwhile
+                total += chunk.stats().live_bytes
+        return total
+
+    def stat(self) -> DiskStat:
+        usage = shutil.disk_usage(self.path)
+        chunks = self.list_chunks()
+        return DiskStat(disk_id=self.disk_id, path=str(self.path), size=usage.total, free=usage.free,
+                        used=usage.used, chunks=len(chunks), max_chunks=self.max_chunks,
+                        readonly_chunks=sum(r.status is ChunkStatus.READONLY for r in chunks))

@@ -1,0 +1,355 @@
+"""The blobnode's disks behind one async facade.
+
+Each call runs on the named disk's own thread pool, and chunk-file errors become the typed RPC
+errors of `libs.rpc.errors` here, once, so routes stay thin. Shard calls name their I/O class: user I/O
+runs on the disk's user threads at once; background I/O waits for a slot of the disk's `BackgroundGate`
+(`background`) and runs on the disk's background threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import importlib
+import posixpath
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+from urllib.parse import urlsplit
+
+from blobstore_server.libs import chunkfile
+from blobstore_server.libs.chunkfile import ShardMeta, ShardStatus, StagedPut
+from blobstore_server.libs.proto.blobnode import (
+    ChunkInfo,
+    ChunkStat,
+    ChunkStatus,
+    DiskExport,
+    DiskStat,
+    ExportRequest,
+    IOClass,
+    NodeStat,
+    ShardInfo,
+)
+from blobstore_server.libs.rpc import errors
+from blobstore_server.services.blobnode.config import BlobnodeConfig
+from blobstore_server.services.blobnode.disk import Disk
+from blobstore_server.services.blobnode.iolimit import BackgroundGate
+from blobstore_server.services.blobnode.metrics import CRC_FAILURES, shard_op
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
+    chunkfile.ShardNotFound: errors.ShardNotFound,
+    chunkfile.ShardExists: errors.ShardExists,
+    chunkfile.ShardCorrupted: errors.ShardCorrupted,
+    chunkfile.ShardMarkDeleted: errors.ShardDeleted,
+    chunkfile.RangeError: errors.RangeNotSatisfiable,
+    chunkfile.ChunkFull: errors.NoSpace,
+    chunkfile.ChunkCorrupted: errors.ShardCorrupted,
+    chunkfile.ChunkReadOnly: errors.ChunkReadonly,
+    chunkfile.CrcMismatch: errors.BadRequest,
+    chunkfile.ShardNotMarkDeleted: errors.Conflict,
+    chunkfile.ShardHeld: errors.Conflict,
+}
+
+
+_CHECKSUM_ERRORS = (chunkfile.ShardCorrupted, chunkfile.ChunkCorrupted)
+# A user shard up to this size is written into the page cache from the event loop (tens of microseconds)
+# and only its sync runs on a disk thread, in a group with the disk's other puts; a larger one is written
+# on a disk thread. The trade-off: a buffered write can sleep in the kernel's dirty-page throttling, and
+# ext4 refuses RWF_NOWAIT for buffered writes; every put is synced within its group, so little stays dirty.
+INLINE_PUT_BYTES = 64 << 10
+# I/O classes that skip the disk's background caps (urgent still runs on the background threads).
+UNCAPPED = frozenset({IOClass.USER, IOClass.URGENT})
+_STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
+
+
+@contextmanager
+def _translated(disk_id: int, io_errors: Counter[int]) -> Iterator[None]:
+    """Chunk errors as typed RPC errors; a failed system call other than a full disk counts against the disk
+    in `io_errors` (enough of them and the disk is reported broken)."""
+    try:
+        yield
+    except chunkfile.ChunkError as exc:
+        if isinstance(exc, _CHECKSUM_ERRORS):
+            CRC_FAILURES.labels(str(disk_id)).inc()
+        raise _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc)) from exc
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise errors.NoSpace(f"disk full: {exc}") from exc
+        io_errors[disk_id] += 1
+        raise errors.Internal(f"disk I/O failed: {exc}") from exc
+
+
+def _call_translated(disk_id: int, io_errors: Counter[int], fn: Callable[P, T], *args: P.args,
+                     **kwargs: P.kwargs) -> T:
+    with _translated(disk_id, io_errors):
+        return fn(*args, **kwargs)
+
+
+def export_allowed(target: str, roots: list[str]) -> bool:
+    """Whether `target` (a path or URI) lies inside one of `roots`, after resolving `..` and `.`."""
+    def split(where: str) -> tuple[str, str, str]:
+        parts = urlsplit(where if "://" in where else f"file://{where}")
+        return parts.scheme, parts.netloc, posixpath.normpath(parts.path or "/")
+
+    scheme, netloc, path = split(target)
+    for root in roots:
+        root_scheme, root_netloc, root_path = split(root)
+        if (scheme, netloc) == (root_scheme, root_netloc) and posixpath.commonpath([path, root_path]) == root_path:
+            return True
+    return False
+
+
+def shard_info(meta: ShardMeta) -> ShardInfo:
+    return ShardInfo(bid=meta.bid, vuid=meta.vuid, offset=meta.offset, size=meta.size, crc=meta.crc,
+                     status=meta.status.name.lower())
+
+
+class Blobnode:
+    def __init__(self, config: BlobnodeConfig) -> None:
+        self.config = config
+        self.disks: dict[int, Disk] = {}
+        for disk_conf in config.disks:
+            disk = Disk.load(Path(disk_conf.path), cluster_id=config.cluster_id, disk_id=disk_conf.disk_id,
+                             auto_format=disk_conf.auto_format, max_chunks=disk_conf.max_chunks,
+                             sync=config.sync, io_threads=config.io_threads_per_disk,
+                             background_threads=config.background_concurrency)
+            if disk.disk_id in self.disks:
+                raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
+            self.disks[disk.disk_id] = disk
+        self.io_pending = dict.fromkeys(self.disks, 0)  # per disk: calls queued or running on its threads
+        self.io_errors: Counter[int] = Counter()  # per disk: failed system calls (not counting a full disk)
+        rate = config.background_mb_per_sec * (1 << 20)
+        self.gates = {disk_id: BackgroundGate(rate, config.background_concurrency, burst=rate / 4)
+                      for disk_id in self.disks}
+
+    def close(self) -> None:
+        for disk in self.disks.values():
+            disk.close()
+
+    def disk(self, disk_id: int) -> Disk:
+        try:
+            return self.disks[disk_id]
+        except KeyError:
+            raise errors.DiskNotFound(f"this node has no disk {disk_id}") from None
+
+    def _executor(self, disk_id: int, io_class: IOClass) -> Executor:
+        disk = self.disk(disk_id)
+        return disk.executor if io_class is IOClass.USER else disk.background_executor
+
+    @asynccontextmanager
+    async def background(self, disk_id: int, io_class: IOClass) -> AsyncIterator[None]:
+        """Hold a background slot of the disk for a whole request (user and urgent I/O pass straight through)."""
+        self.disk(disk_id)
+        if io_class in UNCAPPED:
+            yield
+            return
+        async with self.gates[disk_id].slot():
+            yield
+
+    def charge(self, disk_id: int, io_class: IOClass, amount: int) -> None:
+        """Count bytes moved by a background request against the disk's rate."""
+        if io_class not in UNCAPPED:
+            self.gates[disk_id].charge(amount)
+
+    async def _run_on(self, executor: Executor, disk_id: int, fn: Callable[P, T], *args: P.args,
+                      **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        self.io_pending[disk_id] += 1
+        try:
+            call = functools.partial(_call_translated, disk_id, self.io_errors, fn, *args, **kwargs)
+            return await loop.run_in_executor(executor, call)
+        finally:
+            self.io_pending[disk_id] -= 1
+
+    async def _run(self, disk_id: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run_on(self._executor(disk_id, IOClass.USER), disk_id, fn, *args, **kwargs)
+
+    async def _shard_op(self, op: str, disk_id: int, io_class: IOClass, fn: Callable[P, T], *args: P.args,
+                        **kwargs: P.kwargs) -> T:
+        """`_run` in the I/O class's lane, counted as one shard operation `op` of the disk."""
+        try:
+            result = await self._run_on(self._executor(disk_id, io_class), disk_id, fn, *args, **kwargs)
+        except errors.RpcError:
+            shard_op(disk_id, op, False).inc()
+            raise
+        shard_op(disk_id, op, True).inc()
+        return result
+
+    # chunks
+
+    async def create_chunk(self, disk_id: int, vuid: int, chunk_size: int | None) -> ChunkInfo:
+        size = chunk_size or self.config.default_chunk_size
+        return await self._run(disk_id, self.disk(disk_id).create_chunk, vuid, size)
+
+    async def set_chunk_status(self, disk_id: int, vuid: int, status: ChunkStatus) -> ChunkInfo:
+        return await self._run(disk_id, self.disk(disk_id).set_chunk_status, vuid, status)
+
+    async def compact_chunk(self, disk_id: int, vuid: int) -> ChunkInfo:
+        """Background work by nature: it rewrites the whole chunk, and the bytes it read and wrote count against
+        the disk's background rate (the next background operation waits them off)."""
+        async with self.background(disk_id, IOClass.BACKGROUND):
+            compacted = await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id,
+                                           self.disk(disk_id).compact_chunk, vuid)
+        self.charge(disk_id, IOClass.BACKGROUND, 2 * (await self.chunk_stat(disk_id, vuid)).live_bytes)
+        return compacted
+
+    async def list_chunks(self, disk_id: int) -> list[ChunkInfo]:
+        return self.disk(disk_id).list_chunks()
+
+    async def chunk_stat(self, disk_id: int, vuid: int) -> ChunkStat:
+        return await self._run(disk_id, self.disk(disk_id).chunk_stat, vuid)
+
+    # shards
+
+    async def put_shard(self, disk_id: int, vuid: int, bid: int, data: bytearray,
+                        io_class: IOClass = IOClass.USER, expected_crc: int | None = None) -> ShardMeta:
+        """Store a shard; with `expected_crc` (signed by the caller) bytes with another CRC are refused unstored."""
+        disk = self.disk(disk_id)
+        staged = None
+        if io_class is IOClass.USER and len(data) <= INLINE_PUT_BYTES:
+            try:
+                with _translated(disk_id, self.io_errors):
+                    staged = disk.stage_put(vuid, bid, data, blocking=False, expected_crc=expected_crc)
+            except errors.RpcError:
+                shard_op(disk_id, "put", False).inc()
+                raise
+        if isinstance(staged, StagedPut):
+            meta = await self._commit(disk, staged)
+        elif isinstance(staged, ShardMeta):
+            meta = staged
+            shard_op(disk_id, "put", True).inc()
+        else:  # large, background, or it would have to wait: all of it on a disk thread
+            meta = await self._shard_op("put", disk_id, io_class, disk.put_shard, vuid, bid, data, expected_crc)
+        self.charge(disk_id, io_class, len(data))
+        return meta
+
+    async def _commit(self, disk: Disk, staged: StagedPut) -> ShardMeta:
+        """Wait for `staged` to be durable: queued on the disk's group commit."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if not ended.done():
+                ended.set_exception(error) if error is not None else ended.set_result(None)
+
+        def report(error: BaseException | None) -> None:  # from the leading disk thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits anymore
+                loop.call_soon_threadsafe(settle, error)
+
+        self.io_pending[disk.disk_id] += 1
+        try:
+            disk.commits.submit(staged, report)
+            with _translated(disk.disk_id, self.io_errors):
+                await ended
+        except errors.RpcError:
+            shard_op(disk.disk_id, "put", False).inc()
+            raise
+        finally:
+            self.io_pending[disk.disk_id] -= 1
+        shard_op(disk.disk_id, "put", True).inc()
+        return staged.meta
+
+    async def open_shard_read(self, disk_id: int, vuid: int, bid: int, offset: int, size: int | None,
+                              io_class: IOClass = IOClass.USER) -> tuple[ShardMeta, int, AsyncIterator[bytes]]:
+        """Validate a read and return (meta, length, pieces); pieces verify CRCs as they are read.
+
+        The lookup and the first piece come from one trip to the disk's thread pool, so a small
+        shard costs a single hop."""
+        disk = self.disk(disk_id)
+
+        def open_read() -> tuple[ShardMeta, Iterator[bytes], bytes | None]:
+            chunk = disk.read_chunk(vuid)
+            meta = chunk.stat_shard(bid)
+            pieces = chunk.iter_shard(bid, offset, size)
+            return meta, pieces, next(pieces, None)
+
+        executor = self._executor(disk_id, io_class)
+        meta, pieces, first = await self._shard_op("get", disk_id, io_class, open_read)
+        length = meta.size - offset if size is None else size
+        self.charge(disk_id, io_class, length)
+        loop = asyncio.get_running_loop()
+
+        def next_piece() -> bytes | None:
+            with _translated(disk_id, self.io_errors):
+                return next(pieces, None)
+
+        async def read_pieces() -> AsyncIterator[bytes]:
+            piece, remaining = first, length
+            while piece is not None:
+                yield piece
+                remaining -= len(piece)
+                if remaining <= 0:
+                    return
+                piece = await loop.run_in_executor(executor, next_piece)
+
+        return meta, length, read_pieces()
+
+    async def shard_stat(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER) -> ShardMeta:
+        executor = self._executor(disk_id, io_class)
+        chunk = await self._run_on(executor, disk_id, self.disk(disk_id).read_chunk, vuid)
+        return await self._run_on(executor, disk_id, chunk.stat_shard, bid)
+
+    async def list_shards(self, disk_id: int, vuid: int, start_bid: int, count: int | None,
+                          status: ShardStatus | None, io_class: IOClass = IOClass.USER) -> list[ShardMeta]:
+        executor = self._executor(disk_id, io_class)
+        chunk = await self._run_on(executor, disk_id, self.disk(disk_id).read_chunk, vuid)
+        return await self._run_on(executor, disk_id, chunk.list_shards, start_bid, count, status)
+
+    async def set_shard_status(self, disk_id: int, vuid: int, bid: int, status: ShardStatus | None,
+                               io_class: IOClass = IOClass.USER) -> ShardMeta | None:
+        """Mark, unmark, or (None) delete for good a shard marked at least `delete_hold` seconds ago."""
+        return await self._shard_op(_STATUS_OPS[status], disk_id, io_class, self.disk(disk_id).shard_status, vuid,
+                                    bid, status, self.config.delete_hold)
+
+    async def discard_shard(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER) -> None:
+        """Delete a shard at once, to write the right bytes in its place (repair, migration)."""
+        await self._shard_op("discard", disk_id, io_class, self.disk(disk_id).discard_shard, vuid, bid)
+
+    async def export(self, req: ExportRequest) -> list[DiskExport]:
+        """Write the shard index and chunk list of each disk under `req.target` (all disks at once), each bounded
+        piece a background operation of its disk; see services/blobnode/export.py."""
+        # pyarrow loads on first export only, and off the event loop (it takes a few hundred ms of CPU)
+        await asyncio.to_thread(importlib.import_module, "blobstore_server.services.blobnode.export")
+        from blobstore_server.services.blobnode.export import INDEX_ENTRY_BYTES, DiskExporter, open_target
+
+        if not export_allowed(req.target, self.config.export_roots):
+            raise errors.Forbidden(f"export target {req.target!r} is not under this blobnode's export roots "
+                                   f"({', '.join(self.config.export_roots) or 'none configured'})")
+        disk_ids = sorted(self.disks) if req.disk_ids is None else req.disk_ids
+        for disk_id in disk_ids:
+            self.disk(disk_id)
+        filesystem, base = open_target(req.target)
+
+        async def one(disk_id: int) -> DiskExport:
+            exporter = DiskExporter(self.disk(disk_id), filesystem, base, self.config.advertised_host, req.piece_rows)
+
+            async def piece(fn: Callable[[], T]) -> T:
+                async with self.background(disk_id, IOClass.BACKGROUND):
+                    return await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id, fn)
+
+            try:
+                await piece(exporter.begin)
+                while not exporter.done:
+                    self.charge(disk_id, IOClass.BACKGROUND, INDEX_ENTRY_BYTES * await piece(exporter.step))
+                return await piece(exporter.finish)
+            except BaseException:
+                await self._run_on(self._executor(disk_id, IOClass.BACKGROUND), disk_id, exporter.abort)
+                raise
+
+        return list(await asyncio.gather(*(one(disk_id) for disk_id in disk_ids)))
+
+    async def disk_stat(self, disk_id: int) -> DiskStat:
+        return await self._run(disk_id, self.disk(disk_id).stat)
+
+    async def stat(self) -> NodeStat:
+        disks = [await self.disk_stat(disk_id) for disk_id in sorted(self.disks)]
+        return NodeStat(host=self.config.advertised_host, cluster_id=self.config.cluster_id, idc=self.config.idc,
+                        rack=self.config.rack, disks=disks)

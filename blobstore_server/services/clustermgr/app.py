@@ -1,0 +1,307 @@
+"""clustermgr HTTP routes: validate, then propose (writes) or read fresh state (reads).
+
+Every write route takes the caller's session from `SESSION_HEADER` (`Caller`): a retried command then
+gets its first answer back instead of applying twice. A request without one is applied as it comes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Annotated
+
+from fastapi import Depends, Header, Query, Request
+
+from blobstore_server.libs.ec import UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
+from blobstore_server.libs.proto.clustermgr import (
+    KV_PAGE,
+    POLICY_KEY,
+    SESSION_HEADER,
+    ClusterStat,
+    CodeModePolicy,
+    ConfigList,
+    DiskAdd,
+    DiskHeartbeat,
+    DiskId,
+    DiskIds,
+    DiskList,
+    DiskRef,
+    DiskSet,
+    DiskView,
+    DropReplies,
+    KeyCas,
+    KeyRef,
+    KeyValue,
+    KvItems,
+    LeaderView,
+    MaybeValue,
+    MemberAdd,
+    MemberRemove,
+    RaftStatus,
+    ReplicaStatus,
+    RetainResult,
+    ScopeAlloc,
+    ScopeRange,
+    ServiceList,
+    ServiceRef,
+    ServiceRegister,
+    Session,
+    UnitAlloc,
+    UnitRelease,
+    UnitUpdate,
+    VolumeAlloc,
+    VolumeHolder,
+    VolumeList,
+    VolumeRef,
+    VolumeRetain,
+    VolumeView,
+)
+from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY, parse_broken_after
+from blobstore_server.libs.proto.switches import SWITCH_PREFIX, parse_switch
+from blobstore_server.libs.rpc.auth import CALLER_SCOPE_KEY
+from blobstore_server.libs.rpc.errors import BadRequest, Forbidden, NotFound
+from blobstore_server.libs.rpc.server import ASGIApp, create_app
+from blobstore_server.services.clustermgr import commands as cmd
+from blobstore_server.services.clustermgr.faults import ReplyCutter
+from blobstore_server.services.clustermgr.manager import ClusterManager
+
+
+async def _session(raw: Annotated[str | None, Header(alias=SESSION_HEADER)] = None) -> Session | None:
+    if raw is None:
+        return None
+    try:
+        return Session.parse(raw)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+Caller = Annotated[Session | None, Depends(_session)]
+
+
+async def _reporter(request: Request) -> str | None:
+    """The identity that signed a disk report (None when this clustermgr runs without auth)."""
+    caller = request.scope.get(CALLER_SCOPE_KEY)
+    return None if caller is None else caller.identity
+
+
+Reporter = Annotated[str | None, Depends(_reporter)]
+
+
+def _owned(cm: ClusterManager, reporter: str | None, disk_ids: list[int]) -> None:
+    """Forbidden unless every disk is the reporter's own (a blobnode reports only its disks)."""
+    if reporter is None:
+        return
+    for disk_id in disk_ids:
+        try:
+            host = cm.state.disk(disk_id).host
+        except NotFound:
+            continue  # the command itself says so
+        if host != reporter:
+            raise Forbidden(f"disk {disk_id} belongs to {host}, not to the caller {reporter}")
+
+
+def _code_mode(raw: int | str) -> int:
+    try:
+        return int(parse_code_mode(raw))
+    except UnknownCodeMode as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def build_app(cm: ClusterManager) -> ASGIApp:
+    app = create_app("clustermgr", on_start=cm.start, on_stop=cm.stop)
+    lease_ttl = cm.config.volume_lease_ttl
+    heartbeat_timeout = cm.config.disk_heartbeat_timeout
+
+    @app.get("/raft/status")
+    async def raft_status() -> ReplicaStatus:
+        return ReplicaStatus(**cm.raft_status().model_dump(), node_id=cm.config.node_id,
+                             checksum=cm.state.checksum(), applied_index=cm.state.applied_index())
+
+    @app.get("/raft/leader")
+    async def raft_leader() -> LeaderView:
+        return cm.leader_view()
+
+    @app.post("/raft/member/add")
+    async def member_add(req: MemberAdd, caller: Caller) -> RaftStatus:
+        return await cm.add_member(req.node_id, req.raft_addr, req.http_addr, req.learner, caller)
+
+    @app.post("/raft/member/remove")
+    async def member_remove(req: MemberRemove) -> RaftStatus:
+        return await cm.remove_member(req.node_id)
+
+    # disks
+
+    @app.post("/disk/alloc_id")
+    async def disk_alloc_id(caller: Caller) -> DiskId:
+        return DiskId(disk_id=(await cm.submit(cmd.ScopeAlloc(name="disk_id", count=1), caller)).start)
+
+    @app.post("/disk/add")
+    async def disk_add(req: DiskAdd, caller: Caller, reporter: Reporter) -> DiskInfo:
+        if reporter is not None and req.host != reporter:
+            raise Forbidden(f"{reporter} may add only its own disks, not one of {req.host}")
+        _owned(cm, reporter, [req.disk_id])
+        return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
+
+    @app.post("/disk/heartbeat")
+    async def disk_heartbeat(req: DiskHeartbeat, caller: Caller, reporter: Reporter) -> DiskIds:
+        _owned(cm, reporter, [d.disk_id for d in req.disks])
+        return await cm.submit(cmd.DiskHeartbeatCmd(disks=req.disks), caller)
+
+    @app.post("/disk/set")
+    async def disk_set(req: DiskSet, caller: Caller) -> DiskInfo:
+        if req.status is None and req.readonly is None:
+            raise BadRequest("give a status, readonly, or both")
+        return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=req.status, readonly=req.readonly),
+                               caller)
+
+    @app.post("/disk/broken")
+    async def disk_broken(req: DiskRef, caller: Caller, reporter: Reporter) -> DiskInfo:
+        """A blobnode reporting its own disk failing: the one status change a data-path service may make."""
+        _owned(cm, reporter, [req.disk_id])
+        return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=DiskStatus.BROKEN), caller)
+
+    @app.get("/disk/get")
+    async def disk_get(disk_id: int = Query(ge=1)) -> DiskView:
+        return cm.disk_view((await cm.fresh()).disk(disk_id), time.time())
+
+    @app.get("/disk/list")
+    async def disk_list() -> DiskList:
+        now = time.time()
+        return DiskList(disks=[cm.disk_view(d, now) for d in (await cm.fresh()).disks()])
+
+    # volumes
+
+    @app.get("/volume/get")
+    async def volume_get(vid: int = Query(ge=1)) -> VolumeView:
+        return cm.volume_views([(await cm.fresh()).volume(vid)], time.time())[0]
+
+    @app.get("/volume/list")
+    async def volume_list(status: VolumeStatus | None = None, code_mode: int | None = None) -> VolumeList:
+        volumes = (await cm.fresh()).volumes()
+        return VolumeList(volumes=cm.volume_views([v for v in volumes if (status is None or v.status == status)
+                                                   and (code_mode is None or v.code_mode == code_mode)], time.time()))
+
+    @app.post("/volume/alloc")
+    async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
+        alloc = cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder, count=req.count,
+                                   lease_ttl=lease_ttl, heartbeat_timeout=heartbeat_timeout,
+                                   avoid_disks=req.avoid_disks, reclaim=req.reclaim)
+        return await cm.submit(alloc, caller)
+
+    @app.post("/volume/retain")
+    async def volume_retain(req: VolumeRetain, caller: Caller) -> RetainResult:
+        retain = cmd.VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes,
+                                     heartbeat_timeout=heartbeat_timeout)
+        return await cm.submit(retain, caller)
+
+    @app.post("/volume/release")
+    async def volume_release(req: VolumeHolder, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.VolumeRelease(vid=req.vid, holder=req.holder), caller)
+
+    @app.post("/volume/lock")
+    async def volume_lock(req: VolumeRef, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.VolumeLock(vid=req.vid), caller)
+
+    @app.post("/volume/unlock")
+    async def volume_unlock(req: VolumeRef, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.VolumeUnlock(vid=req.vid), caller)
+
+    @app.post("/volume/unit/alloc")
+    async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
+        return await cm.alloc_unit(req, caller)
+
+    @app.post("/volume/unit/release")
+    async def unit_release(req: UnitRelease, caller: Caller) -> VolumeInfo:
+        return await cm.submit(cmd.UnitReleaseCmd(vid=req.vid, vuid=req.vuid), caller)
+
+    @app.post("/volume/unit/update")
+    async def unit_update(req: UnitUpdate, caller: Caller) -> VolumeInfo:
+        update = cmd.UnitUpdateCmd(vid=req.vid, index=req.index, vuid=req.vuid, disk_id=req.disk_id)
+        return await cm.submit(update, caller)
+
+    # scopes, services, config, kv
+
+    @app.post("/scope/alloc")
+    async def scope_alloc(req: ScopeAlloc, caller: Caller) -> ScopeRange:
+        return await cm.submit(cmd.ScopeAlloc(name=req.name, count=req.count), caller)
+
+    @app.post("/service/register")
+    async def service_register(req: ServiceRegister, caller: Caller) -> ServiceInfo:
+        register = cmd.ServiceRegisterCmd(name=req.name, host=req.host, idc=req.idc, ttl=req.ttl)
+        return await cm.submit(register, caller)
+
+    @app.post("/service/heartbeat")
+    async def service_heartbeat(req: ServiceRef, caller: Caller) -> ServiceInfo:
+        return await cm.submit(cmd.ServiceHeartbeat(name=req.name, host=req.host), caller)
+
+    @app.post("/service/unregister")
+    async def service_unregister(req: ServiceRef, caller: Caller) -> ServiceRef:
+        return await cm.submit(cmd.ServiceUnregister(name=req.name, host=req.host), caller)
+
+    @app.get("/service/list")
+    async def service_list(name: str | None = None, alive_only: bool = True) -> ServiceList:
+        now = time.time()
+        services = (await cm.fresh()).services(name)
+        return ServiceList(services=[s for s in services if not alive_only or s.alive(now)])
+
+    @app.get("/config/get")
+    async def config_get(key: str) -> MaybeValue:
+        return MaybeValue(key=key, value=(await cm.fresh()).config(key))
+
+    @app.post("/config/set")
+    async def config_set(req: KeyValue, caller: Caller) -> KeyValue:
+        try:
+            if req.key == POLICY_KEY:
+                CodeModePolicy.parse(req.value)
+            elif req.key.startswith(SWITCH_PREFIX):
+                parse_switch(req.key, req.value)
+            elif req.key == BROKEN_AFTER_KEY:
+                parse_broken_after(req.value)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        return await cm.submit(cmd.ConfigSet(key=req.key, value=req.value), caller)
+
+    @app.get("/config/list")
+    async def config_list() -> ConfigList:
+        return ConfigList(config=(await cm.fresh()).configs())
+
+    @app.get("/kv/get")
+    async def kv_get(key: str) -> MaybeValue:
+        return MaybeValue(key=key, value=(await cm.fresh()).kv_get(key))
+
+    @app.post("/kv/set")
+    async def kv_set(req: KeyValue, caller: Caller) -> KeyValue:
+        return await cm.submit(cmd.KvSet(key=req.key, value=req.value), caller)
+
+    @app.post("/kv/cas")
+    async def kv_cas(req: KeyCas, caller: Caller) -> MaybeValue:
+        return await cm.submit(cmd.KvCas(key=req.key, expected=req.expected, value=req.value), caller)
+
+    @app.post("/kv/delete")
+    async def kv_delete(req: KeyRef, caller: Caller) -> KeyRef:
+        return await cm.submit(cmd.KvDelete(key=req.key), caller)
+
+    @app.get("/kv/list")
+    async def kv_list(prefix: str = "", after: str = "", count: int = Query(KV_PAGE, ge=1, le=KV_PAGE)) -> KvItems:
+        items = (await cm.fresh()).kv_list(prefix, after, count)
+        return KvItems(items=items, next_after=next(reversed(items)) if len(items) == count else None)
+
+    @app.get("/stat")
+    async def stat() -> ClusterStat:
+        state = await cm.fresh()
+        volumes = list(state.volumes())
+        return ClusterStat(disks=sum(1 for _ in state.disks()), volumes=len(volumes),
+                           volumes_by_status=Counter(v.status for v in volumes), sessions=state.sessions(),
+                           raft=cm.raft_status())
+
+    if not cm.config.fault_hooks:
+        return app
+    cutter = ReplyCutter(app)
+
+    @app.post("/fault/drop_reply")
+    async def drop_reply(req: DropReplies) -> DropReplies:
+        cutter.armed[req.path] = req.count
+        return req
+
+    return cutter

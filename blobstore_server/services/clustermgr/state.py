@@ -1,0 +1,187 @@
+"""The clustermgr state machine's storage: every committed Raft command is applied here, in order, on
+every node (what each command does is `commands.py`), and fresh reads are served from here.
+
+A refused command changes nothing and yields the same typed error on every replica. Each command's
+writes, its client session's bookkeeping (`sessions.py`) and the applied index go to RocksDB in one
+atomic batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from blobstore_server.libs.kv import Batch, KVStore
+from blobstore_server.libs.proto.cluster import DiskInfo, ServiceInfo, VolumeInfo
+from blobstore_server.libs.rpc.errors import NotFound, RpcError
+from blobstore_server.services.clustermgr import commands, sessions
+
+DISK, VOLUME, SCOPE, SERVICE, CONFIG, KV, META = "disk", "volume", "scope", "service", "config", "kv", "meta"
+DATA_CFS = (DISK, VOLUME, SCOPE, SERVICE, CONFIG, KV, sessions.CF)
+APPLIED_KEY = b"applied_index"
+
+
+def _u32(n: int) -> bytes:
+    return n.to_bytes(4, "big")
+
+
+class ClusterState:
+    """Disks, volumes, scopes, services, config and a generic kv over one RocksDB."""
+
+    def __init__(self, path: Path, *, sync: bool = True) -> None:
+        self.path = path
+        self._sync = sync
+        self.kv = KVStore(path, [*DATA_CFS, META], sync=sync)
+        self._checksum_cache: tuple[int, int] | None = None
+
+    def close(self) -> None:
+        self.kv.close()
+
+    # Raft state-machine protocol
+
+    def applied_index(self) -> int:
+        raw = self.kv.get(META, APPLIED_KEY)
+        return int(raw) if raw else 0
+
+    def apply(self, index: int, command: bytes) -> bytes:
+        """Apply one committed command, once per client session: a retry gets the first answer back."""
+        batch = self.kv.batch()
+        try:
+            logged = commands.decode(command)
+            visit = sessions.Visit(self.kv, logged.session) if logged.session else None
+            answer = visit.recall() if visit else None
+        except RpcError as exc:
+            answer = commands.refusal(exc)
+        else:
+            fresh = None
+            if answer is None:
+                answer, accepted = commands.apply(self, batch, logged)
+                if not accepted:
+                    batch = self.kv.batch()  # a refused command changes nothing (but is remembered)
+                fresh = answer
+            if visit:
+                visit.record(batch, logged.now, fresh)
+        batch.put(META, APPLIED_KEY, str(index).encode())
+        self.kv.write(batch)
+        return answer
+
+    def snapshot(self, dest: Path) -> None:
+        self.kv.checkpoint(dest)
+
+    def restore(self, src: Path | None) -> None:
+        """Replace the whole state with a snapshot's, or with the empty state (None)."""
+        self.kv.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        if src is not None:
+            shutil.copytree(src, self.path)
+        self.kv = KVStore(self.path, [*DATA_CFS, META], sync=self._sync)
+        self._checksum_cache = None
+
+    def checksum(self) -> int:
+        """CRC32 over every data record in key order: equal on replicas at the same applied index."""
+        index = self.applied_index()
+        if self._checksum_cache and self._checksum_cache[0] == index:
+            return self._checksum_cache[1]
+        crc = 0
+        for cf in DATA_CFS:
+            for key, value in self.kv.items(cf):
+                crc = zlib.crc32(value, zlib.crc32(key, zlib.crc32(cf.encode(), crc)))
+        self._checksum_cache = (index, crc)
+        return crc
+
+    # reads (local; the service layer makes them linearizable with read-index first)
+
+    def disk(self, disk_id: int) -> DiskInfo:
+        raw = self.kv.get(DISK, _u32(disk_id))
+        if raw is None:
+            raise NotFound(f"no disk {disk_id}")
+        return DiskInfo.model_validate_json(raw)
+
+    def disks(self) -> Iterator[DiskInfo]:
+        for _, raw in self.kv.items(DISK):
+            yield DiskInfo.model_validate_json(raw)
+
+    def volume(self, vid: int) -> VolumeInfo:
+        raw = self.kv.get(VOLUME, _u32(vid))
+        if raw is None:
+            raise NotFound(f"no volume {vid}")
+        return VolumeInfo.model_validate_json(raw)
+
+    def has_volume(self, vid: int) -> bool:
+        return self.kv.get(VOLUME, _u32(vid)) is not None
+
+    def volumes(self) -> Iterator[VolumeInfo]:
+        for _, raw in self.kv.items(VOLUME):
+            yield VolumeInfo.model_validate_json(raw)
+
+    def scope(self, name: str) -> int:
+        raw = self.kv.get(SCOPE, name.encode())
+        return int(raw) if raw else 0
+
+    def services(self, name: str | None = None) -> Iterator[ServiceInfo]:
+        prefix = f"{name}/".encode() if name else b""
+        for _, raw in self.kv.prefix_items(SERVICE, prefix):
+            yield ServiceInfo.model_validate_json(raw)
+
+    def config(self, key: str) -> str | None:
+        raw = self.kv.get(CONFIG, key.encode())
+        return raw.decode() if raw is not None else None
+
+    def configs(self) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.kv.items(CONFIG)}
+
+    def kv_get(self, key: str) -> str | None:
+        raw = self.kv.get(KV, key.encode())
+        return raw.decode() if raw is not None else None
+
+    def kv_list(self, prefix: str, after: str = "", limit: int | None = None) -> dict[str, str]:
+        """Keys under `prefix` in order, past `after`, at most `limit` of them."""
+        items = self.kv.prefix_items(KV, prefix.encode(), after.encode())
+        return {k.decode(): v.decode() for k, v in itertools.islice(items, limit)}
+
+    def sessions(self) -> int:
+        return sessions.count(self.kv)
+
+    def has_disk(self, disk_id: int) -> bool:
+        return self.kv.get(DISK, _u32(disk_id)) is not None
+
+    def service(self, name: str, host: str) -> ServiceInfo:
+        raw = self.kv.get(SERVICE, f"{name}/{host}".encode())
+        if raw is None:
+            raise NotFound(f"service {name} at {host} is not registered")
+        return ServiceInfo.model_validate_json(raw)
+
+    # writes, into the batch of the command being applied (commands.py)
+
+    def put_scope(self, batch: Batch, name: str, last: int) -> None:
+        batch.put(SCOPE, name.encode(), str(last).encode())
+
+    def put_disk(self, batch: Batch, disk: DiskInfo) -> None:
+        batch.put(DISK, _u32(disk.disk_id), disk.model_dump_json().encode())
+
+    def put_volume(self, batch: Batch, volume: VolumeInfo) -> None:
+        batch.put(VOLUME, _u32(volume.vid), volume.model_dump_json().encode())
+
+    def put_service(self, batch: Batch, info: ServiceInfo) -> None:
+        batch.put(SERVICE, f"{info.name}/{info.host}".encode(), info.model_dump_json().encode())
+
+    def delete_service(self, batch: Batch, name: str, host: str) -> None:
+        batch.delete(SERVICE, f"{name}/{host}".encode())
+
+    def put_config(self, batch: Batch, key: str, value: str | None) -> None:
+        """Set a config key, or delete it (None)."""
+        self._put_text(batch, CONFIG, key, value)
+
+    def put_kv(self, batch: Batch, key: str, value: str | None) -> None:
+        """Set a kv key, or delete it (None)."""
+        self._put_text(batch, KV, key, value)
+
+    @staticmethod
+    def _put_text(batch: Batch, cf: str, key: str, value: str | None) -> None:
+        if value is None:
+            batch.delete(cf, key.encode())
+        else:
+            batch.put(cf, key.encode(), value.encode())

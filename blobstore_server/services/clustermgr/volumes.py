@@ -1,0 +1,125 @@
+"""Volume creation on the leader: keep a floor of writable volumes of every enabled code mode.
+
+Only volumes whose units are all on live, in-service disks count toward the floor, so when a disk dies
+new volumes are created on the disks still heard from. Creation never takes a disk's last
+`reserve` chunk slots: repair needs them to move units off a failed disk (CubeFS #3937). A disk whose
+chunk creation failed is left out until it heartbeats again, so a dead node that has not yet missed
+its heartbeat timeout does not fail every attempt.
+
+A volume is created in three steps, each durable before the next: (1) an intent naming the vid
+and its chosen units is committed to the kv, (2) the chunks are created on the blobnodes,
+(3) the volume is committed and the intent removed in order. If a step fails, or the leader dies
+between steps, the intent is rolled back: every chunk it names is released, and only once every
+blobnode has confirmed is the intent removed. The leader retries leftover intents every round,
+so a chunk on a node that was down is released when it returns: no half-created volume stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+
+from pydantic import BaseModel
+
+from blobstore_server.libs.ec import CodeMode, tactic
+from blobstore_server.libs.placement import PlacementError, candidates, place_volume
+from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc.errors import NotFound, RpcError
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.commands import KvDelete, KvSet, Proposer, ScopeAlloc, VolumeCreate
+from blobstore_server.services.clustermgr.health import volume_health
+from blobstore_server.services.clustermgr.state import ClusterState
+
+log = logging.getLogger(__name__)
+INTENT_PREFIX = "volume_intent/"
+
+class VolumeIntent(BaseModel):
+    """Kept in the kv while a volume's chunks are created, so a failed creation can be rolled back."""
+
+    vid: int
+    units: list[Unit]
+
+
+def writable_count(state: ClusterState, mode: CodeMode, now: float, heartbeat_timeout: float) -> int:
+    disks = {d.disk_id: d for d in state.disks()}
+    return sum(1 for v in state.volumes()
+               if v.code_mode == mode and volume_health(v, disks, now, heartbeat_timeout).writable)
+
+
+class VolumeCreator:
+    def __init__(self, state: ClusterState, propose: Proposer, blobnodes: BlobnodeClient, *,
+                 idcs: list[str], backend: str, chunk_size: int, heartbeat_timeout: float, reserve: int) -> None:
+        self.state = state
+        self.propose = propose
+        self.blobnodes = blobnodes
+        self.idcs = idcs
+        self.backend = backend
+        self.chunk_size = chunk_size
+        self.heartbeat_timeout = heartbeat_timeout
+        self.reserve = reserve
+        self.rng = random.Random()
+        self._failed: dict[int, float] = {}  # disk id -> its last heartbeat when a chunk creation on it failed
+
+    def _usable(self, disk_id: int, last_heartbeat: float) -> bool:
+        failed_at = self._failed.get(disk_id)
+        if failed_at is not None and last_heartbeat <= failed_at:
+            return False
+        self._failed.pop(disk_id, None)
+        return True
+
+    async def create(self, mode: CodeMode, now: float) -> int:
+        """Create one volume of `mode`; returns its vid. Raises on failure after rolling back."""
+        t = tactic(mode)
+        disks = [d for d in self.state.disks() if self._usable(d.disk_id, d.last_heartbeat)]
+        pool = candidates(disks, now, self.heartbeat_timeout, reserve=self.reserve)
+        idcs = [idc for idc in self.idcs if any(c.idc == idc for c in pool)] if t.az_count > 1 else None
+        placed = place_volume(t, pool, idcs=idcs, rng=self.rng)
+        vid = (await self.propose(ScopeAlloc(name="vid", count=1))).start
+        intent = VolumeIntent(vid=vid, units=[Unit(vuid=Vuid.make(vid, i, 1), disk_id=c.disk_id, host=c.url)
+                                              for i, c in enumerate(placed)])
+        await self.propose(KvSet(key=f"{INTENT_PREFIX}{vid}", value=intent.model_dump_json()))
+        try:
+            # Wait for every create to settle before judging: a release racing a create still in
+            # flight would leave that chunk behind.
+            created = await asyncio.gather(
+                *(self.blobnodes.create_chunk(u.host, u.disk_id, u.vuid, self.chunk_size) for u in intent.units),
+                return_exceptions=True)
+            for unit, result in zip(intent.units, created, strict=True):
+                if isinstance(result, BaseException):
+                    self._failed[unit.disk_id] = self.state.disk(unit.disk_id).last_heartbeat
+            failed = next((r for r in created if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise failed
+            await self.propose(VolumeCreate(vid=vid, code_mode=int(mode), backend=self.backend, units=intent.units,
+                                            capacity=self.chunk_size * t.n))
+        except (RpcError, PlacementError, OSError):
+            with contextlib.suppress(RpcError):  # a failed roll back is retried from the intent
+                await self.roll_back(intent)
+            raise
+        await self.propose(KvDelete(key=f"{INTENT_PREFIX}{vid}"))
+        log.info("created volume %d (%s) on disks %s", vid, mode.name, [u.disk_id for u in intent.units])
+        return vid
+
+    async def roll_back(self, intent: VolumeIntent) -> None:
+        """Release every chunk an intent names, then drop the intent (idempotent)."""
+        if not self.state.has_volume(intent.vid):
+            results = await asyncio.gather(
+                *(self.blobnodes.release_chunk(u.host, u.disk_id, u.vuid) for u in intent.units),
+                return_exceptions=True)
+            failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, NotFound)]
+            if failed:
+                raise failed[0]
+            log.warning("rolled back half-created volume %d", intent.vid)
+        await self.propose(KvDelete(key=f"{INTENT_PREFIX}{intent.vid}"))
+
+    async def roll_back_leftovers(self) -> None:
+        """Finish every intent still present (a dead leader's, or one whose blobnode was down):
+        roll it back, or, if its volume did commit, simply remove it."""
+        for key, raw in self.state.kv_list(INTENT_PREFIX).items():
+            try:
+                await self.roll_back(VolumeIntent.model_validate_json(raw))
+            except RpcError as exc:
+                log.warning("cannot roll back %s yet: %s", key, exc)

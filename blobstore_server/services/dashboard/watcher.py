@@ -1,0 +1,123 @@
+"""The dashboard's async shell: scrape every process's /metrics, read clustermgr's disk table and
+tinker's backlog in Kafka, each on its own loop, and keep the results for `overview()`.
+
+A request for the overview never waits on any of them: it is built from what the loops last saw, so a
+process or Kafka that hangs shows up as stale or down, never as a dashboard that hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from confluent_kafka import KafkaException
+
+from blobstore_server.libs.mq.admin import lag
+from blobstore_server.libs.mq.settings import client_auth
+from blobstore_server.libs.mq.topics import pipelines
+from blobstore_server.libs.proto.clustermgr import DiskView
+from blobstore_server.libs.proto.dashboard import Overview, RatePoint
+from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY, TASK_PREFIX, TaskRecord, parse_broken_after
+from blobstore_server.libs.rpc.client import HttpClient
+from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.dashboard.config import DashboardConfig, Target
+from blobstore_server.services.dashboard.overview import TargetState, build_overview
+from blobstore_server.services.dashboard.scrape import Scrape, rate_point
+
+log = logging.getLogger(__name__)
+logging.getLogger("kafka").setLevel(logging.WARNING)  # its admin client logs every connection at INFO
+BACKLOG_REFRESH = 5.0  # at most this often: each read opens Kafka admin connections
+
+
+class Watcher:
+    def __init__(self, config: DashboardConfig, cluster: ClusterClient, http: HttpClient) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.http = http
+        self.targets: dict[str, TargetState] = {t.url.rstrip("/"): TargetState(t) for t in config.targets}
+        self.disks: list[DiskView] = []
+        self.tasks: list[TaskRecord] = []
+        self.broken_after: float | None = None
+        self.cluster_error = "not asked yet"
+        self.backlog: dict[str, int] | None = None
+        self.series: deque[RatePoint] = deque(maxlen=max(2, int(config.history / config.scrape_interval)))
+
+    def overview(self) -> Overview:
+        return build_overview(list(self.targets.values()), self.disks, self.cluster_error, self.backlog,
+                              self.series, self.config.scrape_interval, self.tasks, time.time(), self.broken_after)
+
+    async def scrape_loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            await self.scrape_all()
+            await asyncio.sleep(max(0.0, self.config.scrape_interval - (time.monotonic() - started)))
+
+    async def scrape_all(self) -> None:
+        states = list(self.targets.values())
+        await asyncio.gather(*(self._scrape(state) for state in states))
+        access = [(s.previous, s.latest) for s in states
+                  if s.target.role == "access" and s.previous is not None and s.latest is not None]
+        if access:
+            self.series.append(rate_point(access))
+
+    async def _scrape(self, state: TargetState) -> None:
+        try:
+            raw = await self.http.request("GET", f"{state.target.url}/metrics", timeout=self.config.scrape_timeout)
+            state.scraped(await asyncio.to_thread(Scrape.parse, raw.decode(), time.time()))
+        except (RpcError, ValueError) as exc:
+            state.failed(str(exc))
+
+    async def cluster_loop(self) -> None:
+        while True:
+            try:
+                self.disks = await self.cluster.list_disks()
+                self.tasks = _task_records(await self.cluster.kv_list(TASK_PREFIX))
+                self.broken_after = _broken_after(await self.cluster.list_config())
+                self.cluster_error = ""
+            except RpcError as exc:
+                self.cluster_error = str(exc)
+            for disk in self.disks:  # a blobnode nobody listed is found through its disks
+                host = disk.host.rstrip("/")
+                if host not in self.targets:
+                    self.targets[host] = TargetState(Target(name=host.split("://")[-1], role="blobnode", url=host))
+            await asyncio.sleep(self.config.scrape_interval)
+
+    async def backlog_loop(self) -> None:
+        if not self.config.kafka_bootstrap:
+            return
+        while True:
+            try:
+                self.backlog = await asyncio.to_thread(self._read_backlog)
+            except (KafkaException, OSError) as exc:
+                log.warning("cannot read the backlog from Kafka: %s", exc)
+                self.backlog = None
+            await asyncio.sleep(max(self.config.scrape_interval, BACKLOG_REFRESH))
+
+    def _read_backlog(self) -> dict[str, int]:
+        """Messages each of tinker's consumer groups has not committed yet (blocking: run in a thread)."""
+        backlog = {}
+        for spec in pipelines(self.config.tinker_group_prefix):
+            per_topic = lag(self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics], timeout=3.0,
+                            client=client_auth(self.config.kafka_auth))
+            backlog[spec.name] = sum(n for parts in per_topic.values() for n in parts.values())
+        return backlog
+
+
+def _broken_after(config: dict[str, str]) -> float | None:
+    try:
+        return parse_broken_after(config.get(BROKEN_AFTER_KEY))
+    except ValueError:
+        return None
+
+
+def _task_records(raw: dict[str, str]) -> list[TaskRecord]:
+    records = []
+    for key, value in raw.items():
+        try:
+            records.append(TaskRecord.model_validate_json(value))
+        except ValueError as exc:
+            log.warning("skipping task record %s: %s", key, str(exc).splitlines()[0])
+    return records

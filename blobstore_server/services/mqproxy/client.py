@@ -1,0 +1,59 @@
+"""Typed async client of mqproxy, used by access (and the CLI): hand repair and delete messages to
+Kafka through any live mqproxy. A call returns only once Kafka acknowledged every message."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from blobstore_server.libs.proto.mqproxy import DeleteBatch, DeleteIn, PublisherStats, Queued, RepairBatch, RepairIn
+from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
+from blobstore_server.libs.rpc.errors import Unavailable
+from blobstore_server.services.clustermgr.client import ClusterClient
+
+DISCOVERY_TTL = 10.0
+
+
+class MqProxyClient(ServiceClient):
+    """Static `hosts`, or the live "mqproxy" services registered in clustermgr when none are given."""
+
+    def __init__(self, hosts: Sequence[str] = (), cluster: ClusterClient | None = None,
+                 http: HttpClient | None = None) -> None:
+        if not hosts and cluster is None:
+            raise ValueError("mqproxy client needs hosts or a clustermgr to discover them")
+        self._static = [h.rstrip("/") for h in hosts]
+        self._cluster = cluster
+        self._found: tuple[float, list[str]] = (0.0, [])
+        super().__init__(http)
+
+    async def _hosts(self) -> list[str]:
+        if self._static:
+            return self._static
+        if self._found[0] < time.monotonic() and self._cluster is not None:
+            hosts = [s.host for s in await self._cluster.list_services("mqproxy")]
+            self._found = (time.monotonic() + DISCOVERY_TTL if hosts else 0.0, hosts)
+        return self._found[1]
+
+    async def _post(self, path: str, batch: BaseModel, count: int) -> int:
+        hosts = await self._hosts()
+        last: Exception = Unavailable("no mqproxy is registered")
+        for host in random.sample(hosts, len(hosts)):
+            try:
+                return (await self.http.call("POST", f"{host}{path}", Queued, body=batch)).queued
+            except Unavailable as exc:
+                last = exc
+        self._found = (0.0, [])
+        raise Unavailable(f"no mqproxy took {count} message(s) for {path}: {last}")
+
+    async def send_repair(self, messages: list[RepairIn]) -> int:
+        """How many were queued (all of them, or it raises)."""
+        return await self._post("/repairmsg", RepairBatch(messages=messages), len(messages))
+
+    async def send_delete(self, messages: list[DeleteIn]) -> int:
+        return await self._post("/deletemsg", DeleteBatch(messages=messages), len(messages))
+
+    async def stats(self, host: str) -> PublisherStats:
+        return await self.http.call("GET", f"{host}/stats", PublisherStats)

@@ -1,0 +1,81 @@
+"""Typed async client of the scheduler (workers and the CLI): it finds the active instance through the
+election record in clustermgr's kv and follows it across a takeover."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from blobstore_server.libs.proto.scheduler import (
+    LEADER_KEY,
+    AcquireRequest,
+    AcquireResult,
+    LeaderRecord,
+    ManualMigrate,
+    SchedulerStatus,
+    TaskAck,
+    TaskCancel,
+    TaskList,
+    TaskProgress,
+    TaskRecord,
+    TaskRef,
+)
+from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
+from blobstore_server.libs.rpc.errors import Unavailable
+from blobstore_server.services.clustermgr.client import ClusterClient
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class SchedulerClient(ServiceClient):
+    def __init__(self, cluster: ClusterClient, http: HttpClient | None = None, *, deadline: float = 10.0) -> None:
+        super().__init__(http, timeout=5.0)
+        self.cluster, self.deadline = cluster, deadline
+        self.active: str | None = None
+
+    async def _active(self) -> str:
+        raw = await self.cluster.kv_get(LEADER_KEY)
+        if raw is None:
+            raise Unavailable("no scheduler has been elected")
+        return LeaderRecord.model_validate_json(raw).host
+
+    async def _call(self, method: str, path: str, response: type[M], body: BaseModel | None = None) -> M:
+        """The call on the active scheduler; while none answers (a takeover takes seconds), look it up again
+        until the deadline."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.deadline
+        while True:
+            try:
+                self.active = self.active or await self._active()
+                return await self.http.call(method, f"{self.active}{path}", response, body=body)
+            except Unavailable:
+                self.active = None
+                if loop.time() >= give_up:
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def acquire(self, req: AcquireRequest) -> AcquireResult:
+        return await self._call("POST", "/task/acquire", AcquireResult, req)
+
+    async def renew(self, ref: TaskRef) -> TaskAck:
+        return await self._call("POST", "/task/renew", TaskAck, ref)
+
+    async def report(self, progress: TaskProgress) -> TaskAck:
+        return await self._call("POST", "/task/report", TaskAck, progress)
+
+    async def complete(self, ref: TaskRef) -> TaskAck:
+        return await self._call("POST", "/task/complete", TaskAck, ref)
+
+    async def cancel(self, req: TaskCancel) -> TaskAck:
+        return await self._call("POST", "/task/cancel", TaskAck, req)
+
+    async def manual_migrate(self, req: ManualMigrate) -> TaskRecord:
+        return await self._call("POST", "/task/migrate", TaskRecord, req)
+
+    async def tasks(self) -> TaskList:
+        return await self._call("GET", "/task/list", TaskList)
+
+    async def status(self, host: str) -> SchedulerStatus:
+        return await self.http.call("GET", f"{host.rstrip('/')}/status", SchedulerStatus)

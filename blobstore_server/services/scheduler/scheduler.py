@@ -1,0 +1,461 @@
+"""The active scheduler: watches disks, keeps task records in clustermgr's kv, prepares destinations, hands
+tasks to workers under leases and switches the volume's unit once a worker is done. Every decision is in
+`rules.py`; this module reads, writes and calls.
+
+Only the elected instance works; the task records (`task/<type>/<id>`) are loaded when it takes over, and
+every change is written through before it is answered. Worker leases live in memory only: after a
+takeover, a worker renewing a task whose units match is given the lease back (the units are the fence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
+from blobstore_server.libs.proto.clustermgr import Fence
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.scheduler import (
+    BROKEN_AFTER_KEY,
+    LEADER_KEY,
+    TASK_PREFIX,
+    AcquireRequest,
+    AcquireResult,
+    LeaderRecord,
+    ManualMigrate,
+    SchedulerStatus,
+    TaskAck,
+    TaskCancel,
+    TaskProgress,
+    TaskRecord,
+    TaskRef,
+    TaskState,
+    WorkTask,
+    parse_broken_after,
+)
+from blobstore_server.libs.proto.switches import Switches, TaskType, switch_states
+from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotFound, NotLeader, RpcError
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.scheduler import rules
+from blobstore_server.services.scheduler.config import SchedulerConfig
+from blobstore_server.services.scheduler.election import Election
+from blobstore_server.services.scheduler.inspect import VolumeInspector
+from blobstore_server.services.scheduler.rules import EVACUATE, LOCKING, Lease, advance
+
+log = logging.getLogger(__name__)
+UNREADABLE = frozenset({DiskStatus.BROKEN, DiskStatus.REPAIRING, DiskStatus.REPAIRED})
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, cluster: ClusterClient, blobnodes: BlobnodeClient,
+                 inspector: VolumeInspector, elections: ClusterClient) -> None:
+        """`cluster` carries every state change, fenced with the epoch of the lease once won; `elections`
+        (unfenced: a takeover must not be refused for the epoch it supersedes) only reads and swaps the record."""
+        self.config, self.cluster, self.blobnodes, self.inspector = config, cluster, blobnodes, inspector
+        self.elections = elections
+        self.me = config.advertised_host
+        self.election = Election(self.me, config.election_ttl)
+        self.epoch = 0  # of the lease this instance last won; its workers' task calls must carry it
+        self.fenced = 0  # requests refused for a superseded epoch: its own by clustermgr, workers' by it
+        self.switches = Switches()
+        self.tasks: dict[str, TaskRecord] = {}
+        self.leases: dict[str, Lease] = {}
+        self.held_back: dict[str, float] = {}  # task id -> monotonic time before which it is not handed out
+        self.disks: dict[int, DiskInfo] = {}
+        self.margins: dict[int, int] = {}  # vid -> losses it can still take, for volumes with a lost unit
+        self.silent: dict[int, tuple[float, float]] = {}  # disk -> (last heartbeat seen, monotonic since)
+        self.loaded = False
+        self.mutex = asyncio.Lock()  # one change of the task table at a time (routes and rounds): `_changing`
+
+    # leadership
+
+    @property
+    def active(self) -> bool:
+        return self.election.active(time.monotonic())
+
+    def require_active(self) -> None:
+        if not self.active:
+            leader = self.election.leader
+            raise NotLeader(f"{self.me} is not the active scheduler", leader=leader or "")
+
+    async def campaign(self) -> None:
+        """Hold or watch the election record until cancelled."""
+        while True:
+            started = time.monotonic()
+            try:
+                raw = await self.elections.kv_get(LEADER_KEY)
+                record = LeaderRecord.model_validate_json(raw) if raw else None
+                claim = self.election.decide(record, started)
+                if claim is not None:
+                    expected = claim.expected.model_dump_json() if claim.expected else None
+                    await self.elections.kv_cas(LEADER_KEY, expected, claim.record.model_dump_json())
+                    if claim.record.epoch != self.epoch:
+                        log.warning("%s is now the active scheduler (epoch %d)", self.me, claim.record.epoch)
+                        self.epoch = claim.record.epoch
+                        self.cluster.fence(Fence(key=LEADER_KEY, epoch=self.epoch))
+                    self.election.won(started)
+            except Conflict:
+                self.election.lost()
+            except RpcError as exc:
+                log.warning("election: %s", exc)
+            if not self.active and self.loaded:
+                self._forget()
+            await asyncio.sleep(self.config.election_ttl / 3)
+
+    @contextlib.asynccontextmanager
+    async def _changing(self) -> AsyncIterator[None]:
+        """The task table's mutex, for one change (routes and rounds); a change clustermgr refuses as fenced
+        makes this instance stand by."""
+        async with self.mutex:
+            try:
+                yield
+            except Fenced as exc:
+                self._superseded(exc)
+                raise
+
+    def _superseded(self, exc: Fenced) -> None:
+        """clustermgr refused a change: a newer scheduler holds the lease. Stand by at once, whatever the clock
+        says (a pause or a partition outlasted the lease); counted once per lease lost."""
+        if not self.loaded:
+            return
+        self.fenced += 1
+        log.warning("%s was superseded (epoch %d): %s", self.me, self.epoch, exc)
+        self.election.lost()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Standing by: another instance owns the tasks now."""
+        log.warning("%s stands by", self.me)
+        self.tasks.clear()
+        self.leases.clear()
+        self.held_back.clear()
+        self.margins.clear()
+        self.loaded = False
+
+    # the round: disks, preparation, finishing
+
+    async def run(self) -> None:
+        while True:
+            if self.active:
+                try:
+                    if not self.loaded:
+                        await self._load()
+                    await self._round()
+                except Fenced as exc:
+                    self._superseded(exc)
+                except RpcError as exc:
+                    log.warning("scheduler round: %s", exc)
+            await asyncio.sleep(self.config.round_interval)
+
+    async def _load(self) -> None:
+        records = await self.cluster.kv_list(TASK_PREFIX)
+        self.tasks = {}
+        for key, raw in records.items():
+            try:
+                task = TaskRecord.model_validate_json(raw)
+            except ValueError:
+                log.error("unreadable task record %s", key)
+                continue
+            self.tasks[task.task_id] = task
+        self.loaded = True
+        log.info("loaded %d task records (%d open)", len(self.tasks), sum(t.open for t in self.tasks.values()))
+
+    async def _round(self) -> None:
+        config = await self.cluster.list_config()
+        self.switches.update(switch_states(config))
+        try:
+            broken_after = parse_broken_after(config.get(BROKEN_AFTER_KEY))
+        except ValueError as exc:
+            log.warning("ignoring config: %s", exc)
+            broken_after = None
+        disks = await self.cluster.list_disks()
+        volumes = {v.vid: v for v in await self.cluster.list_volumes()}
+        self.disks = {d.disk_id: d for d in disks}
+        mono = time.monotonic()
+        lost = {d.disk_id for d in disks
+                if d.status in UNREADABLE or self._silent_for(d, mono) > self.config.disk_lost_after}
+        self.margins = rules.volume_margins(volumes.values(), lost)
+        async with self._changing():
+            await self._watch_disks(disks, volumes.values(), broken_after)
+            if self.switches.is_on(TaskType.BALANCE):
+                usable = [d for d in disks if d.alive and d.writable]
+                task = rules.plan_balance(usable, list(volumes.values()), self.tasks.values(), time.time(),
+                                          self.config.balance_threshold, self.config.balance_per_hour)
+                if task is not None:
+                    await self._create(task)
+            await self._prepare(volumes)
+            for task in [t for t in self.tasks.values() if t.state is TaskState.WORK_COMPLETED]:
+                await self._finish(task)
+            await self._prune()
+
+    async def inspect(self) -> None:
+        """Volume inspection passes while active and switched on, until cancelled."""
+        while True:
+            await asyncio.sleep(self.config.inspect_interval)
+            if self.active and self.loaded and self.switches.is_on(TaskType.VOLUME_INSPECT):
+                try:
+                    await self.inspector.one_pass({t.vid for t in self.tasks.values() if t.open})
+                except RpcError as exc:
+                    log.warning("volume inspection: %s", exc)
+
+    def _silent_for(self, disk: DiskInfo, now: float) -> float:
+        """How long this scheduler has seen the disk's last heartbeat unchanged: silence is measured by the
+        one watching, so a scheduler started after a whole-cluster outage gives every node time to beat."""
+        seen = self.silent.get(disk.disk_id)
+        if seen is None or seen[0] != disk.last_heartbeat:
+            self.silent[disk.disk_id] = seen = (disk.last_heartbeat, now)
+        return now - seen[1]
+
+    async def _watch_disks(self, disks: Iterable[DiskInfo], volumes: Iterable[VolumeInfo],
+                           broken_after: float | None) -> None:
+        volumes = list(volumes)
+        now, mono = time.time(), time.monotonic()
+        for disk in disks:
+            evacuate = EVACUATE.get(disk.status)
+            if evacuate is not None and self.switches.is_on(evacuate):
+                for task in rules.units_to_evacuate(disk, volumes, self.tasks, now):
+                    await self._create(task)
+            units_left = sum(u.disk_id == disk.disk_id for v in volumes for u in v.units)
+            open_tasks = sum(t.open and t.disk_id == disk.disk_id and t.task_type is evacuate
+                             for t in self.tasks.values())
+            status = rules.next_disk_status(disk, self._silent_for(disk, mono), broken_after, units_left, open_tasks)
+            if status is not None:
+                log.warning("disk %d (%s): %s -> %s (%d units, %d open tasks)", disk.disk_id, disk.host,
+                            disk.status, status, units_left, open_tasks)
+                await self.cluster.set_disk(disk.disk_id, status=status)
+
+    async def _prepare(self, volumes: Mapping[int, VolumeInfo]) -> None:
+        busy = sum(t.state in (TaskState.PREPARED, TaskState.WORK_COMPLETED) for t in self.tasks.values())
+        states = {task_type: self.switches.is_on(task_type) for task_type in TaskType}
+        mono = time.monotonic()
+        waiting = [t for t in self.tasks.values() if self.held_back.get(t.task_id, 0.0) <= mono]
+        for task in rules.to_prepare(waiting, states, self.config.max_prepared - busy, self.margins):
+            volume = volumes.get(task.vid)
+            if volume is None:
+                await self._save(advance(task, TaskState.FINISHED_IN_ADVANCE, time.time(), reason="volume gone"))
+                continue
+            await self._prepare_one(task, volume)
+
+    async def _prepare_one(self, task: TaskRecord, volume: VolumeInfo) -> None:
+        """Lock the volume if the task copies, reserve a new unit (epoch + 1) on a disk not tried before and
+        create its chunk; a failure is retried in a later round on another disk."""
+        now = time.time()
+        if volume.units[task.unit_index].vuid != task.source_vuid:
+            await self._save(advance(task, TaskState.FINISHED_IN_ADVANCE, now, reason="the unit moved already"))
+            return
+        try:
+            if task.task_type in LOCKING:
+                if volume.status is not VolumeStatus.LOCK:
+                    await self.cluster.lock_volume(task.vid)
+                with contextlib.suppress(RpcError):  # an unreachable source is rebuilt from the others
+                    await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid)
+            destination = await self.cluster.alloc_unit(task.vid, task.unit_index, disk_id=task.target_disk,
+                                                        avoid=[task.disk_id, *task.avoid_disks])
+        except RpcError as exc:
+            self._hold_back(task, f"cannot reserve a destination: {exc}")
+            return
+        try:
+            await self.blobnodes.create_chunk(destination.host, destination.disk_id, destination.vuid)
+        except RpcError as exc:
+            self._hold_back(task, f"cannot create the chunk on disk {destination.disk_id}: {exc}")
+            if task.target_disk is None:
+                await self._save(task.model_copy(update={"avoid_disks": [*task.avoid_disks, destination.disk_id]}))
+            return
+        await self._save(advance(task, TaskState.PREPARED, now, destination=destination, reason=""))
+        log.info("task %s prepared: volume %d unit %d disk %d -> %d", task.task_id, task.vid, task.unit_index,
+                 task.disk_id, destination.disk_id)
+
+    def _hold_back(self, task: TaskRecord, reason: str) -> None:
+        log.warning("task %s: %s", task.task_id, reason)
+        self.held_back[task.task_id] = time.monotonic() + max(self.config.cancel_hold, self.config.round_interval)
+
+    async def _finish(self, task: TaskRecord) -> None:
+        """Switch the volume's unit to the destination, release the old chunk, unlock; FINISHED. A refused
+        switch (the reservation was superseded) sends the task back to be prepared again."""
+        assert task.destination is not None
+        destination, now = task.destination, time.time()
+        volume = await self.cluster.get_volume(task.vid)
+        current = volume.units[task.unit_index]
+        if current.vuid == task.source_vuid:
+            try:
+                await self.cluster.update_unit(task.vid, task.unit_index, destination.vuid, destination.disk_id)
+            except Fenced:
+                raise  # superseded: the destination may be the live unit by now; a newer scheduler decides
+            except Conflict as exc:
+                await self._release(destination.host, destination.disk_id, destination.vuid)
+                await self._save(advance(task, TaskState.INITED, now, destination=None, redo=task.redo + 1,
+                                         reason=f"switch refused: {exc}"))
+                return
+        elif current.vuid != destination.vuid:
+            await self._release(destination.host, destination.disk_id, destination.vuid)
+            await self._unlock(task)
+            await self._save(advance(task, TaskState.FINISHED_IN_ADVANCE, now, reason="the unit moved meanwhile"))
+            return
+        await self._release(task.source_host, task.disk_id, task.source_vuid)
+        await self._unlock(task)
+        await self._save(advance(task, TaskState.FINISHED, now))
+        log.info("task %s finished: volume %d unit %d now %d on disk %d", task.task_id, task.vid, task.unit_index,
+                 destination.vuid, destination.disk_id)
+
+    async def _release(self, host: str, disk_id: int, vuid: int) -> None:
+        """Best effort: a chunk on a dead disk goes with the disk. clustermgr first confirms, in the log's order
+        and under this scheduler's fence, that the unit is no volume's live unit."""
+        try:
+            await self.cluster.release_unit(Vuid(vuid).vid(), vuid)
+            await self.blobnodes.release_chunk(host, disk_id, vuid)
+        except Fenced:
+            raise  # superseded: stand by (see `_changing`), release nothing
+        except RpcError as exc:
+            log.info("chunk %d on disk %d not released: %s", vuid, disk_id, exc)
+
+    async def _unlock(self, task: TaskRecord) -> None:
+        if task.task_type not in LOCKING:
+            return
+        try:
+            await self.cluster.unlock_volume(task.vid)
+        except Conflict as exc:  # not locked (any more), or another move pending
+            log.info("volume %d stays as it is: %s", task.vid, exc)
+
+    async def _prune(self) -> None:
+        now = time.time()
+        for task in [t for t in self.tasks.values() if rules.prunable(t, now, self.config.keep_finished)]:
+            with contextlib.suppress(NotFound):
+                await self.cluster.kv_delete(task.key)
+            del self.tasks[task.task_id]
+
+    async def _create(self, task: TaskRecord) -> None:
+        try:
+            await self.cluster.kv_cas(task.key, None, task.model_dump_json())
+        except Conflict:  # written by an earlier holder that did not get to load it: read it back
+            raw = await self.cluster.kv_get(task.key)
+            if raw is None:
+                return
+            task = TaskRecord.model_validate_json(raw)
+        else:
+            log.info("task %s created: volume %d unit %d on disk %d", task.task_id, task.vid, task.unit_index,
+                     task.disk_id)
+        self.tasks[task.task_id] = task
+
+    async def _save(self, task: TaskRecord) -> None:
+        await self.cluster.kv_set(task.key, task.model_dump_json())
+        self.tasks[task.task_id] = task
+        if not task.open or task.state is TaskState.INITED:
+            self.leases.pop(task.task_id, None)
+
+    # the worker protocol
+
+    async def acquire(self, req: AcquireRequest) -> AcquireResult:
+        self.require_active()
+        async with self._changing():
+            states = {task_type: self.switches.is_on(task_type) for task_type in TaskType}
+            mono = time.monotonic()
+            task = rules.to_hand_out(self.tasks.values(), self.leases, self.held_back, states, req.task_types, mono,
+                                     self.margins, req.urgent_only)
+            if task is None or task.destination is None:
+                return AcquireResult()
+            self.leases[task.task_id] = Lease(req.worker, mono + self.config.task_lease_ttl)
+            await self._save(task.model_copy(update={"worker": req.worker, "mtime": time.time()}))
+        source_disk = self.disks.get(task.disk_id)
+        readable = source_disk is not None and source_disk.status not in UNREADABLE
+        ref = TaskRef(task_type=task.task_type, task_id=task.task_id, worker=req.worker,
+                      source_vuid=task.source_vuid, destination_vuid=task.destination.vuid, epoch=self.epoch)
+        log.info("task %s handed to %s", task.task_id, req.worker)
+        return AcquireResult(task=WorkTask(ref=ref, vid=task.vid, unit_index=task.unit_index, source=task.source,
+                                           destination=task.destination, source_readable=readable,
+                                           urgent=rules.is_urgent(task, self.margins),
+                                           lease_ttl=self.config.task_lease_ttl, done_bytes=task.done_bytes,
+                                           done_shards=task.done_shards))
+
+    def _fenced(self, ref: TaskRef) -> TaskRecord:
+        """The task `ref` names, with its lease renewed, or Conflict why not (Fenced: handed out under an
+        older epoch, by a scheduler that has been superseded since)."""
+        self.require_active()
+        if ref.epoch != self.epoch:
+            self.fenced += 1
+            log.warning("fenced %s's call about task %s: epoch %d, not %d", ref.worker, ref.task_id, ref.epoch,
+                        self.epoch)
+            raise Fenced(f"task {ref.task_id} was handed out under epoch {ref.epoch}; the lease is at {self.epoch}")
+        task = self.tasks.get(ref.task_id)
+        mono = time.monotonic()
+        why = rules.fence(task, ref, self.leases.get(ref.task_id), mono)
+        if why is not None:
+            raise Conflict(why)
+        assert task is not None
+        if not self.switches.is_on(task.task_type):
+            raise Conflict(f"{task.task_type} is switched off: task paused")
+        self.leases[ref.task_id] = Lease(ref.worker, mono + self.config.task_lease_ttl)
+        return task
+
+    async def renew(self, ref: TaskRef) -> TaskAck:
+        task = self._fenced(ref)
+        return TaskAck(task_id=task.task_id, state=task.state)
+
+    async def report(self, progress: TaskProgress) -> TaskAck:
+        async with self._changing():
+            task = self._fenced(progress.ref)
+            task = task.model_copy(update={**progress.model_dump(exclude={"ref"}), "mtime": time.time()})
+            await self._save(task)
+        return TaskAck(task_id=task.task_id, state=task.state)
+
+    async def complete(self, ref: TaskRef) -> TaskAck:
+        async with self._changing():
+            task = self._fenced(ref)
+            task = advance(task, TaskState.WORK_COMPLETED, time.time())
+            await self._save(task)
+            self.leases.pop(task.task_id, None)
+            try:
+                await self._finish(task)
+            except Fenced:
+                raise
+            except RpcError as exc:  # the next round finishes it
+                log.warning("task %s: finishing later: %s", task.task_id, exc)
+            task = self.tasks[task.task_id]
+        return TaskAck(task_id=task.task_id, state=task.state)
+
+    async def cancel(self, req: TaskCancel) -> TaskAck:
+        async with self._changing():
+            task = self._fenced(req.ref)
+            self.leases.pop(task.task_id, None)
+            now = time.time()
+            volume = await self.cluster.get_volume(task.vid)
+            if volume.units[task.unit_index].vuid != task.source_vuid:
+                task = advance(task, TaskState.FINISHED_IN_ADVANCE, now, reason=f"the unit moved: {req.reason}")
+            elif req.destination_failed and task.destination is not None:
+                await self._release(task.destination.host, task.destination.disk_id, task.destination.vuid)
+                avoid = task.avoid_disks if task.target_disk else [*task.avoid_disks, task.destination.disk_id]
+                task = advance(task, TaskState.INITED, now, destination=None, avoid_disks=avoid, redo=task.redo + 1,
+                               reason=req.reason)
+            else:
+                self.held_back[task.task_id] = time.monotonic() + self.config.cancel_hold
+                task = task.model_copy(update={"reason": req.reason, "mtime": now})
+            if not task.open:
+                await self._unlock(task)
+            await self._save(task)
+            log.warning("task %s cancelled by %s: %s -> %s", task.task_id, req.ref.worker, req.reason, task.state)
+        return TaskAck(task_id=task.task_id, state=task.state)
+
+    async def manual_migrate(self, req: ManualMigrate) -> TaskRecord:
+        self.require_active()
+        volume = await self.cluster.get_volume(req.vid)
+        if req.index >= len(volume.units):
+            raise Conflict(f"volume {req.vid} has {len(volume.units)} units, no unit {req.index}")
+        if req.disk_id is not None and any(u.disk_id == req.disk_id for u in volume.units):
+            raise Conflict(f"disk {req.disk_id} already holds a unit of volume {req.vid}")
+        task = rules.new_task(TaskType.MANUAL_MIGRATE, volume, req.index, time.time())
+        async with self._changing():
+            existing = self.tasks.get(task.task_id)
+            if existing is not None and existing.open:
+                raise Conflict(f"task {task.task_id} already moves that unit ({existing.state})")
+            task = task.model_copy(update={"target_disk": req.disk_id})
+            await self._save(task)
+        return task
+
+    def status(self) -> SchedulerStatus:
+        mono = time.monotonic()
+        return SchedulerStatus(host=self.me, active=self.active, leader=self.election.leader,
+                               open_tasks=sum(t.open for t in self.tasks.values()),
+                               leased_tasks=sum(lease.expires > mono for lease in self.leases.values()))

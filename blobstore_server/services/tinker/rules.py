@@ -1,0 +1,48 @@
+"""Tinker's decisions, free of I/O: when a failed message is retried, when a deleted blob may be
+removed for good, and whether a multipart upload was finished. (Which offsets may be committed is
+`libs.mq.offsets.OffsetTracker`.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from blobstore_server.libs.proto.blobnode import ShardState
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base: float = 1.0
+    cap: float = 300.0
+
+    def backoff(self, retry: int) -> float:
+        """Seconds to wait before attempt `retry` (1, 2, ...): doubling, capped; never give up."""
+        return min(self.cap, self.base * 2 ** max(0, retry - 1))
+
+
+def delete_due(marked_at: float, safe_delay: float, now: float) -> float:
+    """Seconds until a blob whose shards were all marked deleted at `marked_at` may be removed for good (0: now):
+    its blobnodes refuse it before their `delete_hold` (the same delay) has passed since their mark."""
+    return max(0.0, marked_at + safe_delay - now)
+
+
+class UploadVerdict(StrEnum):
+    FINISHED = "finished"  # every blob was written: keep the object
+    UNFINISHED = "unfinished"  # some blob cannot have been written: reclaim the upload
+    UNKNOWN = "unknown"  # too many blobnodes silent to tell: ask again later
+
+
+def upload_verdict(blobs: Sequence[Sequence[ShardState]], data_shards: int) -> UploadVerdict:
+    """Whether a multipart upload was finished, from each blob's shard states: a blob counts as written
+    when at least `data_shards` of its shards are present (it reads back)."""
+    verdict = UploadVerdict.FINISHED
+    for states in blobs:
+        present = sum(s is ShardState.PRESENT for s in states)
+        if present >= data_shards:
+            continue
+        silent = sum(s in (ShardState.UNREACHABLE, ShardState.ERROR, ShardState.MOVED) for s in states)
+        if present + silent < data_shards:
+            return UploadVerdict.UNFINISHED
+        verdict = UploadVerdict.UNKNOWN
+    return verdict

@@ -1,0 +1,33 @@
+"""Worker configuration (`python -m services.worker -c worker.json`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from blobstore_server.libs.rpc.config import ServiceSettings
+
+
+class WorkerConfig(ServiceSettings):
+    bind_addr: str = "127.0.0.1:9300"
+    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    idc: str = "z0"
+    clustermgr_hosts: list[str] = Field(min_length=1)
+    shard_timeout: float = Field(30.0, gt=0)
+    register_ttl: float = Field(10.0, gt=0)
+    # unit migration (disk repair, drop, balance): shards moved at once, bytes per piece, progress reports
+    migrate_concurrency: int = Field(8, ge=1, le=64)
+    migrate_piece_bytes: int = Field(16 << 20, ge=1 << 16)
+    migrate_report_interval: float = Field(3.0, gt=0)
+    # MiB/s all of this worker's migrations write together; None: only the blobnodes' background caps apply.
+    # On a box where the CPU, not the disks, is short, this is what keeps user latency down during a repair.
+    migrate_mb_per_sec: float | None = Field(None, gt=0)
+    # scheduler tasks (disk repair, drop, balance, manual migrate) worked at once, and how often to ask
+    task_runners: int = Field(2, ge=0, le=16)
+    task_poll: float = Field(0.5, gt=0)
+    # runners that take only repairs of volumes one loss from losing blobs, so those never wait behind a
+    # long ordinary move
+    urgent_runners: int = Field(1, ge=0, le=4)
+
+    @property
+    def advertised_host(self) -> str:
+        return self.host or f"http://{self.bind_addr}"

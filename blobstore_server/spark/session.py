@@ -1,0 +1,92 @@
+"""The SparkSession both jobs run in: `local[*]` by default, or a standalone (or any) master, unchanged.
+
+Spark's Kafka source is not part of pyspark: `make setup` fetches its jars from Maven Central through
+deploy/spark/pom.xml into ~/.cache/blobstore (deploy/jars.py); a job never downloads anything. Only the backlog
+job puts them on the classpath (`spark.jars`, handed to the driver and every executor), without the jars pyspark
+already ships (Scala, Hadoop, logging...), so pyspark's own versions win.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from blobstore_server.libs.maven import cache_root, fetch_jars
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+POM = SOURCE_ROOT / "deploy" / "spark" / "pom.xml"
+PYSPARK_JARS = Path(pyspark.__file__).resolve().parent / "jars"
+_VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.+-]*\.jar$")
+LOOPBACK = ("local", "spark://127.0.0.1:", "spark://localhost:")
+KAFKA_SOURCE_JAR = "spark-sql-kafka-*.jar"
+
+
+def spark_version() -> str:
+    match = re.search(r"<spark\.version>([^<]+)</spark\.version>", POM.read_text())
+    if match is None:
+        raise RuntimeError(f"no <spark.version> in {POM}")
+    if match.group(1) != pyspark.__version__:
+        raise RuntimeError(f"{POM} fetches Spark {match.group(1)}'s Kafka source but pyspark is "
+                           f"{pyspark.__version__}: change them together")
+    return match.group(1)
+
+
+def _artifact(jar: Path) -> str:
+    match = _VERSIONED.match(jar.name)
+    return match.group("artifact") if match else jar.stem
+
+
+def kafka_source_dir() -> Path:
+    return cache_root() / f"spark-kafka-{spark_version()}" / "jars"
+
+
+def fetch_kafka_source() -> Path:
+    """Fetch the Kafka source's jars into the cache once (`make setup`; needs Maven)."""
+    return fetch_jars(POM, kafka_source_dir(), KAFKA_SOURCE_JAR)
+
+
+def kafka_source_jars() -> list[Path]:
+    """The Kafka source and the jars it needs that pyspark lacks, as `make setup` installed them."""
+    libs = kafka_source_dir()
+    if not any(libs.glob(KAFKA_SOURCE_JAR)):
+        raise FileNotFoundError(f"Spark's Kafka source is not installed (no {KAFKA_SOURCE_JAR} in {libs}): "
+                                f"run `make setup`, which fetches it with Maven")
+    shipped = {_artifact(jar) for jar in PYSPARK_JARS.glob("*.jar")}
+    return sorted(jar for jar in libs.glob("*.jar") if _artifact(jar) not in shipped)
+
+
+@contextmanager
+def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = None,
+                  kafka_source: bool = False) -> Iterator[SparkSession]:
+    """A session on `master`, with Spark's Kafka source when asked; stopped at the end unless one was already
+    running in this process (a test or a notebook shares its own across jobs, started with what they need)."""
+    existing = SparkSession.getActiveSession()
+    if existing is not None:
+        yield existing
+        return
+    # Executors run the same interpreter as the driver, so they import libs/ and spark/ as it does (pyspark
+    # takes the executors' Python from this variable, not from blobstore_server.spark.pyspark.python).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.showConsoleProgress", "true")
+               .config("spark.sql.session.timeZone", "UTC"))
+    if master.startswith(LOOPBACK):  # everything on this machine: bind nothing but the loopback address
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    if kafka_source:
+        builder = builder.config("spark.jars", ",".join(str(j) for j in kafka_source_jars()))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,5 +1,0 @@
-"""Embedded RocksDB key-value store."""
-
-from libs.kv.store import DEFAULT_CF, Batch, KVError, KVStore
-
-__all__ = ["DEFAULT_CF", "Batch", "KVError", "KVStore"]
