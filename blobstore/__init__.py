@@ -1,6 +1,6 @@
 """Python SDK of the blob store: `Client` (blocking) and `AsyncClient`, their records and exceptions."""
 
-from blobstore.client import AsyncClient, Client, Progress, Upload
+from blobstore.client import AsyncClient, Client, Progress
 from blobstore.errors import (
     BadRequest,
     BlobstoreError,
@@ -11,7 +11,7 @@ from blobstore.errors import (
     Unavailable,
     UploadIncomplete,
 )
-from blobstore.records import Slice, Stat
+from blobstore.records import Slice, Stat, Upload
 
 __all__ = [
     "AsyncClient",

@@ -15,7 +15,6 @@ import random
 import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -29,7 +28,7 @@ from blobstore.errors import (
     UploadIncomplete,
     error_from_answer,
 )
-from blobstore.records import AllocRequest, AllocResult, PutResult, Stat
+from blobstore.records import AllocRequest, AllocResult, PutResult, Stat, Upload
 
 CHUNK = 1 << 20
 MAX_TRIES = 3  # hosts tried per request
@@ -138,27 +137,6 @@ class _Upload:
         else:
             for piece in data:
                 yield bytes(piece)
-
-
-@dataclass
-class Upload:
-    """A multipart upload: the object's Location and one token per part (blob). Parts may be sent in any
-    order and in parallel; the object reads back once every part is written. Until `expiry` passing it
-    back to `put(..., upload=)` sends only the parts not yet `done`; after, the upload is reclaimed."""
-
-    location: str
-    tokens: list[str]
-    blob_size: int
-    size: int
-    expiry: int
-    done: set[int] = field(default_factory=set)
-
-    @property
-    def missing(self) -> list[int]:
-        return [i for i in range(len(self.tokens)) if i not in self.done]
-
-    def part_size(self, index: int) -> int:
-        return min(self.blob_size, self.size - index * self.blob_size)
 
 
 async def _parts(body: AsyncIterator[bytes], blob_size: int) -> AsyncIterator[tuple[int, bytes]]:

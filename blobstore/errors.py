@@ -7,10 +7,8 @@ the SDK keeps that code and message but raises a small, stable set of classes th
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from blobstore.client import Upload
+from blobstore.records import Upload
 
 
 class BlobstoreError(Exception):

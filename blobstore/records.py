@@ -4,6 +4,8 @@ They live with the SDK, which depends on pydantic and nothing of the server, and
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_OBJECT_SIZE = 5 << 30  # the largest object one Location can name
@@ -63,3 +65,24 @@ class PutAtResult(BaseModel):
     vid: int
     bid: int
     size: int
+
+
+@dataclass
+class Upload:
+    """A multipart upload: the object's Location and one token per part (blob). Parts may be sent in any
+    order and in parallel; the object reads back once every part is written. Until `expiry` passing it
+    back to `put(..., upload=)` sends only the parts not yet `done`; after, the upload is reclaimed."""
+
+    location: str
+    tokens: list[str]
+    blob_size: int
+    size: int
+    expiry: int
+    done: set[int] = field(default_factory=set)
+
+    @property
+    def missing(self) -> list[int]:
+        return [i for i in range(len(self.tokens)) if i not in self.done]
+
+    def part_size(self, index: int) -> int:
+        return min(self.blob_size, self.size - index * self.blob_size)

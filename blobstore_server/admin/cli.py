@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-from blobstore.client import Client
+from blobstore import Client
 from blobstore.errors import NotFound
 from blobstore_server.admin.auth_cli import auth_app
 from blobstore_server.admin.cli_common import (

@@ -28,7 +28,7 @@ import httpx
 import tomli_w
 from confluent_kafka import KafkaException
 
-from blobstore.client import Client
+from blobstore import Client
 from blobstore.errors import BlobstoreError
 from blobstore_server.admin import kafka_auth, netns, render
 from blobstore_server.admin.broker import SOURCE_ROOT, broker

@@ -12,8 +12,8 @@ from blobstore_server.libs.proto.clustermgr import DiskAdd
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.services.clustermgr import commands as c
 from blobstore_server.services.clustermgr.commands import Command, decode_result, encode
+from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.sessions import LoggedSession
-from blobstore_server.services.clustermgr.state import ClusterState
 
 R = Any
 
@@ -25,7 +25,7 @@ class AnyResult(BaseModel):
 class Driver:
     """Applies commands with consecutive indexes and decodes the answers."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterMachine) -> None:
         self.state = state
         self.index = state.applied_index()
         self.now = 1000.0

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from blobstore_server.services.clustermgr.state import ClusterState
+from blobstore_server.services.clustermgr.machine import ClusterMachine
 from tests.support.clustermgr_state import Driver
 
 
 @pytest.fixture
 def cm(tmp_path: Path) -> Iterator[Driver]:
-    state = ClusterState(tmp_path / "state")
+    state = ClusterMachine(tmp_path / "state")
     yield Driver(state)
     state.close()

@@ -15,8 +15,8 @@ from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.clustermgr import commands as c
 from blobstore_server.services.clustermgr.commands import COMMANDS, encode
+from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.sessions import MAX_DROPS, LoggedSession
-from blobstore_server.services.clustermgr.state import ClusterState
 from tests.support.clustermgr_state import Driver, add_disks, create_volume, disk, ec3p3_units
 
 
@@ -31,14 +31,14 @@ def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() ->
 
 
 def test_scopes_are_monotonic_and_survive_restart(tmp_path: Path) -> None:
-    state = ClusterState(tmp_path / "s")
+    state = ClusterMachine(tmp_path / "s")
     cm = Driver(state)
     assert cm(c.ScopeAlloc(name="bid", count=10)).model_dump() == {"name": "bid", "start": 1, "end": 10}
     assert cm(c.ScopeAlloc(name="bid", count=5)).start == 11
     with pytest.raises(errors.BadRequest):
         cm(c.ScopeAlloc(name="bid", count=0))
     state.close()
-    state = ClusterState(tmp_path / "s")
+    state = ClusterMachine(tmp_path / "s")
     assert state.applied_index() == 3
     assert Driver(state)(c.ScopeAlloc(name="bid", count=1)).start == 16
     state.close()
@@ -219,7 +219,7 @@ def test_snapshot_restore_gives_an_equal_checksum(tmp_path: Path, cm: Driver) ->
     cm(c.ScopeAlloc(name="vid", count=1))
     create_volume(cm, 1)
     cm.state.snapshot(tmp_path / "snap")
-    other = ClusterState(tmp_path / "other")
+    other = ClusterMachine(tmp_path / "other")
     try:
         other.restore(tmp_path / "snap")
         assert other.checksum() == cm.state.checksum()
@@ -277,7 +277,7 @@ def test_the_session_table_is_bounded_and_expires_by_the_leaders_clock(cm: Drive
 
 
 def test_sessions_are_in_snapshots_and_in_the_checksum(tmp_path: Path, cm: Driver) -> None:
-    plain = Driver(ClusterState(tmp_path / "plain"))
+    plain = Driver(ClusterMachine(tmp_path / "plain"))
     try:
         got = cm(c.ScopeAlloc(name="bid", count=5), session("a", 1))
         plain(c.ScopeAlloc(name="bid", count=5))
@@ -321,10 +321,10 @@ def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path:
         _old_entry("volume_unit_alloc", 13.0, vid=1, index=1, disk_id=7),
         _old_entry("disk_set", 13.5, disk_id=1, status=None, readonly=True),
     ]
-    old = Driver(ClusterState(tmp_path / "old"))
+    old = Driver(ClusterMachine(tmp_path / "old"))
     for entry in old_log:
         old.raw(entry)
-    new = Driver(ClusterState(tmp_path / "new"))
+    new = Driver(ClusterMachine(tmp_path / "new"))
     typed_units = [Unit.model_validate(u) for u in units]
     new.now = 1.0
     for cmd, now in [

@@ -15,15 +15,15 @@ from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import LEADER_KEY, LeaderRecord
 from blobstore_server.libs.rpc.errors import BadRequest, Conflict, Fenced
 from blobstore_server.services.clustermgr import commands as c
+from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.sessions import LoggedSession
-from blobstore_server.services.clustermgr.state import ClusterState
 from blobstore_server.services.scheduler.election import Election
 from tests.support.clustermgr_state import Driver, add_disks, ec3p3_units
 
 
 @pytest.fixture
 def cm(tmp_path: Path) -> Iterator[Driver]:
-    state = ClusterState(tmp_path / "state")
+    state = ClusterMachine(tmp_path / "state")
     yield Driver(state)
     state.close()
 

@@ -22,7 +22,7 @@ from blobstore_server.libs.rpc import errors
 from blobstore_server.libs.rpc.client import HttpClient, Request
 from blobstore_server.libs.rpc.testing import FakeReply, FakeTransport
 from blobstore_server.services.blobnode.config import BlobnodeConfig
-from blobstore_server.services.blobnode.metrics import scrub_figures
+from blobstore_server.services.blobnode.figures import scrub_figures
 from blobstore_server.services.blobnode.node import Blobnode
 from blobstore_server.services.blobnode.scrub import MAX_OWED, ScrubFinding, ScrubRecord, ScrubState, pause
 from blobstore_server.services.blobnode.scrubber import DiskScrubber, Scrubber, load_record

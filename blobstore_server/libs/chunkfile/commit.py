@@ -13,24 +13,34 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from blobstore_server.libs.kv import KVStore
+from blobstore_server.libs.kv import Batch, KVStore
+from blobstore_server.libs.proto.ids import ChunkId
 
 from .errors import ChunkError
 from .index import ShardMeta
 
-if TYPE_CHECKING:
-    from .chunk import ChunkFile
-
 Done = Callable[[BaseException | None], object]  # told how a queued put ended: None once it is durable
+
+
+class Committed(Protocol):
+    """What a group commit needs of the chunk file a put went to (`ChunkFile`, chunk.py)."""
+
+    chunk_id: ChunkId
+
+    def sync_data(self) -> None: ...
+
+    def index_into(self, batch: Batch, meta: ShardMeta) -> None: ...
+
+    def finish_put(self, staged: StagedPut, error: BaseException | None) -> None: ...
 
 
 @dataclass(frozen=True)
 class StagedPut:
     """A shard whose bytes are written but not yet durable nor indexed."""
 
-    chunk: ChunkFile
+    chunk: Committed
     meta: ShardMeta
     phys: int
 
@@ -122,7 +132,7 @@ class GroupCommit:
         return staged.meta
 
     def _commit(self, group: list[tuple[StagedPut, Done]]) -> None:
-        failed: dict[ChunkFile, BaseException] = {}
+        failed: dict[Committed, BaseException] = {}
         chunks = list(dict.fromkeys(staged.chunk for staged, _ in group))
         for chunk in chunks:
             try:
@@ -154,7 +164,7 @@ def _first(error: BaseException, reported: set[int]) -> bool:
     return True
 
 
-def _shared(error: BaseException, chunk: ChunkFile) -> ChunkError:
+def _shared(error: BaseException, chunk: Committed) -> ChunkError:
     shared = ChunkError(f"chunk {chunk.chunk_id}: the commit of its group failed: {error}")
     shared.__cause__ = error
     return shared

@@ -9,7 +9,7 @@ from blobstore_server.libs.rpc.server import ASGIApp, run_service
 from blobstore_server.services.blobnode.app import build_app
 from blobstore_server.services.blobnode.cluster import ClusterLink, assign_disk_ids
 from blobstore_server.services.blobnode.config import BlobnodeConfig
-from blobstore_server.services.blobnode.metrics import disk_figures, scrub_figures
+from blobstore_server.services.blobnode.figures import disk_figures, scrub_figures
 from blobstore_server.services.blobnode.node import Blobnode
 from blobstore_server.services.blobnode.scrubber import Scrubber
 from blobstore_server.services.clustermgr.client import ClusterClient

@@ -6,8 +6,8 @@ from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, run_service
 from blobstore_server.services.clustermgr.app import build_app
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
+from blobstore_server.services.clustermgr.figures import cluster_figures
 from blobstore_server.services.clustermgr.manager import ClusterManager
-from blobstore_server.services.clustermgr.metrics import cluster_figures
 
 
 def build(config: ClusterMgrConfig) -> tuple[ASGIApp, str]:

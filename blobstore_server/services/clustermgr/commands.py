@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,9 +52,7 @@ from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import BadRequest, Conflict, Fenced, NotFound, RpcError, error_from_response
 from blobstore_server.services.clustermgr.health import lease_rank, volume_health
 from blobstore_server.services.clustermgr.sessions import LoggedSession
-
-if TYPE_CHECKING:
-    from blobstore_server.services.clustermgr.state import ClusterState
+from blobstore_server.services.clustermgr.state import ClusterState
 
 R = TypeVar("R", bound=BaseModel)
 

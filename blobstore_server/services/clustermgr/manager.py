@@ -45,6 +45,7 @@ from blobstore_server.services.clustermgr.client import SessionClock
 from blobstore_server.services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 from blobstore_server.services.clustermgr.health import volume_health
+from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.metrics import FENCED, PROPOSAL_SECONDS
 from blobstore_server.services.clustermgr.sessions import LoggedSession
 from blobstore_server.services.clustermgr.state import ClusterState
@@ -61,7 +62,7 @@ class ClusterManager:
         data = Path(config.data_dir)
         # The Raft log is the durable record (replayed from the last snapshot at start), so the
         # state machine's own writes need no fsync.
-        self.state = ClusterState(data / "state", sync=False)
+        self.state = ClusterMachine(data / "state", sync=False)
         raft_config = RaftConfig(
             node_id=config.node_id,
             peers={node_id: m.raft_addr for node_id, m in config.members.items()

@@ -1,5 +1,5 @@
-"""The clustermgr state machine's storage: every committed Raft command is applied here, in order, on
-every node (what each command does is `commands.py`), and fresh reads are served from here.
+"""The clustermgr state machine's storage: what every committed Raft command wrote, in order, on every node
+(`machine.py` applies them, `commands.py` says what each does), and fresh reads are served from here.
 
 A refused command changes nothing and yields the same typed error on every replica. Each command's
 writes, its client session's bookkeeping (`sessions.py`) and the applied index go to RocksDB in one
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.cluster import DiskInfo, ServiceInfo, VolumeInfo
-from blobstore_server.libs.rpc.errors import NotFound, RpcError
-from blobstore_server.services.clustermgr import commands, sessions
+from blobstore_server.libs.rpc.errors import NotFound
+from blobstore_server.services.clustermgr import sessions
 
 DISK, VOLUME, SCOPE, SERVICE, CONFIG, KV, META = "disk", "volume", "scope", "service", "config", "kv", "meta"
 DATA_CFS = (DISK, VOLUME, SCOPE, SERVICE, CONFIG, KV, sessions.CF)
@@ -45,28 +45,6 @@ class ClusterState:
     def applied_index(self) -> int:
         raw = self.kv.get(META, APPLIED_KEY)
         return int(raw) if raw else 0
-
-    def apply(self, index: int, command: bytes) -> bytes:
-        """Apply one committed command, once per client session: a retry gets the first answer back."""
-        batch = self.kv.batch()
-        try:
-            logged = commands.decode(command)
-            visit = sessions.Visit(self.kv, logged.session) if logged.session else None
-            answer = visit.recall() if visit else None
-        except RpcError as exc:
-            answer = commands.refusal(exc)
-        else:
-            fresh = None
-            if answer is None:
-                answer, accepted = commands.apply(self, batch, logged)
-                if not accepted:
-                    batch = self.kv.batch()  # a refused command changes nothing (but is remembered)
-                fresh = answer
-            if visit:
-                visit.record(batch, logged.now, fresh)
-        batch.put(META, APPLIED_KEY, str(index).encode())
-        self.kv.write(batch)
-        return answer
 
     def snapshot(self, dest: Path) -> None:
         self.kv.checkpoint(dest)

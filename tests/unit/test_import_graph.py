@@ -1,0 +1,114 @@
+"""The import rules the layout promises, read from the source (every import, also the lazy and type-only ones):
+the SDK imports nothing of the server, a service imports only libs/, the SDK's records and other services'
+client.py (and their API models in libs/proto), nothing below imports upward, and no modules import each other in
+a circle."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("blobstore", "blobstore_server")
+SDK_THIRD_PARTY = {"httpx", "pydantic"}  # pyproject's `dependencies`: all `pip install blobstore` brings
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, as written (relative imports resolved)."""
+    package = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], *filter(None, [base])])
+            named = {f"{base}.{alias.name}" for alias in node.names}
+            submodules = {m for m in named if _is_module(m)}  # `from pkg import module` imports the module
+            found.update(submodules if submodules == named else {base, *submodules})
+    return found
+
+
+MODULES = {_module(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+GRAPH = {name: {m for m in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+THIRD_PARTY = {name: {m.split(".")[0] for m in _imports(path)} - {"blobstore", "blobstore_server", "__future__"}
+               for name, path in MODULES.items()}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[0] if parts[0] == "blobstore" else ".".join(parts[:2])
+
+
+LAYERS = ["blobstore", "blobstore_server", "blobstore_server.libs", "blobstore_server.services",
+          "blobstore_server.spark", "blobstore_server.admin"]  # each may import only those before it (and itself)
+
+
+def test_the_sdk_imports_only_itself_and_its_declared_dependencies() -> None:
+    sdk = [m for m in MODULES if _layer(m) == "blobstore"]
+    assert sdk
+    for module in sdk:
+        assert all(_layer(m) == "blobstore" for m in GRAPH[module]), module
+        assert THIRD_PARTY[module] <= SDK_THIRD_PARTY | sys.stdlib_module_names, (module, THIRD_PARTY[module])
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_nothing_imports_upward(module: str) -> None:
+    allowed = LAYERS[:LAYERS.index(_layer(module)) + 1]
+    assert {m for m in GRAPH[module] if _layer(m) not in allowed} == set()
+
+
+def test_a_service_imports_only_other_services_clients() -> None:
+    crossing = {}
+    for module, imported in GRAPH.items():
+        if _layer(module) != "blobstore_server.services" or module == "blobstore_server.services":
+            continue
+        own = module.split(".")[2]
+        crossing[module] = sorted(m for m in imported if _layer(m) == "blobstore_server.services"
+                                  and m.split(".")[2] != own and m.split(".")[3:] not in (["client"], []))
+    assert {m: c for m, c in crossing.items() if c} == {}
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in GRAPH[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert circles == []
