@@ -46,7 +46,7 @@ from bench.repair import MiB, fill, paced_load, under_load, until
 from blobstore_server.admin import launcher
 from blobstore_server.admin.plan import ClusterShape
 from blobstore_server.libs.proto.blobnode import DiskExport
-from blobstore_server.services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA
+from blobstore_server.libs.proto.export import CHUNK_SCHEMA, SHARD_SCHEMA, chunk_path, shard_path
 from blobstore_server.spark.inputs import DISK_SCHEMA, UNIT_SCHEMA
 
 DISKS, UNITS, N = 90, 9, 6  # EC6P3
@@ -103,8 +103,8 @@ def generate(root: Path, shards: int, seed: int = 1) -> None:
                                  "created": np.full(len(mine), now - 86400)}, schema=CHUNK_SCHEMA),
                        root / "chunks" / f"disk-{d}.parquet")
         manifest = DiskExport(disk_id=d, host=f"http://10.0.0.{d % 30}:8889", started=now, finished=now,
-                              shard_file=f"shards/disk-{d}.parquet", shards=part.num_rows,
-                              chunk_file=f"chunks/disk-{d}.parquet", chunks=len(mine))
+                              shard_file=shard_path(d), shards=part.num_rows,
+                              chunk_file=chunk_path(d), chunks=len(mine))
         (root / "manifests" / f"disk-{d}.json").write_text(manifest.model_dump_json())
 
 

@@ -27,9 +27,9 @@ from pyspark.sql import functions as F
 from blobstore_server.libs.mq.admin import positions
 from blobstore_server.libs.mq.settings import KafkaAuth, client_auth
 from blobstore_server.libs.mq.topics import Topic, pipelines
+from blobstore_server.libs.proto.export import open_target
 from blobstore_server.libs.proto.scheduler import FINAL_STATES, TASK_PREFIX, TaskRecord
 from blobstore_server.libs.proto.switches import TaskType, switch_states
-from blobstore_server.services.blobnode.export import open_target
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.spark.inputs import unit_rows
 from blobstore_server.spark.inspect import write_text

@@ -28,10 +28,10 @@ from blobstore_server.libs.ec import parse_code_mode, tactic
 from blobstore_server.libs.proto.blobnode import DiskExport
 from blobstore_server.libs.proto.cluster import VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import DiskView
+from blobstore_server.libs.proto.export import manifest_path, open_target
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import Forbidden, RpcError, Unauthorized
 from blobstore_server.services.blobnode.client import BlobnodeClient
-from blobstore_server.services.blobnode.export import manifest_path, open_target
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 UNIT_SCHEMA = pa.schema([("vid", pa.int64()), ("unit_index", pa.int32()), ("epoch", pa.int32()),

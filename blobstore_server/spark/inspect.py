@@ -21,8 +21,8 @@ from pyarrow import fs as pafs
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from blobstore_server.libs.proto.export import CHUNK_SCHEMA, SHARD_SCHEMA, open_target
 from blobstore_server.libs.rpc.auth import Grant
-from blobstore_server.services.blobnode.export import CHUNK_SCHEMA, SHARD_SCHEMA, open_target
 from blobstore_server.spark.inputs import UNIT_SCHEMA, Inputs, load_inputs, spark_ddl
 from blobstore_server.spark.rules import (
     AT_RISK,

@@ -1,7 +1,7 @@
-"""The import rules the layout promises, read from the source (every import, also the lazy and type-only ones):
-the SDK imports nothing of the server, a service imports only libs/, the SDK's records and other services'
-client.py (and their API models in libs/proto), nothing below imports upward, and no modules import each other in
-a circle."""
+"""The import rules the layout promises, read from the source (every import, also the lazy and type-only
+ones): the SDK imports nothing of the server, a service or a Spark job reaches another service only through its
+client.py (the API models are in libs/proto and the SDK's records), nothing below imports upward, and no modules
+import each other in a circle."""
 
 from __future__ import annotations
 
@@ -72,14 +72,19 @@ def test_nothing_imports_upward(module: str) -> None:
     assert {m for m in GRAPH[module] if _layer(m) not in allowed} == set()
 
 
-def test_a_service_imports_only_other_services_clients() -> None:
+def _service(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["blobstore_server", "services"] and len(parts) > 2 else None
+
+
+def test_services_and_jobs_reach_a_service_only_through_its_client() -> None:
+    """A service imports only its own modules and other services' client.py; the Spark jobs only clients."""
     crossing = {}
     for module, imported in GRAPH.items():
-        if _layer(module) != "blobstore_server.services" or module == "blobstore_server.services":
+        if _layer(module) not in ("blobstore_server.services", "blobstore_server.spark"):
             continue
-        own = module.split(".")[2]
-        crossing[module] = sorted(m for m in imported if _layer(m) == "blobstore_server.services"
-                                  and m.split(".")[2] != own and m.split(".")[3:] not in (["client"], []))
+        crossing[module] = sorted(m for m in imported if _service(m) not in (None, _service(module))
+                                  and m.split(".")[3:] not in (["client"], []))
     assert {m: c for m, c in crossing.items() if c} == {}
 
 

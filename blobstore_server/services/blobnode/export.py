@@ -1,10 +1,5 @@
-"""One disk's shard index and chunk list written as Parquet for the offline inspection (spark/inspect.py).
-
-Layout under the export's target (the same for every blobnode, so one Spark job reads them all):
-
-    shards/disk-<id>.parquet     one row per index entry; a row group per piece of the scan
-    chunks/disk-<id>.parquet     one row per live chunk (orphan units are chunks clustermgr does not know)
-    manifests/disk-<id>.json     `DiskExport`, written last and removed first
+"""One disk's shard index and chunk list written as Parquet for the offline inspection (spark/inspect.py), in the
+layout and schemas of libs/proto/export.py.
 
 Every method blocks and does a bounded amount of work, so the caller runs each as a separate background
 operation of the disk (its capped lane): user I/O never waits behind an export.
@@ -22,34 +17,12 @@ from pyarrow import fs as pafs
 
 from blobstore_server.libs.chunkfile import ShardStatus
 from blobstore_server.libs.proto.blobnode import ChunkInfo, DiskExport
+from blobstore_server.libs.proto.export import CHUNK_SCHEMA, SHARD_SCHEMA, chunk_path, manifest_path, shard_path
 from blobstore_server.libs.proto.ids import Vuid
-from blobstore_server.libs.rpc.errors import BadRequest, ChunkNotFound
+from blobstore_server.libs.rpc.errors import ChunkNotFound
 from blobstore_server.services.blobnode.disk import Disk
 
-# Spark has no unsigned types: u32 fields are int64; bids are int64 (clustermgr's bid scope stays far below
-# 2^63); a vuid is (vid, unit_index, epoch).
 INDEX_ENTRY_BYTES = 64  # what one exported index entry reads (key and value), charged to the background rate
-SHARD_SCHEMA = pa.schema([("disk_id", pa.int64()), ("vid", pa.int64()), ("unit_index", pa.int32()),
-                          ("epoch", pa.int32()), ("bid", pa.int64()), ("size", pa.int64()), ("crc", pa.int64()),
-                          ("deleted", pa.bool_()), ("written_at", pa.int64()), ("marked_at", pa.int64())])
-CHUNK_SCHEMA = pa.schema([("disk_id", pa.int64()), ("vid", pa.int64()), ("unit_index", pa.int32()),
-                          ("epoch", pa.int32()), ("chunk_id", pa.string()), ("status", pa.string()),
-                          ("created", pa.float64())])
-
-
-def open_target(target: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and base path of an export target; BadRequest for a relative path or unknown scheme."""
-    if "://" not in target and not target.startswith("/"):
-        raise BadRequest(f"export target {target!r} must be an absolute path or a URI")
-    try:
-        filesystem, path = pafs.FileSystem.from_uri(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
-        raise BadRequest(f"export target {target!r}: {exc}") from None
-    return filesystem, path.rstrip("/")
-
-
-def manifest_path(disk_id: int) -> str:
-    return f"manifests/disk-{disk_id}.json"
 
 
 @dataclass
@@ -68,11 +41,11 @@ class DiskExporter:
 
     @property
     def shard_file(self) -> str:
-        return f"shards/disk-{self.disk.disk_id}.parquet"
+        return shard_path(self.disk.disk_id)
 
     @property
     def chunk_file(self) -> str:
-        return f"chunks/disk-{self.disk.disk_id}.parquet"
+        return chunk_path(self.disk.disk_id)
 
     def _path(self, relative: str) -> str:
         return f"{self.base}/{relative}"

@@ -318,7 +318,8 @@ class Blobnode:
         piece a background operation of its disk; see services/blobnode/export.py."""
         # pyarrow loads on first export only, and off the event loop (it takes a few hundred ms of CPU)
         await asyncio.to_thread(importlib.import_module, "blobstore_server.services.blobnode.export")
-        from blobstore_server.services.blobnode.export import INDEX_ENTRY_BYTES, DiskExporter, open_target
+        from blobstore_server.libs.proto.export import open_target
+        from blobstore_server.services.blobnode.export import INDEX_ENTRY_BYTES, DiskExporter
 
         if not export_allowed(req.target, self.config.export_roots):
             raise errors.Forbidden(f"export target {req.target!r} is not under this blobnode's export roots "
