@@ -22,15 +22,12 @@ from blobstore_server.libs.proto.clustermgr import (
     CodeModePolicy,
     ConfigList,
     DiskAdd,
-    DiskHeartbeat,
     DiskId,
     DiskIds,
     DiskList,
     DiskRef,
-    DiskSet,
     DiskView,
     DropReplies,
-    KeyCas,
     KeyRef,
     KeyValue,
     KvItems,
@@ -41,19 +38,13 @@ from blobstore_server.libs.proto.clustermgr import (
     RaftStatus,
     ReplicaStatus,
     RetainResult,
-    ScopeAlloc,
     ScopeRange,
     ServiceList,
     ServiceRef,
-    ServiceRegister,
     Session,
     UnitAlloc,
-    UnitRelease,
-    UnitUpdate,
     VolumeAlloc,
-    VolumeHolder,
     VolumeList,
-    VolumeRef,
     VolumeRetain,
     VolumeView,
 )
@@ -144,16 +135,15 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
 
     @app.post("/disk/heartbeat")
-    async def disk_heartbeat(req: DiskHeartbeat, caller: Caller, reporter: Reporter) -> DiskIds:
+    async def disk_heartbeat(req: cmd.DiskHeartbeatCmd, caller: Caller, reporter: Reporter) -> DiskIds:
         _owned(cm, reporter, [d.disk_id for d in req.disks])
-        return await cm.submit(cmd.DiskHeartbeatCmd(disks=req.disks), caller)
+        return await cm.submit(req, caller)
 
     @app.post("/disk/set")
-    async def disk_set(req: DiskSet, caller: Caller) -> DiskInfo:
+    async def disk_set(req: cmd.DiskSetCmd, caller: Caller) -> DiskInfo:
         if req.status is None and req.readonly is None:
             raise BadRequest("give a status, readonly, or both")
-        return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=req.status, readonly=req.readonly),
-                               caller)
+        return await cm.submit(req, caller)
 
     @app.post("/disk/broken")
     async def disk_broken(req: DiskRef, caller: Caller, reporter: Reporter) -> DiskInfo:
@@ -196,48 +186,46 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return await cm.submit(retain, caller)
 
     @app.post("/volume/release")
-    async def volume_release(req: VolumeHolder, caller: Caller) -> VolumeInfo:
-        return await cm.submit(cmd.VolumeRelease(vid=req.vid, holder=req.holder), caller)
+    async def volume_release(req: cmd.VolumeRelease, caller: Caller) -> VolumeInfo:
+        return await cm.submit(req, caller)
 
     @app.post("/volume/lock")
-    async def volume_lock(req: VolumeRef, caller: Caller) -> VolumeInfo:
-        return await cm.submit(cmd.VolumeLock(vid=req.vid), caller)
+    async def volume_lock(req: cmd.VolumeLock, caller: Caller) -> VolumeInfo:
+        return await cm.submit(req, caller)
 
     @app.post("/volume/unlock")
-    async def volume_unlock(req: VolumeRef, caller: Caller) -> VolumeInfo:
-        return await cm.submit(cmd.VolumeUnlock(vid=req.vid), caller)
+    async def volume_unlock(req: cmd.VolumeUnlock, caller: Caller) -> VolumeInfo:
+        return await cm.submit(req, caller)
 
     @app.post("/volume/unit/alloc")
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
         return await cm.alloc_unit(req, caller)
 
     @app.post("/volume/unit/release")
-    async def unit_release(req: UnitRelease, caller: Caller) -> VolumeInfo:
-        return await cm.submit(cmd.UnitReleaseCmd(vid=req.vid, vuid=req.vuid), caller)
+    async def unit_release(req: cmd.UnitReleaseCmd, caller: Caller) -> VolumeInfo:
+        return await cm.submit(req, caller)
 
     @app.post("/volume/unit/update")
-    async def unit_update(req: UnitUpdate, caller: Caller) -> VolumeInfo:
-        update = cmd.UnitUpdateCmd(vid=req.vid, index=req.index, vuid=req.vuid, disk_id=req.disk_id)
-        return await cm.submit(update, caller)
+    async def unit_update(req: cmd.UnitUpdateCmd, caller: Caller) -> VolumeInfo:
+        return await cm.submit(req, caller)
 
     # scopes, services, config, kv
 
     @app.post("/scope/alloc")
-    async def scope_alloc(req: ScopeAlloc, caller: Caller) -> ScopeRange:
-        return await cm.submit(cmd.ScopeAlloc(name=req.name, count=req.count), caller)
+    async def scope_alloc(req: cmd.ScopeAlloc, caller: Caller) -> ScopeRange:
+        return await cm.submit(req, caller)
 
     @app.post("/service/register")
-    async def service_register(req: ServiceRegister, caller: Caller) -> ServiceInfo:
-        register = cmd.ServiceRegisterCmd(name=req.name, host=req.host, idc=req.idc, ttl=req.ttl)
-        return await cm.submit(register, caller)
+    async def service_register(req: cmd.ServiceRegisterCmd, caller: Caller) -> ServiceInfo:
+        return await cm.submit(req, caller)
 
     @app.post("/service/heartbeat")
-    async def service_heartbeat(req: ServiceRef, caller: Caller) -> ServiceInfo:
-        return await cm.submit(cmd.ServiceHeartbeat(name=req.name, host=req.host), caller)
+    async def service_heartbeat(req: cmd.ServiceHeartbeat, caller: Caller) -> ServiceInfo:
+        return await cm.submit(req, caller)
 
     @app.post("/service/unregister")
-    async def service_unregister(req: ServiceRef, caller: Caller) -> ServiceRef:
-        return await cm.submit(cmd.ServiceUnregister(name=req.name, host=req.host), caller)
+    async def service_unregister(req: cmd.ServiceUnregister, caller: Caller) -> ServiceRef:
+        return await cm.submit(req, caller)
 
     @app.get("/service/list")
     async def service_list(name: str | None = None, alive_only: bool = True) -> ServiceList:
@@ -250,7 +238,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return MaybeValue(key=key, value=(await cm.fresh()).config(key))
 
     @app.post("/config/set")
-    async def config_set(req: KeyValue, caller: Caller) -> KeyValue:
+    async def config_set(req: cmd.ConfigSet, caller: Caller) -> KeyValue:
         try:
             if req.key == POLICY_KEY:
                 CodeModePolicy.parse(req.value)
@@ -260,7 +248,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
                 parse_broken_after(req.value)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        return await cm.submit(cmd.ConfigSet(key=req.key, value=req.value), caller)
+        return await cm.submit(req, caller)
 
     @app.get("/config/list")
     async def config_list() -> ConfigList:
@@ -271,16 +259,16 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return MaybeValue(key=key, value=(await cm.fresh()).kv_get(key))
 
     @app.post("/kv/set")
-    async def kv_set(req: KeyValue, caller: Caller) -> KeyValue:
-        return await cm.submit(cmd.KvSet(key=req.key, value=req.value), caller)
+    async def kv_set(req: cmd.KvSet, caller: Caller) -> KeyValue:
+        return await cm.submit(req, caller)
 
     @app.post("/kv/cas")
-    async def kv_cas(req: KeyCas, caller: Caller) -> MaybeValue:
-        return await cm.submit(cmd.KvCas(key=req.key, expected=req.expected, value=req.value), caller)
+    async def kv_cas(req: cmd.KvCas, caller: Caller) -> MaybeValue:
+        return await cm.submit(req, caller)
 
     @app.post("/kv/delete")
-    async def kv_delete(req: KeyRef, caller: Caller) -> KeyRef:
-        return await cm.submit(cmd.KvDelete(key=req.key), caller)
+    async def kv_delete(req: cmd.KvDelete, caller: Caller) -> KeyRef:
+        return await cm.submit(req, caller)
 
     @app.get("/kv/list")
     async def kv_list(prefix: str = "", after: str = "", count: int = Query(KV_PAGE, ge=1, le=KV_PAGE)) -> KvItems:

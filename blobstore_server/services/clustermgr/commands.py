@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode, tactic
 from blobstore_server.libs.kv import Batch
 from blobstore_server.libs.placement import PlacementError, as_candidate, check_placement, shares_a_host
+from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.cluster import (
     DISK_TRANSITIONS,
     DiskInfo,
-    DiskStatus,
     ServiceInfo,
     Unit,
     VolumeHealth,
@@ -32,7 +32,6 @@ from blobstore_server.libs.proto.cluster import (
 )
 from blobstore_server.libs.proto.clustermgr import (
     DiskAdd,
-    DiskBeat,
     DiskIds,
     Fence,
     KeyRef,
@@ -58,7 +57,9 @@ R = TypeVar("R", bound=BaseModel)
 
 
 class Command(BaseModel, Generic[R]):
-    """A command's payload; subclass as `Command[ResultModel]` and name it with `op`."""
+    """A command's payload; subclass as `Command[ResultModel]` and name it with `op`. Where a route's request body
+    carries exactly the command's fields, the command is that body with an `op` (`class ScopeAlloc(api.ScopeAlloc,
+    Command[ScopeRange])`): the route takes the command as its body and proposes it as it came."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     op: ClassVar[str]
@@ -172,16 +173,12 @@ def decode_result(raw: bytes, result_type: type[R]) -> R:
 # scopes
 
 
-class ScopeAlloc(Command[ScopeRange]):
+class ScopeAlloc(api.ScopeAlloc, Command[ScopeRange]):
     op = "scope_alloc"
-    name: str
-    count: int
 
 
 @command(ScopeAlloc)
 def scope_alloc(s: ClusterState, batch: Batch, now: float, cmd: ScopeAlloc) -> ScopeRange:
-    if not 1 <= cmd.count <= 1 << 32:
-        raise BadRequest(f"scope count must be in 1..2^32, got {cmd.count}")
     start = s.scope(cmd.name) + 1
     s.put_scope(batch, cmd.name, start + cmd.count - 1)
     return ScopeRange(name=cmd.name, start=start, end=start + cmd.count - 1)
@@ -206,9 +203,8 @@ def disk_add(s: ClusterState, batch: Batch, now: float, cmd: DiskAddCmd) -> Disk
     return info
 
 
-class DiskHeartbeatCmd(Command[DiskIds]):
+class DiskHeartbeatCmd(api.DiskHeartbeat, Command[DiskIds]):
     op = "disk_heartbeat"
-    disks: list[DiskBeat]
 
 
 @command(DiskHeartbeatCmd)
@@ -220,11 +216,8 @@ def disk_heartbeat(s: ClusterState, batch: Batch, now: float, cmd: DiskHeartbeat
     return DiskIds(disks=[beat.disk_id for beat in cmd.disks])
 
 
-class DiskSetCmd(Command[DiskInfo]):
+class DiskSetCmd(api.DiskSet, Command[DiskInfo]):
     op = "disk_set"
-    disk_id: int
-    status: DiskStatus | None = None
-    readonly: bool | None = None
 
 
 @command(DiskSetCmd)
@@ -358,10 +351,8 @@ def volume_retain(s: ClusterState, batch: Batch, now: float, cmd: VolumeRetainCm
     return result
 
 
-class VolumeRelease(Command[VolumeInfo]):
+class VolumeRelease(api.VolumeHolder, Command[VolumeInfo]):
     op = "volume_release"
-    vid: int
-    holder: str
 
 
 @command(VolumeRelease)
@@ -373,9 +364,8 @@ def volume_release(s: ClusterState, batch: Batch, now: float, cmd: VolumeRelease
     return volume
 
 
-class VolumeLock(Command[VolumeInfo]):
+class VolumeLock(api.VolumeRef, Command[VolumeInfo]):
     op = "volume_lock"
-    vid: int
 
 
 @command(VolumeLock)
@@ -386,9 +376,8 @@ def volume_lock(s: ClusterState, batch: Batch, now: float, cmd: VolumeLock) -> V
     return volume
 
 
-class VolumeUnlock(Command[VolumeInfo]):
+class VolumeUnlock(api.VolumeRef, Command[VolumeInfo]):
     op = "volume_unlock"
-    vid: int
 
 
 @command(VolumeUnlock)
@@ -430,10 +419,8 @@ def volume_unit_alloc(s: ClusterState, batch: Batch, now: float, cmd: UnitAllocC
     return unit
 
 
-class UnitReleaseCmd(Command[VolumeInfo]):
+class UnitReleaseCmd(api.UnitRelease, Command[VolumeInfo]):
     op = "volume_unit_release"
-    vid: int
-    vuid: int
 
 
 @command(UnitReleaseCmd)
@@ -449,12 +436,8 @@ def volume_unit_release(s: ClusterState, batch: Batch, now: float, cmd: UnitRele
     return volume
 
 
-class UnitUpdateCmd(Command[VolumeInfo]):
+class UnitUpdateCmd(api.UnitUpdate, Command[VolumeInfo]):
     op = "volume_unit_update"
-    vid: int
-    index: int
-    vuid: int
-    disk_id: int
 
 
 @command(UnitUpdateCmd)
@@ -479,12 +462,8 @@ def volume_unit_update(s: ClusterState, batch: Batch, now: float, cmd: UnitUpdat
 # services
 
 
-class ServiceRegisterCmd(Command[ServiceInfo]):
+class ServiceRegisterCmd(api.ServiceRegister, Command[ServiceInfo]):
     op = "service_register"
-    name: str
-    host: str
-    idc: str = ""
-    ttl: float = Field(30.0, gt=0)
 
 
 @command(ServiceRegisterCmd)
@@ -494,10 +473,8 @@ def service_register(s: ClusterState, batch: Batch, now: float, cmd: ServiceRegi
     return info
 
 
-class ServiceHeartbeat(Command[ServiceInfo]):
+class ServiceHeartbeat(api.ServiceRef, Command[ServiceInfo]):
     op = "service_heartbeat"
-    name: str
-    host: str
 
 
 @command(ServiceHeartbeat)
@@ -507,10 +484,8 @@ def service_heartbeat(s: ClusterState, batch: Batch, now: float, cmd: ServiceHea
     return info
 
 
-class ServiceUnregister(Command[ServiceRef]):
+class ServiceUnregister(api.ServiceRef, Command[ServiceRef]):
     op = "service_unregister"
-    name: str
-    host: str
 
 
 @command(ServiceUnregister)
@@ -522,10 +497,8 @@ def service_unregister(s: ClusterState, batch: Batch, now: float, cmd: ServiceUn
 # config and kv
 
 
-class ConfigSet(Command[KeyValue]):
+class ConfigSet(api.KeyValue, Command[KeyValue]):
     op = "config_set"
-    key: str
-    value: str
 
 
 @command(ConfigSet)
@@ -534,9 +507,8 @@ def config_set(s: ClusterState, batch: Batch, now: float, cmd: ConfigSet) -> Key
     return KeyValue(key=cmd.key, value=cmd.value)
 
 
-class ConfigDelete(Command[KeyRef]):
+class ConfigDelete(api.KeyRef, Command[KeyRef]):
     op = "config_delete"
-    key: str
 
 
 @command(ConfigDelete)
@@ -545,10 +517,8 @@ def config_delete(s: ClusterState, batch: Batch, now: float, cmd: ConfigDelete) 
     return KeyRef(key=cmd.key)
 
 
-class KvSet(Command[KeyValue]):
+class KvSet(api.KeyValue, Command[KeyValue]):
     op = "kv_set"
-    key: str
-    value: str
 
 
 @command(KvSet)
@@ -557,9 +527,8 @@ def kv_set(s: ClusterState, batch: Batch, now: float, cmd: KvSet) -> KeyValue:
     return KeyValue(key=cmd.key, value=cmd.value)
 
 
-class KvDelete(Command[KeyRef]):
+class KvDelete(api.KeyRef, Command[KeyRef]):
     op = "kv_delete"
-    key: str
 
 
 @command(KvDelete)
@@ -568,11 +537,8 @@ def kv_delete(s: ClusterState, batch: Batch, now: float, cmd: KvDelete) -> KeyRe
     return KeyRef(key=cmd.key)
 
 
-class KvCas(Command[MaybeValue]):
+class KvCas(api.KeyCas, Command[MaybeValue]):
     op = "kv_cas"
-    key: str
-    expected: str | None
-    value: str | None
 
 
 @command(KvCas)
