@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,7 +20,19 @@ from blobstore_server.admin.kafka_auth import kafka_user
 from blobstore_server.admin.redis_auth import acl_config, with_credentials
 from blobstore_server.admin.spec import ClusterSpec
 from blobstore_server.libs.mq.seal import message_key
+from blobstore_server.libs.mq.settings import KafkaAuth
+from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.rpc.auth import AuthConfig, Capability
+from blobstore_server.libs.rpc.config import ServiceSettings
+from blobstore_server.services.access.config import AccessConfig, ClusterHosts
+from blobstore_server.services.allocator.config import AllocatorConfig
+from blobstore_server.services.blobnode.config import BlobnodeConfig, DiskConfig
+from blobstore_server.services.clustermgr.config import ClusterMgrConfig, Member
+from blobstore_server.services.dashboard.config import DashboardConfig, Target
+from blobstore_server.services.mqproxy.config import MqProxyConfig
+from blobstore_server.services.scheduler.config import SchedulerConfig
+from blobstore_server.services.tinker.config import TinkerConfig
+from blobstore_server.services.worker.config import WorkerConfig
 
 HOST = "127.0.0.1"
 CLUSTERMGR_COUNT = 3
@@ -186,15 +197,24 @@ CAPABILITIES: dict[str, tuple[Capability, ...]] = {
 }
 
 
-def _service(role: str, place: Place, settings: Settings, config: dict[str, Any],
-             cluster_id: int = 1) -> ProcessSpec:
-    name = (config.get("host") or f"http://{place.bind}") if role == "blobnode" else None  # its advertised host
+ROLES: dict[type[ServiceSettings], str] = {
+    ClusterMgrConfig: "clustermgr", BlobnodeConfig: "blobnode", AllocatorConfig: "allocator", AccessConfig: "access",
+    SchedulerConfig: "scheduler", WorkerConfig: "worker", MqProxyConfig: "mqproxy", TinkerConfig: "tinker",
+    DashboardConfig: "dashboard",
+}
+
+
+def _service(place: Place, settings: Settings, config: ServiceSettings, cluster_id: int = 1) -> ProcessSpec:
+    """The process running `config` (the service's own config model, so a misnamed setting fails type checks and
+    validation here, not at the service's start) at `place`, with its role's keys and its bind address."""
+    role = ROLES[type(config)]
+    name = (config.host or f"http://{place.bind}") if isinstance(config, BlobnodeConfig) else None  # advertised
     keys = AuthConfig.for_capabilities(settings.auth_secret, CAPABILITIES[role], name=name,
-                                       verifies_identities=role == "clustermgr").model_dump(mode="json",
-                                                                                            exclude_none=True)
+                                       verifies_identities=role == "clustermgr")
     bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry
+    config = config.model_copy(update={**bind, "auth": keys})
     return ProcessSpec(role, place.name, place.port, place.url, place.workdir, place.config_path,
-                       json.dumps({**bind, **config, "auth": keys}, indent=2),
+                       config.model_dump_json(indent=2, exclude_unset=True),
                        (settings.python, "-m", f"blobstore_server.services.{role}", "-c", str(place.config_path)),
                        cluster_id, place.host)
 
@@ -211,41 +231,43 @@ def _redis(place: Place, auth_secret: str) -> ProcessSpec:
 
 def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> list[ProcessSpec]:
     """The processes of one cluster: clustermgrs, blobnodes, allocators, schedulers, workers, mqproxies, tinker."""
-    members = {str(n): {"raft_addr": f"{p.address}:{p.second_port}", "http_addr": p.bind}
+    members = {n: Member(raft_addr=f"{p.address}:{p.second_port}", http_addr=p.bind)
                for n, p in enumerate(layout["clustermgr"], 1)}
-    policy = [{"code_mode": mode, "min_volumes": s.min_volumes} for mode in s.code_modes]
+    policy = [CodeModeRule(code_mode=mode, min_volumes=s.min_volumes) for mode in s.code_modes]
     disks = sum(len(p.disks) for p in layout["blobnode"])
-    cms = [_service("clustermgr", p, s,
-                    {"node_id": n, "members": members, "data_dir": str(p.workdir / "data"), "code_modes": policy,
-                     "chunk_size": s.chunk_size, "volume_check_interval": 0.5,
-                     # no volume before every disk planned here registered: each one spreads over all hosts
-                     "first_volume_after_disks": disks,
-                     "disk_heartbeat_timeout": 10.0, "disk_broken_after": s.disk_broken_after}, cluster_id)
+    cms = [_service(p, s, ClusterMgrConfig(
+               node_id=n, members=members, data_dir=str(p.workdir / "data"), code_modes=policy,
+               chunk_size=s.chunk_size, volume_check_interval=0.5,
+               first_volume_after_disks=disks,  # no volume before every disk planned here registered: all hosts
+               disk_heartbeat_timeout=10.0, disk_broken_after=s.disk_broken_after), cluster_id)
            for n, p in enumerate(layout["clustermgr"], 1)]
     cm_urls = [cm.url for cm in cms]
-    blobnodes = [_service("blobnode", p, s, {"hostname": p.host, "rack": p.rack, "idc": p.az,
-                                             "disks": [{"path": d} for d in p.disks], "clustermgr_hosts": cm_urls,
-                                             "heartbeat_interval": 1.0, "export_roots": list(s.export_roots),
-                                             "delete_hold": s.delete_delay},  # tinker's safe delay, enforced
-                          cluster_id)
+    blobnodes = [_service(p, s, BlobnodeConfig(
+                     hostname=p.host, rack=p.rack, idc=p.az, disks=[DiskConfig(path=d) for d in p.disks],
+                     clustermgr_hosts=cm_urls, heartbeat_interval=1.0, export_roots=list(s.export_roots),
+                     delete_hold=s.delete_delay), cluster_id)  # tinker's safe delay, enforced
                  for p in layout["blobnode"]]
-
-    def services(role: str, **config: Any) -> list[ProcessSpec]:
-        return [_service(role, p, s, {"clustermgr_hosts": cm_urls, **config}, cluster_id) for p in layout[role]]
-
     tinker = layout["tinker"][0]
     sealing = message_key(s.auth_secret).hex()  # mqproxy seals repair and delete messages, tinker checks them
 
-    def login(user: str) -> dict[str, Any]:  # each logs in to Kafka as its own user, whose ACLs fit its part
-        return {"kafka_auth": kafka_user(s.auth_secret, user).model_dump()} if s.kafka_sasl else {}
+    def login(user: str) -> KafkaAuth | None:  # each logs in to Kafka as its own user, whose ACLs fit its part
+        return kafka_user(s.auth_secret, user) if s.kafka_sasl else None
 
-    return [*cms, *blobnodes, *services("allocator", code_modes=list(s.code_modes)), *services("scheduler"),
-            *services("worker"),
-            *services("mqproxy", kafka_bootstrap=s.kafka_bootstrap, partitions=s.partitions, cluster_id=cluster_id,
-                      message_key=sealing, **login("mqproxy")),
-            *services("tinker", kafka_bootstrap=s.kafka_bootstrap, delete_safe_delay=s.delete_delay,
-                      delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
-                      group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing, **login("tinker"))]
+    def each(role: str, config: ServiceSettings) -> list[ProcessSpec]:
+        return [_service(p, s, config, cluster_id) for p in layout[role]]
+
+    return [*cms, *blobnodes,
+            *each("allocator", AllocatorConfig(clustermgr_hosts=cm_urls, code_modes=list(s.code_modes))),
+            *each("scheduler", SchedulerConfig(clustermgr_hosts=cm_urls)),
+            *each("worker", WorkerConfig(clustermgr_hosts=cm_urls)),
+            *each("mqproxy", MqProxyConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
+                                           partitions=s.partitions, cluster_id=cluster_id, message_key=sealing,
+                                           kafka_auth=login("mqproxy"))),
+            *each("tinker", TinkerConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
+                                         delete_safe_delay=s.delete_delay,
+                                         delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
+                                         group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing,
+                                         kafka_auth=login("tinker")))]
 
 
 def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboard: list[Place],
@@ -257,21 +279,20 @@ def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboar
     def urls(k: int, role: str) -> list[str]:
         return [p.url for p in clusters[k] if p.role == role]
 
-    region = [{"cluster_id": k, "clustermgr_hosts": urls(k, "clustermgr"), "allocator_hosts": urls(k, "allocator"),
-               "mqproxy_hosts": urls(k, "mqproxy")} for k in clusters if k != home]
-    nodes = [_service("access", p, s,
-                      {"cluster_id": home, "clustermgr_hosts": urls(home, "clustermgr"),
-                       "allocator_hosts": urls(home, "allocator"), "mqproxy_hosts": urls(home, "mqproxy"),
-                       "region": region, "region_refresh": 2.0, "secret": s.location_secret,
-                       "redis_url": s.redis_url, "default_code_mode": s.code_modes[0],
-                       "orphan_log": str(p.workdir / "orphans.jsonl"),
-                       "audit_log": str(p.workdir / "audit.jsonl") if s.audit_log else ""})
+    region = [ClusterHosts(cluster_id=k, clustermgr_hosts=urls(k, "clustermgr"), allocator_hosts=urls(k, "allocator"),
+                           mqproxy_hosts=urls(k, "mqproxy")) for k in clusters if k != home]
+    nodes = [_service(p, s, AccessConfig(
+                 cluster_id=home, clustermgr_hosts=urls(home, "clustermgr"), allocator_hosts=urls(home, "allocator"),
+                 mqproxy_hosts=urls(home, "mqproxy"), region=region, region_refresh=2.0, secret=s.location_secret,
+                 redis_url=s.redis_url, default_code_mode=s.code_modes[0],
+                 orphan_log=str(p.workdir / "orphans.jsonl"),
+                 audit_log=str(p.workdir / "audit.jsonl") if s.audit_log else ""))
              for p in access]
     scraped = [*(p for k in clusters for p in clusters[k]), *nodes]
-    boards = [_service("dashboard", p, s,
-                       {"clustermgr_hosts": urls(home, "clustermgr"), "kafka_bootstrap": s.kafka_bootstrap,
-                        **({"kafka_auth": kafka_user(s.auth_secret, "backlog").model_dump()} if s.kafka_sasl else {}),
-                        "targets": [{"name": t.name, "role": t.role, "url": t.url} for t in scraped]})
+    backlog = kafka_user(s.auth_secret, "backlog") if s.kafka_sasl else None
+    boards = [_service(p, s, DashboardConfig(
+                  clustermgr_hosts=urls(home, "clustermgr"), kafka_bootstrap=s.kafka_bootstrap, kafka_auth=backlog,
+                  targets=[Target(name=t.name, role=t.role, url=t.url) for t in scraped]))
               for p in dashboard]
     return [*scraped, *boards]
 

@@ -14,6 +14,7 @@ import pytest
 
 from blobstore_server.admin.launcher import STATE_FILE, ClusterInfo
 from blobstore_server.admin.plan import (
+    ROLES,
     ClusterPlan,
     ClusterShape,
     ProcessSpec,
@@ -23,6 +24,8 @@ from blobstore_server.admin.plan import (
     port_count,
 )
 from blobstore_server.libs.rpc.auth import SECRET_ENV, new_secret
+from blobstore_server.libs.rpc.config import load_config
+from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 
 
 class Ports:
@@ -146,3 +149,23 @@ def test_a_kafka_cluster_id_never_starts_with_a_dash_and_stays_the_same_for_a_se
         assert not uuid.startswith("-") and len(uuid) == 22 and uuid == kafka_cluster_uuid(secret)
     plain = next(s for s in secrets if s not in dashed)
     assert kafka_cluster_uuid(plain) == first_draw(plain)  # ids of existing clusters do not change
+
+
+@pytest.mark.parametrize("shape", [ClusterShape(), ClusterShape(clusters=2, disk_broken_after=None, audit_log=False)])
+def test_every_config_the_plan_writes_loads_as_its_service_loads_it(tmp_path: Path, shape: ClusterShape) -> None:
+    """Each process's config passes its service's own strict loader (no unknown key, every value valid), and a
+    setting given as None (repair off) stays None rather than falling back to its default."""
+    plan, _ = _plan(tmp_path, shape)
+    models = {role: model for model, role in ROLES.items()}
+    checked = set()
+    for spec in plan.processes:
+        if spec.role not in models:  # redis, kafka: not ours
+            continue
+        path = tmp_path / f"{spec.name}-{spec.cluster_id}.json"
+        path.write_text(spec.config_text)
+        config = load_config(path, models[spec.role])
+        assert config.auth is not None and not config.insecure
+        checked.add(spec.role)
+        if isinstance(config, ClusterMgrConfig):
+            assert config.disk_broken_after == shape.disk_broken_after
+    assert checked == set(models)
