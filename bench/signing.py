@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import drive, summarize
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import auth
-from blobstore_server.libs.rpc.auth import AuthConfig, Capability, Signer, new_secret
+from blobstore_server.libs.rpc.auth import AuthConfig, Signer, new_secret
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.processes import Service, free_port
 

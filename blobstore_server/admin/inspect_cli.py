@@ -31,8 +31,8 @@ from blobstore_server.admin.cli_common import (
 from blobstore_server.admin.launcher import DEFAULT_DIR, ClusterInfo, LauncherError
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.rpc import auth
-from blobstore_server.libs.rpc.auth import Capability
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient

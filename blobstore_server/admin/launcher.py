@@ -45,6 +45,7 @@ from blobstore_server.admin.plan import (
 )
 from blobstore_server.admin.procs import free_ports, healthy, poll, running, spawn, start_time, stop
 from blobstore_server.admin.spec import SpecError, for_hosts
+from blobstore_server.libs.proto import clustermgr as clustermgr_api
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, SECRET_ENV, new_secret, operator_signer
 
@@ -418,8 +419,8 @@ def _leader(urls: list[str], names: list[str]) -> str | None:
     """The clustermgr named by a replica's Raft status (node ids are 1, 2, ... in member order, as `names`)."""
     for url in urls:
         try:
-            leader = httpx.get(f"{url}/raft/status", timeout=1.0, headers=_signed("GET", f"{url}/raft/status")).json(
-                ).get("leader")
+            status = f"{url}{clustermgr_api.RAFT_STATUS.path}"
+            leader = httpx.get(status, timeout=1.0, headers=_signed("GET", status)).json().get("leader")
         except (httpx.HTTPError, ValueError):
             continue
         if leader:

@@ -22,8 +22,9 @@ from blobstore_server.admin.spec import ClusterSpec
 from blobstore_server.libs.mq.seal import message_key
 from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
-from blobstore_server.libs.rpc.auth import AuthConfig, Capability
+from blobstore_server.libs.rpc.auth import AuthConfig
 from blobstore_server.libs.rpc.config import ServiceSettings
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.access.config import AccessConfig, ClusterHosts
 from blobstore_server.services.allocator.config import AllocatorConfig
 from blobstore_server.services.blobnode.config import BlobnodeConfig, DiskConfig

@@ -37,8 +37,9 @@ from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.messages import DeleteMsg
 from blobstore_server.libs.proto.scheduler import LEADER_KEY, LeaderRecord
 from blobstore_server.libs.rpc import auth
-from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, body_digest, new_secret, sign
+from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer, body_digest, new_secret, sign
 from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.processes import BlobnodeFactory

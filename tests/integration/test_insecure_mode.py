@@ -13,7 +13,8 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from blobstore_server.libs.rpc.auth import AuthConfig, Capability, new_secret
+from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
+from blobstore_server.libs.rpc.routes import Capability
 from tests.support.browser import headless_chromium
 from tests.support.processes import REPO, BlobnodeFactory, Service, free_port, wait_until
 

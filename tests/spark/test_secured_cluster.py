@@ -36,7 +36,8 @@ from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
 from blobstore_server.libs.rpc import auth
-from blobstore_server.libs.rpc.auth import AuthConfig, Capability, Grant
+from blobstore_server.libs.rpc.auth import AuthConfig, Grant
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.tinker.client import TinkerClient

@@ -23,7 +23,8 @@ from blobstore_server.admin.procs import healthy
 from blobstore_server.admin.procs import wait_until as wait_until  # the one polling helper, for the tests too
 from blobstore_server.admin.service_auth import with_auth
 from blobstore_server.libs.rpc import auth, errors
-from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Capability, Signer, new_secret
+from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer, new_secret
+from blobstore_server.libs.rpc.routes import Capability
 
 REPO = Path(__file__).resolve().parents[2]
 # One secret per test session (pytest process): every service a test starts signs and checks with keys derived

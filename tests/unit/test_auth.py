@@ -7,12 +7,11 @@ import time
 
 import pytest
 
+from blobstore_server.libs.proto.routes import CAPABILITIES, CATALOG
 from blobstore_server.libs.rpc.auth import (
     MAX_GRANT,
-    ROUTES,
     AuthConfig,
     Caller,
-    Capability,
     Grant,
     NonceCache,
     Signer,
@@ -23,6 +22,7 @@ from blobstore_server.libs.rpc.auth import (
     sign,
 )
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
+from blobstore_server.libs.rpc.routes import Capability
 
 SECRET = new_secret()
 NOW = 1_000_000.0
@@ -121,7 +121,12 @@ def test_each_route_takes_exactly_its_capability() -> None:
     assert required_capability("/health") is None and required_capability("/metrics") is None
     assert required_capability("/some/new/route") is C.ADMIN  # closed until declared
     assert required_capability("/shard/delete") is C.DELETE_SHARD and required_capability("/kv/set") is C.KV
-    assert C.RAFT_MEMBER not in ROUTES.values() and C.ADMIN not in (ROUTES["/task/migrate"], ROUTES["/disk/set"])
+    assert C.RAFT_MEMBER not in CAPABILITIES.values()
+    assert C.ADMIN not in (CAPABILITIES["/task/migrate"], CAPABILITIES["/disk/set"])
+
+
+def test_auth_requires_what_each_route_declares() -> None:
+    assert all(required_capability(route.path) is route.capability for route in CATALOG)
 
 
 def test_shard_bodies_are_signed_by_length_and_crc() -> None:

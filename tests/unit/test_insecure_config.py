@@ -4,8 +4,9 @@ config's model does not know."""
 from __future__ import annotations
 
 from blobstore_server.admin.service_auth import role_auth, with_auth
-from blobstore_server.libs.rpc.auth import AuthConfig, Capability, new_secret
+from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
 from blobstore_server.libs.rpc.config import ServiceSettings, auth_problem, unknown_keys
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 
 

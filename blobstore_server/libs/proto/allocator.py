@@ -7,6 +7,8 @@ from pydantic import BaseModel, Field
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import VolumeHealth
 from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
+from blobstore_server.libs.rpc.routes import Capability as C
+from blobstore_server.libs.rpc.routes import Route
 
 MAX_EXCLUDED = 4096
 MAX_RESERVED_BIDS = 65536
@@ -69,3 +71,10 @@ class AllocatorStat(BaseModel):
     holder: str
     bids_left: int
     volumes: list[LeasedVolume]
+
+
+# Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
+
+ALLOC = Route("POST", "/volume/alloc", C.ALLOCATE, AllocResult, AllocRequest)
+STAT = Route("GET", "/stat", C.OBSERVE, AllocatorStat)
+ROUTES = (ALLOC, STAT)

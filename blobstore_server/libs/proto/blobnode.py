@@ -21,6 +21,8 @@ from blobstore_server.libs.rpc.errors import (
     StaleEpoch,
     Unavailable,
 )
+from blobstore_server.libs.rpc.routes import Capability as C
+from blobstore_server.libs.rpc.routes import Route
 
 U32 = Field(ge=0, lt=2**32)
 U64 = Field(ge=0, lt=2**64)
@@ -212,3 +214,28 @@ class DiskExport(BaseModel):
 
 class ExportResult(BaseModel):
     exports: list[DiskExport]
+
+
+# Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
+
+STAT = Route("GET", "/stat", C.OBSERVE, NodeStat)
+DISK_STAT = Route("GET", "/disk/stat", C.OBSERVE, DiskStat)
+CHUNK_CREATE = Route("POST", "/chunk/create", C.CHUNK, ChunkInfo, ChunkCreate)
+CHUNK_RELEASE = Route("POST", "/chunk/release", C.CHUNK, ChunkInfo, ChunkRef)
+CHUNK_READONLY = Route("POST", "/chunk/readonly", C.CHUNK, ChunkInfo, ChunkRef)
+CHUNK_READWRITE = Route("POST", "/chunk/readwrite", C.CHUNK, ChunkInfo, ChunkRef)
+CHUNK_COMPACT = Route("POST", "/chunk/compact", C.CHUNK, ChunkInfo, ChunkRef)
+CHUNK_LIST = Route("GET", "/chunk/list", C.READ_SHARD, ChunkList)
+CHUNK_STAT = Route("GET", "/chunk/stat", C.READ_SHARD, ChunkStat)
+SHARD_PUT = Route("PUT", "/shard/put", C.WRITE_SHARD, ShardPutResult, streamed=True)
+SHARD_GET = Route[BaseModel]("GET", "/shard/get", C.READ_SHARD)  # answers the shard's bytes
+SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
+SHARD_UNMARK_DELETE = Route("POST", "/shard/unmarkdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
+SHARD_DELETE = Route("POST", "/shard/delete", C.DELETE_SHARD, ShardStatusResult, ShardRef)
+SHARD_DISCARD = Route("POST", "/shard/discard", C.DISCARD_SHARD, ShardStatusResult, ShardRef)
+SHARD_STAT = Route("GET", "/shard/stat", C.READ_SHARD, ShardInfo)
+SHARD_LIST = Route("GET", "/shard/list", C.READ_SHARD, ShardList)
+INSPECT_EXPORT = Route("POST", "/inspect/export", C.EXPORT, ExportResult, ExportRequest)
+ROUTES = (STAT, DISK_STAT, CHUNK_CREATE, CHUNK_RELEASE, CHUNK_READONLY, CHUNK_READWRITE, CHUNK_COMPACT, CHUNK_LIST,
+          CHUNK_STAT, SHARD_PUT, SHARD_GET, SHARD_MARK_DELETE, SHARD_UNMARK_DELETE, SHARD_DELETE, SHARD_DISCARD,
+          SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)

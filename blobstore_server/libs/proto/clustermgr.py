@@ -17,10 +17,13 @@ from blobstore_server.libs.proto.cluster import (
     DiskInfo,
     DiskStatus,
     ServiceInfo,
+    Unit,
     VolumeHealth,
     VolumeInfo,
     VolumeStatus,
 )
+from blobstore_server.libs.rpc.routes import Capability as C
+from blobstore_server.libs.rpc.routes import Route
 
 U64 = Field(ge=0, lt=2**64)
 DISK_ID = Field(ge=1, lt=2**32)
@@ -398,3 +401,48 @@ class CodeModePolicy:
 
     def mode_for(self, size: int) -> CodeMode:
         return next((mode for max_size, mode in self._by_size if size <= max_size), self.default)
+
+
+# Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
+
+RAFT_STATUS = Route("GET", "/raft/status", C.OBSERVE, ReplicaStatus)
+RAFT_LEADER = Route("GET", "/raft/leader", C.OBSERVE, LeaderView)
+RAFT_MEMBER_ADD = Route("POST", "/raft/member/add", C.ADMIN, RaftStatus, MemberAdd)
+RAFT_MEMBER_REMOVE = Route("POST", "/raft/member/remove", C.ADMIN, RaftStatus, MemberRemove)
+DISK_ALLOC_ID = Route("POST", "/disk/alloc_id", C.DISK_REPORT, DiskId)
+DISK_ADD = Route("POST", "/disk/add", C.DISK_REPORT, DiskInfo, DiskAdd)
+DISK_HEARTBEAT = Route("POST", "/disk/heartbeat", C.DISK_REPORT, DiskIds, DiskHeartbeat)
+DISK_SET = Route("POST", "/disk/set", C.DISK_STATUS, DiskInfo, DiskSet)
+DISK_BROKEN = Route("POST", "/disk/broken", C.DISK_REPORT, DiskInfo, DiskRef)
+DISK_GET = Route("GET", "/disk/get", C.OBSERVE, DiskView)
+DISK_LIST = Route("GET", "/disk/list", C.OBSERVE, DiskList)
+VOLUME_GET = Route("GET", "/volume/get", C.OBSERVE, VolumeView)
+VOLUME_LIST = Route("GET", "/volume/list", C.OBSERVE, VolumeList)
+VOLUME_ALLOC = Route("POST", "/volume/alloc", C.ALLOCATE, VolumeList, VolumeAlloc)
+VOLUME_RETAIN = Route("POST", "/volume/retain", C.ALLOCATE, RetainResult, VolumeRetain)
+VOLUME_RELEASE = Route("POST", "/volume/release", C.ALLOCATE, VolumeInfo, VolumeHolder)
+VOLUME_LOCK = Route("POST", "/volume/lock", C.UNITS, VolumeInfo, VolumeRef)
+VOLUME_UNLOCK = Route("POST", "/volume/unlock", C.UNITS, VolumeInfo, VolumeRef)
+UNIT_ALLOC = Route("POST", "/volume/unit/alloc", C.UNITS, Unit, UnitAlloc)
+UNIT_RELEASE = Route("POST", "/volume/unit/release", C.UNITS, VolumeInfo, UnitRelease)
+UNIT_UPDATE = Route("POST", "/volume/unit/update", C.UNITS, VolumeInfo, UnitUpdate)
+SCOPE_ALLOC = Route("POST", "/scope/alloc", C.ALLOCATE, ScopeRange, ScopeAlloc)
+SERVICE_REGISTER = Route("POST", "/service/register", C.REGISTER, ServiceInfo, ServiceRegister)
+SERVICE_HEARTBEAT = Route("POST", "/service/heartbeat", C.REGISTER, ServiceInfo, ServiceRef)
+SERVICE_UNREGISTER = Route("POST", "/service/unregister", C.REGISTER, ServiceRef, ServiceRef)
+SERVICE_LIST = Route("GET", "/service/list", C.OBSERVE, ServiceList)
+CONFIG_GET = Route("GET", "/config/get", C.OBSERVE, MaybeValue)
+CONFIG_SET = Route("POST", "/config/set", C.ADMIN, KeyValue, KeyValue)
+CONFIG_LIST = Route("GET", "/config/list", C.OBSERVE, ConfigList)
+KV_GET = Route("GET", "/kv/get", C.OBSERVE, MaybeValue)
+KV_SET = Route("POST", "/kv/set", C.KV, KeyValue, KeyValue)
+KV_CAS = Route("POST", "/kv/cas", C.KV, MaybeValue, KeyCas)
+KV_DELETE = Route("POST", "/kv/delete", C.KV, KeyRef, KeyRef)
+KV_LIST = Route("GET", "/kv/list", C.OBSERVE, KvItems)
+STAT = Route("GET", "/stat", C.OBSERVE, ClusterStat)
+DROP_REPLY = Route("POST", "/fault/drop_reply", C.ADMIN, DropReplies, DropReplies)
+ROUTES = (RAFT_STATUS, RAFT_LEADER, RAFT_MEMBER_ADD, RAFT_MEMBER_REMOVE, DISK_ALLOC_ID, DISK_ADD, DISK_HEARTBEAT,
+          DISK_SET, DISK_BROKEN, DISK_GET, DISK_LIST, VOLUME_GET, VOLUME_LIST, VOLUME_ALLOC, VOLUME_RETAIN,
+          VOLUME_RELEASE, VOLUME_LOCK, VOLUME_UNLOCK, UNIT_ALLOC, UNIT_RELEASE, UNIT_UPDATE, SCOPE_ALLOC,
+          SERVICE_REGISTER, SERVICE_HEARTBEAT, SERVICE_UNREGISTER, SERVICE_LIST, CONFIG_GET, CONFIG_SET, CONFIG_LIST,
+          KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST, STAT, DROP_REPLY)

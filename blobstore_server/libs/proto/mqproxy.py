@@ -6,6 +6,8 @@ from pydantic import BaseModel, Field
 
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.messages import UploadSlice
+from blobstore_server.libs.rpc.routes import Capability as C
+from blobstore_server.libs.rpc.routes import Route
 
 MAX_BATCH = 10_000
 
@@ -42,3 +44,11 @@ class PublisherStats(BaseModel):
     failed: int = 0
     unconfirmed: int = 0  # answered 503 before Kafka confirmed them; they may still be delivered
     sent: dict[str, int] = Field(default_factory=dict)  # per topic
+
+
+# Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
+
+REPAIR = Route("POST", "/repairmsg", C.QUEUE_REPAIR, Queued, RepairBatch)
+DELETE = Route("POST", "/deletemsg", C.QUEUE_DELETE, Queued, DeleteBatch)
+STATS = Route("GET", "/stats", C.OBSERVE, PublisherStats)
+ROUTES = (REPAIR, DELETE, STATS)

@@ -14,6 +14,8 @@ from pydantic import BaseModel, Field
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.libs.rpc.routes import Capability as C
+from blobstore_server.libs.rpc.routes import Route
 
 TASK_PREFIX = "task/"
 # clustermgr config: seconds without a heartbeat after which the scheduler declares a disk broken and
@@ -218,3 +220,16 @@ class InspectStats(BaseModel):
     volumes: int = 0  # volumes whose units were all listed and compared
     repairs_queued: int = 0  # blobs with missing shards sent to the repair queue
     lost_blobs: int = 0  # blobs with fewer than N shards left
+
+
+# Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
+
+TASK_ACQUIRE = Route("POST", "/task/acquire", C.TASKS, AcquireResult, AcquireRequest)
+TASK_RENEW = Route("POST", "/task/renew", C.TASKS, TaskAck, TaskRef)
+TASK_REPORT = Route("POST", "/task/report", C.TASKS, TaskAck, TaskProgress)
+TASK_COMPLETE = Route("POST", "/task/complete", C.TASKS, TaskAck, TaskRef)
+TASK_CANCEL = Route("POST", "/task/cancel", C.TASK_CONTROL, TaskAck, TaskCancel)
+TASK_MIGRATE = Route("POST", "/task/migrate", C.TASK_CONTROL, TaskRecord, ManualMigrate)
+TASK_LIST = Route("GET", "/task/list", C.OBSERVE, TaskList)
+STATUS = Route("GET", "/status", C.OBSERVE, SchedulerStatus)
+ROUTES = (TASK_ACQUIRE, TASK_RENEW, TASK_REPORT, TASK_COMPLETE, TASK_CANCEL, TASK_MIGRATE, TASK_LIST, STATUS)

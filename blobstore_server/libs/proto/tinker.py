@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from blobstore_server.libs.rpc.routes import Capability as C
+from blobstore_server.libs.rpc.routes import Route
+
 
 class PipelineStats(BaseModel):
     messages_in: int = 0
@@ -20,3 +23,9 @@ class PipelineStats(BaseModel):
 
 class TinkerStats(BaseModel):
     pipelines: dict[str, PipelineStats]
+
+
+# Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
+
+STATS = Route("GET", "/stats", C.OBSERVE, TinkerStats)
+ROUTES = (STATS,)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from blobstore_server.libs.proto.body import RequestBody
+from blobstore_server.libs.rpc.routes import Capability as C
+from blobstore_server.libs.rpc.routes import Route
 
 
 class ShardRepair(RequestBody):
@@ -36,3 +38,10 @@ class MigrateStats(BaseModel):
     left_shards: int = 0  # never written: being deleted, or on no other unit
     lost_shards: int = 0  # never written: fewer than N shards of the blob exist anywhere (logged as LOST)
     written_bytes: int = 0
+
+
+# Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
+
+SHARD_REPAIR = Route("POST", "/shard/repair", C.REPAIR, RepairResult, ShardRepair)
+STATS = Route("GET", "/stats", C.OBSERVE, WorkerStats)
+ROUTES = (SHARD_REPAIR, STATS)

@@ -2,9 +2,10 @@
 once and recently.
 
 One cluster secret (made by `cluster up`) yields one key per capability, HMAC-SHA256(secret, capability). Each
-route takes exactly one capability (`ROUTES`; a route not listed takes `admin`, so a new route is closed until
-it is declared) and each service holds only the keys of what it calls (admin/plan.py), never the secret;
-only the operator's CLI derives every key. A request carries
+route takes exactly one capability (declared with the route in its service's API module, gathered in
+libs/proto/routes.py; a path declared nowhere takes `admin`, so a new route is closed until it is declared) and
+each service holds only the keys of what it calls (admin/plan.py), never the secret; only the operator's CLI
+derives every key. A request carries
 `x-blobstore-auth: v2 cap=C ts=T n=N [id=I] [exp=E] sig=S`, S being the HMAC under C's key of the method,
 the target host:port (a service takes only requests whose Host names itself), path, sorted query, a body
 digest (SHA-256, or `unsigned:<length>` for shard bytes, whose CRC is then signed in the query), T, C, the
@@ -34,13 +35,14 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from pydantic import BaseModel, Field
 
 from blobstore_server.libs.mac import hmac_sha256
+from blobstore_server.libs.proto.routes import CAPABILITIES, STREAMED
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
+from blobstore_server.libs.rpc.routes import Capability
 
 AUTH_HEADER = "x-blobstore-auth"
 SECRET_ENV = "BLOBSTORE_SECRET"  # the cluster secret, for an operator's command pointed at a cluster by URL
@@ -49,58 +51,8 @@ UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: their length,
 CALLER_SCOPE_KEY = "blobstore.caller"  # where `authenticated` leaves the verified identity for a route
 
 
-class Capability(StrEnum):
-    READ_SHARD = "read-shard"  # read and list shards and chunks (also what an inspection grant carries)
-    WRITE_SHARD = "write-shard"  # store a shard, mark or unmark it deleted
-    DELETE_SHARD = "delete-shard"  # remove a shard marked deleted at least the blobnode's delete_hold ago (tinker)
-    DISCARD_SHARD = "discard-shard"  # remove a shard at once to write the right bytes in its place (repair)
-    CHUNK = "chunk"  # create, seal, release and compact chunks
-    EXPORT = "export"  # a blobnode writing its index for the inspection
-    OBSERVE = "observe"  # read cluster state: disks, volumes, services, config, kv, tasks, stats
-    REGISTER = "register"  # a service announcing itself
-    DISK_REPORT = "disk-report"  # a blobnode adding, heartbeating or failing its own disks (identity-bound)
-    DISK_STATUS = "disk-status"  # marking any disk broken, repaired or read-only (operator, scheduler)
-    ALLOCATE = "allocate"  # leasing volumes and id ranges (allocator; access from the allocator)
-    UNITS = "units"  # locking volumes and moving their units (scheduler)
-    KV = "kv"  # writing clustermgr's kv: the scheduler's lease and task records
-    TASKS = "tasks"  # taking and reporting background tasks (worker)
-    TASK_CONTROL = "task-control"  # an operator migrating a unit or cancelling a task by hand (scheduler routes)
-    QUEUE_REPAIR = "queue-repair"  # queueing shard repairs through mqproxy
-    QUEUE_DELETE = "queue-delete"  # queueing blob deletes through mqproxy (access only)
-    REPAIR = "repair"  # asking a worker to repair a shard now (tinker)
-    ADMIN = "admin"  # an operator changing the cluster: config, Raft membership, fault injection
-    RAFT_MEMBER = "raft-member"  # the Raft transport between clustermgr replicas (not an HTTP route)
-
-
 IDENTITY_BOUND = frozenset({Capability.DISK_REPORT})
 PUBLIC = frozenset({"/health", "/metrics"})
-_C = Capability
-ROUTES: dict[str, Capability] = {
-    **dict.fromkeys(("/shard/get", "/shard/stat", "/shard/list", "/chunk/list", "/chunk/stat"), _C.READ_SHARD),
-    **dict.fromkeys(("/shard/put", "/shard/markdelete", "/shard/unmarkdelete"), _C.WRITE_SHARD),
-    "/shard/delete": _C.DELETE_SHARD,
-    "/shard/discard": _C.DISCARD_SHARD,
-    **dict.fromkeys(("/chunk/create", "/chunk/release", "/chunk/readonly", "/chunk/readwrite", "/chunk/compact"),
-                    _C.CHUNK),
-    "/inspect/export": _C.EXPORT,
-    **dict.fromkeys(("/stat", "/stats", "/status", "/disk/stat", "/disk/get", "/disk/list", "/volume/get",
-                     "/volume/list", "/service/list", "/config/get", "/config/list", "/kv/get", "/kv/list",
-                     "/raft/leader", "/raft/status", "/task/list"), _C.OBSERVE),
-    **dict.fromkeys(("/service/register", "/service/heartbeat", "/service/unregister"), _C.REGISTER),
-    **dict.fromkeys(("/disk/add", "/disk/alloc_id", "/disk/heartbeat", "/disk/broken"), _C.DISK_REPORT),
-    "/disk/set": _C.DISK_STATUS,
-    **dict.fromkeys(("/volume/alloc", "/volume/retain", "/volume/release", "/scope/alloc"), _C.ALLOCATE),
-    **dict.fromkeys(("/volume/lock", "/volume/unlock", "/volume/unit/alloc", "/volume/unit/release",
-                     "/volume/unit/update"), _C.UNITS),
-    **dict.fromkeys(("/kv/set", "/kv/cas", "/kv/delete"), _C.KV),
-    **dict.fromkeys(("/task/acquire", "/task/renew", "/task/report", "/task/complete"), _C.TASKS),
-    "/repairmsg": _C.QUEUE_REPAIR,
-    "/deletemsg": _C.QUEUE_DELETE,
-    "/shard/repair": _C.REPAIR,
-    **dict.fromkeys(("/task/migrate", "/task/cancel"), _C.TASK_CONTROL),
-    **dict.fromkeys(("/config/set", "/raft/member/add", "/raft/member/remove", "/fault/drop_reply"), _C.ADMIN),
-}
-STREAMED = frozenset({"/shard/put"})  # bodies signed by length, their CRC signed in the query
 CRC_PARAM = "crc"
 MAX_GRANT = 7 * 86400.0  # a grant may not reach further ahead than this
 
@@ -109,7 +61,7 @@ def required_capability(path: str) -> Capability | None:
     """The capability a route takes; None for an open route. Undeclared routes take `admin`."""
     if path in PUBLIC:
         return None
-    return ROUTES.get(path, Capability.ADMIN)
+    return CAPABILITIES.get(path, Capability.ADMIN)
 
 
 def capability_key(secret: str, capability: Capability) -> str:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER
 from blobstore_server.libs.rpc.errors import Internal, Unreachable, error_from_response
+from blobstore_server.libs.rpc.routes import Route
 
 Params = Mapping[str, str | int]
 Body = bytes | bytearray | memoryview
@@ -172,6 +173,18 @@ class HttpClient:
             return response.model_validate_json(raw)
         except ValidationError as exc:
             raise Internal(f"{method} {url} answered something that is not a {response.__name__}: {exc}") from None
+
+    async def call_route(self, route: Route[M], host: str, *, params: Params | None = None,
+                         body: BaseModel | None = None, data: Body | None = None,
+                         headers: Mapping[str, str] | None = None, timeout: float | None = None) -> M:
+        """`route` (its declaration in libs/proto) on `host`: the body it declares sent, the answer it declares
+        returned."""
+        if route.answer is None or (body is None) != (route.body is None) or (
+                route.body is not None and not isinstance(body, route.body)):
+            raise TypeError(f"{route.method} {route.path} takes {route.body} and answers {route.answer}; "
+                            f"called with {type(body).__name__}")
+        return await self.call(route.method, f"{host}{route.path}", route.answer, params=params, body=body, data=data,
+                               headers=headers, timeout=timeout)
 
     async def read(self, url: str, *, params: Params | None = None, timeout: float | None = None) -> bytes:
         """GET a whole binary body; a short body (peer aborted mid-stream) is `Unavailable`."""

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import sys
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -40,6 +41,7 @@ from blobstore_server.libs.rpc.config import ConfigError, ServiceSettings, TLSCo
 from blobstore_server.libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge, Unauthorized
 from blobstore_server.libs.rpc.limits import limited
 from blobstore_server.libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, instrument, measuring
+from blobstore_server.libs.rpc.routes import Route
 
 log = logging.getLogger(__name__)
 ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
@@ -61,6 +63,29 @@ Hook = Callable[[], Awaitable[None]]
 # Whether this process runs without auth on purpose (`insecure: true`): set by `run_service` before the app is
 # built, so every service's /health reports it without each `build` passing it along.
 _insecure = False
+
+
+Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
+
+
+def serves(app: FastAPI, route: Route) -> Callable[[Handler], Handler]:
+    """Register the decorated handler as `route`, refusing (at start) one whose body or answer is not the model
+    the declaration names: the declaration the client calls and auth checks is the one that runs."""
+
+    def register(handler: Handler) -> Handler:
+        hints = typing.get_type_hints(handler)
+        answer = hints.get("return")
+        if route.answer is not None and not (isinstance(answer, type) and issubclass(answer, route.answer)):
+            raise TypeError(f"{route.method} {route.path} answers {route.answer.__name__}; "
+                            f"{handler.__qualname__} returns {answer}")
+        bodies = [t for name, t in hints.items() if name != "return" and isinstance(t, type)
+                  and issubclass(t, BaseModel)]
+        expected = [] if route.body is None else [route.body]
+        if len(bodies) != len(expected) or not all(issubclass(b, e) for b, e in zip(bodies, expected, strict=True)):
+            raise TypeError(f"{route.method} {route.path} takes {expected}; {handler.__qualname__} takes {bodies}")
+        return app.api_route(route.path, methods=[route.method])(handler)
+
+    return register
 
 
 def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None = None,

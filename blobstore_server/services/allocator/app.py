@@ -5,16 +5,17 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from blobstore_server.libs.ec import UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.proto import allocator as api
 from blobstore_server.libs.proto.allocator import AllocatorStat, AllocRequest, AllocResult
 from blobstore_server.libs.rpc.errors import BadRequest
-from blobstore_server.libs.rpc.server import create_app
+from blobstore_server.libs.rpc.server import create_app, serves
 from blobstore_server.services.allocator.allocator import Allocator
 
 
 def build_app(allocator: Allocator) -> FastAPI:
     app = create_app("allocator", on_start=allocator.life.start, on_stop=allocator.life.stop)
 
-    @app.post("/volume/alloc")
+    @serves(app, api.ALLOC)
     async def volume_alloc(req: AllocRequest) -> AllocResult:
         try:
             mode = parse_code_mode(req.code_mode)
@@ -26,7 +27,7 @@ def build_app(allocator: Allocator) -> FastAPI:
                                          req.returned)
         return AllocResult(code_mode=int(mode), blobs=blobs)
 
-    @app.get("/stat")
+    @serves(app, api.STAT)
     async def stat() -> AllocatorStat:
         return allocator.stat()
 

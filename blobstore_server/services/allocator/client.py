@@ -6,7 +6,8 @@ import random
 import time
 from collections.abc import Sequence
 
-from blobstore_server.libs.proto.allocator import AllocatorStat, AllocRequest, AllocResult, BlobSlice, UnusedSpace
+from blobstore_server.libs.proto import allocator as api
+from blobstore_server.libs.proto.allocator import AllocatorStat, AllocRequest, BlobSlice, UnusedSpace
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 from blobstore_server.libs.rpc.errors import Unavailable, Unreachable
 
@@ -43,7 +44,7 @@ class AllocatorClient(ServiceClient):
         hosts = self._order(time.monotonic(), probe)
         for host in hosts:
             try:
-                result = await self.http.call("POST", f"{host}/volume/alloc", AllocResult, body=body,
+                result = await self.http.call_route(api.ALLOC, host, body=body,
                                               timeout=self.attempt_timeout)
             except Unreachable as exc:
                 self._unreachable_until[host] = time.monotonic() + self.punish
@@ -59,4 +60,4 @@ class AllocatorClient(ServiceClient):
         raise Unavailable(f"no allocator could allocate: {'; '.join(failures)}")
 
     async def stat(self, host: str) -> AllocatorStat:
-        return await self.http.call("GET", f"{host}/stat", AllocatorStat)
+        return await self.http.call_route(api.STAT, host)

@@ -10,6 +10,7 @@ import asyncio
 from fastapi import Query
 
 from blobstore_server.libs.chunkfile import ShardStatus
+from blobstore_server.libs.proto import blobnode as api
 from blobstore_server.libs.proto.blobnode import (
     IO_CLASS_PARAM,
     ChunkCreate,
@@ -31,6 +32,7 @@ from blobstore_server.libs.proto.blobnode import (
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.errors import BadRequest, TooLarge
+from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import (
     ASGIApp,
     Receive,
@@ -42,6 +44,7 @@ from blobstore_server.libs.rpc.server import (
     read_exact_body,
     send_json,
     send_stream,
+    serves,
     with_fast_routes,
 )
 from blobstore_server.services.blobnode.cluster import ClusterLink
@@ -73,66 +76,66 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     def with_scrub(stat: DiskStat) -> DiskStat:
         return stat if scrubber is None else stat.model_copy(update={"scrub": scrubber.stat(stat.disk_id)})
 
-    @app.get("/stat")
+    @serves(app, api.STAT)
     async def stat() -> NodeStat:
         found = await node.stat()
         return found.model_copy(update={"disks": [with_scrub(d) for d in found.disks]})
 
-    @app.get("/disk/stat")
+    @serves(app, api.DISK_STAT)
     async def disk_stat(disk_id: int = Query(ge=0)) -> DiskStat:
         return with_scrub(await node.disk_stat(disk_id))
 
-    @app.post("/chunk/create")
+    @serves(app, api.CHUNK_CREATE)
     async def chunk_create(req: ChunkCreate) -> ChunkInfo:
         return await node.create_chunk(req.disk_id, req.vuid, req.chunk_size)
 
-    def chunk_status_route(path: str, status: ChunkStatus) -> None:
-        async def route(req: ChunkRef) -> ChunkInfo:
+    def chunk_status_route(route: Route, status: ChunkStatus) -> None:
+        async def set_status(req: ChunkRef) -> ChunkInfo:
             return await node.set_chunk_status(req.disk_id, req.vuid, status)
 
-        app.post(path)(route)
+        serves(app, route)(set_status)
 
-    chunk_status_route("/chunk/release", ChunkStatus.RELEASED)
-    chunk_status_route("/chunk/readonly", ChunkStatus.READONLY)
-    chunk_status_route("/chunk/readwrite", ChunkStatus.NORMAL)
+    chunk_status_route(api.CHUNK_RELEASE, ChunkStatus.RELEASED)
+    chunk_status_route(api.CHUNK_READONLY, ChunkStatus.READONLY)
+    chunk_status_route(api.CHUNK_READWRITE, ChunkStatus.NORMAL)
 
-    @app.post("/chunk/compact")
+    @serves(app, api.CHUNK_COMPACT)
     async def chunk_compact(req: ChunkRef) -> ChunkInfo:
         return await node.compact_chunk(req.disk_id, req.vuid)
 
-    @app.get("/chunk/list")
+    @serves(app, api.CHUNK_LIST)
     async def chunk_list(disk_id: int = Query(ge=0)) -> ChunkList:
         return ChunkList(chunks=await node.list_chunks(disk_id))
 
-    @app.get("/chunk/stat")
+    @serves(app, api.CHUNK_STAT)
     async def chunk_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0)) -> ChunkStat:
         return await node.chunk_stat(disk_id, vuid)
 
-    def shard_status_route(path: str, status: ShardStatus | None) -> None:
-        async def route(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+    def shard_status_route(route: Route, status: ShardStatus | None) -> None:
+        async def set_status(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
             async with node.background(req.disk_id, io_class):
                 meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status, io_class)
             return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
 
-        app.post(path)(route)
+        serves(app, route)(set_status)
 
-    shard_status_route("/shard/markdelete", ShardStatus.MARK_DELETED)
-    shard_status_route("/shard/unmarkdelete", ShardStatus.NORMAL)
-    shard_status_route("/shard/delete", None)
+    shard_status_route(api.SHARD_MARK_DELETE, ShardStatus.MARK_DELETED)
+    shard_status_route(api.SHARD_UNMARK_DELETE, ShardStatus.NORMAL)
+    shard_status_route(api.SHARD_DELETE, None)
 
-    @app.post("/shard/discard")
+    @serves(app, api.SHARD_DISCARD)
     async def shard_discard(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
         async with node.background(req.disk_id, io_class):
             await node.discard_shard(req.disk_id, req.vuid, req.bid, io_class)
         return ShardStatusResult(bid=req.bid, status="deleted")
 
-    @app.get("/shard/stat")
+    @serves(app, api.SHARD_STAT)
     async def shard_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), bid: int = Query(ge=0),
                          io_class: IOClass = IOClass.USER) -> ShardInfo:
         async with node.background(disk_id, io_class):
             return shard_info(await node.shard_stat(disk_id, vuid, bid, io_class))
 
-    @app.get("/shard/list")
+    @serves(app, api.SHARD_LIST)
     async def shard_list(disk_id: int = Query(ge=0), vuid: int = Query(ge=0), start_bid: int = Query(0, ge=0),
                          count: int | None = Query(None, ge=1, le=100_000),
                          status: str | None = Query(None, pattern="^(normal|mark_deleted)$"),
@@ -142,13 +145,13 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
             shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted, io_class)
         return ShardList(shards=[shard_info(m) for m in shards])
 
-    @app.post("/inspect/export")
+    @serves(app, api.INSPECT_EXPORT)
     async def inspect_export(req: ExportRequest) -> ExportResult:
         return ExportResult(exports=await node.export(req))
 
     async def shard_put(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "PUT":
-            raise BadRequest("use PUT for /shard/put")
+        if scope["method"] != api.SHARD_PUT.method:
+            raise BadRequest(f"use {api.SHARD_PUT.method} for {api.SHARD_PUT.path}")
         params = query_params(scope)
         size = int_param(params, "size")
         if size > node.config.max_shard_size:
@@ -163,8 +166,8 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
         await send_json(send, 200, ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
 
     async def shard_get(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "GET":
-            raise BadRequest("use GET for /shard/get")
+        if scope["method"] != api.SHARD_GET.method:
+            raise BadRequest(f"use {api.SHARD_GET.method} for {api.SHARD_GET.path}")
         params = query_params(scope)
         size = int_param(params, "size") if "size" in params else None
         disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
@@ -174,4 +177,4 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
                 io_class)
             await send_stream(send, length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
 
-    return with_fast_routes(app, {"/shard/put": shard_put, "/shard/get": shard_get})
+    return with_fast_routes(app, {api.SHARD_PUT.path: shard_put, api.SHARD_GET.path: shard_get})

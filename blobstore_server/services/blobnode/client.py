@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 from isal.isal_zlib import crc32
 
+from blobstore_server.libs.proto import blobnode as api
 from blobstore_server.libs.proto.blobnode import (
     IO_CLASS_PARAM,
     ChunkCreate,
     ChunkInfo,
-    ChunkList,
     ChunkRef,
     ChunkStat,
     DiskStat,
@@ -23,8 +23,6 @@ from blobstore_server.libs.proto.blobnode import (
     IOClass,
     NodeStat,
     ShardInfo,
-    ShardList,
-    ShardPutResult,
     ShardRef,
     ShardStatusResult,
 )
@@ -32,6 +30,7 @@ from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.libs.rpc.lean import LeanTransport
+from blobstore_server.libs.rpc.routes import Route
 
 Params = dict[str, str | int]
 
@@ -58,25 +57,25 @@ class BlobnodeClient(ServiceClient):
 
     async def create_chunk(self, host: str, disk_id: int, vuid: int, chunk_size: int | None = None) -> ChunkInfo:
         body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size)
-        return await self.http.call("POST", f"{host}/chunk/create", ChunkInfo, body=body)
+        return await self.http.call_route(api.CHUNK_CREATE, host, body=body)
 
-    async def _chunk_op(self, host: str, op: str, disk_id: int, vuid: int) -> ChunkInfo:
-        return await self.http.call("POST", f"{host}/chunk/{op}", ChunkInfo, body=ChunkRef(disk_id=disk_id, vuid=vuid))
+    async def _chunk_op(self, host: str, route: Route[ChunkInfo], disk_id: int, vuid: int) -> ChunkInfo:
+        return await self.http.call_route(route, host, body=ChunkRef(disk_id=disk_id, vuid=vuid))
 
     async def release_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
-        return await self._chunk_op(host, "release", disk_id, vuid)
+        return await self._chunk_op(host, api.CHUNK_RELEASE, disk_id, vuid)
 
     async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True) -> ChunkInfo:
-        return await self._chunk_op(host, "readonly" if readonly else "readwrite", disk_id, vuid)
+        return await self._chunk_op(host, api.CHUNK_READONLY if readonly else api.CHUNK_READWRITE, disk_id, vuid)
 
     async def compact_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
-        return await self._chunk_op(host, "compact", disk_id, vuid)
+        return await self._chunk_op(host, api.CHUNK_COMPACT, disk_id, vuid)
 
     async def list_chunks(self, host: str, disk_id: int) -> list[ChunkInfo]:
-        return (await self.http.call("GET", f"{host}/chunk/list", ChunkList, params={"disk_id": disk_id})).chunks
+        return (await self.http.call_route(api.CHUNK_LIST, host, params={"disk_id": disk_id})).chunks
 
     async def chunk_stat(self, host: str, disk_id: int, vuid: int) -> ChunkStat:
-        return await self.http.call("GET", f"{host}/chunk/stat", ChunkStat, params={"disk_id": disk_id, "vuid": vuid})
+        return await self.http.call_route(api.CHUNK_STAT, host, params={"disk_id": disk_id, "vuid": vuid})
 
     # shards
 
@@ -87,7 +86,7 @@ class BlobnodeClient(ServiceClient):
         # the CRC goes in the signed query: the blobnode refuses bytes that do not match it
         params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data),
                               CRC_PARAM: crc32(data)}, io_class)
-        answer = await self.shards.call("PUT", f"{host}/shard/put", ShardPutResult, params=params, data=data,
+        answer = await self.shards.call_route(api.SHARD_PUT, host, params=params, data=data,
                                         timeout=timeout)
         return answer.crc
 
@@ -103,41 +102,42 @@ class BlobnodeClient(ServiceClient):
                         io_class: IOClass = IOClass.USER) -> bytes:
         """Read a shard or a range of it; corrupted bytes come back as `ShardCorrupted`, never data."""
         params = self._get_params(disk_id, vuid, bid, offset, size, io_class)
-        return await self.shards.request("GET", f"{host}/shard/get", params=params, timeout=timeout)
+        return await self.shards.request(api.SHARD_GET.method, f"{host}{api.SHARD_GET.path}", params=params,
+                                         timeout=timeout)
 
     def stream_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
                      size: int | None = None, io_class: IOClass = IOClass.USER) -> AsyncIterator[bytes]:
-        return self.http.stream(f"{host}/shard/get",
+        return self.http.stream(f"{host}{api.SHARD_GET.path}",
                                 params=self._get_params(disk_id, vuid, bid, offset, size, io_class))
 
-    async def _shard_op(self, host: str, op: str, disk_id: int, vuid: int, bid: int,
+    async def _shard_op(self, host: str, route: Route[ShardStatusResult], disk_id: int, vuid: int, bid: int,
                         io_class: IOClass) -> ShardStatusResult:
         body = ShardRef(disk_id=disk_id, vuid=vuid, bid=bid)
-        return await self.http.call("POST", f"{host}/shard/{op}", ShardStatusResult, body=body,
+        return await self.http.call_route(route, host, body=body,
                                     params=_with_class({}, io_class))
 
     async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                                 io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        return await self._shard_op(host, "markdelete", disk_id, vuid, bid, io_class)
+        return await self._shard_op(host, api.SHARD_MARK_DELETE, disk_id, vuid, bid, io_class)
 
     async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                                   io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        return await self._shard_op(host, "unmarkdelete", disk_id, vuid, bid, io_class)
+        return await self._shard_op(host, api.SHARD_UNMARK_DELETE, disk_id, vuid, bid, io_class)
 
     async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                            io_class: IOClass = IOClass.USER) -> ShardStatusResult:
         """Delete for good a shard marked deleted at least the blobnode's `delete_hold` ago (Conflict otherwise)."""
-        return await self._shard_op(host, "delete", disk_id, vuid, bid, io_class)
+        return await self._shard_op(host, api.SHARD_DELETE, disk_id, vuid, bid, io_class)
 
     async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                             io_class: IOClass = IOClass.USER) -> ShardStatusResult:
         """Delete a shard at once: a repair or migration making room for the right bytes (discard-shard)."""
-        return await self._shard_op(host, "discard", disk_id, vuid, bid, io_class)
+        return await self._shard_op(host, api.SHARD_DISCARD, disk_id, vuid, bid, io_class)
 
     async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int,
                          io_class: IOClass = IOClass.USER) -> ShardInfo:
         params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid}, io_class)
-        return await self.http.call("GET", f"{host}/shard/stat", ShardInfo, params=params)
+        return await self.http.call_route(api.SHARD_STAT, host, params=params)
 
     async def list_shards(self, host: str, disk_id: int, vuid: int, start_bid: int = 0, count: int | None = None,
                           status: str | None = None, io_class: IOClass = IOClass.USER) -> list[ShardInfo]:
@@ -146,7 +146,7 @@ class BlobnodeClient(ServiceClient):
             params["count"] = count
         if status is not None:
             params["status"] = status
-        return (await self.http.call("GET", f"{host}/shard/list", ShardList, params=params)).shards
+        return (await self.http.call_route(api.SHARD_LIST, host, params=params)).shards
 
     async def list_all_shards(self, host: str, disk_id: int, vuid: int, page: int = 10_000,
                               io_class: IOClass = IOClass.USER) -> dict[int, ShardInfo]:
@@ -163,15 +163,15 @@ class BlobnodeClient(ServiceClient):
     # node
 
     async def disk_stat(self, host: str, disk_id: int) -> DiskStat:
-        return await self.http.call("GET", f"{host}/disk/stat", DiskStat, params={"disk_id": disk_id})
+        return await self.http.call_route(api.DISK_STAT, host, params={"disk_id": disk_id})
 
     async def stat(self, host: str) -> NodeStat:
-        return await self.http.call("GET", f"{host}/stat", NodeStat)
+        return await self.http.call_route(api.STAT, host)
 
     async def export(self, host: str, target: str, timeout: float | None = None) -> ExportResult:
         """Have every disk of the node write its shard index into `target` (see ExportRequest); returns the
         manifests once all are written."""
-        return await self.http.call("POST", f"{host}/inspect/export", ExportResult,
+        return await self.http.call_route(api.INSPECT_EXPORT, host,
                                     body=ExportRequest(target=target), timeout=timeout)
 
     async def health(self, host: str, timeout: float = 2.0) -> bool:

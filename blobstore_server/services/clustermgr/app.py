@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 
 from blobstore_server.libs.ec import UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import (
     KV_PAGE,
@@ -52,7 +53,7 @@ from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY, parse_broken
 from blobstore_server.libs.proto.switches import SWITCH_PREFIX, parse_switch
 from blobstore_server.libs.rpc.auth import CALLER_SCOPE_KEY
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden, NotFound
-from blobstore_server.libs.rpc.server import ASGIApp, create_app
+from blobstore_server.libs.rpc.server import ASGIApp, create_app, serves
 from blobstore_server.services.clustermgr import commands as cmd
 from blobstore_server.services.clustermgr.faults import ReplyCutter
 from blobstore_server.services.clustermgr.manager import ClusterManager
@@ -104,140 +105,140 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     lease_ttl = cm.config.volume_lease_ttl
     heartbeat_timeout = cm.config.disk_heartbeat_timeout
 
-    @app.get("/raft/status")
+    @serves(app, api.RAFT_STATUS)
     async def raft_status() -> ReplicaStatus:
         return ReplicaStatus(**cm.raft_status().model_dump(), node_id=cm.config.node_id,
                              checksum=cm.state.checksum(), applied_index=cm.state.applied_index())
 
-    @app.get("/raft/leader")
+    @serves(app, api.RAFT_LEADER)
     async def raft_leader() -> LeaderView:
         return cm.leader_view()
 
-    @app.post("/raft/member/add")
+    @serves(app, api.RAFT_MEMBER_ADD)
     async def member_add(req: MemberAdd, caller: Caller) -> RaftStatus:
         return await cm.add_member(req.node_id, req.raft_addr, req.http_addr, req.learner, caller)
 
-    @app.post("/raft/member/remove")
+    @serves(app, api.RAFT_MEMBER_REMOVE)
     async def member_remove(req: MemberRemove) -> RaftStatus:
         return await cm.remove_member(req.node_id)
 
     # disks
 
-    @app.post("/disk/alloc_id")
+    @serves(app, api.DISK_ALLOC_ID)
     async def disk_alloc_id(caller: Caller) -> DiskId:
         return DiskId(disk_id=(await cm.submit(cmd.ScopeAlloc(name="disk_id", count=1), caller)).start)
 
-    @app.post("/disk/add")
+    @serves(app, api.DISK_ADD)
     async def disk_add(req: DiskAdd, caller: Caller, reporter: Reporter) -> DiskInfo:
         if reporter is not None and req.host != reporter:
             raise Forbidden(f"{reporter} may add only its own disks, not one of {req.host}")
         _owned(cm, reporter, [req.disk_id])
         return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
 
-    @app.post("/disk/heartbeat")
+    @serves(app, api.DISK_HEARTBEAT)
     async def disk_heartbeat(req: cmd.DiskHeartbeatCmd, caller: Caller, reporter: Reporter) -> DiskIds:
         _owned(cm, reporter, [d.disk_id for d in req.disks])
         return await cm.submit(req, caller)
 
-    @app.post("/disk/set")
+    @serves(app, api.DISK_SET)
     async def disk_set(req: cmd.DiskSetCmd, caller: Caller) -> DiskInfo:
         if req.status is None and req.readonly is None:
             raise BadRequest("give a status, readonly, or both")
         return await cm.submit(req, caller)
 
-    @app.post("/disk/broken")
+    @serves(app, api.DISK_BROKEN)
     async def disk_broken(req: DiskRef, caller: Caller, reporter: Reporter) -> DiskInfo:
         """A blobnode reporting its own disk failing: the one status change a data-path service may make."""
         _owned(cm, reporter, [req.disk_id])
         return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=DiskStatus.BROKEN), caller)
 
-    @app.get("/disk/get")
+    @serves(app, api.DISK_GET)
     async def disk_get(disk_id: int = Query(ge=1)) -> DiskView:
         return cm.disk_view((await cm.fresh()).disk(disk_id), time.time())
 
-    @app.get("/disk/list")
+    @serves(app, api.DISK_LIST)
     async def disk_list() -> DiskList:
         now = time.time()
         return DiskList(disks=[cm.disk_view(d, now) for d in (await cm.fresh()).disks()])
 
     # volumes
 
-    @app.get("/volume/get")
+    @serves(app, api.VOLUME_GET)
     async def volume_get(vid: int = Query(ge=1)) -> VolumeView:
         return cm.volume_views([(await cm.fresh()).volume(vid)], time.time())[0]
 
-    @app.get("/volume/list")
+    @serves(app, api.VOLUME_LIST)
     async def volume_list(status: VolumeStatus | None = None, code_mode: int | None = None) -> VolumeList:
         volumes = (await cm.fresh()).volumes()
         return VolumeList(volumes=cm.volume_views([v for v in volumes if (status is None or v.status == status)
                                                    and (code_mode is None or v.code_mode == code_mode)], time.time()))
 
-    @app.post("/volume/alloc")
+    @serves(app, api.VOLUME_ALLOC)
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
         alloc = cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder, count=req.count,
                                    lease_ttl=lease_ttl, heartbeat_timeout=heartbeat_timeout,
                                    avoid_disks=req.avoid_disks, reclaim=req.reclaim)
         return await cm.submit(alloc, caller)
 
-    @app.post("/volume/retain")
+    @serves(app, api.VOLUME_RETAIN)
     async def volume_retain(req: VolumeRetain, caller: Caller) -> RetainResult:
         retain = cmd.VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes,
                                      heartbeat_timeout=heartbeat_timeout)
         return await cm.submit(retain, caller)
 
-    @app.post("/volume/release")
+    @serves(app, api.VOLUME_RELEASE)
     async def volume_release(req: cmd.VolumeRelease, caller: Caller) -> VolumeInfo:
         return await cm.submit(req, caller)
 
-    @app.post("/volume/lock")
+    @serves(app, api.VOLUME_LOCK)
     async def volume_lock(req: cmd.VolumeLock, caller: Caller) -> VolumeInfo:
         return await cm.submit(req, caller)
 
-    @app.post("/volume/unlock")
+    @serves(app, api.VOLUME_UNLOCK)
     async def volume_unlock(req: cmd.VolumeUnlock, caller: Caller) -> VolumeInfo:
         return await cm.submit(req, caller)
 
-    @app.post("/volume/unit/alloc")
+    @serves(app, api.UNIT_ALLOC)
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
         return await cm.alloc_unit(req, caller)
 
-    @app.post("/volume/unit/release")
+    @serves(app, api.UNIT_RELEASE)
     async def unit_release(req: cmd.UnitReleaseCmd, caller: Caller) -> VolumeInfo:
         return await cm.submit(req, caller)
 
-    @app.post("/volume/unit/update")
+    @serves(app, api.UNIT_UPDATE)
     async def unit_update(req: cmd.UnitUpdateCmd, caller: Caller) -> VolumeInfo:
         return await cm.submit(req, caller)
 
     # scopes, services, config, kv
 
-    @app.post("/scope/alloc")
+    @serves(app, api.SCOPE_ALLOC)
     async def scope_alloc(req: cmd.ScopeAlloc, caller: Caller) -> ScopeRange:
         return await cm.submit(req, caller)
 
-    @app.post("/service/register")
+    @serves(app, api.SERVICE_REGISTER)
     async def service_register(req: cmd.ServiceRegisterCmd, caller: Caller) -> ServiceInfo:
         return await cm.submit(req, caller)
 
-    @app.post("/service/heartbeat")
+    @serves(app, api.SERVICE_HEARTBEAT)
     async def service_heartbeat(req: cmd.ServiceHeartbeat, caller: Caller) -> ServiceInfo:
         return await cm.submit(req, caller)
 
-    @app.post("/service/unregister")
+    @serves(app, api.SERVICE_UNREGISTER)
     async def service_unregister(req: cmd.ServiceUnregister, caller: Caller) -> ServiceRef:
         return await cm.submit(req, caller)
 
-    @app.get("/service/list")
+    @serves(app, api.SERVICE_LIST)
     async def service_list(name: str | None = None, alive_only: bool = True) -> ServiceList:
         now = time.time()
         services = (await cm.fresh()).services(name)
         return ServiceList(services=[s for s in services if not alive_only or s.alive(now)])
 
-    @app.get("/config/get")
+    @serves(app, api.CONFIG_GET)
     async def config_get(key: str) -> MaybeValue:
         return MaybeValue(key=key, value=(await cm.fresh()).config(key))
 
-    @app.post("/config/set")
+    @serves(app, api.CONFIG_SET)
     async def config_set(req: cmd.ConfigSet, caller: Caller) -> KeyValue:
         try:
             if req.key == POLICY_KEY:
@@ -250,32 +251,32 @@ def build_app(cm: ClusterManager) -> ASGIApp:
             raise BadRequest(str(exc)) from None
         return await cm.submit(req, caller)
 
-    @app.get("/config/list")
+    @serves(app, api.CONFIG_LIST)
     async def config_list() -> ConfigList:
         return ConfigList(config=(await cm.fresh()).configs())
 
-    @app.get("/kv/get")
+    @serves(app, api.KV_GET)
     async def kv_get(key: str) -> MaybeValue:
         return MaybeValue(key=key, value=(await cm.fresh()).kv_get(key))
 
-    @app.post("/kv/set")
+    @serves(app, api.KV_SET)
     async def kv_set(req: cmd.KvSet, caller: Caller) -> KeyValue:
         return await cm.submit(req, caller)
 
-    @app.post("/kv/cas")
+    @serves(app, api.KV_CAS)
     async def kv_cas(req: cmd.KvCas, caller: Caller) -> MaybeValue:
         return await cm.submit(req, caller)
 
-    @app.post("/kv/delete")
+    @serves(app, api.KV_DELETE)
     async def kv_delete(req: cmd.KvDelete, caller: Caller) -> KeyRef:
         return await cm.submit(req, caller)
 
-    @app.get("/kv/list")
+    @serves(app, api.KV_LIST)
     async def kv_list(prefix: str = "", after: str = "", count: int = Query(KV_PAGE, ge=1, le=KV_PAGE)) -> KvItems:
         items = (await cm.fresh()).kv_list(prefix, after, count)
         return KvItems(items=items, next_after=next(reversed(items)) if len(items) == count else None)
 
-    @app.get("/stat")
+    @serves(app, api.STAT)
     async def stat() -> ClusterStat:
         state = await cm.fresh()
         volumes = list(state.volumes())
@@ -287,7 +288,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return app
     cutter = ReplyCutter(app)
 
-    @app.post("/fault/drop_reply")
+    @serves(app, api.DROP_REPLY)
     async def drop_reply(req: DropReplies) -> DropReplies:
         cutter.armed[req.path] = req.count
         return req

@@ -29,19 +29,17 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
+from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.blobnode import MOVED_ERRORS
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import (
     KV_PAGE,
     SESSION_HEADER,
     ClusterStat,
-    ConfigList,
     DiskAdd,
     DiskBeat,
     DiskHeartbeat,
-    DiskId,
     DiskIds,
-    DiskList,
     DiskRef,
     DiskSet,
     DiskView,
@@ -50,8 +48,6 @@ from blobstore_server.libs.proto.clustermgr import (
     KeyRef,
     KeyValue,
     KvItems,
-    LeaderView,
-    MaybeValue,
     MemberAdd,
     MemberRemove,
     RaftStatus,
@@ -60,7 +56,6 @@ from blobstore_server.libs.proto.clustermgr import (
     RetainResult,
     ScopeAlloc,
     ScopeRange,
-    ServiceList,
     ServiceRef,
     ServiceRegister,
     Session,
@@ -69,13 +64,13 @@ from blobstore_server.libs.proto.clustermgr import (
     UnitUpdate,
     VolumeAlloc,
     VolumeHolder,
-    VolumeList,
     VolumeRef,
     VolumeRetain,
     VolumeView,
 )
 from blobstore_server.libs.rpc.client import HttpClient, Params, ServiceClient
 from blobstore_server.libs.rpc.errors import NotFound, NotLeader, RpcError, Unavailable
+from blobstore_server.libs.rpc.routes import Route
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -132,17 +127,17 @@ class ClusterClient(ServiceClient):
             raise ValueError("a fenced client needs sessions: the fence travels in the session header")
         self.session.fence = fence
 
-    async def call(self, method: str, path: str, response: type[M], *, params: Params | None = None,
-                   body: BaseModel | None = None, deadline: float | None = None) -> M:
-        """One request to the leader, found and followed for at most `deadline` (the client's) seconds."""
+    async def call(self, route: Route[M], *, params: Params | None = None, body: BaseModel | None = None,
+                   deadline: float | None = None) -> M:
+        """`route` on the leader, found and followed for at most `deadline` (the client's) seconds."""
         deadline = self.deadline if deadline is None else deadline
-        if method != "POST" or self.session is None:
-            return await self._call(method, path, response, params, body, None, deadline)
+        if route.method != "POST" or self.session is None:
+            return await self._call(route, params, body, None, deadline)
         with self.session.command() as stamp:
-            return await self._call(method, path, response, params, body, stamp, deadline)
+            return await self._call(route, params, body, stamp, deadline)
 
-    async def _call(self, method: str, path: str, response: type[M], params: Params | None,
-                    body: BaseModel | None, stamp: Callable[[], Session] | None, deadline: float) -> M:
+    async def _call(self, route: Route[M], params: Params | None, body: BaseModel | None,
+                    stamp: Callable[[], Session] | None, deadline: float) -> M:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + deadline
         host: str | None = self._leader
@@ -152,7 +147,7 @@ class ClusterClient(ServiceClient):
         while True:
             left = give_up - loop.time()
             if left <= 0:
-                raise Unavailable(f"clustermgr {path}: no leader answered within {deadline}s: {last}")
+                raise Unavailable(f"clustermgr {route.path}: no leader answered within {deadline}s: {last}")
             if host is None:  # no leader known yet (an election): ask again shortly
                 await asyncio.sleep(min(delay, left))
                 delay = min(delay * 2, 0.2)
@@ -160,8 +155,8 @@ class ClusterClient(ServiceClient):
                 continue
             headers = {SESSION_HEADER: stamp().header()} if stamp else None
             try:
-                answer = await self.http.call(method, f"{host}{path}", response, params=params, body=body,
-                                              headers=headers, timeout=min(timeout, left))
+                answer = await self.http.call_route(route, host, params=params, body=body, headers=headers,
+                                                    timeout=min(timeout, left))
                 self._leader = host
                 return answer
             except NotLeader as exc:
@@ -186,7 +181,7 @@ class ClusterClient(ServiceClient):
         term's hint, unless it names the suspect, which the others may not yet know is gone; then
         None, as when nobody knows a leader."""
         timeout = self.attempt_timeout / 4
-        asks = {asyncio.ensure_future(self.http.call("GET", f"{h}/raft/leader", LeaderView, timeout=timeout)): h
+        asks = {asyncio.ensure_future(self.http.call_route(api.RAFT_LEADER, h, timeout=timeout)): h
                 for h in self.hosts}
         best: tuple[int, str] | None = None
         pending = set(asks)
@@ -213,34 +208,34 @@ class ClusterClient(ServiceClient):
     # disks
 
     async def alloc_disk_id(self) -> int:
-        return (await self.call("POST", "/disk/alloc_id", DiskId)).disk_id
+        return (await self.call(api.DISK_ALLOC_ID)).disk_id
 
     async def add_disk(self, disk: DiskAdd) -> DiskInfo:
-        return await self.call("POST", "/disk/add", DiskInfo, body=disk)
+        return await self.call(api.DISK_ADD, body=disk)
 
     async def disk_heartbeat(self, disks: list[DiskBeat]) -> DiskIds:
-        return await self.call("POST", "/disk/heartbeat", DiskIds, body=DiskHeartbeat(disks=disks))
+        return await self.call(api.DISK_HEARTBEAT, body=DiskHeartbeat(disks=disks))
 
     async def set_disk(self, disk_id: int, *, status: DiskStatus | None = None,
                        readonly: bool | None = None) -> DiskInfo:
-        return await self.call("POST", "/disk/set", DiskInfo,
+        return await self.call(api.DISK_SET,
                                body=DiskSet(disk_id=disk_id, status=status, readonly=readonly))
 
     async def report_broken(self, disk_id: int) -> DiskInfo:
         """A blobnode's report that its disk fails (`set_disk` is the operator's, an admin route)."""
-        return await self.call("POST", "/disk/broken", DiskInfo, body=DiskRef(disk_id=disk_id))
+        return await self.call(api.DISK_BROKEN, body=DiskRef(disk_id=disk_id))
 
     async def get_disk(self, disk_id: int) -> DiskView:
-        return await self.call("GET", "/disk/get", DiskView, params={"disk_id": disk_id})
+        return await self.call(api.DISK_GET, params={"disk_id": disk_id})
 
     async def list_disks(self) -> list[DiskView]:
         """Each disk with `alive`: whether its blobnode heartbeats within the timeout."""
-        return (await self.call("GET", "/disk/list", DiskList)).disks
+        return (await self.call(api.DISK_LIST)).disks
 
     # volumes
 
     async def get_volume(self, vid: int, deadline: float | None = None) -> VolumeView:
-        return await self.call("GET", "/volume/get", VolumeView, params={"vid": vid}, deadline=deadline)
+        return await self.call(api.VOLUME_GET, params={"vid": vid}, deadline=deadline)
 
     async def list_volumes(self, status: VolumeStatus | None = None, code_mode: int | None = None) -> list[VolumeView]:
         """Each volume with whether new blobs may go to it now, and why not."""
@@ -249,7 +244,7 @@ class ClusterClient(ServiceClient):
             params["status"] = status
         if code_mode is not None:
             params["code_mode"] = code_mode
-        return (await self.call("GET", "/volume/list", VolumeList, params=params)).volumes
+        return (await self.call(api.VOLUME_LIST, params=params)).volumes
 
     async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1,
                             avoid_disks: Sequence[int] = (), reclaim: bool = False) -> list[VolumeView]:
@@ -257,75 +252,75 @@ class ClusterClient(ServiceClient):
         also those `holder` leases already."""
         body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count, avoid_disks=list(avoid_disks),
                            reclaim=reclaim)
-        return (await self.call("POST", "/volume/alloc", VolumeList, body=body)).volumes
+        return (await self.call(api.VOLUME_ALLOC, body=body)).volumes
 
     async def retain_volumes(self, holder: str, volumes: list[RetainItem]) -> RetainResult:
         body = VolumeRetain(holder=holder, volumes=volumes)
-        return await self.call("POST", "/volume/retain", RetainResult, body=body)
+        return await self.call(api.VOLUME_RETAIN, body=body)
 
     async def release_volume(self, vid: int, holder: str) -> VolumeInfo:
-        return await self.call("POST", "/volume/release", VolumeInfo, body=VolumeHolder(vid=vid, holder=holder))
+        return await self.call(api.VOLUME_RELEASE, body=VolumeHolder(vid=vid, holder=holder))
 
     async def lock_volume(self, vid: int) -> VolumeInfo:
-        return await self.call("POST", "/volume/lock", VolumeInfo, body=VolumeRef(vid=vid))
+        return await self.call(api.VOLUME_LOCK, body=VolumeRef(vid=vid))
 
     async def unlock_volume(self, vid: int) -> VolumeInfo:
-        return await self.call("POST", "/volume/unlock", VolumeInfo, body=VolumeRef(vid=vid))
+        return await self.call(api.VOLUME_UNLOCK, body=VolumeRef(vid=vid))
 
     async def alloc_unit(self, vid: int, index: int, *, disk_id: int | None = None,
                          avoid: Sequence[int] = ()) -> Unit:
         """Reserve the next epoch of unit `index` on `disk_id`, or on a disk the placement policy picks
         among all but `avoid`."""
         body = UnitAlloc(vid=vid, index=index, disk_id=disk_id, avoid=list(avoid))
-        return await self.call("POST", "/volume/unit/alloc", Unit, body=body)
+        return await self.call(api.UNIT_ALLOC, body=body)
 
     async def release_unit(self, vid: int, vuid: int) -> VolumeInfo:
         """Conflict while `vuid` is the volume's live unit: its chunk must stay."""
-        return await self.call("POST", "/volume/unit/release", VolumeInfo, body=UnitRelease(vid=vid, vuid=vuid))
+        return await self.call(api.UNIT_RELEASE, body=UnitRelease(vid=vid, vuid=vuid))
 
     async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int) -> VolumeInfo:
         body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id)
-        return await self.call("POST", "/volume/unit/update", VolumeInfo, body=body)
+        return await self.call(api.UNIT_UPDATE, body=body)
 
     # scopes, services, config, kv
 
     async def alloc_scope(self, name: str, count: int) -> ScopeRange:
-        return await self.call("POST", "/scope/alloc", ScopeRange, body=ScopeAlloc(name=name, count=count))
+        return await self.call(api.SCOPE_ALLOC, body=ScopeAlloc(name=name, count=count))
 
     async def register_service(self, name: str, host: str, idc: str = "", ttl: float = 30.0) -> ServiceInfo:
         body = ServiceRegister(name=name, host=host, idc=idc, ttl=ttl)
-        return await self.call("POST", "/service/register", ServiceInfo, body=body)
+        return await self.call(api.SERVICE_REGISTER, body=body)
 
     async def service_heartbeat(self, name: str, host: str) -> ServiceInfo:
-        return await self.call("POST", "/service/heartbeat", ServiceInfo, body=ServiceRef(name=name, host=host))
+        return await self.call(api.SERVICE_HEARTBEAT, body=ServiceRef(name=name, host=host))
 
     async def list_services(self, name: str | None = None, alive_only: bool = True) -> list[ServiceInfo]:
         params: dict[str, str | int] = {"alive_only": int(alive_only)}
         if name:
             params["name"] = name
-        return (await self.call("GET", "/service/list", ServiceList, params=params)).services
+        return (await self.call(api.SERVICE_LIST, params=params)).services
 
     async def get_config(self, key: str) -> str | None:
-        return (await self.call("GET", "/config/get", MaybeValue, params={"key": key})).value
+        return (await self.call(api.CONFIG_GET, params={"key": key})).value
 
     async def set_config(self, key: str, value: str) -> None:
-        await self.call("POST", "/config/set", KeyValue, body=KeyValue(key=key, value=value))
+        await self.call(api.CONFIG_SET, body=KeyValue(key=key, value=value))
 
     async def list_config(self) -> dict[str, str]:
-        return (await self.call("GET", "/config/list", ConfigList)).config
+        return (await self.call(api.CONFIG_LIST)).config
 
     async def kv_get(self, key: str) -> str | None:
-        return (await self.call("GET", "/kv/get", MaybeValue, params={"key": key})).value
+        return (await self.call(api.KV_GET, params={"key": key})).value
 
     async def kv_set(self, key: str, value: str) -> None:
-        await self.call("POST", "/kv/set", KeyValue, body=KeyValue(key=key, value=value))
+        await self.call(api.KV_SET, body=KeyValue(key=key, value=value))
 
     async def kv_cas(self, key: str, expected: str | None, value: str | None) -> None:
         """Raises `Conflict` when the current value is not `expected`."""
-        await self.call("POST", "/kv/cas", MaybeValue, body=KeyCas(key=key, expected=expected, value=value))
+        await self.call(api.KV_CAS, body=KeyCas(key=key, expected=expected, value=value))
 
     async def kv_delete(self, key: str) -> None:
-        await self.call("POST", "/kv/delete", KeyRef, body=KeyRef(key=key))
+        await self.call(api.KV_DELETE, body=KeyRef(key=key))
 
     async def kv_list(self, prefix: str = "") -> dict[str, str]:
         """Every key under `prefix`, read page by page."""
@@ -339,25 +334,25 @@ class ClusterClient(ServiceClient):
 
     async def kv_page(self, prefix: str = "", after: str = "", count: int = KV_PAGE) -> KvItems:
         """One page of keys under `prefix`, past `after`, in key order."""
-        return await self.call("GET", "/kv/list", KvItems, params={"prefix": prefix, "after": after, "count": count})
+        return await self.call(api.KV_LIST, params={"prefix": prefix, "after": after, "count": count})
 
     # raft
 
     async def raft_status(self, host: str | None = None) -> ReplicaStatus:
         """The status of one replica (any host), or of the leader."""
         if host is not None:
-            return await self.http.call("GET", f"{host.rstrip('/')}/raft/status", ReplicaStatus)
-        return await self.call("GET", "/raft/status", ReplicaStatus)
+            return await self.http.call_route(api.RAFT_STATUS, host.rstrip('/'))
+        return await self.call(api.RAFT_STATUS)
 
     async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool = True) -> RaftStatus:
         body = MemberAdd(node_id=node_id, raft_addr=raft_addr, http_addr=http_addr, learner=learner)
-        return await self.call("POST", "/raft/member/add", RaftStatus, body=body)
+        return await self.call(api.RAFT_MEMBER_ADD, body=body)
 
     async def remove_member(self, node_id: int) -> RaftStatus:
-        return await self.call("POST", "/raft/member/remove", RaftStatus, body=MemberRemove(node_id=node_id))
+        return await self.call(api.RAFT_MEMBER_REMOVE, body=MemberRemove(node_id=node_id))
 
     async def stat(self) -> ClusterStat:
-        return await self.call("GET", "/stat", ClusterStat)
+        return await self.call(api.STAT)
 
 
 async def keep_registered(cluster: ClusterClient, name: str, host: str, idc: str = "", ttl: float = 10.0) -> None:

@@ -37,8 +37,8 @@ from blobstore_server.libs.raft.config import RaftConfig
 from blobstore_server.libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from blobstore_server.libs.raft.errors import NotLeader as RaftNotLeader
 from blobstore_server.libs.raft.server import RaftServer
-from blobstore_server.libs.rpc.auth import Capability
 from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader, Unavailable
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import SessionClock

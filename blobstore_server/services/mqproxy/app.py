@@ -10,10 +10,11 @@ from fastapi import FastAPI
 from blobstore_server.libs.mq.admin import ensure_topics
 from blobstore_server.libs.mq.producer import Producer
 from blobstore_server.libs.mq.topics import Topic
+from blobstore_server.libs.proto import mqproxy as api
 from blobstore_server.libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
 from blobstore_server.libs.proto.mqproxy import DeleteBatch, PublisherStats, Queued, RepairBatch
 from blobstore_server.libs.rpc.errors import Unavailable
-from blobstore_server.libs.rpc.server import Lifecycle, create_app
+from blobstore_server.libs.rpc.server import Lifecycle, create_app, serves
 
 
 class Publisher:
@@ -62,7 +63,7 @@ def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
 
     app = create_app("mqproxy", on_start=start, on_stop=life.stop)
 
-    @app.post("/repairmsg")
+    @serves(app, api.REPAIR)
     async def repair(batch: RepairBatch) -> Queued:
         items: list[tuple[Topic, BlobMsg]] = [
             (Topic.SHARD_REPAIR_PRIOR if m.priority else Topic.SHARD_REPAIR,
@@ -71,7 +72,7 @@ def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
             for m in batch.messages]
         return Queued(queued=await publisher.publish(items))
 
-    @app.post("/deletemsg")
+    @serves(app, api.DELETE)
     async def delete(batch: DeleteBatch) -> Queued:
         now = time.time()
         items: list[tuple[Topic, BlobMsg]] = [
@@ -81,7 +82,7 @@ def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
             for m in batch.messages]
         return Queued(queued=await publisher.publish(items))
 
-    @app.get("/stats")
+    @serves(app, api.STATS)
     async def stats() -> PublisherStats:
         return publisher.stats
 

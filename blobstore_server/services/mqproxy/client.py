@@ -9,9 +9,11 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from blobstore_server.libs.proto import mqproxy as api
 from blobstore_server.libs.proto.mqproxy import DeleteBatch, DeleteIn, PublisherStats, Queued, RepairBatch, RepairIn
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 from blobstore_server.libs.rpc.errors import Unavailable
+from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 DISCOVERY_TTL = 10.0
@@ -37,23 +39,23 @@ class MqProxyClient(ServiceClient):
             self._found = (time.monotonic() + DISCOVERY_TTL if hosts else 0.0, hosts)
         return self._found[1]
 
-    async def _post(self, path: str, batch: BaseModel, count: int) -> int:
+    async def _post(self, route: Route[Queued], batch: BaseModel, count: int) -> int:
         hosts = await self._hosts()
         last: Exception = Unavailable("no mqproxy is registered")
         for host in random.sample(hosts, len(hosts)):
             try:
-                return (await self.http.call("POST", f"{host}{path}", Queued, body=batch)).queued
+                return (await self.http.call_route(route, host, body=batch)).queued
             except Unavailable as exc:
                 last = exc
         self._found = (0.0, [])
-        raise Unavailable(f"no mqproxy took {count} message(s) for {path}: {last}")
+        raise Unavailable(f"no mqproxy took {count} message(s) for {route.path}: {last}")
 
     async def send_repair(self, messages: list[RepairIn]) -> int:
         """How many were queued (all of them, or it raises)."""
-        return await self._post("/repairmsg", RepairBatch(messages=messages), len(messages))
+        return await self._post(api.REPAIR, RepairBatch(messages=messages), len(messages))
 
     async def send_delete(self, messages: list[DeleteIn]) -> int:
-        return await self._post("/deletemsg", DeleteBatch(messages=messages), len(messages))
+        return await self._post(api.DELETE, DeleteBatch(messages=messages), len(messages))
 
     async def stats(self, host: str) -> PublisherStats:
-        return await self.http.call("GET", f"{host}/stats", PublisherStats)
+        return await self.http.call_route(api.STATS, host)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from blobstore_server.libs.proto import scheduler as api
 from blobstore_server.libs.proto.scheduler import (
     AcquireRequest,
     AcquireResult,
@@ -17,43 +18,43 @@ from blobstore_server.libs.proto.scheduler import (
     TaskRecord,
     TaskRef,
 )
-from blobstore_server.libs.rpc.server import Lifecycle, create_app
+from blobstore_server.libs.rpc.server import Lifecycle, create_app, serves
 from blobstore_server.services.scheduler.scheduler import Scheduler
 
 
 def build_app(scheduler: Scheduler, life: Lifecycle) -> FastAPI:
     app = create_app("scheduler", on_start=life.start, on_stop=life.stop)
 
-    @app.post("/task/acquire")
+    @serves(app, api.TASK_ACQUIRE)
     async def acquire(req: AcquireRequest) -> AcquireResult:
         return await scheduler.acquire(req)
 
-    @app.post("/task/renew")
+    @serves(app, api.TASK_RENEW)
     async def renew(req: TaskRef) -> TaskAck:
         return await scheduler.renew(req)
 
-    @app.post("/task/report")
+    @serves(app, api.TASK_REPORT)
     async def report(req: TaskProgress) -> TaskAck:
         return await scheduler.report(req)
 
-    @app.post("/task/complete")
+    @serves(app, api.TASK_COMPLETE)
     async def complete(req: TaskRef) -> TaskAck:
         return await scheduler.complete(req)
 
-    @app.post("/task/cancel")
+    @serves(app, api.TASK_CANCEL)
     async def cancel(req: TaskCancel) -> TaskAck:
         return await scheduler.cancel(req)
 
-    @app.post("/task/migrate")
+    @serves(app, api.TASK_MIGRATE)
     async def migrate(req: ManualMigrate) -> TaskRecord:
         return await scheduler.manual_migrate(req)
 
-    @app.get("/task/list")
+    @serves(app, api.TASK_LIST)
     async def task_list() -> TaskList:
         scheduler.require_active()
         return TaskList(tasks=sorted(scheduler.tasks.values(), key=lambda t: t.ctime))
 
-    @app.get("/status")
+    @serves(app, api.STATUS)
     async def status() -> SchedulerStatus:
         return scheduler.status()
 

@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from blobstore_server.libs.proto import scheduler as api
 from blobstore_server.libs.proto.scheduler import (
     LEADER_KEY,
     AcquireRequest,
@@ -24,6 +25,7 @@ from blobstore_server.libs.proto.scheduler import (
 )
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 from blobstore_server.libs.rpc.errors import Unavailable
+from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 M = TypeVar("M", bound=BaseModel)
@@ -41,7 +43,7 @@ class SchedulerClient(ServiceClient):
             raise Unavailable("no scheduler has been elected")
         return LeaderRecord.model_validate_json(raw).host
 
-    async def _call(self, method: str, path: str, response: type[M], body: BaseModel | None = None) -> M:
+    async def _call(self, route: Route[M], body: BaseModel | None = None) -> M:
         """The call on the active scheduler; while none answers (a takeover takes seconds), look it up again
         until the deadline."""
         loop = asyncio.get_running_loop()
@@ -49,7 +51,7 @@ class SchedulerClient(ServiceClient):
         while True:
             try:
                 self.active = self.active or await self._active()
-                return await self.http.call(method, f"{self.active}{path}", response, body=body)
+                return await self.http.call_route(route, self.active, body=body)
             except Unavailable:
                 self.active = None
                 if loop.time() >= give_up:
@@ -57,25 +59,25 @@ class SchedulerClient(ServiceClient):
                 await asyncio.sleep(0.5)
 
     async def acquire(self, req: AcquireRequest) -> AcquireResult:
-        return await self._call("POST", "/task/acquire", AcquireResult, req)
+        return await self._call(api.TASK_ACQUIRE, req)
 
     async def renew(self, ref: TaskRef) -> TaskAck:
-        return await self._call("POST", "/task/renew", TaskAck, ref)
+        return await self._call(api.TASK_RENEW, ref)
 
     async def report(self, progress: TaskProgress) -> TaskAck:
-        return await self._call("POST", "/task/report", TaskAck, progress)
+        return await self._call(api.TASK_REPORT, progress)
 
     async def complete(self, ref: TaskRef) -> TaskAck:
-        return await self._call("POST", "/task/complete", TaskAck, ref)
+        return await self._call(api.TASK_COMPLETE, ref)
 
     async def cancel(self, req: TaskCancel) -> TaskAck:
-        return await self._call("POST", "/task/cancel", TaskAck, req)
+        return await self._call(api.TASK_CANCEL, req)
 
     async def manual_migrate(self, req: ManualMigrate) -> TaskRecord:
-        return await self._call("POST", "/task/migrate", TaskRecord, req)
+        return await self._call(api.TASK_MIGRATE, req)
 
     async def tasks(self) -> TaskList:
-        return await self._call("GET", "/task/list", TaskList)
+        return await self._call(api.TASK_LIST)
 
     async def status(self, host: str) -> SchedulerStatus:
-        return await self.http.call("GET", f"{host.rstrip('/')}/status", SchedulerStatus)
+        return await self.http.call_route(api.STATUS, host.rstrip("/"))

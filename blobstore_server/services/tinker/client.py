@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blobstore_server.libs.proto import tinker as api
 from blobstore_server.libs.proto.tinker import TinkerStats
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 
@@ -12,4 +13,4 @@ class TinkerClient(ServiceClient):
 
     async def stats(self, host: str) -> TinkerStats:
         """Each pipeline's counters and its consumer group's lag per topic and partition."""
-        return await self.http.call("GET", f"{host}/stats", TinkerStats)
+        return await self.http.call_route(api.STATS, host)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blobstore_server.libs.proto import worker as api
 from blobstore_server.libs.proto.worker import RepairResult, ShardRepair, WorkerStats
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 
@@ -13,7 +14,7 @@ class WorkerClient(ServiceClient):
     async def repair_shards(self, host: str, vid: int, bid: int, bad_indexes: list[int]) -> RepairResult:
         """Rebuild the named shards; `skipped` in the answer says why nothing was written, if so."""
         body = ShardRepair(vid=vid, bid=bid, bad_indexes=bad_indexes)
-        return await self.http.call("POST", f"{host}/shard/repair", RepairResult, body=body)
+        return await self.http.call_route(api.SHARD_REPAIR, host, body=body)
 
     async def stats(self, host: str) -> WorkerStats:
-        return await self.http.call("GET", f"{host}/stats", WorkerStats)
+        return await self.http.call_route(api.STATS, host)

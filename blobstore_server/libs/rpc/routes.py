@@ -1,0 +1,49 @@
+"""Every internal route's declaration, made once in its service's API module (libs/proto): method, path, the
+capability it takes, its body and its answer. The service's app serves it, the service's client calls it, and
+auth reads which capability it takes from the same object (libs/proto/routes.py gathers them all)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+class Capability(StrEnum):
+    READ_SHARD = "read-shard"  # read and list shards and chunks (also what an inspection grant carries)
+    WRITE_SHARD = "write-shard"  # store a shard, mark or unmark it deleted
+    DELETE_SHARD = "delete-shard"  # remove a shard marked deleted at least the blobnode's delete_hold ago (tinker)
+    DISCARD_SHARD = "discard-shard"  # remove a shard at once to write the right bytes in its place (repair)
+    CHUNK = "chunk"  # create, seal, release and compact chunks
+    EXPORT = "export"  # a blobnode writing its index for the inspection
+    OBSERVE = "observe"  # read cluster state: disks, volumes, services, config, kv, tasks, stats
+    REGISTER = "register"  # a service announcing itself
+    DISK_REPORT = "disk-report"  # a blobnode adding, heartbeating or failing its own disks (identity-bound)
+    DISK_STATUS = "disk-status"  # marking any disk broken, repaired or read-only (operator, scheduler)
+    ALLOCATE = "allocate"  # leasing volumes and id ranges (allocator; access from the allocator)
+    UNITS = "units"  # locking volumes and moving their units (scheduler)
+    KV = "kv"  # writing clustermgr's kv: the scheduler's lease and task records
+    TASKS = "tasks"  # taking and reporting background tasks (worker)
+    TASK_CONTROL = "task-control"  # an operator migrating a unit or cancelling a task by hand (scheduler routes)
+    QUEUE_REPAIR = "queue-repair"  # queueing shard repairs through mqproxy
+    QUEUE_DELETE = "queue-delete"  # queueing blob deletes through mqproxy (access only)
+    REPAIR = "repair"  # asking a worker to repair a shard now (tinker)
+    ADMIN = "admin"  # an operator changing the cluster: config, Raft membership, fault injection
+    RAFT_MEMBER = "raft-member"  # the Raft transport between clustermgr replicas (not an HTTP route)
+
+
+@dataclass(frozen=True)
+class Route(Generic[Answer]):
+    """One route: `answer` is the model of its JSON answer (None: bytes, as a shard read answers), `body` the
+    model its JSON body holds (None: none, or bytes), `streamed` a shard body signed by length and CRC."""
+
+    method: str
+    path: str
+    capability: Capability
+    answer: type[Answer] | None = None
+    body: type[BaseModel] | None = None
+    streamed: bool = False
