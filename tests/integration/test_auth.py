@@ -12,7 +12,7 @@ import signal
 import socket
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,7 +42,8 @@ from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
-from tests.support.processes import BlobnodeFactory
+from tests.support.metrics import sample
+from tests.support.processes import BlobnodeFactory, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -393,21 +394,6 @@ def test_the_raft_port_admits_only_members(cluster: ClusterInfo) -> None:
         assert client.get(client.put(b"after the intruder")) == b"after the intruder"
 
 
-def _metric(url: str, name: str, labels: str) -> float:
-    """One sample of a service's /metrics (0 when absent)."""
-    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
-        if line.startswith(f"{name}{{{labels}}} "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def _deadline_poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cluster: ClusterInfo) -> None:
     """A Kafka writer without the message key (one holding mqproxy's Kafka login): its delete (unsealed, or sealed
     with another key) is logged, counted and committed past by tinker, and the blob still reads; a DELETE through
@@ -415,11 +401,11 @@ def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cl
     secret = (Path(cluster.dir) / SECRET_FILE).read_text().strip()
     writer, reader = (client_auth(kafka_user(secret, user)) for user in ("mqproxy", "backlog"))
     tinker = next(p for p in cluster.processes if p.role == "tinker")
-    forged = 'blobstore_tinker_messages_forged_total', f'topic="{Topic.BLOB_DELETE}"'
+    forged = "blobstore_tinker_messages_forged_total", {"topic": str(Topic.BLOB_DELETE)}
     with Client(cluster.access_urls) as client:
         location = client.put(b"not yours to delete")
         blob = client.stat(location).blobs[0]
-        before = _metric(tinker.url, *forged)
+        before = sample(tinker.url, *forged)
         msg = DeleteMsg(cluster_id=1, vid=blob.vid, bid=blob.min_bid, time=time.time() - 3600)  # long past due
 
         async def produce() -> list[tuple[int, int]]:
@@ -437,8 +423,8 @@ def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cl
             at = positions(cluster.kafka_bootstrap, "tinker-delete", [Topic.BLOB_DELETE], client=reader)
             return all(at[(Topic.BLOB_DELETE, partition)][0] > offset for partition, offset in sent)
 
-        _deadline_poll(consumed_past, 20, "tinker to commit past the forged messages")
-        assert _metric(tinker.url, *forged) == before + 2
+        wait_until(consumed_past, 20, "tinker to commit past the forged messages")
+        assert sample(tinker.url, *forged) == before + 2
         assert client.get(location) == b"not yours to delete"
         log = Path(tinker.log).read_text()
         for partition, offset in sent:  # a warning, once per message
@@ -453,8 +439,8 @@ def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cl
                 return True
             return False
 
-        _deadline_poll(gone, 20, "the sealed delete to be done")
-    assert _metric(tinker.url, *forged) == before + 2
+        wait_until(gone, 20, "the sealed delete to be done")
+    assert sample(tinker.url, *forged) == before + 2
 
 
 def test_redis_refuses_a_client_without_the_password_which_no_status_shows(cluster: ClusterInfo) -> None:
@@ -493,7 +479,7 @@ def test_a_poisoned_redis_entry_is_refetched_from_clustermgr(cluster: ClusterInf
     key = f"blobstore:1:volume:{vid}"
     access2 = next(p for p in cluster.processes if p.name == "access2")
     os.kill(access2.pid, signal.SIGTERM)  # so that it has no copy of its own: it reads Redis first
-    _deadline_poll(lambda: not ClusterInfo.load(Path(cluster.dir)).processes[
+    wait_until(lambda: not ClusterInfo.load(Path(cluster.dir)).processes[
         cluster.processes.index(access2)].running, 20, "access2 to stop")
     with redis.Redis.from_url(with_credentials(cluster.redis_url, secret)) as cache:
         cache.set(key, poisoned.model_dump_json(), ex=300)

@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from blobstore import AsyncClient, Client, NotFound, Upload, UploadIncomplete
+from blobstore_server.libs.proto.tinker import TinkerStats
 from blobstore_server.libs.proto.uploads import BlobToken
 from tests.support.load import wait_for_put
-from tests.support.processes import LocalCluster, wait_until
+from tests.support.processes import SIGNED, LocalCluster, wait_until
 from tests.support.shards import blobs_of, states
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -73,6 +74,11 @@ def test_parts_in_reverse_and_in_parallel_read_back_and_bad_parts_change_nothing
         assert client.get(f"/blob/{upload.location}").content == data  # nothing refused changed a byte
 
 
+def _reclaims_done(cluster: LocalCluster) -> int:
+    answer = httpx.get(f"{cluster.background['tinker'].url}/stats", timeout=30, auth=SIGNED)
+    return TinkerStats.model_validate_json(answer.content).pipelines["reclaim"].done
+
+
 def interrupted_body(data: bytes, stop_after: int) -> Iterator[bytes]:
     yield data[:stop_after]
     raise ConnectionError("the source went away")
@@ -97,7 +103,7 @@ def test_an_interrupted_upload_resumes_elsewhere_and_an_unfinished_one_is_reclai
     (vid, bid) = blobs_of(cluster, abandoned.location)[1]
     wait_until(lambda: all(s in ("mark_deleted", "missing") for s in states(cluster, vid, bid)), 60,
                "the abandoned upload's part deleted", interval=0.5)
-    time.sleep(2.0)
+    wait_until(lambda: _reclaims_done(cluster) == 2, 30, "tinker done with both uploads' reclaims", interval=0.2)
     with Client(second.url) as sdk:
         assert sdk.get(upload.location) == data
     sent = [json.loads(line) for line in (second.workdir.parent / "access1-audit.jsonl").read_text().splitlines()]

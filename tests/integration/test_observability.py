@@ -40,6 +40,7 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
 from tests.support.browser import headless_chromium
+from tests.support.metrics import sample
 
 SCRAPED = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker", "access", "dashboard")
 # Families each role must export beyond the shared request metrics.
@@ -53,7 +54,7 @@ OWN_FAMILIES = {
                  "blobstore_blobnode_scrub_progress", "blobstore_blobnode_scrub_last_pass_timestamp_seconds",
                  "blobstore_blobnode_scrub_corrupt", "blobstore_blobnode_scrub_repairs_queued"},
     "allocator": {"blobstore_allocator_leased_volumes", "blobstore_allocator_free_bids"},
-    "scheduler": {"blobstore_scheduler_active", "blobstore_scheduler_tasks"},
+    "scheduler": {"blobstore_scheduler_active", "blobstore_scheduler_tasks", "blobstore_scheduler_switch"},
     "worker": {"blobstore_worker_repaired_shards", "blobstore_worker_repairs_failed"},
     "mqproxy": {"blobstore_mqproxy_messages_in", "blobstore_mqproxy_messages_sent"},
     "tinker": {"blobstore_tinker_messages_in", "blobstore_tinker_done", "blobstore_tinker_failed",
@@ -90,8 +91,8 @@ def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         out.setdefault(f"family:{family.name}", [])
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+        for found in family.samples:
+            out.setdefault(found.name, []).append((found.labels, found.value))
     return out
 
 
@@ -315,7 +316,9 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
         # Repairs paused: the disk stays broken on screen (the scheduler would repair it within seconds).
         result = CliRunner().invoke(app, ["task", "switch", "disk_repair", "off", "--dir", cluster.dir])
         assert result.exit_code == 0, result.output
-        time.sleep(1.5)  # a scheduler round that read the switch before it changed is over by then
+        wait_until(lambda: any(sample(p.url, "blobstore_scheduler_active") == 1 and sample(
+            p.url, "blobstore_scheduler_switch", {"type": "disk_repair"}) == 0 for p in _scraped(cluster)
+            if p.role == "scheduler"), 30, "the active scheduler to read the switch off")  # a new round began
         result = CliRunner().invoke(app, ["disk", "set", str(disk["disk_id"]), "--status", "broken",
                                           "--dir", cluster.dir])
         assert result.exit_code == 0, result.output

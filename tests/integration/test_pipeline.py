@@ -98,7 +98,7 @@ def test_a_blob_deleted_while_its_repair_is_queued_stays_deleted(cluster_factory
         wait_until(lambda: client.get(f"/blob/{token}").status_code == 404, 10, "GET to answer 404")
         down.start()  # the repair can now run; it must not bring the blob back
         wait_until(lambda: set(states(cluster, vid, bid)) == {"missing"}, 30, "every shard purged")
-        time.sleep(3)  # several retry rounds of the repair (cap 2 s)
+        wait_until(lambda: tinker_stats(cluster)["repair"].done >= 1, 30, "the queued repair carried out")
         assert set(states(cluster, vid, bid)) == {"missing"}
         assert client.get(f"/blob/{token}").status_code == 404
 

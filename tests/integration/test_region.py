@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from blobstore_server.admin.cli import app
 from blobstore_server.admin.launcher import ClusterInfo, down, up
 from blobstore_server.admin.plan import ClusterShape
 from blobstore_server.services.clustermgr.client import ClusterClient
+from tests.support.metrics import sample
 from tests.support.processes import wait_until
 
 
@@ -42,6 +43,15 @@ def _set_readonly(urls: list[str], count: int) -> None:
     asyncio.run(mark())
 
 
+def _wait_until_every_access_node_sees(region: ClusterInfo, condition: Callable[[dict[str, float]], bool],
+                                       what: str) -> None:
+    """Until each access node's last look at the clusters' free space (every `region_refresh` s) meets `condition`."""
+    def seen(url: str) -> dict[str, float]:
+        return {cid: sample(url, "blobstore_access_region_free_bytes", {"cluster_id": cid}) for cid in ("1", "2")}
+
+    wait_until(lambda: all(condition(seen(url)) for url in region.access_urls), 30, what, interval=0.5)
+
+
 def _put_many(client: Client, count: int) -> dict[str, bytes]:
     return {client.put(body): body for body in (f"object {i} {time.time()}".encode() for i in range(count))}
 
@@ -63,7 +73,7 @@ def test_puts_spread_by_free_space_and_every_object_reads_and_deletes_through_an
     status = json.loads(CliRunner().invoke(app, ["cluster", "status", "--json", "--dir", region.dir]).stdout)
     assert set(status["leaders"]) == {"1", "2"} and all(status["leaders"].values())
     _set_readonly(region.region["2"], 3)  # cluster 2 keeps 3 writable disks of 6: half cluster 1's space
-    time.sleep(3.0)  # access looks at free space every 2 s
+    _wait_until_every_access_node_sees(region, lambda free: 0 < free["2"] < 0.75 * free["1"], "cluster 2 half full")
 
     first, second = region.access_urls  # access1 and access2, both serving the whole region
     with Client([first]) as client:
@@ -92,6 +102,6 @@ def test_puts_spread_by_free_space_and_every_object_reads_and_deletes_through_an
         wait_until(all_gone, 30, "deleted objects of both clusters unreadable", interval=0.5)
 
     _set_readonly(region.region["2"], 6)  # no writable space left in cluster 2: it takes no more PUTs
-    time.sleep(3.0)
+    _wait_until_every_access_node_sees(region, lambda free: free["2"] == 0 < free["1"], "cluster 2 full")
     with Client(region.access_urls) as client:
         assert {client.stat(loc).cluster_id for loc in _put_many(client, 40)} == {1}

@@ -42,6 +42,7 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from blobstore_server.services.scheduler.rules import units_per_disk
+from tests.support.metrics import sample
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -67,6 +68,27 @@ async def until(check: Callable[[], object], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         await asyncio.sleep(0.3)
+
+
+def _active_scheduler(cluster: LocalCluster) -> str:
+    return next(s.url for name, s in cluster.background.items() if name.startswith("scheduler")
+                and sample(s.url, "blobstore_scheduler_active") == 1)
+
+
+async def rounds_pass(cluster: LocalCluster, rounds: int) -> None:
+    """Until the active scheduler has completed `rounds` more rounds: whatever it would decide, it has."""
+    url = await asyncio.to_thread(_active_scheduler, cluster)
+    start = await asyncio.to_thread(sample, url, "blobstore_scheduler_rounds_total")
+    await until(lambda: asyncio.to_thread(
+        lambda: sample(url, "blobstore_scheduler_rounds_total") >= start + rounds), 30, f"{rounds} scheduler rounds")
+
+
+async def switch_read(cluster: LocalCluster, task_type: TaskType, on: bool) -> None:
+    """Until the active scheduler has read `task_type`'s switch as `on` (a round that read it before is over)."""
+    def seen() -> bool:
+        return sample(_active_scheduler(cluster), "blobstore_scheduler_switch", {"type": task_type.value}) == on
+
+    await until(lambda: asyncio.to_thread(seen), 30, f"the scheduler to read {task_type} {'on' if on else 'off'}")
 
 
 async def tasks_of(cm: ClusterClient) -> list[TaskRecord]:
@@ -120,7 +142,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
             await cm.set_config(switch_key(TaskType.BALANCE), OFF)  # units stay where repairs put them
             # 1. Switched off, a broken disk waits; switched on, it is repaired.
             await cm.set_config(switch_key(TaskType.DISK_REPAIR), OFF)
-            await asyncio.sleep(1.5)
+            await switch_read(cluster, TaskType.DISK_REPAIR, on=False)
             broken = busiest_disk(volumes)
             # A delete half done on a blob of that disk (mark-deleted on every unit): it must not come back.
             by_vid = {v.vid: v for v in volumes}
@@ -131,7 +153,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, deleting.min_bid)
             objects = [(loc, data) for loc, data in objects if not await _holds(cluster, loc, deleting.min_bid)]
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
-            await asyncio.sleep(4)
+            await rounds_pass(cluster, 3)  # rounds that saw the broken disk with its repair switched off
             assert await disk_status(cm, broken) is DiskStatus.BROKEN
             assert await tasks_of(cm) == []
             await cm.set_config(switch_key(TaskType.DISK_REPAIR), ON)
@@ -445,7 +467,7 @@ def test_balance_fills_a_new_empty_disk_and_stops(cluster_factory: ClusterFactor
             await until(settled, 120, "units spread over the new disk")
             moved = [t for t in await tasks_of(cm) if t.task_type is TaskType.BALANCE]
             assert moved and all(t.state is TaskState.FINISHED and t.target_disk == 7 for t in moved)
-            await asyncio.sleep(4)  # and it stays put: no ping-pong
+            await rounds_pass(cluster, 3)  # and it stays put: no ping-pong
             assert len([t for t in await tasks_of(cm) if t.task_type is TaskType.BALANCE]) == len(moved)
             assert all(v.status.value != "lock" for v in await cm.list_volumes())
             await assert_whole(cluster, cm, objects, set())

@@ -20,6 +20,9 @@ STANDBY_ALLOCATIONS = Counter("blobstore_access_standby_allocations",
 STANDBY_HELD = Gauge("blobstore_access_standby_held", "The standby stock per code mode: bids, bytes, and seconds "
                      "until the last of it can no longer be written", ["code_mode", "what"])
 
+REGION_FREE = Gauge("blobstore_access_region_free_bytes", "Writable free bytes of each cluster of the region as "
+                    "last measured: PUTs go to a cluster in proportion (0: full, read-only or silent)", ["cluster_id"])
+
 OUTBOX_HELD = Gauge("blobstore_access_outbox_messages", "Repair and delete messages waiting for mqproxy to take them")
 OUTBOX_DROPPED = Counter("blobstore_access_outbox_dropped", "Messages dropped because the outbox was full", ["kind"])
 

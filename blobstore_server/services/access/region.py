@@ -19,6 +19,7 @@ from blobstore_server.libs.proto.clustermgr import DiskView
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.proto.uploads import BlobToken
 from blobstore_server.libs.rpc.errors import NotFound, RpcError, Unavailable
+from blobstore_server.services.access.metrics import REGION_FREE
 from blobstore_server.services.access.objects import ObjectStore
 from blobstore_server.services.clustermgr.client import ClusterClient
 
@@ -81,6 +82,8 @@ class Region:
 
         sizes = await asyncio.gather(*(measure(cid) for cid in self.managers))
         self.free = dict(zip(self.managers, sizes, strict=True))
+        for cid, free in self.free.items():
+            REGION_FREE.labels(str(cid)).set(free)
 
     def _order(self) -> list[int]:
         if len(self.stores) == 1:

@@ -60,6 +60,7 @@ class Scheduler:
         self.me = config.advertised_host
         self.election = Election(self.me, config.election_ttl)
         self.epoch = 0  # of the lease this instance last won; its workers' task calls must carry it
+        self.rounds = 0  # rounds completed while active: an operator (or a test) sees decisions being made
         self.fenced = 0  # requests refused for a superseded epoch: its own by clustermgr, workers' by it
         self.switches = Switches()
         self.tasks: dict[str, TaskRecord] = {}
@@ -145,6 +146,7 @@ class Scheduler:
                     if not self.loaded:
                         await self._load()
                     await self._round()
+                    self.rounds += 1
                 except Fenced as exc:
                     self._superseded(exc)
                 except RpcError as exc:

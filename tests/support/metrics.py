@@ -1,0 +1,16 @@
+"""What a service's /metrics says, as a test reads it."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def sample(url: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """The value of one sample of `url`'s /metrics (0 when the service has none: not counted yet)."""
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and all(found.labels.get(k) == v for k, v in (labels or {}).items()):
+                return float(found.value)
+    return 0.0
