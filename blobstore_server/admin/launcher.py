@@ -2,7 +2,7 @@
 "host" is a port), or with `hosts=N` on N hosts, each a network namespace (admin/netns.py) running the
 processes its rendered bundle (admin/render.py, under DIR/<host>/) describes.
 
-Kafka is one of them: deploy/kafka/broker.py starts each broker's JVM and stops it (by the PID in its
+Kafka is one of them: kafka_broker.py starts each broker's JVM and stops it (by the PID in its
 folder's kafka.pid); on three or more hosts three brokers form a KRaft quorum.
 
 `up` starts it stage by stage and returns once a first PUT succeeds through every access node (clustermgr
@@ -31,7 +31,7 @@ from confluent_kafka import KafkaException
 from blobstore import Client
 from blobstore.errors import BlobstoreError
 from blobstore_server.admin import kafka_auth, netns, render
-from blobstore_server.admin.broker import SOURCE_ROOT, broker
+from blobstore_server.admin import kafka_broker as broker
 from blobstore_server.admin.netns import Network
 from blobstore_server.admin.plan import (
     STAGES,
@@ -52,6 +52,7 @@ from blobstore_server.libs.rpc.auth import AUTH_HEADER, SECRET_ENV, new_secret, 
 DEFAULT_DIR = Path("run")
 STATE_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"  # the secret every role key derives from; mode 0600, like the configs
+IMPORT_ROOT = Path(__file__).resolve().parents[2]  # where blobstore_server imports from: a checkout or site-packages
 SPEC_FILE = "cluster.toml"  # the spec `up(hosts=N)` rendered the hosts' bundles from
 Say = Callable[[str], object]
 
@@ -150,7 +151,7 @@ class ClusterStatus:
 
 def _child_env() -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{SOURCE_ROOT}{os.pathsep}{path}" if path else str(SOURCE_ROOT)}
+    return {**os.environ, "PYTHONPATH": f"{IMPORT_ROOT}{os.pathsep}{path}" if path else str(IMPORT_ROOT)}
 
 
 def _clear_stopped(root: Path, say: Say) -> None:
@@ -205,7 +206,7 @@ def _start(spec: ProcessSpec, env: dict[str, str], namespace: str) -> ProcessRec
 
 def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float, secret: str,
                  group_prefixes: list[str]) -> list[ProcessRecord]:
-    """Every broker, and wait until they serve together (a quorum member cannot serve alone); broker.py stops
+    """Every broker, and wait until they serve together (a quorum member cannot serve alone); kafka_broker.py stops
     a broker that did not come up. Clients log in with SASL/SCRAM as the users admin/kafka_auth.py derives
     from `secret`; once the brokers serve, the launcher (as admin) gives each user its ACLs."""
     records = []

@@ -98,7 +98,7 @@ class Place:
 
 @dataclass(frozen=True)
 class BrokerSpec:
-    """One Kafka broker of a KRaft quorum (broker and controller in one JVM), which deploy/kafka/broker.py
+    """One Kafka broker of a KRaft quorum (broker and controller in one JVM), which admin/kafka_broker.py
     starts itself with its data under `place.workdir`."""
 
     node_id: int

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blobstore_server.admin import kafka_auth
-from blobstore_server.admin.broker import broker
+from blobstore_server.admin import kafka_broker as broker
 from blobstore_server.admin.plan import ClusterPlan, ProcessSpec, hosts_of
 from blobstore_server.admin.spec import ClusterSpec
 

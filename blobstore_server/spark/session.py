@@ -1,9 +1,9 @@
 """The SparkSession both jobs run in: `local[*]` by default, or a standalone (or any) master, unchanged.
 
-Spark's Kafka source is not part of pyspark: `make setup` fetches its jars from Maven Central through
-deploy/spark/pom.xml into ~/.cache/blobstore (deploy/jars.py); a job never downloads anything. Only the backlog
-job puts them on the classpath (`spark.jars`, handed to the driver and every executor), without the jars pyspark
-already ships (Scala, Hadoop, logging...), so pyspark's own versions win.
+Spark's Kafka source is not part of pyspark: `make setup` fetches its jars from Maven Central through the
+pom.xml beside this file into ~/.cache/blobstore (deploy/spark/jars.py); a job never downloads anything. Only the
+backlog job puts them on the classpath (`spark.jars`, handed to the driver and every executor), without the jars
+pyspark already ships (Scala, Hadoop, logging...), so pyspark's own versions win.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from pyspark.sql import SparkSession
 
 from blobstore_server.libs.maven import cache_root, fetch_jars
 
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
-POM = SOURCE_ROOT / "deploy" / "spark" / "pom.xml"
+POM = Path(__file__).resolve().parent / "pom.xml"
 PYSPARK_JARS = Path(pyspark.__file__).resolve().parent / "jars"
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.+-]*\.jar$")
 LOOPBACK = ("local", "spark://127.0.0.1:", "spark://localhost:")

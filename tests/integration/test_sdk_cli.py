@@ -11,11 +11,9 @@ also after the launcher itself was killed.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +33,6 @@ from blobstore_server.admin.cli import app
 from blobstore_server.admin.launcher import ClusterInfo, LauncherError, ProcessRecord, down, restart, up
 from blobstore_server.admin.plan import ClusterShape
 from blobstore_server.admin.procs import free_ports, poll
-from tests.support.processes import REPO
 
 MiB = 1 << 20
 SIZES = [0, 1, 5 * MiB + 1]
@@ -81,48 +78,6 @@ def test_public_api_is_exactly_all() -> None:
     assert sorted(blobstore.__all__) == ["AsyncClient", "BadRequest", "BlobstoreError", "Client", "Conflict",
                                          "Forbidden", "NotFound", "Progress", "RangeNotSatisfiable", "Slice", "Stat",
                                          "Unavailable", "Upload", "UploadIncomplete"]
-
-
-# What `pip install blobstore` (no extras) must not bring: the server stack and the Spark jobs.
-SERVER_STACK = {"pyspark", "fastapi", "uvicorn", "rocksdict", "confluent-kafka", "kafka-python", "numpy", "pyarrow",
-                "aiohttp", "redis", "typer"}
-SDK_ALONE = """
-import sys
-from blobstore import Client
-with Client(sys.argv[1:]) as client:
-    location = client.put(b"lean" * 1000)
-    assert client.get(location, offset=4, size=4) == b"lean"
-    assert client.stat(location).size == 4000
-    client.delete(location)
-print(sorted(m for m in sys.modules if m.split(".")[0] in ("blobstore_server", "fastapi", "numpy", "pyspark")))
-"""
-
-
-def test_the_sdk_installs_alone_from_its_wheel_and_talks_to_the_cluster(cluster: ClusterInfo, tmp_path: Path) -> None:
-    """The wheel built from this checkout, installed without extras into a fresh venv: only the SDK's own
-    dependencies come along, the SDK stores and reads back through it, and the `blobstore` command says which
-    extra it needs instead of a traceback."""
-    source = tmp_path / "source"  # built from a copy: an in-tree build would leave build/ and *.egg-info behind
-    for part in ("blobstore", "blobstore_server"):
-        shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    run = functools.partial(subprocess.run, check=True, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "dist"), str(source)])
-    venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", str(venv)])
-    wheel = next((tmp_path / "dist").glob("blobstore-*.whl"))
-    run([venv / "bin" / "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)])
-
-    installed = {p["name"].lower() for p in json.loads(run([venv / "bin" / "pip", "list", "--format=json"]).stdout)}
-    assert "blobstore" in installed
-    assert not installed & SERVER_STACK, f"the SDK alone installed {installed & SERVER_STACK}"
-    loaded = run([venv / "bin" / "python", "-c", SDK_ALONE, *cluster.access_urls]).stdout
-    assert loaded.strip() == "[]", f"the SDK imported server modules: {loaded}"
-    cli = subprocess.run([venv / "bin" / "blobstore", "--help"], capture_output=True, text=True, timeout=60)
-    assert cli.returncode == 1
-    assert "pip install 'blobstore[server]'" in cli.stderr
 
 
 @pytest.mark.parametrize("size", SIZES)

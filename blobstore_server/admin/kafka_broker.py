@@ -1,20 +1,21 @@
 """Fetch, start and stop a Kafka broker (KRaft, broker+controller in one JVM): the one local broker on 127.0.0.1,
 or one member of a static three-node quorum on any address, possibly inside a network namespace.
 
-The jars come from Maven Central through `pom.xml` beside this file and are cached outside git: `make setup`
-fetches them once (`fetch`). A broker runs detached and is stopped by the PID in `DIR/kafka.pid`, never by
-name. A quorum member cannot serve before a majority of its voters runs: start every member with `--no-wait`
+The jars come from Maven Central through `kafka-pom.xml` beside this file (installed with the package) and are
+cached in ~/.cache/blobstore: `make setup` or the first `cluster up` fetches them once (`fetch`). A broker runs
+detached and is stopped by the PID in `DIR/kafka.pid`, never by name. A quorum member cannot serve before a
+majority of its voters runs: start every member with `--no-wait`
 (all formatted with one cluster id), then `wait` for the cluster.
 
-    python deploy/kafka/broker.py fetch
-    python deploy/kafka/broker.py start --dir DIR [--port P] [--controller-port C]
-    python deploy/kafka/broker.py stop --dir DIR
+    python -m blobstore_server.admin.kafka_broker fetch
+    python -m blobstore_server.admin.kafka_broker start --dir DIR [--port P] [--controller-port C]
+    python -m blobstore_server.admin.kafka_broker stop --dir DIR
 
-    id=$(python deploy/kafka/broker.py uuid)
-    python deploy/kafka/broker.py start --dir DIR1 --address 10.0.0.1 --node-id 1 \\
+    id=$(python -m blobstore_server.admin.kafka_broker uuid)
+    python -m blobstore_server.admin.kafka_broker start --dir DIR1 --address 10.0.0.1 --node-id 1 \\
         --voters 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093 --cluster-uuid $id --replication-factor 3 \\
         --min-insync-replicas 2 [--netns NS] --no-wait          # and likewise nodes 2 and 3
-    python deploy/kafka/broker.py wait --bootstrap 10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092
+    python -m blobstore_server.admin.kafka_broker wait --bootstrap 10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 from blobstore_server.libs.maven import cache_root, fetch_jars
 
 HERE = Path(__file__).resolve().parent
-POM = HERE / "pom.xml"
+POM = HERE / "kafka-pom.xml"
 # C1 only and a small serial heap: the JVM starts ~1 s faster on 2 cores; plenty for tests and the demo.
 JVM_OPTS = ["-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
 EXEC_TIMEOUT = 10.0  # for a `wrap` command (`ip netns exec NS`) to become the JVM
@@ -104,7 +105,7 @@ allow.everyone.if.no.acl.found=false
 
 
 def kafka_version() -> str:
-    """The broker version, declared once in pom.xml."""
+    """The broker version, declared once in kafka-pom.xml."""
     match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text())
     if match is None:
         raise RuntimeError(f"no <kafka.version> in {POM}")
