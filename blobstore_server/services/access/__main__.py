@@ -1,4 +1,4 @@
-"""`python -m services.access -c access.json`"""
+"""`python -m blobstore_server.services.access -c access.json`"""
 
 from __future__ import annotations
 

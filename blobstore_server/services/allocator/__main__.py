@@ -1,4 +1,4 @@
-"""`python -m services.allocator -c allocator.json`"""
+"""`python -m blobstore_server.services.allocator -c allocator.json`"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python -m services.blobnode -c blobnode.json`"""
+"""`python -m blobstore_server.services.blobnode -c blobnode.json`"""
 
 from __future__ import annotations
 

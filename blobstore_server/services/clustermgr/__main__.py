@@ -1,4 +1,4 @@
-"""`python -m services.clustermgr -c clustermgr.json`"""
+"""`python -m blobstore_server.services.clustermgr -c clustermgr.json`"""
 
 from __future__ import annotations
 

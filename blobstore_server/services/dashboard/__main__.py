@@ -1,4 +1,4 @@
-"""`python -m services.dashboard -c dashboard.json`"""
+"""`python -m blobstore_server.services.dashboard -c dashboard.json`"""
 
 from __future__ import annotations
 

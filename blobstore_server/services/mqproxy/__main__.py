@@ -1,4 +1,4 @@
-"""`python -m services.mqproxy -c mqproxy.json`"""
+"""`python -m blobstore_server.services.mqproxy -c mqproxy.json`"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python -m services.scheduler -c scheduler.json`"""
+"""`python -m blobstore_server.services.scheduler -c scheduler.json`"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python -m services.tinker -c tinker.json`"""
+"""`python -m blobstore_server.services.tinker -c tinker.json`"""
 
 from __future__ import annotations
 

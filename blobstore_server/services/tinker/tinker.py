@@ -88,6 +88,8 @@ class Tinker:
         msg = self._parse(RepairMsg, record)
         if msg is None:
             return
+        if pipeline is self.pipelines["repair_prior"]:  # rare and urgent: worth a line when it is taken
+            log.info("priority repair of blob %d/%d shards %s taken", msg.vid, msg.bid, msg.bad_indexes)
         await sleep_until(msg.not_before)
         await self.switches.wait_on(TaskType.SHARD_REPAIR)
         async with self._repair_slot(pipeline):

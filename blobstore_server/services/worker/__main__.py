@@ -1,4 +1,4 @@
-"""`python -m services.worker -c worker.json`"""
+"""`python -m blobstore_server.services.worker -c worker.json`"""
 
 from __future__ import annotations
 
