@@ -337,7 +337,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
     worker = _record(cluster, "worker-h3")
     config = Path(worker.config)
     config.write_text(json.dumps({**json.loads(config.read_text()), "task_runners": 1, "migrate_concurrency": 1,
-                                  "migrate_mb_per_sec": 0.5}))  # a repair slow enough to cut in the middle of
+                                  "migrate_mb_per_sec": 1.0}))  # a repair slow enough to cut in the middle of
     os.kill(worker.pid, signal.SIGTERM)
     assert poll(lambda: not _record(cluster, "worker-h3").running, 20.0)
     restart(root, "worker-h3")

@@ -64,7 +64,11 @@ class Consumer:
                                     "auto.offset.reset": "earliest", "client.id": f"blobstore-{group}",
                                     # A topic created after we subscribed (or re-created) is noticed at the
                                     # next metadata refresh: every 5 s, not librdkafka's default 5 min.
-                                    "topic.metadata.refresh.interval.ms": 5000, **shared.SHARED, **config}
+                                    "topic.metadata.refresh.interval.ms": 5000,
+                                    # A member killed without leaving keeps its partitions until its session
+                                    # lapses, so no message of theirs moves meanwhile: 10 s (Kafka's default
+                                    # before 3.0; the broker's floor is 6 s), not librdkafka's 45 s.
+                                    "session.timeout.ms": 10_000, **shared.SHARED, **config}
         names = [str(t) for t in topics]
 
         def subscribed() -> confluent_kafka.Consumer:
