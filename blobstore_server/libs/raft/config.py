@@ -16,7 +16,7 @@ class RaftConfig(BaseModel):
     data_dir: Path
     listen: str | None = Field(default=None, description="host:port for peers; defaults to peers[node_id]")
     join: bool = Field(default=False, description="start outside the cluster, to be added as a learner")
-    tick_ms: float = 10.0
+    tick_ms: float = 25.0
     heartbeat_ms: float = 50.0
     election_ms: tuple[float, float] = (300.0, 600.0)
     max_batch: int = Field(default=1024, description="entries per AppendEntries and per proposal batch")

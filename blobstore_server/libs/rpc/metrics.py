@@ -207,3 +207,20 @@ def register_collector(collect: Callable[[], Iterable[Metric]]) -> None:
 
 
 register_collector(STATS.collect)
+
+
+@dataclass(frozen=True)
+class Only:
+    """The registry's samples named in `names` alone (for `/metrics?name[]=...`). Filtered here rather than by
+    prometheus_client's restricted registry, which leaves out collectors that cannot name their samples
+    before they run, as `register_collector`'s cannot."""
+
+    names: frozenset[str]
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in REGISTRY.collect():
+            samples = [sample for sample in metric.samples if sample.name in self.names]
+            if samples:
+                kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                kept.samples = samples
+                yield kept

@@ -22,7 +22,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel
 
 from blobstore_server.libs.rpc import auth
@@ -40,7 +40,7 @@ from blobstore_server.libs.rpc.client import trust
 from blobstore_server.libs.rpc.config import ConfigError, ServiceSettings, TLSConfig, auth_problem, load_config
 from blobstore_server.libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge, Unauthorized
 from blobstore_server.libs.rpc.limits import limited
-from blobstore_server.libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, instrument, measuring
+from blobstore_server.libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, Only, instrument, measuring
 from blobstore_server.libs.rpc.routes import Route
 
 log = logging.getLogger(__name__)
@@ -115,8 +115,10 @@ def create_app(title: str, *, on_start: Hook | None = None, on_stop: Hook | None
         return {"status": "ok", "insecure": True} if _insecure else {"status": "ok"}
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        """Every sample, or with `name[]=...` (as Prometheus' own exporters take it) only the samples named."""
+        names = request.query_params.getlist("name[]")
+        return Response(generate_latest(Only(frozenset(names)) if names else REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(RpcError)
     async def _rpc_error(_: Request, exc: RpcError) -> JSONResponse:

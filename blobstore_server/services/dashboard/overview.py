@@ -24,7 +24,27 @@ from blobstore_server.libs.proto.dashboard import (
 from blobstore_server.libs.proto.scheduler import URGENT_MARGIN, TaskRecord
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.services.dashboard.config import Target
-from blobstore_server.services.dashboard.scrape import REQUESTS, Scrape, rate
+from blobstore_server.services.dashboard.scrape import (
+    CPU_SECONDS,
+    IN_FLIGHT,
+    INSECURE,
+    PIPELINE_COUNTERS,
+    RAFT_APPLIED,
+    RAFT_COMMIT,
+    RAFT_ROLE,
+    RAFT_TERM,
+    REQUESTS,
+    SCHEDULER_ACTIVE,
+    SCRUB_CORRUPT,
+    SCRUB_ENABLED,
+    SCRUB_LAST_PASS,
+    SCRUB_PROGRESS,
+    SCRUB_REPAIRS_OWED,
+    VOLUMES,
+    VOLUMES_AT_MARGIN,
+    Scrape,
+    rate,
+)
 
 MAX_TASKS = 50  # rows of the running-tasks table
 
@@ -54,11 +74,11 @@ def process_view(state: TargetState) -> ProcessView:
                        error=state.error)
     if state.latest is not None:
         # less the scrape itself, which is in flight while the process counts
-        view.in_flight = max(0, int(state.latest.total("blobstore_http_requests_in_flight")) - 1)
-        view.insecure = bool(state.latest.value("blobstore_insecure"))
+        view.in_flight = max(0, int(state.latest.total(IN_FLIGHT)) - 1)
+        view.insecure = bool(state.latest.value(INSECURE))
     if state.previous is not None and state.latest is not None:
         view.requests_per_s = round(rate(state.previous, state.latest, REQUESTS), 2)
-        view.cpu_percent = round(100 * rate(state.previous, state.latest, "process_cpu_seconds_total"), 1)
+        view.cpu_percent = round(100 * rate(state.previous, state.latest, CPU_SECONDS), 1)
     return view
 
 
@@ -67,10 +87,10 @@ def replica_view(state: TargetState) -> ReplicaView:
     if scrape is None:
         return ReplicaView(name=state.target.name, up=False, role="unknown", term=0, commit=0, applied=0)
     return ReplicaView(name=state.target.name, up=True,
-                       role=scrape.label_where("blobstore_raft_role", "role", 1.0) or "unknown",
-                       term=int(scrape.value("blobstore_raft_term") or 0),
-                       commit=int(scrape.value("blobstore_raft_commit_index") or 0),
-                       applied=int(scrape.value("blobstore_raft_applied_index") or 0))
+                       role=scrape.label_where(RAFT_ROLE, "role", 1.0) or "unknown",
+                       term=int(scrape.value(RAFT_TERM) or 0),
+                       commit=int(scrape.value(RAFT_COMMIT) or 0),
+                       applied=int(scrape.value(RAFT_APPLIED) or 0))
 
 
 def scrub_view(scrape: Scrape | None, disk_id: int, now: float) -> ScrubView | None:
@@ -78,13 +98,13 @@ def scrub_view(scrape: Scrape | None, disk_id: int, now: float) -> ScrubView | N
     if scrape is None:
         return None
     disk = str(disk_id)
-    progress = scrape.value("blobstore_blobnode_scrub_progress", disk_id=disk)
-    if progress is None or not scrape.value("blobstore_blobnode_scrub_enabled", disk_id=disk):
+    progress = scrape.value(SCRUB_PROGRESS, disk_id=disk)
+    if progress is None or not scrape.value(SCRUB_ENABLED, disk_id=disk):
         return None
-    last = scrape.value("blobstore_blobnode_scrub_last_pass_timestamp_seconds", disk_id=disk) or 0.0
+    last = scrape.value(SCRUB_LAST_PASS, disk_id=disk) or 0.0
     return ScrubView(progress=progress, last_pass_age_s=round(max(0.0, now - last), 1) if last else None,
-                     corrupt=int(scrape.total("blobstore_blobnode_scrub_corrupt_total", disk_id=disk)),
-                     repairs_owed=int(scrape.total("blobstore_blobnode_scrub_repairs_owed", disk_id=disk)))
+                     corrupt=int(scrape.total(SCRUB_CORRUPT, disk_id=disk)),
+                     repairs_owed=int(scrape.total(SCRUB_REPAIRS_OWED, disk_id=disk)))
 
 
 def repair_view(disk: DiskView, tasks: Sequence[TaskRecord], broken_after: float | None,
@@ -134,8 +154,7 @@ def pipeline_views(tinker: TargetState | None, backlog: Mapping[str, int] | None
         scrape = tinker.latest if tinker is not None else None
         if scrape is not None:
             view.messages_in, view.done, view.failed, view.retried = (
-                int(scrape.total(f"blobstore_tinker_{field}_total", pipeline=name))
-                for field in ("messages_in", "done", "failed", "retried"))
+                int(scrape.total(counter, pipeline=name)) for counter in PIPELINE_COUNTERS.values())
         views.append(view)
     return views
 
@@ -153,8 +172,8 @@ def volumes_by_margin(schedulers: Sequence[TargetState]) -> dict[str, int]:
     """The active scheduler's count of volumes with a lost unit, by margin."""
     for state in schedulers:
         scrape = state.latest
-        if scrape is not None and scrape.value("blobstore_scheduler_active"):
-            return {labels["margin"]: int(n) for labels, n in scrape.matching("blobstore_scheduler_volumes_at_margin")}
+        if scrape is not None and scrape.value(SCHEDULER_ACTIVE):
+            return {labels["margin"]: int(n) for labels, n in scrape.matching(VOLUMES_AT_MARGIN)}
     return {}
 
 
@@ -193,7 +212,7 @@ def build_overview(states: Sequence[TargetState], disks: Sequence[DiskView], clu
     leader_scrape = next((s.latest for s in roles.get("clustermgr", []) if leader and s.target.name == leader.name),
                          None)
     volumes = {} if leader_scrape is None else {
-        labels["status"]: int(v) for labels, v in leader_scrape.matching("blobstore_clustermgr_volumes")}
+        labels["status"]: int(v) for labels, v in leader_scrape.matching(VOLUMES)}
     disk_counts: dict[str, int] = {}
     for disk in disks:
         disk_counts[disk.status.value] = disk_counts.get(disk.status.value, 0) + 1

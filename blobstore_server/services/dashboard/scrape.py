@@ -19,8 +19,39 @@ from blobstore_server.libs.proto.dashboard import RatePoint
 Labels = Mapping[str, str]
 PUT_ROUTE = ("/blob", "PUT")
 GET_ROUTE = ("/blob/{token}", "GET")
+# The samples the dashboard reads. A scrape asks each process for those of its role alone
+# (`/metrics?name[]=...`): the whole text of every process every interval cost more to make and parse than
+# the rest of an idle cluster's dashboard (bench/idle.py).
 REQUESTS = "blobstore_http_requests_total"
 LATENCY_BUCKETS = "blobstore_http_request_duration_seconds_bucket"
+IN_FLIGHT = "blobstore_http_requests_in_flight"
+INSECURE = "blobstore_insecure"
+CPU_SECONDS = "process_cpu_seconds_total"
+RAFT_ROLE = "blobstore_raft_role"
+RAFT_TERM = "blobstore_raft_term"
+RAFT_COMMIT = "blobstore_raft_commit_index"
+RAFT_APPLIED = "blobstore_raft_applied_index"
+VOLUMES = "blobstore_clustermgr_volumes"
+SCRUB_PROGRESS = "blobstore_blobnode_scrub_progress"
+SCRUB_ENABLED = "blobstore_blobnode_scrub_enabled"
+SCRUB_LAST_PASS = "blobstore_blobnode_scrub_last_pass_timestamp_seconds"
+SCRUB_CORRUPT = "blobstore_blobnode_scrub_corrupt_total"
+SCRUB_REPAIRS_OWED = "blobstore_blobnode_scrub_repairs_owed"
+PIPELINE_COUNTERS = {field: f"blobstore_tinker_{field}_total" for field in ("messages_in", "done", "failed", "retried")}
+SCHEDULER_ACTIVE = "blobstore_scheduler_active"
+VOLUMES_AT_MARGIN = "blobstore_scheduler_volumes_at_margin"
+_BY_ROLE: dict[str, tuple[str, ...]] = {
+    "access": (LATENCY_BUCKETS,),
+    "clustermgr": (RAFT_ROLE, RAFT_TERM, RAFT_COMMIT, RAFT_APPLIED, VOLUMES),
+    "blobnode": (SCRUB_PROGRESS, SCRUB_ENABLED, SCRUB_LAST_PASS, SCRUB_CORRUPT, SCRUB_REPAIRS_OWED),
+    "tinker": tuple(PIPELINE_COUNTERS.values()),
+    "scheduler": (SCHEDULER_ACTIVE, VOLUMES_AT_MARGIN),
+}
+
+
+def wanted(role: str) -> tuple[str, ...]:
+    """The sample names the dashboard reads from a process of `role`."""
+    return (REQUESTS, IN_FLIGHT, INSECURE, CPU_SECONDS, *_BY_ROLE.get(role, ()))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from urllib.parse import urlencode
 
 from confluent_kafka import KafkaException
 
@@ -25,7 +26,7 @@ from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.dashboard.config import DashboardConfig, Target
 from blobstore_server.services.dashboard.overview import TargetState, build_overview
-from blobstore_server.services.dashboard.scrape import Scrape, rate_point
+from blobstore_server.services.dashboard.scrape import Scrape, rate_point, wanted
 
 log = logging.getLogger(__name__)
 logging.getLogger("kafka").setLevel(logging.WARNING)  # its admin client logs every connection at INFO
@@ -65,7 +66,9 @@ class Watcher:
 
     async def _scrape(self, state: TargetState) -> None:
         try:
-            raw = await self.http.request("GET", f"{state.target.url}/metrics", timeout=self.config.scrape_timeout)
+            only = urlencode([("name[]", name) for name in wanted(state.target.role)])
+            raw = await self.http.request("GET", f"{state.target.url}/metrics?{only}",
+                                          timeout=self.config.scrape_timeout)
             state.scraped(await asyncio.to_thread(Scrape.parse, raw.decode(), time.time()))
         except (RpcError, ValueError) as exc:
             state.failed(str(exc))
