@@ -19,6 +19,7 @@ from tests.support.processes import (
     RedisServer,
     Service,
     free_port,
+    start_all,
     stop_all,
     wait_until,
 )
@@ -56,8 +57,9 @@ def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
     started: list[Service] = []
 
     def start(name: str = "bn", disks: int = 2, first_disk_id: int = 1, clustermgr: list[Service] | None = None,
-              **overrides: object) -> Service:
-        """A blobnode; with `clustermgr` its disks take ids from it, register and heartbeat."""
+              wait: bool = True, **overrides: object) -> Service:
+        """A blobnode; with `clustermgr` its disks take ids from it, register and heartbeat. Without `wait` it is
+        only spawned: its caller waits (`Service.ready`)."""
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
         port = free_port()
@@ -75,7 +77,7 @@ def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
         service = Service("blobnode", config, workdir, f"http://127.0.0.1:{port}",
                           insecure=insecure_fixtures(request))
         started.append(service)
-        return service.start()
+        return service.start() if wait else service.spawn()
 
     yield start
     stop_all(started)
@@ -99,8 +101,7 @@ def clustermgr_factory(request: pytest.FixtureRequest, tmp_path: Path,
             url = f"http://{members[str(node_id)]['http_addr']}"
             services.append(Service("clustermgr", config, workdir, url, insecure=insecure_fixtures(request)))
         started.extend(services)
-        for service in services:
-            service.start()
+        start_all(services)
         return services
 
     yield start
@@ -116,13 +117,14 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
     started: list[Service] = []
 
     def launch(role: str, name: str, **config: object) -> Service:
+        """Spawn a service; `start` waits for each batch it launches, so that a batch starts side by side."""
         workdir = tmp_path / name
         workdir.mkdir()
         port = free_port()
         service = Service(role, {"bind_addr": f"127.0.0.1:{port}", **config}, workdir, f"http://127.0.0.1:{port}",
                           insecure=insecure_fixtures(request))
         started.append(service)
-        return service.start()
+        return service.spawn()
 
     def start(blobnodes: int = 6, disks: int = 1, code_mode: str = "EC3P3", min_volumes: int = 2,
               allocators: int = 1, access: int = 1, pipelines: bool = False, safe_delay: float = 2.0,
@@ -136,13 +138,14 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                                     **(clustermgr or {})})
         cm_urls = [cm.url for cm in cms]
         node_config = {"delete_hold": safe_delay, **(blobnode or {})}  # tinker's safe delay, as `cluster up` sets
-        nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, **node_config) for i in range(blobnodes)]
+        nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, wait=False, **node_config)
+                 for i in range(blobnodes)]
         allocs = [launch("allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
                          retain_interval=2.0) for i in range(allocators)]
         background: dict[str, Service] = {}
         for n in range(schedulers):  # the first to start is elected; the others stand by
             background[f"scheduler{n}"] = launch("scheduler", f"scheduler{n}", clustermgr_hosts=cm_urls,
-                                                 **(scheduler or {}))
+                                                 **(scheduler or {})).ready(30.0)
         if pipelines or schedulers:
             background["worker"] = launch("worker", "worker", clustermgr_hosts=cm_urls, **(worker or {}))
         if pipelines:
@@ -155,6 +158,8 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                                           delete_safe_delay=safe_delay,
                                           retry_base=0.5, retry_cap=2.0, group_prefix=f"tinker-{tmp_path.name}",
                                           delete_log=str(tmp_path / "tinker-deletes.jsonl"), **(tinker or {}))
+        for service in [*nodes, *allocs, *background.values()]:
+            service.ready(30.0)
         fronts: list[Service] = []
 
         def add_access(**overrides: object) -> Service:
@@ -167,7 +172,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                              # its 60 s, and what it holds would blur the allocators' accounting tests check.
                              **{"standby_ride_out": 0.0, **access_overrides, **overrides})
             fronts.append(service)
-            return service
+            return service.ready(30.0)
 
         for _ in range(access):
             add_access()

@@ -10,7 +10,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +95,11 @@ class Service:
         return self.proc.pid
 
     def start(self, timeout: float = 15.0) -> Service:
+        """Start the process and wait until it answers."""
+        return self.spawn().ready(timeout)
+
+    def spawn(self) -> Service:
+        """Start the process without waiting for it (`ready` does): a batch spawned at once starts in parallel."""
         conf_path = self.workdir / "conf.json"
         self.config = secured(self.role, self.config, self.insecure)
         conf_path.write_text(json.dumps(self.config))
@@ -102,7 +107,12 @@ class Service:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", self.module, "-c", str(conf_path)],
                                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+        return self
+
+    def ready(self, timeout: float = 15.0) -> Service:
+        """Wait until the spawned process answers its health check."""
         proc = self.proc
+        assert proc is not None, "spawn first"
         try:
             wait_until(lambda: proc.poll() is not None or healthy(self.url, verify=self.verify),
                        timeout, f"{self.module} at {self.url}")
@@ -130,6 +140,14 @@ class Service:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.kill9()
+
+
+def start_all(services: Sequence[Service], timeout: float = 30.0) -> None:
+    """Spawn every service, then wait for each: they import and start side by side."""
+    for service in services:
+        service.spawn()
+    for service in services:
+        service.ready(timeout)
 
 
 def stop_all(services: list[Service]) -> None:
