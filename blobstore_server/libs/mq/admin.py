@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -78,35 +80,69 @@ def _all_led(metadata: ClusterMetadata, topics: list[str]) -> bool:
     return True
 
 
+class LagReader:
+    """Where consumer groups stand, read through one consumer per group that never joins it, kept open between
+    reads: a reader opened per read cost a connection and a login each time (the dashboard and tinker read
+    every few seconds; tests ask tinker far more often).
+
+    A consumer rather than the admin API: librdkafka's admin call for a group's offsets crashes the process
+    (SIGSEGV in rd_kafka_cgrp_op) when the group's coordinator is not known yet, as at a cluster's first start
+    (confluent-kafka-javascript#374 has the same trace). Safe to share between threads.
+    """
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client: Mapping[str, Any] = NO_SETTINGS) -> None:
+        self.bootstrap, self.timeout, self.client = bootstrap, timeout, client
+        self._readers: dict[str, tuple[threading.Lock, confluent_kafka.Consumer]] = {}
+        self._lock = threading.Lock()
+
+    def _reader(self, group: str) -> tuple[threading.Lock, confluent_kafka.Consumer]:
+        with self._lock:
+            if group not in self._readers:
+                self._readers[group] = (threading.Lock(), confluent_kafka.Consumer({
+                    "bootstrap.servers": self.bootstrap, "group.id": group, "client.id": "blobstore-lag",
+                    "enable.auto.commit": False, **self.client}))
+            return self._readers[group]
+
+    def positions(self, group: str, topics: Iterable[str]) -> dict[TP, tuple[int, int]]:
+        """Per existing partition of `topics`: (where `group` resumes, the end offset). A partition the group never
+        committed resumes at its earliest retained offset, so the messages between the two are not consumed yet."""
+        lock, reader = self._reader(group)
+        timeout = self.timeout
+        with lock:
+            known = reader.list_topics(timeout=timeout).topics
+            parts = [TopicPartition(str(t), p) for t in topics if str(t) in known
+                     for p in sorted(known[str(t)].partitions)]
+            committed = _settled(lambda: reader.committed(parts, timeout=timeout), timeout) if parts else []
+            result: dict[TP, tuple[int, int]] = {}
+            for part in committed:
+                low, high = _settled(partial(reader.get_watermark_offsets, part, timeout=timeout), timeout)
+                result[(part.topic, part.partition)] = (part.offset if part.offset >= 0 else low, high)
+            return result
+
+    def lag(self, group: str, topics: Iterable[str]) -> dict[str, dict[int, int]]:
+        """Messages not yet committed by `group`, per topic and partition."""
+        result: dict[str, dict[int, int]] = {}
+        for (topic, partition), (position, end) in self.positions(group, topics).items():
+            result.setdefault(topic, {})[partition] = max(0, end - position)
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            readers, self._readers = list(self._readers.values()), {}
+        for lock, reader in readers:
+            with lock:
+                reader.close()
+
+
 def positions(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0,
               client: Mapping[str, Any] = NO_SETTINGS) -> dict[TP, tuple[int, int]]:
-    """Per existing partition of `topics`: (where `group` resumes, the end offset). A partition the group never
-    committed resumes at its earliest retained offset, so the messages between the two are not consumed yet.
-
-    Read through a consumer of the group that never joins it: librdkafka's admin call for a group's offsets
-    crashes the process (SIGSEGV in rd_kafka_cgrp_op) when the group's coordinator is not known yet, as at a
-    cluster's first start (confluent-kafka-javascript#374 has the same trace).
-    """
-    reader = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "blobstore-lag",
-                                       "enable.auto.commit": False, **client})
-    try:
-        known = reader.list_topics(timeout=timeout).topics
-        parts = [TopicPartition(str(t), p) for t in topics if str(t) in known
-                 for p in sorted(known[str(t)].partitions)]
-        committed = _settled(lambda: reader.committed(parts, timeout=timeout), timeout) if parts else []
-        result: dict[TP, tuple[int, int]] = {}
-        for part in committed:
-            low, high = _settled(partial(reader.get_watermark_offsets, part, timeout=timeout), timeout)
-            result[(part.topic, part.partition)] = (part.offset if part.offset >= 0 else low, high)
-        return result
-    finally:
-        reader.close()
+    """`LagReader.positions` once."""
+    with contextlib.closing(LagReader(bootstrap, timeout, client)) as reader:
+        return reader.positions(group, topics)
 
 
 def lag(bootstrap: str, group: str, topics: Iterable[str], timeout: float = 10.0,
         client: Mapping[str, Any] = NO_SETTINGS) -> dict[str, dict[int, int]]:
-    """Messages not yet committed by `group`, per topic and partition."""
-    result: dict[str, dict[int, int]] = {}
-    for (topic, partition), (position, end) in positions(bootstrap, group, topics, timeout, client).items():
-        result.setdefault(topic, {})[partition] = max(0, end - position)
-    return result
+    """`LagReader.lag` once."""
+    with contextlib.closing(LagReader(bootstrap, timeout, client)) as reader:
+        return reader.lag(group, topics)

@@ -17,7 +17,7 @@ def build(config: DashboardConfig) -> tuple[ASGIApp, str]:
     watcher = Watcher(config, cluster, http)
     for loop in (watcher.scrape_loop, watcher.cluster_loop, watcher.backlog_loop):
         life.loop(loop)
-    life.close(cluster.close, http.close)
+    life.close(cluster.close, http.close, watcher.close)
     return build_app(watcher, life), config.bind_addr
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 from confluent_kafka import KafkaException
 
-from blobstore_server.libs.mq.admin import lag
+from blobstore_server.libs.mq.admin import LagReader
 from blobstore_server.libs.mq.settings import client_auth
 from blobstore_server.libs.mq.topics import pipelines
 from blobstore_server.libs.proto.clustermgr import DiskView
@@ -29,8 +29,7 @@ from blobstore_server.services.dashboard.overview import TargetState, build_over
 from blobstore_server.services.dashboard.scrape import Scrape, rate_point, wanted
 
 log = logging.getLogger(__name__)
-logging.getLogger("kafka").setLevel(logging.WARNING)  # its admin client logs every connection at INFO
-BACKLOG_REFRESH = 5.0  # at most this often: each read opens Kafka admin connections
+BACKLOG_REFRESH = 5.0  # at most this often
 
 
 class Watcher:
@@ -45,6 +44,10 @@ class Watcher:
         self.cluster_error = "not asked yet"
         self.backlog: dict[str, int] | None = None
         self.series: deque[RatePoint] = deque(maxlen=max(2, int(config.history / config.scrape_interval)))
+        self.lags = LagReader(config.kafka_bootstrap, timeout=3.0, client=client_auth(config.kafka_auth))
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.lags.close)
 
     def overview(self) -> Overview:
         return build_overview(list(self.targets.values()), self.disks, self.cluster_error, self.backlog,
@@ -103,8 +106,7 @@ class Watcher:
         """Messages each of tinker's consumer groups has not committed yet (blocking: run in a thread)."""
         backlog = {}
         for spec in pipelines(self.config.tinker_group_prefix):
-            per_topic = lag(self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics], timeout=3.0,
-                            client=client_auth(self.config.kafka_auth))
+            per_topic = self.lags.lag(spec.group, [str(t) for t in spec.topics])
             backlog[spec.name] = sum(n for parts in per_topic.values() for n in parts.values())
         return backlog
 

@@ -13,7 +13,7 @@ from blobstore_server.libs.rpc.metrics import counter, gauge
 from blobstore_server.services.tinker.tinker import Tinker
 
 log = logging.getLogger(__name__)
-LAG_REFRESH = 30.0  # seconds between lag reads: each opens Kafka admin connections
+LAG_REFRESH = 30.0  # seconds between lag reads (Kafka round trips)
 
 
 class TinkerFigures:

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from blobstore_server.libs.mq.admin import lag
+from blobstore_server.libs.mq.admin import LagReader
 from blobstore_server.libs.mq.consumer import Consumer, Record
 from blobstore_server.libs.mq.producer import Producer
 from blobstore_server.libs.mq.seal import Forged, unseal
@@ -53,6 +53,7 @@ class Tinker:
         self.forged: dict[str, int] = {  # topic -> messages skipped for a missing or wrong seal
             str(topic): 0 for spec in pipelines(config.group_prefix) for topic in spec.topics}
         self.login = client_auth(config.kafka_auth)  # librdkafka settings of its Kafka user; {}: PLAINTEXT
+        self.lags = LagReader(config.kafka_bootstrap, client=self.login)
         self.life = Lifecycle()
         self.life.close(self._close)
 
@@ -82,6 +83,7 @@ class Tinker:
             await self._producer.close()
         for client in (self.cluster, self.blobnodes, self.workers):
             await client.close()
+        await asyncio.to_thread(self.lags.close)
 
     async def _on_repair(self, name: str, record: Record) -> None:
         pipeline = self.pipelines[name]
@@ -176,7 +178,6 @@ class Tinker:
         out: dict[str, PipelineStats] = {}
         for spec in pipelines(self.config.group_prefix):
             counters = self.pipelines[spec.name].stats if spec.name in self.pipelines else PipelineStats()
-            lags = await asyncio.to_thread(lag, self.config.kafka_bootstrap, spec.group, [str(t) for t in spec.topics],
-                                            client=self.login)
+            lags = await asyncio.to_thread(self.lags.lag, spec.group, [str(t) for t in spec.topics])
             out[spec.name] = counters.model_copy(update={"lag": lags})
         return TinkerStats(pipelines=out)
