@@ -140,8 +140,12 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
         node_config = {"delete_hold": safe_delay, **(blobnode or {})}  # tinker's safe delay, as `cluster up` sets
         nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, wait=False, **node_config)
                  for i in range(blobnodes)]
+        for node in nodes:
+            node.ready(30.0)
+        # Allocators one by one once every disk is registered, as schedulers: the first leases the first volumes,
+        # and a test that kills and restarts one counts on it holding some (it reclaims them).
         allocs = [launch("allocator", f"alloc{i}", clustermgr_hosts=cm_urls, code_modes=[code_mode],
-                         retain_interval=2.0) for i in range(allocators)]
+                         retain_interval=2.0).ready(30.0) for i in range(allocators)]
         background: dict[str, Service] = {}
         for n in range(schedulers):  # the first to start is elected; the others stand by
             background[f"scheduler{n}"] = launch("scheduler", f"scheduler{n}", clustermgr_hosts=cm_urls,
@@ -158,7 +162,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
                                           delete_safe_delay=safe_delay,
                                           retry_base=0.5, retry_cap=2.0, group_prefix=f"tinker-{tmp_path.name}",
                                           delete_log=str(tmp_path / "tinker-deletes.jsonl"), **(tinker or {}))
-        for service in [*nodes, *allocs, *background.values()]:
+        for service in background.values():
             service.ready(30.0)
         fronts: list[Service] = []
 
