@@ -79,7 +79,8 @@ def start_clustermgr(base: Path, volumes: int) -> list[Service]:
         workdir = base / f"cm{i}"
         workdir.mkdir(parents=True)
         config = {"node_id": i, "members": members, "data_dir": str(workdir / "data"), "chunk_size": 64 << 20,
-                  "volume_check_interval": 0.2, "code_modes": [{"code_mode": "EC3P3", "min_volumes": volumes}]}
+                  "volume_check_interval": 0.2, "code_modes": [{"code_mode": "EC3P3", "min_volumes": volumes}],
+                  "disk_heartbeat_batch": 0}  # each heartbeat its own commit: the commit path is what is measured
         services.append(Service("clustermgr", config, workdir, f"http://{members[str(i)]['http_addr']}"))
     return services
 

@@ -77,9 +77,12 @@ class ClusterLink:
         await self.cluster.disk_heartbeat(beats)
 
     async def _loop(self) -> None:
-        """Register (retrying while clustermgr is away), then heartbeat every interval."""
+        """Register (retrying while clustermgr is away), then heartbeat every interval: on a fixed schedule, since
+        clustermgr may hold a beat up to its batching window before answering."""
         registered = False
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
                 if not registered:
                     await self.register()
@@ -87,4 +90,4 @@ class ClusterLink:
                 await self.heartbeat()
             except (RpcError, RuntimeError) as exc:
                 log.warning("clustermgr %s failed: %s", "heartbeat" if registered else "registration", exc)
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(max(0.0, started + self.interval - loop.time()))

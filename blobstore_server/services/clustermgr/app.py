@@ -136,9 +136,11 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
 
     @serves(app, api.DISK_HEARTBEAT)
-    async def disk_heartbeat(req: cmd.DiskHeartbeatCmd, caller: Caller, reporter: Reporter) -> DiskIds:
+    async def disk_heartbeat(req: cmd.DiskHeartbeatCmd, reporter: Reporter) -> DiskIds:
         _owned(cm, reporter, [d.disk_id for d in req.disks])
-        return await cm.submit(req, caller)
+        for beat in req.disks:  # here, so that an unknown disk fails its own report, not the whole batch
+            cm.state.disk(beat.disk_id)
+        return await cm.heartbeats.beat(req)
 
     @serves(app, api.DISK_SET)
     async def disk_set(req: cmd.DiskSetCmd, caller: Caller) -> DiskInfo:

@@ -40,6 +40,9 @@ class ClusterMgrConfig(ServiceSettings):
     first_volume_after_disks: int = Field(0, ge=0)
     volume_check_interval: float = Field(1.0, gt=0)
     fsync: bool = True
+    # Disk heartbeats wait up to this long to be committed together, as one Raft entry (0: each alone). Keep it
+    # well under disk_heartbeat_timeout: a beat is recorded when its batch commits.
+    disk_heartbeat_batch: float = Field(1.0, ge=0)
     heartbeat_ms: int = Field(50, ge=5)
     election_timeout_ms: tuple[int, int] = (300, 600)
     snapshot_threshold: int = Field(20000, ge=1)  # applied commands between state snapshots

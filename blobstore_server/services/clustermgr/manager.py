@@ -41,6 +41,7 @@ from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader, Unavai
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
 from blobstore_server.services.clustermgr.client import SessionClock
 from blobstore_server.services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
@@ -86,6 +87,8 @@ class ClusterManager:
                                      heartbeat_timeout=config.disk_heartbeat_timeout,
                                      reserve=config.repair_reserve_chunks)
         self._create_failure: dict[CodeMode, str] = {}  # the last reason volume creation failed, per mode
+        # heartbeats are idempotent: committed without a session, the batch being nobody's one command
+        self.heartbeats = HeartbeatBatcher(lambda report: self.submit(report, None), config.disk_heartbeat_batch)
         self._life = Lifecycle()
         self._life.loop(self._leader_duties)
         self._life.loop(self._die_on_invariant_violation)
