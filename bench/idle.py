@@ -18,6 +18,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench.common import cpu_seconds
 from blobstore_server.admin import launcher
 
