@@ -35,6 +35,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from pydantic import BaseModel, Field
@@ -140,6 +141,21 @@ def body_digest(body: Buffer | None, streamed: bool = False) -> str:
     if streamed:
         return f"{UNSIGNED}{0 if body is None else memoryview(body).nbytes}"
     return EMPTY_DIGEST if not body else hashlib.sha256(body).hexdigest()
+
+
+def address(sockname: Any) -> str:
+    """host:port of a socket address, as a Host header writes it ("" when unknown)."""
+    if not sockname or len(sockname) < 2 or sockname[1] is None:
+        return ""
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def check_target(target: str, names: frozenset[str], local: str) -> None:
+    """A request signed for one service is refused by every other: its Host must be the address it arrived at
+    (`local`) or one of `names` (host:port others reach this service by)."""
+    if target not in names and target != local:
+        raise Unauthorized(f"this request was signed for {target or 'no host'}, not for this service")
 
 
 def query_pairs(query: str) -> list[tuple[str, str]]:

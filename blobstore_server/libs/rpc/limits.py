@@ -46,20 +46,30 @@ class ClientRates:
         return True
 
 
-def limited(app: ASGIApp, limits: Limits, send_error: Callable[[Send, RpcError], Awaitable[None]]) -> ASGIApp:
-    rates = ClientRates(limits.client_rate, limits.client_burst) if limits.client_rate else None
+class Admission:
+    """The checks made before any route runs, whichever protocol serves it: header size, the client's rate."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.rates = ClientRates(limits.client_rate, limits.client_burst) if limits.client_rate else None
+
+    def refusal(self, header_bytes: int, client: str) -> RpcError | None:
+        if header_bytes > self.limits.max_header_bytes:
+            return HeadersTooLarge(f"{header_bytes} bytes of headers, at most {self.limits.max_header_bytes}")
+        if self.rates is not None and not self.rates.admit(client):
+            return TooManyRequests(f"more than {self.limits.client_rate:g} requests/s from {client}")
+        return None
+
+
+def limited(app: ASGIApp, admission: Admission, send_error: Callable[[Send, RpcError], Awaitable[None]]) -> ASGIApp:
+    limits = admission.limits
 
     async def guard(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
         size = sum(len(k) + len(v) for k, v in scope.get("headers", []))
-        client = (scope.get("client") or ("?", 0))[0]
-        refusal: RpcError | None = None
-        if size > limits.max_header_bytes:
-            refusal = HeadersTooLarge(f"{size} bytes of headers, at most {limits.max_header_bytes}")
-        elif rates is not None and not rates.admit(client):
-            refusal = TooManyRequests(f"more than {limits.client_rate:g} requests/s from {client}")
+        refusal = admission.refusal(size, (scope.get("client") or ("?", 0))[0])
         if refusal is not None:
             await send_error(send, refusal)
             return

@@ -4,7 +4,8 @@
 counts it in `blobstore_http_*` by route template (`/blob/{token}`, never the raw path, so the label
 set stays bounded), method and status, and hands the finished `Exchange` to the service's observers
 (access's byte counters and audit log). `create_app` puts it around the FastAPI app and
-`with_fast_routes` around each bare-ASGI data-path route, so every service gets request counts,
+`with_fast_routes` around each bare-ASGI data-path route (the lean protocol records its routes in `STATS` the
+same way), so every service gets request counts,
 latency histograms and in-flight requests, and serves them on `/metrics` (create_app's route).
 
 A service adds its own figures where its logic lives: a module-level Counter or Histogram for events

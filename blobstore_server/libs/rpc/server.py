@@ -1,8 +1,10 @@
-"""Service app factory: FastAPI for the control plane, bare ASGI routes for the data path.
+"""Service app factory: FastAPI for the control plane, leaner routes for the data path.
 
 FastAPI's request/response machinery costs ~4x throughput on small bodies (measured here), so routes
-that move shard bytes are plain ASGI callables mounted beside the FastAPI app by `with_fast_routes`.
-Both render errors the same way, from the one table in `libs.rpc.errors`.
+that move object bytes are plain ASGI callables mounted beside the FastAPI app by `with_fast_routes`
+(access), and the blobnode's shard routes are served by the lean protocol ahead of uvicorn
+(`with_lean_routes`, `libs.rpc.lean_server`). All render errors the same way, from the one table in
+`libs.rpc.errors`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import sys
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -25,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel
 
-from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc import auth, lean_server
 from blobstore_server.libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
 from blobstore_server.libs.rpc.auth import (
     AUTH_HEADER,
@@ -33,13 +36,16 @@ from blobstore_server.libs.rpc.auth import (
     STREAMED,
     Signer,
     Verifier,
+    address,
+    check_target,
     query_pairs,
     required_capability,
 )
 from blobstore_server.libs.rpc.client import trust
 from blobstore_server.libs.rpc.config import ConfigError, ServiceSettings, TLSConfig, auth_problem, load_config
-from blobstore_server.libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge, Unauthorized
-from blobstore_server.libs.rpc.limits import limited
+from blobstore_server.libs.rpc.errors import BadRequest, Internal, LengthMismatch, RpcError, TooLarge
+from blobstore_server.libs.rpc.lean_server import LeanHandler, Site, lean_protocol
+from blobstore_server.libs.rpc.limits import Admission, limited
 from blobstore_server.libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, Only, instrument, measuring
 from blobstore_server.libs.rpc.routes import Route
 
@@ -187,6 +193,48 @@ def with_fast_routes(app: FastAPI, routes: Mapping[str, FastRoute]) -> ASGIApp:
         await app(scope, receive, send)
 
     return dispatch
+
+
+@dataclass(frozen=True)
+class WithLeanRoutes:
+    """A service's ASGI app and the routes the lean protocol (`libs.rpc.lean_server`) serves ahead of it; the app
+    serves them too, through the same handlers, on connections handed over to uvicorn and in-process."""
+
+    app: ASGIApp
+    routes: Mapping[str, LeanHandler]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def with_lean_routes(app: FastAPI, routes: Mapping[str, LeanHandler]) -> WithLeanRoutes:
+    """Serve `routes` (by exact path) with the lean protocol, and everything else through `app`."""
+    return WithLeanRoutes(with_fast_routes(app, {path: asgi_handler(handler) for path, handler in routes.items()}),
+                          routes)
+
+
+def asgi_handler(handler: LeanHandler) -> FastRoute:
+    """A lean route as a bare ASGI one."""
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        query = scope.get("query_string", b"").decode("latin-1")
+        request = lean_server.Request(scope["method"], scope.get("path", ""), query, headers,
+                                      scope.get(CALLER_SCOPE_KEY), lambda size: read_exact_body(receive, size))
+        await handler(request, _AsgiResponder(send))
+
+    return serve
+
+
+@dataclass(frozen=True)
+class _AsgiResponder:
+    send: Send
+
+    async def json(self, payload: BaseModel) -> None:
+        await send_json(self.send, 200, payload)
+
+    async def stream(self, length: int, pieces: AsyncIterator[bytes], headers: Mapping[str, str]) -> None:
+        await send_stream(self.send, length, pieces, headers)
 
 
 def _rendering_errors(handler: FastRoute) -> ASGIApp:
@@ -364,9 +412,13 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     if settings.tls is not None:
         trust(settings.tls.ca_file)
     app, bind_addr = build(config)
-    if settings.auth is not None and not public:
-        app = authenticated(app, Verifier(settings.auth), names=settings.auth.names)
-    serve(limited(app, settings.limits, _send_error), bind_addr, settings.tls)
+    verifier = Verifier(settings.auth) if settings.auth is not None and not public else None
+    names = frozenset(n.lower() for n in settings.auth.names) if settings.auth is not None else frozenset()
+    admission = Admission(settings.limits)
+    lean = Site(app.routes, admission, verifier, names) if isinstance(app, WithLeanRoutes) else None
+    if verifier is not None:
+        app = authenticated(app, verifier, names=names)
+    serve(limited(app, admission, _send_error), bind_addr, settings.tls, lean)
 
 
 def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_BODY,
@@ -395,8 +447,7 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
                 else:
                     body, read = await _read_body(receive, max_body), True
             target = headers.get("host", "").lower()
-            if target not in names and target != _local_address(scope):
-                raise Unauthorized(f"this request was signed for {target or 'no host'}, not for this service")
+            check_target(target, names, address(scope.get("server")))
             scope[CALLER_SCOPE_KEY] = verifier.check(scope["method"], path,
                                                      scope.get("query_string", b"").decode("latin-1"),
                                                      headers.get(AUTH_HEADER), body, declared, target)
@@ -409,15 +460,6 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
 
 
 _GUARDED = frozenset(name.encode() for name in ("content-length", "transfer-encoding", "host", AUTH_HEADER))
-
-
-def _local_address(scope: Scope) -> str:
-    """host:port of the socket a request arrived at, as a Host header writes it."""
-    server = scope.get("server")
-    if not server or server[1] is None:
-        return ""
-    host, port = server
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def _send_error(send: Send, exc: RpcError) -> None:
@@ -453,10 +495,13 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def serve(app: ASGIApp, bind_addr: str, tls: TLSConfig | None = None) -> None:
-    """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT, over HTTPS with `tls`."""
+def serve(app: ASGIApp, bind_addr: str, tls: TLSConfig | None = None, lean: Site | None = None) -> None:
+    """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT, over HTTPS with `tls`; `lean`'s
+    routes through the lean protocol."""
     host, _, port = bind_addr.rpartition(":")
-    config = uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), http="httptools",
+    config = uvicorn.Config(app, host=host or "127.0.0.1", port=int(port),
+                            # uvicorn takes any protocol class; a BufferedProtocol is one, though not asyncio.Protocol
+                            http="httptools" if lean is None else cast(type[asyncio.Protocol], lean_protocol(lean)),
                             loop="uvloop", access_log=False, log_level="warning", proxy_headers=False,
                             timeout_keep_alive=30, ssl_certfile=tls.cert_file if tls else None,
                             ssl_keyfile=tls.key_file if tls else None)

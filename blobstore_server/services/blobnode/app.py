@@ -1,4 +1,4 @@
-"""Blobnode HTTP routes. Shard put/get are bare ASGI (the data path); the rest is FastAPI.
+"""Blobnode HTTP routes. Shard put/get are lean routes (`libs.rpc.lean_server`, the data path); the rest is FastAPI.
 
 Every shard route takes `io_class` (user when absent): a background request holds one of its disk's
 background slots for its whole length (see services/blobnode/iolimit.py)."""
@@ -32,21 +32,9 @@ from blobstore_server.libs.proto.blobnode import (
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.errors import BadRequest, TooLarge
+from blobstore_server.libs.rpc.lean_server import Request, Responder
 from blobstore_server.libs.rpc.routes import Route
-from blobstore_server.libs.rpc.server import (
-    ASGIApp,
-    Receive,
-    Scope,
-    Send,
-    create_app,
-    int_param,
-    query_params,
-    read_exact_body,
-    send_json,
-    send_stream,
-    serves,
-    with_fast_routes,
-)
+from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
 from blobstore_server.services.blobnode.cluster import ClusterLink
 from blobstore_server.services.blobnode.node import Blobnode, shard_info
 from blobstore_server.services.blobnode.scrubber import Scrubber
@@ -59,7 +47,7 @@ def _io_class(params: dict[str, str]) -> IOClass:
         raise BadRequest(f"io_class must be one of {[c.value for c in IOClass]}") from None
 
 
-def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None) -> ASGIApp:
+def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None) -> WithLeanRoutes:
     lives = [x.life for x in (scrubber, link) if x is not None]
 
     async def start() -> None:
@@ -149,10 +137,10 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     async def inspect_export(req: ExportRequest) -> ExportResult:
         return ExportResult(exports=await node.export(req))
 
-    async def shard_put(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != api.SHARD_PUT.method:
+    async def shard_put(request: Request, respond: Responder) -> None:
+        if request.method != api.SHARD_PUT.method:
             raise BadRequest(f"use {api.SHARD_PUT.method} for {api.SHARD_PUT.path}")
-        params = query_params(scope)
+        params = request.params
         size = int_param(params, "size")
         if size > node.config.max_shard_size:
             raise TooLarge(f"shard of {size} bytes exceeds the limit of {node.config.max_shard_size}")
@@ -160,21 +148,21 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
         io_class = _io_class(params)
         node.disk(disk_id)  # refuse before reading the body
         expected_crc = int_param(params, CRC_PARAM) if CRC_PARAM in params else None
-        data = await read_exact_body(receive, size)
+        data = await request.body(size)
         async with node.background(disk_id, io_class):
             meta = await node.put_shard(disk_id, vuid, bid, data, io_class, expected_crc)
-        await send_json(send, 200, ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
+        await respond.json(ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
 
-    async def shard_get(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != api.SHARD_GET.method:
+    async def shard_get(request: Request, respond: Responder) -> None:
+        if request.method != api.SHARD_GET.method:
             raise BadRequest(f"use {api.SHARD_GET.method} for {api.SHARD_GET.path}")
-        params = query_params(scope)
+        params = request.params
         size = int_param(params, "size") if "size" in params else None
         disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
         async with node.background(disk_id, io_class):
             meta, length, pieces = await node.open_shard_read(
                 disk_id, int_param(params, "vuid"), int_param(params, "bid"), int_param(params, "offset", 0), size,
                 io_class)
-            await send_stream(send, length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
+            await respond.stream(length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
 
-    return with_fast_routes(app, {api.SHARD_PUT.path: shard_put, api.SHARD_GET.path: shard_get})
+    return with_lean_routes(app, {api.SHARD_PUT.path: shard_put, api.SHARD_GET.path: shard_get})
