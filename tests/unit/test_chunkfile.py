@@ -81,6 +81,31 @@ def test_round_trip(chunk: ChunkFile, size: int) -> None:
     assert os.path.getsize(chunk.path) == 4096 + physical_size(size)
 
 
+def test_read_cached_serves_only_cached_pages_and_small_ranges(chunk: ChunkFile) -> None:
+    """The event loop's read: bytes when every page is in the page cache, None (the caller goes to a disk thread)
+    once the kernel dropped them, and for a range over the limit; lookups fail as in read_shard."""
+    small, large = payload(1, 10_000), payload(2, 200_000)
+    chunk.put_shard(1, VUID, small)
+    chunk.put_shard(2, VUID, large)
+    meta, data = chunk.read_cached(1, 0, None, 64 << 10)
+    assert data == small and meta.size == len(small)
+    assert chunk.read_cached(1, 100, 50, 64 << 10)[1] == small[100:150]
+    assert chunk.read_cached(2, 0, None, 64 << 10) == (chunk.stat_shard(2), None)  # over the limit
+    assert chunk.read_cached(2, 1000, 100, 64 << 10)[1] == large[1000:1100]  # a small range of it is fine
+    fd = os.open(chunk.path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # synced, so clean: the kernel drops every page
+    finally:
+        os.close(fd)
+    assert chunk.read_cached(1, 0, None, 64 << 10) == (chunk.stat_shard(1), None)
+    assert chunk.read_shard(1) == small  # a waiting read brings the pages back
+    assert chunk.read_cached(1, 0, None, 64 << 10)[1] == small
+    with pytest.raises(ShardNotFound):
+        chunk.read_cached(3, 0, None, 64 << 10)
+    with pytest.raises(RangeError):
+        chunk.read_cached(1, 9_999, 2, 64 << 10)
+
+
 @pytest.fixture(scope="module")
 def ranged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ChunkFile, bytes]]:
     base = tmp_path_factory.mktemp("ranged")

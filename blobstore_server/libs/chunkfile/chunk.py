@@ -11,6 +11,7 @@ with pwritev outside it, so concurrent puts overlap. Reads take no lock during I
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -42,6 +43,10 @@ from .punch import punch_hole
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 SyncObserver = Callable[[float], object]  # told the seconds each fdatasync of shard bytes took
+
+
+class _NotCached(Exception):
+    """A read without waiting found part of its range outside the page cache."""
 
 
 @dataclass(frozen=True)
@@ -346,6 +351,20 @@ class ChunkFile:
             lo, hi = self._bounds(meta, offset, size)
             return self._read_checked(meta, lo, hi)
 
+    def read_cached(self, bid: int, offset: int, size: int | None, limit: int) -> tuple[ShardMeta, bytes | None]:
+        """`read_shard` for an event loop, which must not wait on the disk: the bytes when the range is at most
+        `limit` long and all of it is in the page cache (an `RWF_NOWAIT` read), else None, with the meta either
+        way. Lookup and range errors raise as in `read_shard`."""
+        with self._use():
+            meta = self._readable(bid)
+            lo, hi = self._bounds(meta, offset, size)
+            if hi - lo > limit:
+                return meta, None
+            try:
+                return meta, self._read_checked(meta, lo, hi, wait=False)
+            except _NotCached:
+                return meta, None
+
     def iter_shard(self, bid: int, offset: int = 0, size: int | None = None,
                    piece: int = 1 << 20) -> Iterator[bytes]:
         """Like read_shard in block-aligned pieces. Lookup and range errors raise at call time."""
@@ -375,24 +394,25 @@ class ChunkFile:
                 raise ShardCorrupted(f"bid {bid}: shard crc mismatch against the index")
             return meta
 
-    def _read_checked(self, meta: ShardMeta, lo: int, hi: int) -> bytes:
+    def _read_checked(self, meta: ShardMeta, lo: int, hi: int, wait: bool = True) -> bytes:
         """A CRC failure on a shard deleted meanwhile (hole punched) is 'not found', not corruption."""
         try:
-            return self._read_range(meta, lo, hi)
+            return self._read_range(meta, lo, hi, wait)
         except ShardCorrupted:
             now = self._index.get(meta.bid)
             if now is None or now.offset != meta.offset:
                 raise ShardNotFound(f"bid {meta.bid} was deleted from chunk {self.chunk_id}") from None
             raise
 
-    def _read_range(self, meta: ShardMeta, lo: int, hi: int) -> bytes:
-        """One pread covering the touched blocks (plus header/footer when adjacent), then CRC checks."""
+    def _read_range(self, meta: ShardMeta, lo: int, hi: int, wait: bool = True) -> bytes:
+        """One pread covering the touched blocks (plus header/footer when adjacent), then CRC checks; without
+        `wait`, `_NotCached` rather than wait for the disk."""
         size = meta.size
         if lo == hi and size:
             return b""
         where = f"chunk {self.chunk_id} offset {meta.offset}"
         if size == 0:
-            raw = os.pread(self._fd, fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE, meta.offset)
+            raw = self._pread(fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE, meta.offset, wait)
             if len(raw) != fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE:
                 raise ShardCorrupted(f"bid {meta.bid}: shard truncated at {where}")
             fmt.check_shard_header(raw, meta.bid, meta.vuid, size, where)
@@ -404,7 +424,7 @@ class ChunkFile:
         end = fmt.block_pos(last) + fmt.BLOCK_CRC_SIZE + fmt.block_len(size, last)
         if is_tail:
             end += fmt.SHARD_FOOTER_SIZE
-        raw = os.pread(self._fd, end - start, meta.offset + start)
+        raw = self._pread(end - start, meta.offset + start, wait)
         if len(raw) != end - start:
             raise ShardCorrupted(f"bid {meta.bid}: shard truncated at {where}")
         mv = memoryview(raw)
@@ -424,6 +444,22 @@ class ChunkFile:
         if is_tail:
             fmt.check_footer(mv[end - start - fmt.SHARD_FOOTER_SIZE:], meta.bid, meta.crc, where)
         return pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+
+    def _pread(self, size: int, offset: int, wait: bool) -> bytes | bytearray:
+        if wait:
+            return os.pread(self._fd, size, offset)
+        buf = bytearray(size)
+        try:
+            got = os.preadv(self._fd, [buf], offset, os.RWF_NOWAIT)
+        except BlockingIOError:
+            raise _NotCached from None
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without RWF_NOWAIT: always wait
+                raise _NotCached from None
+            raise
+        if got != size:  # partly cached, or truncated: the waiting read tells which
+            raise _NotCached
+        return buf
 
     def list_shards(self, start_bid: int = 0, count: int | None = None,
                     status: ShardStatus | None = None) -> list[ShardMeta]:

@@ -19,6 +19,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 from blobstore_server.libs.chunkfile import (
     ChunkError,
@@ -278,10 +279,22 @@ class Disk:
         finally:
             lock.release_shared()
 
-    def read_chunk(self, vuid: int) -> ChunkFile:
-        """The chunk to read from; a compaction swapping it waits for reads started under the lock."""
-        with self.unit_lock(vuid).shared():
+    @overload
+    def read_chunk(self, vuid: int, blocking: Literal[True] = True) -> ChunkFile: ...
+
+    @overload
+    def read_chunk(self, vuid: int, blocking: bool) -> ChunkFile | None: ...
+
+    def read_chunk(self, vuid: int, blocking: bool = True) -> ChunkFile | None:
+        """The chunk to read from; a compaction swapping it waits for reads started under the lock. Without
+        `blocking`, None rather than wait for a compaction."""
+        lock = self.unit_lock(vuid)
+        if not lock.acquire_shared(blocking):
+            return None
+        try:
             return self.chunk_for(vuid, write=False)
+        finally:
+            lock.release_shared()
 
     def shard_status(self, vuid: int, bid: int, status: ShardStatus | None, hold: float = 0.0) -> ShardMeta | None:
         """Mark-delete (status MARK_DELETED), undo it (NORMAL), or delete for good (None) a shard marked at least

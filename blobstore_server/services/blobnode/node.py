@@ -64,7 +64,9 @@ _CHECKSUM_ERRORS = (chunkfile.ShardCorrupted, chunkfile.ChunkCorrupted)
 # and only its sync runs on a disk thread, in a group with the disk's other puts; a larger one is written
 # on a disk thread. The trade-off: a buffered write can sleep in the kernel's dirty-page throttling, and
 # ext4 refuses RWF_NOWAIT for buffered writes; every put is synced within its group, so little stays dirty.
-INLINE_PUT_BYTES = 64 << 10
+# A user read this small is served from the event loop when all of it is in the page cache (RWF_NOWAIT,
+# which ext4 honours for reads), saving the trip to a disk thread and back.
+INLINE_BYTES = 64 << 10
 # I/O classes that skip the disk's background caps (urgent still runs on the background threads).
 UNCAPPED = frozenset({IOClass.USER, IOClass.URGENT})
 _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
@@ -91,6 +93,10 @@ def _call_translated(disk_id: int, io_errors: Counter[int], fn: Callable[P, T], 
                      **kwargs: P.kwargs) -> T:
     with _translated(disk_id, io_errors):
         return fn(*args, **kwargs)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def export_allowed(target: str, roots: list[str]) -> bool:
@@ -214,7 +220,7 @@ class Blobnode:
         """Store a shard; with `expected_crc` (signed by the caller) bytes with another CRC are refused unstored."""
         disk = self.disk(disk_id)
         staged = None
-        if io_class is IOClass.USER and len(data) <= INLINE_PUT_BYTES:
+        if io_class is IOClass.USER and len(data) <= INLINE_BYTES:
             try:
                 with _translated(disk_id, self.io_errors):
                     staged = disk.stage_put(vuid, bid, data, blocking=False, expected_crc=expected_crc)
@@ -264,6 +270,10 @@ class Blobnode:
         The lookup and the first piece come from one trip to the disk's thread pool, so a small
         shard costs a single hop."""
         disk = self.disk(disk_id)
+        if io_class is IOClass.USER:
+            cached = self._read_cached(disk, vuid, bid, offset, size)
+            if cached is not None:
+                return cached[0], len(cached[1]), _once(cached[1])
 
         def open_read() -> tuple[ShardMeta, Iterator[bytes], bytes | None]:
             chunk = disk.read_chunk(vuid)
@@ -291,6 +301,23 @@ class Blobnode:
                 piece = await loop.run_in_executor(executor, next_piece)
 
         return meta, length, read_pieces()
+
+    def _read_cached(self, disk: Disk, vuid: int, bid: int, offset: int, size: int | None
+                     ) -> tuple[ShardMeta, bytes] | None:
+        """A small read whose pages are all cached, on the event loop; None: it needs a disk thread."""
+        try:
+            with _translated(disk.disk_id, self.io_errors):
+                chunk = disk.read_chunk(vuid, blocking=False)
+                if chunk is None:  # a compaction holds the unit
+                    return None
+                meta, data = chunk.read_cached(bid, offset, size, INLINE_BYTES)
+        except errors.RpcError:
+            shard_op(disk.disk_id, "get", False).inc()
+            raise
+        if data is None:
+            return None
+        shard_op(disk.disk_id, "get", True).inc()
+        return meta, data
 
     async def shard_stat(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER) -> ShardMeta:
         executor = self._executor(disk_id, io_class)
