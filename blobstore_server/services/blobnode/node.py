@@ -67,6 +67,9 @@ _CHECKSUM_ERRORS = (chunkfile.ShardCorrupted, chunkfile.ChunkCorrupted)
 # A user read this small is served from the event loop when all of it is in the page cache (RWF_NOWAIT,
 # which ext4 honours for reads), saving the trip to a disk thread and back.
 INLINE_BYTES = 64 << 10
+# A shard is read in pieces this large, each one trip to a disk thread (1 MiB pieces cost ~7% more CPU per
+# 16 MiB GET, measured); its whole first piece is read before the answer's status goes out.
+READ_PIECE = 4 << 20
 # I/O classes that skip the disk's background caps (urgent still runs on the background threads).
 UNCAPPED = frozenset({IOClass.USER, IOClass.URGENT})
 _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
@@ -278,7 +281,7 @@ class Blobnode:
         def open_read() -> tuple[ShardMeta, Iterator[bytes], bytes | None]:
             chunk = disk.read_chunk(vuid)
             meta = chunk.stat_shard(bid)
-            pieces = chunk.iter_shard(bid, offset, size)
+            pieces = chunk.iter_shard(bid, offset, size, piece=READ_PIECE)
             return meta, pieces, next(pieces, None)
 
         executor = self._executor(disk_id, io_class)
