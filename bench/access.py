@@ -60,12 +60,14 @@ class CpuMeter:
         self._client = time.process_time()
 
     def per_op(self, ops: int) -> dict[str, float]:
-        """Milliseconds of CPU per operation, by role."""
+        """Milliseconds of CPU per operation, by role, and `cluster`: all the cluster's processes together."""
         used: dict[str, float] = defaultdict(float)
         for p in self.processes:
             used[p.role] += cpu_seconds(p.pid) - self._before[p.pid]
+        cluster = sum(used.values())
         used["client"] = time.process_time() - self._client
-        return {role: round(seconds * 1e3 / ops, 3) for role, seconds in sorted(used.items()) if seconds > 0}
+        by_role = {role: round(seconds * 1e3 / ops, 3) for role, seconds in sorted(used.items()) if seconds > 0}
+        return {**by_role, "cluster": round(cluster * 1e3 / ops, 3)}
 
 
 async def bench_access(url: str, load: Workload, meter: CpuMeter) -> dict[str, dict[str, object]]:
@@ -148,7 +150,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     line = "; ".join(f"{key} {row['ratio']:.3f}x (target {row['target_ratio']}x, "  # type: ignore[index]
-                     f"{row['access']['ops_per_s']:.0f}/s vs {row['plain_files']['ops_per_s']:.0f}/s)"  # type: ignore[index]
+                     f"{row['access']['ops_per_s']:.0f}/s vs {row['plain_files']['ops_per_s']:.0f}/s, "  # type: ignore[index]
+                     f"{row['access']['cpu_ms_per_op']['cluster']:.2f} ms CPU/op)"  # type: ignore[index]
                      for key, row in results.items())
     print(f"access vs plain files (EC3P3, fsync): {line}")
 
