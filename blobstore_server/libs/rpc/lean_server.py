@@ -292,6 +292,8 @@ class LeanConnection(asyncio.BufferedProtocol):
     def write(self, status: int, content_type: bytes, headers: Mapping[str, str], body: bytes, length: int = -1
               ) -> None:
         """The status and headers, then `body`; `length` (the whole body's, when more follows) defaults to it."""
+        if self.lost:
+            return  # nobody to tell
         if self.unread and self.unread > self.filled - self.start:
             self.keep_alive = False  # an unread body still on its way: the connection cannot carry another request
         head = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode(), b"content-type: ",
