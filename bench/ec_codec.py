@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from blobstore_server.libs.buffers import tune_malloc  # noqa: E402
 from blobstore_server.libs.ec import BACKENDS, Codec, CodeMode, parse_code_mode  # noqa: E402
 from blobstore_server.libs.ec.isal import library_path  # noqa: E402
-from blobstore_server.libs.ec.malloc import tune_malloc  # noqa: E402
 
 
 def median_seconds(fn: Callable[[], object], runs: int) -> float:

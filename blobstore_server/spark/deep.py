@@ -71,7 +71,7 @@ async def _check_blob(client: BlobnodeClient, blob: Row, pacer: Pacer) -> list[t
     for shard, outcome in zip(shards, reads, strict=True):
         if isinstance(outcome, Unauthorized | Forbidden):
             raise ReadRefused(shard["host"], outcome)
-    await asyncio.sleep(pacer.delay(sum(len(r) for r in reads if isinstance(r, bytes)), time.monotonic()))
+    await asyncio.sleep(pacer.delay(sum(len(r) for r in reads if isinstance(r, bytes | memoryview)), time.monotonic()))
     found: list[tuple[object, ...]] = []
     for shard, outcome in zip(shards, reads, strict=True):
         state = shard_state(outcome)
@@ -80,9 +80,9 @@ async def _check_blob(client: BlobnodeClient, blob: Row, pacer: Pacer) -> list[t
             found.append((kind.value, blob["vid"], blob["bid"], shard["unit_index"], shard["disk_id"],
                           shard["host"], blob["code_mode"], shard["size"], f"{state.value}: {outcome!s}"))
     codec = codec_for(parse_code_mode(blob["code_mode"]), blob["backend"])
-    by_index: list[bytes | None] = [None] * codec.tactic.total
+    by_index: list[bytes | memoryview | None] = [None] * codec.tactic.total
     for shard, outcome in zip(shards, reads, strict=True):
-        if isinstance(outcome, bytes):
+        if isinstance(outcome, bytes | memoryview):
             by_index[shard["unit_index"]] = outcome
     readable = [data for data in by_index if data is not None]
     if any(f[0] == Finding.CORRUPT_SHARDS.value for f in found) or len(readable) <= codec.tactic.n \

@@ -53,7 +53,7 @@ def read_shard(unit: Unit, bid: int) -> bytes | RpcError:
     async def read() -> bytes | RpcError:
         async with BlobnodeClient() as bn:
             try:
-                return await bn.get_shard(unit.host, unit.disk_id, unit.vuid, bid)
+                return bytes(await bn.get_shard(unit.host, unit.disk_id, unit.vuid, bid))
             except RpcError as exc:
                 return exc
 

@@ -171,6 +171,22 @@ def test_flipped_block_crc_is_detected(chunk: ChunkFile) -> None:
     assert chunk.read_shard(3, 0, 10) == payload(3, 3 * 65536)[:10]
 
 
+def test_reads_longer_than_one_preadv_are_whole_and_checked(chunk: ChunkFile) -> None:
+    """A range of more blocks than one preadv's IOV_MAX buffers (two per block) is read in batches: every byte
+    comes back in place, read-only, and a flipped byte in a later batch is still caught."""
+    blocks = os.sysconf("SC_IOV_MAX") // 2 + 40
+    data = payload(4, blocks * 65536 - 123)
+    meta = chunk.put_shard(4, VUID, data)
+    whole = chunk.read_shard(4)
+    assert whole == data and whole.readonly
+    lo = (blocks - 50) * 65536 + 7
+    assert chunk.read_shard(4, lo, 20 * 65536) == data[lo:lo + 20 * 65536]
+    flip(chunk.path, meta.offset + fmt.block_pos(blocks - 3) + 4 + 9)
+    with pytest.raises(ShardCorrupted, match=f"block {blocks - 3}"):
+        chunk.read_shard(4)
+    assert chunk.read_shard(4, 0, lo) == data[:lo]
+
+
 @pytest.mark.parametrize("where", ["header", "footer"])
 def test_flipped_header_or_footer_is_detected(chunk: ChunkFile, where: str) -> None:
     size = 3 * 65536 + 7

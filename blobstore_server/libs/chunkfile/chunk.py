@@ -22,6 +22,7 @@ from pathlib import Path
 
 from isal.isal_zlib import crc32
 
+from blobstore_server.libs.buffers import uninitialized
 from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.ids import ChunkId
 
@@ -42,6 +43,7 @@ from .index import ShardIndex, ShardMeta, ShardStatus, check_bid
 from .punch import punch_hole
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+_EMPTY = memoryview(b"")
 SyncObserver = Callable[[float], object]  # told the seconds each fdatasync of shard bytes took
 
 
@@ -344,14 +346,15 @@ class ChunkFile:
             raise RangeError(f"bid {meta.bid}: range {offset}+{size} outside shard of {meta.size} bytes")
         return offset, offset + size
 
-    def read_shard(self, bid: int, offset: int = 0, size: int | None = None) -> bytes:
-        """Bytes [offset, offset+size) of a shard; verifies only the 64 KiB blocks they touch."""
+    def read_shard(self, bid: int, offset: int = 0, size: int | None = None) -> memoryview:
+        """Bytes [offset, offset+size) of a shard, read-only; verifies only the 64 KiB blocks they touch."""
         with self._use():
             meta = self._readable(bid)
             lo, hi = self._bounds(meta, offset, size)
             return self._read_checked(meta, lo, hi)
 
-    def read_cached(self, bid: int, offset: int, size: int | None, limit: int) -> tuple[ShardMeta, bytes | None]:
+    def read_cached(self, bid: int, offset: int, size: int | None, limit: int
+                    ) -> tuple[ShardMeta, memoryview | None]:
         """`read_shard` for an event loop, which must not wait on the disk: the bytes when the range is at most
         `limit` long and all of it is in the page cache (an `RWF_NOWAIT` read), else None, with the meta either
         way. Lookup and range errors raise as in `read_shard`."""
@@ -366,7 +369,7 @@ class ChunkFile:
                 return meta, None
 
     def iter_shard(self, bid: int, offset: int = 0, size: int | None = None,
-                   piece: int = 1 << 20) -> Iterator[bytes]:
+                   piece: int = 1 << 20) -> Iterator[memoryview]:
         """Like read_shard in block-aligned pieces. Lookup and range errors raise at call time."""
         with self._use():
             meta = self._readable(bid)
@@ -374,7 +377,7 @@ class ChunkFile:
         step = max(fmt.BLOCK_SIZE, piece // fmt.BLOCK_SIZE * fmt.BLOCK_SIZE)
         return self._pieces(meta, lo, hi, step)
 
-    def _pieces(self, meta: ShardMeta, lo: int, hi: int, step: int) -> Iterator[bytes]:
+    def _pieces(self, meta: ShardMeta, lo: int, hi: int, step: int) -> Iterator[memoryview]:
         if lo == hi and meta.size:
             return
         while True:
@@ -394,7 +397,7 @@ class ChunkFile:
                 raise ShardCorrupted(f"bid {bid}: shard crc mismatch against the index")
             return meta
 
-    def _read_checked(self, meta: ShardMeta, lo: int, hi: int, wait: bool = True) -> bytes:
+    def _read_checked(self, meta: ShardMeta, lo: int, hi: int, wait: bool = True) -> memoryview:
         """A CRC failure on a shard deleted meanwhile (hole punched) is 'not found', not corruption."""
         try:
             return self._read_range(meta, lo, hi, wait)
@@ -404,62 +407,64 @@ class ChunkFile:
                 raise ShardNotFound(f"bid {meta.bid} was deleted from chunk {self.chunk_id}") from None
             raise
 
-    def _read_range(self, meta: ShardMeta, lo: int, hi: int, wait: bool = True) -> bytes:
-        """One pread covering the touched blocks (plus header/footer when adjacent), then CRC checks; without
-        `wait`, `_NotCached` rather than wait for the disk."""
+    def _read_range(self, meta: ShardMeta, lo: int, hi: int, wait: bool = True) -> memoryview:
+        """One preadv covering the touched blocks (plus header/footer when adjacent), then CRC checks; without
+        `wait`, `_NotCached` rather than wait for the disk. The preadv scatters block data into one buffer and
+        the CRCs beside it, so the verified range is handed out as a read-only view: nothing is joined."""
         size = meta.size
         if lo == hi and size:
-            return b""
+            return _EMPTY
         where = f"chunk {self.chunk_id} offset {meta.offset}"
-        if size == 0:
-            raw = self._pread(fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE, meta.offset, wait)
-            if len(raw) != fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE:
-                raise ShardCorrupted(f"bid {meta.bid}: shard truncated at {where}")
-            fmt.check_shard_header(raw, meta.bid, meta.vuid, size, where)
-            fmt.check_footer(memoryview(raw)[fmt.SHARD_HEADER_SIZE:], meta.bid, meta.crc, where)
-            return b""
-        first, last = lo // fmt.BLOCK_SIZE, (hi - 1) // fmt.BLOCK_SIZE
+        first, last = lo // fmt.BLOCK_SIZE, (hi - 1) // fmt.BLOCK_SIZE  # last < first: a shard of size 0
         is_tail = last == fmt.block_count(size) - 1
-        start = 0 if first == 0 else fmt.block_pos(first)
-        end = fmt.block_pos(last) + fmt.BLOCK_CRC_SIZE + fmt.block_len(size, last)
+        blocks = last - first + 1
+        data = uninitialized(0 if size == 0 else (blocks - 1) * fmt.BLOCK_SIZE + fmt.block_len(size, last))
+        crcs = bytearray(fmt.BLOCK_CRC_SIZE * blocks)
+        header, footer = bytearray(fmt.SHARD_HEADER_SIZE), bytearray(fmt.SHARD_FOOTER_SIZE)
+        views = [memoryview(header)] if first == 0 else []
+        crc_view = memoryview(crcs)
+        for k in range(blocks):
+            views.append(crc_view[k * fmt.BLOCK_CRC_SIZE:(k + 1) * fmt.BLOCK_CRC_SIZE])
+            views.append(data[k * fmt.BLOCK_SIZE:(k + 1) * fmt.BLOCK_SIZE])
         if is_tail:
-            end += fmt.SHARD_FOOTER_SIZE
-        raw = self._pread(end - start, meta.offset + start, wait)
-        if len(raw) != end - start:
+            views.append(memoryview(footer))
+        want = sum(v.nbytes for v in views)
+        if self._preadv(views, meta.offset + (0 if first == 0 else fmt.block_pos(first)), wait) != want:
             raise ShardCorrupted(f"bid {meta.bid}: shard truncated at {where}")
-        mv = memoryview(raw)
         if first == 0:
-            fmt.check_shard_header(mv, meta.bid, meta.vuid, size, where)
-        pieces: list[memoryview] = []
-        for i in range(first, last + 1):
-            pos = fmt.block_pos(i) - start
-            n = fmt.block_len(size, i)
-            block = mv[pos + fmt.BLOCK_CRC_SIZE:pos + fmt.BLOCK_CRC_SIZE + n]
-            if crc32(block) != fmt.block_crc(mv, pos):
-                base = i * fmt.BLOCK_SIZE
+            fmt.check_shard_header(header, meta.bid, meta.vuid, size, where)
+        for k, stored in enumerate(fmt.unpack_crcs(crcs)):
+            block = data[k * fmt.BLOCK_SIZE:(k + 1) * fmt.BLOCK_SIZE]
+            if crc32(block) != stored:
+                base = (first + k) * fmt.BLOCK_SIZE
                 raise ShardCorrupted(
-                    f"bid {meta.bid}: block {i} (shard bytes {base}..{base + n}) failed its CRC "
-                    f"at file offset {meta.offset + start + pos} of chunk {self.chunk_id}")
-            pieces.append(block[max(lo - i * fmt.BLOCK_SIZE, 0):min(hi - i * fmt.BLOCK_SIZE, n)])
+                    f"bid {meta.bid}: block {first + k} (shard bytes {base}..{base + block.nbytes}) failed its CRC "
+                    f"at file offset {meta.offset + fmt.block_pos(first + k)} of chunk {self.chunk_id}")
         if is_tail:
-            fmt.check_footer(mv[end - start - fmt.SHARD_FOOTER_SIZE:], meta.bid, meta.crc, where)
-        return pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+            fmt.check_footer(footer, meta.bid, meta.crc, where)
+        base = first * fmt.BLOCK_SIZE
+        return data[lo - base:hi - base].toreadonly() if size else _EMPTY
 
-    def _pread(self, size: int, offset: int, wait: bool) -> bytes | bytearray:
-        if wait:
-            return os.pread(self._fd, size, offset)
-        buf = bytearray(size)
-        try:
-            got = os.preadv(self._fd, [buf], offset, os.RWF_NOWAIT)
-        except BlockingIOError:
-            raise _NotCached from None
-        except OSError as exc:
-            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without RWF_NOWAIT: always wait
+    def _preadv(self, views: list[memoryview], offset: int, wait: bool) -> int:
+        """Bytes read into `views` (fewer only at the end of the file), in IOV_MAX batches; without `wait`,
+        `_NotCached` unless every byte is in the page cache."""
+        got = 0
+        for i in range(0, len(views), _IOV_MAX):
+            batch = views[i:i + _IOV_MAX]
+            try:
+                n = os.preadv(self._fd, batch, offset + got, 0 if wait else os.RWF_NOWAIT)
+            except BlockingIOError:
                 raise _NotCached from None
-            raise
-        if got != size:  # partly cached, or truncated: the waiting read tells which
-            raise _NotCached
-        return buf
+            except OSError as exc:
+                if not wait and exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # no RWF_NOWAIT here: always wait
+                    raise _NotCached from None
+                raise
+            got += n
+            if n < sum(v.nbytes for v in batch):
+                if not wait:  # partly cached, or truncated: the waiting read tells which
+                    raise _NotCached
+                break
+        return got
 
     def list_shards(self, start_bid: int = 0, count: int | None = None,
                     status: ShardStatus | None = None) -> list[ShardMeta]:
@@ -549,7 +554,7 @@ class ChunkFile:
                 moved: list[ShardMeta] = []
                 for meta in self._index.scan():
                     data = self._read_range(meta, 0, meta.size)
-                    bufs, crc, phys = fmt.encode_shard(meta.bid, meta.vuid, memoryview(data))
+                    bufs, crc, phys = fmt.encode_shard(meta.bid, meta.vuid, data)
                     if crc != meta.crc:
                         raise ShardCorrupted(f"bid {meta.bid}: shard crc mismatch against the index")
                     with new._cond:

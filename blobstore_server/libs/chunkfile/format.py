@@ -166,6 +166,6 @@ def encode_shard(bid: int, vuid: int, data: memoryview) -> tuple[list[memoryview
     return bufs, shard_crc, phys
 
 
-def block_crc(raw: memoryview | bytes, pos: int) -> int:
-    """The stored CRC at `pos` of a buffer."""
-    return int(_CRC.unpack_from(raw, pos)[0])
+def unpack_crcs(raw: bytes | bytearray) -> tuple[int, ...]:
+    """The block CRCs stored back to back in `raw`."""
+    return struct.unpack(f"<{len(raw) // BLOCK_CRC_SIZE}I", raw)

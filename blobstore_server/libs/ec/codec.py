@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from blobstore_server.libs import buffers  # noqa: F401  (importing it tunes malloc for multi-MiB stripes)
 from blobstore_server.libs.ec.backends import DEFAULT_BACKEND, rs_backend
 from blobstore_server.libs.ec.codemode import MAX_BLOB_SIZE, CodeMode, Tactic, parse_code_mode, tactic
 from blobstore_server.libs.ec.errors import (
@@ -22,9 +23,6 @@ from blobstore_server.libs.ec.errors import (
     ShardCountMismatch,
     ShardSizeMismatch,
 )
-from blobstore_server.libs.ec.malloc import tune_malloc
-
-tune_malloc()
 
 Buffer = bytes | bytearray | memoryview
 

@@ -43,10 +43,13 @@ class Request:
     timeout: float | None = None
 
 
+Payload = bytes | memoryview  # an answer's body; a memoryview is read-only and its buffer the caller's alone
+
+
 class Response(Protocol):
     status: int
 
-    async def read(self) -> bytes: ...
+    async def read(self) -> Payload: ...
 
     def iter_chunked(self, size: int) -> AsyncIterator[bytes]: ...
 
@@ -145,14 +148,14 @@ class HttpClient:
             return
         raw = await resp.read()
         try:
-            body: object = jsonlib.loads(raw) if raw else None
+            body: object = jsonlib.loads(bytes(raw)) if raw else None
         except ValueError:
             body = None
         raise error_from_response(resp.status, body)
 
     async def request(self, method: str, url: str, *, params: Params | None = None, json: object = None,
                       data: Body | None = None, headers: Mapping[str, str] | None = None,
-                      timeout: float | None = None) -> bytes:
+                      timeout: float | None = None) -> Payload:
         """One request; the answer's raw body. `json` is a model or (for tests of bad input) any JSON value."""
         request = Request(method, _with_params(url, params), None, data, dict(headers or {}), timeout=timeout)
         if json is not None:
@@ -170,7 +173,7 @@ class HttpClient:
         """One request whose answer is the JSON of `response`."""
         raw = await self.request(method, url, params=params, json=body, data=data, headers=headers, timeout=timeout)
         try:
-            return response.model_validate_json(raw)
+            return response.model_validate_json(bytes(raw))  # no copy unless the transport gave a view
         except ValidationError as exc:
             raise Internal(f"{method} {url} answered something that is not a {response.__name__}: {exc}") from None
 

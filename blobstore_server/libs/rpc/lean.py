@@ -4,7 +4,8 @@ A 10 KiB access PUT makes six shard requests and a GET three; through aiohttp ea
 access CPU (URL objects, timers, tracing hooks, stream readers, a join of the body's pieces), more than
 the blobnode's own route. This transport does only what the blobnode's shard routes need: one request
 at a time per connection, a `Content-Length` on every answer, the body received by `BufferedProtocol`
-into a preallocated buffer (the kernel copies into it; nothing is joined) and handed out as `bytes`. It implements
+into a buffer allocated once per answer and never zero-filled (the kernel copies into it; nothing is
+joined), handed out as a read-only memoryview. It implements
 `libs.rpc.client.Transport`, so policy (signing, typed errors) stays in `HttpClient`. A connection the
 peer closed while idle is noticed on reuse and the request sent once more on a fresh one; an answer
 without `Content-Length` is refused (`Internal`) rather than guessed at.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlencode, urlsplit
 
+from blobstore_server.libs.buffers import uninitialized
 from blobstore_server.libs.rpc import client
 from blobstore_server.libs.rpc.client import Request
 from blobstore_server.libs.rpc.errors import Internal, Unreachable
@@ -44,11 +46,11 @@ class _Connection(asyncio.BufferedProtocol):
         self._head_len = 0
         self._spare = bytearray(4096)
         self._spilled = False
-        self._body: bytearray | None = None
+        self._body: memoryview | None = None
         self._body_len = 0
         self._status = 0
         self._close_after = False
-        self._done: asyncio.Future[tuple[int, bytearray]] | None = None
+        self._done: asyncio.Future[tuple[int, memoryview]] | None = None
         self._lost: Exception | None = None
 
     # asyncio.BufferedProtocol
@@ -59,7 +61,7 @@ class _Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         self._spilled = False
         if self._body is not None and self._body_len < len(self._body):
-            return memoryview(self._body)[self._body_len:]
+            return self._body[self._body_len:]
         if self._body is None and self._head_len < MAX_HEAD:
             return memoryview(self._head)[self._head_len:]
         self._spilled = True  # bytes past the answer, or headers too long: buffer_updated fails the exchange
@@ -120,7 +122,7 @@ class _Connection(asyncio.BufferedProtocol):
         if length is None:
             raise Internal("an answer without a valid Content-Length on the shard path")
         self._status = int(parts[1])
-        self._body = bytearray(length)
+        self._body = uninitialized(length)
 
     def _fail(self, exc: Exception) -> None:
         if self._done is not None and not self._done.done():
@@ -129,7 +131,7 @@ class _Connection(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
-    async def exchange(self, head: bytes, body: client.Body | None) -> tuple[int, bytearray]:
+    async def exchange(self, head: bytes, body: client.Body | None) -> tuple[int, memoryview]:
         assert self.transport is not None
         self.reusable = False
         self._head_len, self._body, self._body_len, self._close_after = 0, None, 0, False
@@ -157,17 +159,16 @@ class _Connection(asyncio.BufferedProtocol):
 class _Answer:
     """The whole answer, already read (`client.Response`)."""
 
-    def __init__(self, status: int, body: bytearray) -> None:
+    def __init__(self, status: int, body: memoryview) -> None:
         self.status = status
-        self._body = body
+        self._body = body.toreadonly()  # the connection never writes a whole answer's buffer again
 
-    async def read(self) -> bytes:
-        return bytes(self._body)  # one copy: callers rely on shard bytes being immutable `bytes`
+    async def read(self) -> memoryview:
+        return self._body
 
     async def iter_chunked(self, size: int) -> AsyncIterator[bytes]:
-        view = memoryview(self._body)
-        for start in range(0, len(view), size):
-            yield view[start:start + size]  # type: ignore[misc]
+        for start in range(0, len(self._body), size):
+            yield self._body[start:start + size]  # type: ignore[misc]
 
 
 class LeanTransport:

@@ -62,7 +62,8 @@ class Responder(Protocol):
 
     async def json(self, payload: BaseModel) -> None: ...
 
-    async def stream(self, length: int, pieces: AsyncIterator[bytes], headers: Mapping[str, str]) -> None: ...
+    async def stream(self, length: int, pieces: AsyncIterator[bytes | memoryview], headers: Mapping[str, str]
+                     ) -> None: ...
 
 
 LeanHandler = Callable[[Request, Responder], Awaitable[None]]
@@ -289,8 +290,8 @@ class LeanConnection(asyncio.BufferedProtocol):
                 STATS.record(path, method, writer.status, time.perf_counter() - began)
             self._finish()
 
-    def write(self, status: int, content_type: bytes, headers: Mapping[str, str], body: bytes, length: int = -1
-              ) -> None:
+    def write(self, status: int, content_type: bytes, headers: Mapping[str, str], body: bytes | memoryview,
+              length: int = -1) -> None:
         """The status and headers, then `body`; `length` (the whole body's, when more follows) defaults to it."""
         if self.lost:
             return  # nobody to tell
@@ -375,7 +376,8 @@ class _Writer:
         self.started, self.status = True, 200
         self.connection.write(200, JSON, {}, payload.model_dump_json().encode())
 
-    async def stream(self, length: int, pieces: AsyncIterator[bytes], headers: Mapping[str, str]) -> None:
+    async def stream(self, length: int, pieces: AsyncIterator[bytes | memoryview], headers: Mapping[str, str]
+                     ) -> None:
         first = await anext(pieces, b"")  # read before the status goes out: most failures still get a clean answer
         self.started, self.status = True, 200
         self.connection.write(200, OCTETS, headers, first, length)

@@ -233,7 +233,8 @@ class _AsgiResponder:
     async def json(self, payload: BaseModel) -> None:
         await send_json(self.send, 200, payload)
 
-    async def stream(self, length: int, pieces: AsyncIterator[bytes], headers: Mapping[str, str]) -> None:
+    async def stream(self, length: int, pieces: AsyncIterator[bytes | memoryview], headers: Mapping[str, str]
+                     ) -> None:
         await send_stream(self.send, length, pieces, headers)
 
 
@@ -331,7 +332,7 @@ async def send_json(send: Send, status: int, payload: BaseModel | dict[str, obje
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_stream(send: Send, length: int, pieces: AsyncIterator[bytes],
+async def send_stream(send: Send, length: int, pieces: AsyncIterator[bytes | memoryview],
                       headers: Mapping[str, str] | None = None, status: int = 200) -> None:
     """Stream `length` bytes. The first piece is read before the status goes out, so most failures still
     get a clean error answer; one after the headers went out aborts the connection, so a client can never

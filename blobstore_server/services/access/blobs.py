@@ -17,6 +17,7 @@ from typing import ParamSpec, TypeVar
 from blobstore_server.libs.ec import Codec, NotEnoughShards
 from blobstore_server.libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
 from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
+from blobstore_server.libs.rpc.client import Payload
 from blobstore_server.libs.rpc.errors import RpcError, ShardExists, Unavailable
 from blobstore_server.services.access.health import HealthTable
 from blobstore_server.services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
@@ -61,7 +62,7 @@ class ShardIO:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
             u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout), read=False))
 
-    async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> bytes:
+    async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> Payload:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shard(
             u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout), read=True))
 
@@ -182,15 +183,15 @@ async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[Sh
     lo = min(r.offset for r in plan)
     hi = max(r.offset + r.length for r in plan)
 
-    async def fetch(index: int) -> tuple[int, bytes | RpcError]:
+    async def fetch(index: int) -> tuple[int, Payload | RpcError]:
         try:
             return index, await io.get(vid, index, bid, lo, hi - lo)
         except RpcError as exc:
             return index, exc
 
-    pieces: list[bytes | None] = [None] * t.total
+    pieces: list[Payload | None] = [None] * t.total
     needed = [r.shard_index for r in plan]
-    rebuilt: dict[int, bytes] | None = None
+    rebuilt: dict[int, Payload] | None = None
     for wave in ([i for i in range(t.total) if i not in bad and i not in late], sorted(set(late) - set(bad))):
         tasks = [asyncio.create_task(fetch(i)) for i in wave]
         try:
@@ -227,7 +228,7 @@ async def _codec_call(size: int, fn: Callable[P, T], *args: P.args, **kwargs: P.
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-async def _rebuild(codec: Codec, pieces: list[bytes | None], needed: list[int]) -> dict[int, bytes] | None:
+async def _rebuild(codec: Codec, pieces: list[Payload | None], needed: list[int]) -> dict[int, Payload] | None:
     """The needed data shards, rebuilt from `pieces` where missing; None when too few pieces are here."""
     missing = [i for i in needed if pieces[i] is None]
     rebuilt: dict[int, bytes] = {}
@@ -241,6 +242,6 @@ async def _rebuild(codec: Codec, pieces: list[bytes | None], needed: list[int]) 
     return {i: rebuilt[i] if i in rebuilt else _present(pieces[i]) for i in needed}
 
 
-def _present(piece: bytes | None) -> bytes:
+def _present(piece: Payload | None) -> Payload:
     assert piece is not None  # every needed shard is either present or rebuilt
     return piece

@@ -27,7 +27,7 @@ from blobstore_server.libs.proto.blobnode import (
     ShardStatusResult,
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
-from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
+from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient
 from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.libs.rpc.lean import LeanTransport
 from blobstore_server.libs.rpc.routes import Route
@@ -99,7 +99,7 @@ class BlobnodeClient(ServiceClient):
 
     async def get_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
                         size: int | None = None, timeout: float | None = None,
-                        io_class: IOClass = IOClass.USER) -> bytes:
+                        io_class: IOClass = IOClass.USER) -> Payload:
         """Read a shard or a range of it; corrupted bytes come back as `ShardCorrupted`, never data."""
         params = self._get_params(disk_id, vuid, bid, offset, size, io_class)
         return await self.shards.request(api.SHARD_GET.method, f"{host}{api.SHARD_GET.path}", params=params,

@@ -98,7 +98,7 @@ def _call_translated(disk_id: int, io_errors: Counter[int], fn: Callable[P, T], 
         return fn(*args, **kwargs)
 
 
-async def _once(data: bytes) -> AsyncIterator[bytes]:
+async def _once(data: memoryview) -> AsyncIterator[memoryview]:
     yield data
 
 
@@ -267,7 +267,7 @@ class Blobnode:
         return staged.meta
 
     async def open_shard_read(self, disk_id: int, vuid: int, bid: int, offset: int, size: int | None,
-                              io_class: IOClass = IOClass.USER) -> tuple[ShardMeta, int, AsyncIterator[bytes]]:
+                              io_class: IOClass = IOClass.USER) -> tuple[ShardMeta, int, AsyncIterator[memoryview]]:
         """Validate a read and return (meta, length, pieces); pieces verify CRCs as they are read.
 
         The lookup and the first piece come from one trip to the disk's thread pool, so a small
@@ -278,7 +278,7 @@ class Blobnode:
             if cached is not None:
                 return cached[0], len(cached[1]), _once(cached[1])
 
-        def open_read() -> tuple[ShardMeta, Iterator[bytes], bytes | None]:
+        def open_read() -> tuple[ShardMeta, Iterator[memoryview], memoryview | None]:
             chunk = disk.read_chunk(vuid)
             meta = chunk.stat_shard(bid)
             pieces = chunk.iter_shard(bid, offset, size, piece=READ_PIECE)
@@ -290,11 +290,11 @@ class Blobnode:
         self.charge(disk_id, io_class, length)
         loop = asyncio.get_running_loop()
 
-        def next_piece() -> bytes | None:
+        def next_piece() -> memoryview | None:
             with _translated(disk_id, self.io_errors):
                 return next(pieces, None)
 
-        async def read_pieces() -> AsyncIterator[bytes]:
+        async def read_pieces() -> AsyncIterator[memoryview]:
             piece, remaining = first, length
             while piece is not None:
                 yield piece
@@ -306,7 +306,7 @@ class Blobnode:
         return meta, length, read_pieces()
 
     def _read_cached(self, disk: Disk, vuid: int, bid: int, offset: int, size: int | None
-                     ) -> tuple[ShardMeta, bytes] | None:
+                     ) -> tuple[ShardMeta, memoryview] | None:
         """A small read whose pages are all cached, on the event loop; None: it needs a disk thread."""
         try:
             with _translated(disk.disk_id, self.io_errors):

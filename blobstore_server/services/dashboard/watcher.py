@@ -72,7 +72,7 @@ class Watcher:
             only = urlencode([("name[]", name) for name in wanted(state.target.role)])
             raw = await self.http.request("GET", f"{state.target.url}/metrics?{only}",
                                           timeout=self.config.scrape_timeout)
-            state.scraped(await asyncio.to_thread(Scrape.parse, raw.decode(), time.time()))
+            state.scraped(await asyncio.to_thread(Scrape.parse, str(raw, "utf-8"), time.time()))
         except (RpcError, ValueError) as exc:
             state.failed(str(exc))
 

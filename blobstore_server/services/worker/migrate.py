@@ -24,6 +24,7 @@ from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.scheduler import TaskProgress, WorkTask
 from blobstore_server.libs.proto.worker import MigrateStats
 from blobstore_server.libs.ratelimit import Pacer
+from blobstore_server.libs.rpc.client import Payload
 from blobstore_server.libs.rpc.errors import (
     Conflict,
     NotFound,
@@ -186,7 +187,7 @@ class UnitMigrator:
         except RpcError as exc:
             raise DestinationFailed(f"destination disk {unit.disk_id}: {exc}") from exc
 
-    async def _read(self, unit: Unit, bid: int, io_class: IOClass) -> bytes | RpcError:
+    async def _read(self, unit: Unit, bid: int, io_class: IOClass) -> Payload | RpcError:
         try:
             return await self.blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid,
                                                   timeout=self.config.shard_timeout, io_class=io_class)
@@ -196,14 +197,14 @@ class UnitMigrator:
     async def _move(self, task: WorkTask, units: list[Unit], codec: Codec, move: BidMove) -> int | None:
         """Copy or rebuild one shard onto the destination; its CRC there, or None if the blob turned out
         deleted meanwhile, or lost."""
-        data: bytes | None = None
+        data: Payload | None = None
         io_class = lane(task)
         if move.action is Action.COPY:
             copied = await self._read(task.source, move.bid, io_class)
             if isinstance(copied, ShardDeleted):
                 self.stats.left_shards += 1
                 return None
-            if isinstance(copied, bytes) and len(copied) == move.size and isal_zlib.crc32(copied) == move.crc:
+            if not isinstance(copied, RpcError) and len(copied) == move.size and isal_zlib.crc32(copied) == move.crc:
                 data = copied
                 self.stats.copied_shards += 1
             else:

@@ -11,9 +11,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from blobstore_server.libs.ec import Codec, NotEnoughShards
 from blobstore_server.libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
+from blobstore_server.libs.rpc.client import Payload
 from blobstore_server.libs.rpc.errors import RpcError, Unavailable
 
-ShardRead = Callable[[int], Awaitable[bytes | RpcError]]  # shard index -> its bytes, or why not
+ShardRead = Callable[[int], Awaitable[Payload | RpcError]]  # shard index -> its bytes, or why not
 LASTING = NEEDS_REPAIR | {ShardState.DELETED}  # what a read says about the shard itself, not about its node
 
 
@@ -27,7 +28,7 @@ class RepairFailed(Unavailable):
 
 
 async def rebuild_shards(codec: Codec, read: ShardRead, sources: Sequence[int], wanted: Sequence[int],
-                         have: Mapping[int, bytes] | None = None) -> dict[int, bytes]:
+                         have: Mapping[int, Payload] | None = None) -> dict[int, bytes]:
     """Shards `wanted` of one blob, decoded from `sources` (indexes believed good). `have` holds survivors
     already read; the rest are read through `read`, a round at a time, until the decode succeeds."""
     got = {i: data for i, data in (have or {}).items() if i in sources}

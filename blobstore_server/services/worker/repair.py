@@ -17,6 +17,7 @@ from blobstore_server.libs.ec import codec_for
 from blobstore_server.libs.proto.blobnode import IOClass, shard_state
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.worker import RepairResult, WorkerStats
+from blobstore_server.libs.rpc.client import Payload
 from blobstore_server.libs.rpc.errors import NotFound, RpcError, ShardDeleted, ShardNotFound
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
@@ -34,7 +35,7 @@ class ShardRepairer:
         self.timeout = timeout
         self.stats = WorkerStats()
 
-    async def _read(self, unit: Unit, bid: int) -> bytes | RpcError:
+    async def _read(self, unit: Unit, bid: int) -> Payload | RpcError:
         try:
             return await self.blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid, timeout=self.timeout,
                                                   io_class=BACKGROUND)
@@ -61,7 +62,7 @@ class ShardRepairer:
             raise RepairFailed(f"volume {vid}: {exc}") from None
         if plan.skip:
             return RepairResult(vid=vid, bid=bid, skipped=plan.skip)
-        survivors = {i: r for i, r in enumerate(reads) if isinstance(r, bytes)}
+        survivors = {i: r for i, r in enumerate(reads) if not isinstance(r, RpcError)}
         try:
             rebuilt = await rebuild_shards(codec, lambda i: self._read(volume.units[i], bid), plan.sources,
                                            plan.rebuild, have=survivors)
