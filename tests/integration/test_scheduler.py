@@ -415,6 +415,46 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
     asyncio.run(scenario())
 
 
+def test_a_paused_move_gives_its_volume_to_a_disk_repair(cluster_factory: ClusterFactory) -> None:
+    """A manual migration prepared (volume locked, destination reserved), its worker gone and its switch then turned
+    off, must not hold the volume when one of its disks breaks: the scheduler gives the paused task back (inited,
+    its destination chunk released) and the repair runs. Before, the repair waited for as long as the switch stayed
+    off. (The volume stays locked with the move's reservation until the move is prepared again, as after any
+    cancel: clustermgr has no command that drops a reservation.)"""
+    cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=1, worker=WORKER,
+                              scheduler={"task_lease_ttl": 2.0})
+    cm_urls = [c.url for c in cluster.clustermgr]
+    worker = cluster.background["worker"]
+
+    async def scenario() -> None:
+        objects = await store(cluster, 12, seed=6)
+        async with ClusterClient(cm_urls) as cm, SchedulerClient(cm) as scheduler:
+            await cm.set_config(switch_key(TaskType.BALANCE), OFF)
+            volume = (await cm.list_volumes())[0]
+            os.kill(worker.pid, signal.SIGSTOP)  # the real worker stays out of the way while the move is prepared
+            try:
+                task = await scheduler.manual_migrate(ManualMigrate(vid=volume.vid, index=2))
+                taken = await _acquire(scheduler, "worker-that-goes-away")
+                assert taken.ref.task_id == task.task_id
+                await cm.set_config(switch_key(TaskType.MANUAL_MIGRATE), OFF)
+                broken = volume.units[4].disk_id
+                await cm.set_disk(broken, status=DiskStatus.BROKEN)
+            finally:
+                os.kill(worker.pid, signal.SIGCONT)
+            await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 60, f"disk {broken} repaired")
+            record = next(t for t in await tasks_of(cm) if t.task_id == task.task_id)
+            assert record.state is TaskState.INITED and record.destination is None, record
+            assert "switched off" in record.reason
+            current = await cm.get_volume(volume.vid)
+            assert current.units[4].disk_id != broken and current.units[2].vuid == volume.units[2].vuid
+            dest = taken.destination
+            async with BlobnodeClient() as bn:
+                assert dest.vuid not in {c.vuid for c in await bn.list_chunks(dest.host, dest.disk_id)}
+            await assert_whole(cluster, cm, objects, set())
+
+    asyncio.run(scenario())
+
+
 async def _holds(cluster: LocalCluster, location: str, bid: int) -> bool:
     async with AsyncClient([cluster.access[0].url]) as client:
         return any(b.min_bid <= bid < b.min_bid + b.count for b in (await client.stat(location)).blobs)

@@ -120,6 +120,25 @@ def test_hand_out_skips_leased_held_back_and_switched_off_tasks() -> None:
     assert rules.to_hand_out(tasks, {}, {}, ALL_ON, [TaskType.BALANCE], 10.0, {}) == a
 
 
+def test_a_paused_task_gives_its_volume_back_to_a_waiting_repair_once_no_lease_holds_it() -> None:
+    balance = task(vid=1, index=2, task_type=TaskType.BALANCE, state=TaskState.PREPARED, destination=DEST)
+    drop = task(vid=2, task_type=TaskType.DISK_DROP, state=TaskState.PREPARED, destination=DEST)
+    repairs = [task(vid=1), task(vid=2)]
+    paused = {**ALL_ON, TaskType.BALANCE: False, TaskType.DISK_DROP: False}
+    tasks = [balance, drop, *repairs]
+    assert rules.to_give_back(tasks, paused, {}, 10.0) == [balance, drop]
+    assert rules.to_give_back(tasks, ALL_ON, {}, 10.0) == []  # switched on: it runs, the repair waits its turn
+    assert rules.to_give_back(tasks, {**paused, TaskType.DISK_REPAIR: False}, {}, 10.0) == []
+    assert rules.to_give_back([balance, drop], paused, {}, 10.0) == []  # no repair waits
+    prepared_repair = repairs[0].model_copy(update={"state": TaskState.PREPARED, "destination": DEST})
+    assert rules.to_give_back([balance, prepared_repair], paused, {}, 10.0) == []  # it has its volume already
+    leases = {balance.task_id: Lease("w1", 20.0)}
+    assert rules.to_give_back(tasks, paused, leases, 10.0) == [drop]  # a worker may still be on it
+    assert rules.to_give_back(tasks, paused, leases, 20.0) == [balance, drop]  # its lease lapsed
+    given = rules.advance(balance, TaskState.INITED, 30.0, destination=None)
+    assert rules.to_prepare([given, repairs[0]], paused, 10, {}) == [repairs[0]]  # and it stays paused
+
+
 def test_a_volume_margin_counts_its_units_on_lost_disks_against_its_parity() -> None:
     ec3p3 = volume(1, [1, 2, 3, 4, 5, 6]).model_copy(update={"code_mode": 11})
     ec6p3 = volume(2, [1, 7, 8, 9, 10, 11, 12, 13, 14]).model_copy(update={"code_mode": 13})

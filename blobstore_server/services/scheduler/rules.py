@@ -143,6 +143,20 @@ class Lease:
     expires: float  # monotonic
 
 
+def to_give_back(tasks: Iterable[TaskRecord], enabled: Mapping[TaskType, bool], leases: Mapping[str, Lease],
+                 now: float) -> list[TaskRecord]:
+    """Prepared tasks switched off (paused), held by no live lease, on a volume whose disk repair waits to be
+    prepared: they go back to inited (their destination released, the volume unlocked), or a paused balance
+    or drop would hold the volume's repair for as long as its switch stays off. `now` is monotonic."""
+    if not enabled.get(TaskType.DISK_REPAIR, True):
+        return []
+    tasks = list(tasks)
+    repairs_waiting = {t.vid for t in tasks if t.state is TaskState.INITED and t.task_type is TaskType.DISK_REPAIR}
+    return [t for t in tasks
+            if t.state is TaskState.PREPARED and not enabled.get(t.task_type, True) and t.vid in repairs_waiting
+            and ((lease := leases.get(t.task_id)) is None or lease.expires <= now)]
+
+
 def to_hand_out(tasks: Iterable[TaskRecord], leases: Mapping[str, Lease], held_back: Mapping[str, float],
                 enabled: Mapping[TaskType, bool], wanted: Sequence[TaskType], now: float,
                 margins: Mapping[int, int], urgent_only: bool = False) -> TaskRecord | None:

@@ -189,6 +189,7 @@ class Scheduler:
                                           self.config.balance_threshold, self.config.balance_per_hour)
                 if task is not None:
                     await self._create(task)
+            await self._give_back_paused()
             await self._prepare(volumes)
             for task in [t for t in self.tasks.values() if t.state is TaskState.WORK_COMPLETED]:
                 await self._finish(task)
@@ -229,6 +230,18 @@ class Scheduler:
                 log.warning("disk %d (%s): %s -> %s (%d units, %d open tasks)", disk.disk_id, disk.host,
                             disk.status, status, units_left, open_tasks)
                 await self.cluster.set_disk(disk.disk_id, status=status)
+
+    async def _give_back_paused(self) -> None:
+        """Paused tasks in the way of a disk repair release their volume (`rules.to_give_back`)."""
+        states = {task_type: self.switches.is_on(task_type) for task_type in TaskType}
+        for task in rules.to_give_back(self.tasks.values(), states, self.leases, time.monotonic()):
+            assert task.destination is not None  # prepared
+            self.leases.pop(task.task_id, None)
+            await self._release(task.destination.host, task.destination.disk_id, task.destination.vuid)
+            await self._unlock(task)
+            await self._save(advance(task, TaskState.INITED, time.time(), destination=None,
+                                     reason=f"{task.task_type} is switched off: gave volume {task.vid} to its repair"))
+            log.warning("task %s paused and given back: volume %d has a disk repair waiting", task.task_id, task.vid)
 
     async def _prepare(self, volumes: Mapping[int, VolumeInfo]) -> None:
         busy = sum(t.state in (TaskState.PREPARED, TaskState.WORK_COMPLETED) for t in self.tasks.values())
