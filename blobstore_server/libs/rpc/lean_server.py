@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Protocol, cast
 from pydantic import BaseModel
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from blobstore_server.libs.buffers import uninitialized
 from blobstore_server.libs.proto.routes import STREAMED
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, Caller, Verifier, address, check_target, query_pairs
 from blobstore_server.libs.rpc.errors import Internal, LengthMismatch, RequestTimeout, RpcError
@@ -47,12 +48,12 @@ class Request:
     __slots__ = ("_read_body", "caller", "headers", "method", "params", "path", "query")
 
     def __init__(self, method: str, path: str, query: str, headers: Mapping[str, str], caller: Caller | None,
-                 read_body: Callable[[int], Awaitable[bytearray]]) -> None:
+                 read_body: Callable[[int], Awaitable[memoryview]]) -> None:
         self.method, self.path, self.query, self.headers, self.caller = method, path, query, headers, caller
         self.params = {name: value for name, value in query_pairs(query) if value}
         self._read_body = read_body
 
-    async def body(self, size: int) -> bytearray:
+    async def body(self, size: int) -> memoryview:
         """The whole body, which must be `size` bytes (`LengthMismatch` otherwise), in one buffer."""
         return await self._read_body(size)
 
@@ -121,7 +122,7 @@ class LeanConnection(asyncio.BufferedProtocol):
         self.local = self.client = ""
         self.head = bytearray(HEAD_BUFFER)
         self.start = self.filled = 0  # the unparsed bytes are head[start:filled]
-        self.body: bytearray | None = None  # a body being received into its own buffer
+        self.body: memoryview | None = None  # a body being received into its own buffer
         self.body_got = 0
         self.body_waiter: asyncio.Future[None] | None = None
         self.body_timer: asyncio.TimerHandle | None = None
@@ -157,7 +158,7 @@ class LeanConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.body is not None:
-            return memoryview(self.body)[self.body_got:]
+            return self.body[self.body_got:]
         if len(self.head) - self.filled < 4096:
             self._compact()
         return memoryview(self.head)[self.filled:]
@@ -310,10 +311,10 @@ class LeanConnection(asyncio.BufferedProtocol):
         if self.writable is not None:
             await self.writable
 
-    async def _read_body(self, size: int) -> bytearray:
+    async def _read_body(self, size: int) -> memoryview:
         if size != self.unread:
             raise LengthMismatch(f"body has {self.unread} bytes, declared size is {size}")
-        body = bytearray(size)
+        body = uninitialized(size)  # every byte of it is received into it
         taken = min(size, self.filled - self.start)
         body[:taken] = self.head[self.start:self.start + taken]
         self.start += taken

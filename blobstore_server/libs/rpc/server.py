@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel
 
+from blobstore_server.libs.buffers import uninitialized
 from blobstore_server.libs.rpc import auth, lean_server
 from blobstore_server.libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
 from blobstore_server.libs.rpc.auth import (
@@ -302,10 +303,9 @@ def int_param(params: Mapping[str, str], name: str, default: int | None = None) 
     return value
 
 
-async def read_exact_body(receive: Receive, size: int) -> bytearray:
+async def read_exact_body(receive: Receive, size: int) -> memoryview:
     """Read a request body that must be exactly `size` bytes, into one preallocated buffer."""
-    buf = bytearray(size)
-    view = memoryview(buf)
+    view = uninitialized(size)  # filled in full, or refused
     got = 0
     more = True
     while more:
@@ -320,7 +320,7 @@ async def read_exact_body(receive: Receive, size: int) -> bytearray:
         more = message.get("more_body", False)
     if got != size:
         raise LengthMismatch(f"body has {got} bytes, declared size is {size}")
-    return buf
+    return view
 
 
 async def send_json(send: Send, status: int, payload: BaseModel | dict[str, object],

@@ -218,7 +218,7 @@ class Blobnode:
 
     # shards
 
-    async def put_shard(self, disk_id: int, vuid: int, bid: int, data: bytearray,
+    async def put_shard(self, disk_id: int, vuid: int, bid: int, data: memoryview,
                         io_class: IOClass = IOClass.USER, expected_crc: int | None = None) -> ShardMeta:
         """Store a shard; with `expected_crc` (signed by the caller) bytes with another CRC are refused unstored."""
         disk = self.disk(disk_id)
