@@ -7,6 +7,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
+RECHECK = 0.05  # seconds: the longest a waiter sleeps before it looks at the rate again
+
 
 class TokenBucket:
     """Bytes per second with a burst. Work is charged after it is done, so the bucket may go into debt;
@@ -36,6 +38,15 @@ class TokenBucket:
         self._refill(now)
         self.tokens -= amount
 
+    def set_rate(self, rate: float, burst: float, now: float) -> None:
+        """From `now` on, refill at `rate` up to `burst`; time before `now` counts at the old rate, and a debt
+        stays owed."""
+        if rate <= 0 or burst < 0:
+            raise ValueError(f"a token bucket needs rate > 0 and burst >= 0, got {rate}, {burst}")
+        self._refill(now)
+        self.rate, self.burst = rate, burst
+        self.tokens = min(self.tokens, burst)
+
 
 class Pacer:
     """`await wait()` before a piece of work, `charge(bytes)` after it: the work runs at `rate` on average."""
@@ -47,8 +58,11 @@ class Pacer:
 
     async def wait(self) -> None:
         while (pause := self.bucket.delay(self.clock())) > 0:
-            await asyncio.sleep(pause)
+            await asyncio.sleep(min(pause, RECHECK))  # a rate raised meanwhile counts soon
 
     def charge(self, amount: int) -> None:
         self.bytes += amount
         self.bucket.take(amount, self.clock())
+
+    def set_rate(self, rate: float, burst: float) -> None:
+        self.bucket.set_rate(rate, burst, self.clock())

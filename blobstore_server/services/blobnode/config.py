@@ -26,8 +26,14 @@ class BlobnodeConfig(ServiceSettings):
     sync: bool = True  # fdatasync shard bytes before acknowledging; off only for throwaway benchmarks
     io_threads_per_disk: int = Field(4, ge=1, le=64)  # user I/O
     # Background I/O (repair, migration, inspection, compaction, deletes) per disk: its own threads, at most
-    # this many operations at a time and this many MiB/s on average; user I/O is never queued behind it.
-    background_mb_per_sec: float = Field(64.0, gt=0)
+    # background_concurrency operations at a time and at most background_mb_per_sec MiB/s on average; user I/O
+    # is never queued behind it. The rate yields to users (services/blobnode/iolimit.py): the ceiling while no
+    # user request arrives; while users are served, halved whenever the event loop lags more than
+    # background_yield_lag_ms (90th percentile over a quarter second), else grown a step at a time, never below
+    # background_min_mb_per_sec (repair always moves). background_yield_lag_ms 0: background_mb_per_sec, fixed.
+    background_mb_per_sec: float = Field(512.0, gt=0)
+    background_min_mb_per_sec: float = Field(8.0, gt=0)
+    background_yield_lag_ms: float = Field(2.0, ge=0)
     background_concurrency: int = Field(4, ge=1, le=64)
     default_chunk_size: int = Field(16 << 30, ge=1 << 20)
     max_shard_size: int = Field(64 << 20, ge=1)

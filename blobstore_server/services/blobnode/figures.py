@@ -29,6 +29,9 @@ def disk_figures(node: Blobnode) -> Iterator[Metric]:
     for name, (doc, values) in per_disk.items():
         yield gauge(f"blobstore_blobnode_disk_{name}", doc,
                     [((str(s.disk_id),), v) for s, v in zip(stats, values, strict=True)], ["disk_id"])
+    yield gauge("blobstore_blobnode_background_rate_bytes", "Bytes per second each disk's background I/O may move now "
+                "(it yields to user requests, between background_min_mb_per_sec and background_mb_per_sec)",
+                node.background_rate.rate)
     yield counter("blobstore_blobnode_disk_background_bytes", "Bytes moved by background requests (capped per disk)",
                   [((str(disk_id),), gate.bytes) for disk_id, gate in node.gates.items()], ["disk_id"])
 

@@ -38,7 +38,7 @@ from blobstore_server.libs.proto.blobnode import (
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.blobnode.disk import Disk
-from blobstore_server.services.blobnode.iolimit import BackgroundGate
+from blobstore_server.services.blobnode.iolimit import BURST_SECONDS, AdaptiveRate, BackgroundGate, PaceRule
 from blobstore_server.services.blobnode.metrics import CRC_FAILURES, shard_op
 
 P = ParamSpec("P")
@@ -67,6 +67,7 @@ _CHECKSUM_ERRORS = (chunkfile.ShardCorrupted, chunkfile.ChunkCorrupted)
 # A user read this small is served from the event loop when all of it is in the page cache (RWF_NOWAIT,
 # which ext4 honours for reads), saving the trip to a disk thread and back.
 INLINE_BYTES = 64 << 10
+MiB = 1 << 20
 # A shard is read in pieces this large, each one trip to a disk thread (1 MiB pieces cost ~7% more CPU per
 # 16 MiB GET, measured); its whole first piece is read before the answer's status goes out.
 READ_PIECE = 4 << 20
@@ -135,9 +136,12 @@ class Blobnode:
             self.disks[disk.disk_id] = disk
         self.io_pending = dict.fromkeys(self.disks, 0)  # per disk: calls queued or running on its threads
         self.io_errors: Counter[int] = Counter()  # per disk: failed system calls (not counting a full disk)
-        rate = config.background_mb_per_sec * (1 << 20)
-        self.gates = {disk_id: BackgroundGate(rate, config.background_concurrency, burst=rate / 4)
+        ceiling = config.background_mb_per_sec * MiB
+        self.gates = {disk_id: BackgroundGate(ceiling, config.background_concurrency, burst=ceiling * BURST_SECONDS)
                       for disk_id in self.disks}
+        rule = PaceRule(floor=min(config.background_min_mb_per_sec * MiB, ceiling), ceiling=ceiling,
+                        lag_limit=config.background_yield_lag_ms / 1000)
+        self.background_rate = AdaptiveRate(list(self.gates.values()), rule)
 
     def close(self) -> None:
         for disk in self.disks.values():
@@ -160,6 +164,7 @@ class Blobnode:
         if io_class in UNCAPPED:
             yield
             return
+        self.background_rate.wake()
         async with self.gates[disk_id].slot():
             yield
 
@@ -223,13 +228,15 @@ class Blobnode:
         """Store a shard; with `expected_crc` (signed by the caller) bytes with another CRC are refused unstored."""
         disk = self.disk(disk_id)
         staged = None
-        if io_class is IOClass.USER and len(data) <= INLINE_BYTES:
-            try:
-                with _translated(disk_id, self.io_errors):
-                    staged = disk.stage_put(vuid, bid, data, blocking=False, expected_crc=expected_crc)
-            except errors.RpcError:
-                shard_op(disk_id, "put", False).inc()
-                raise
+        if io_class is IOClass.USER:
+            self.background_rate.user_request()
+            if len(data) <= INLINE_BYTES:
+                try:
+                    with _translated(disk_id, self.io_errors):
+                        staged = disk.stage_put(vuid, bid, data, blocking=False, expected_crc=expected_crc)
+                except errors.RpcError:
+                    shard_op(disk_id, "put", False).inc()
+                    raise
         if isinstance(staged, StagedPut):
             meta = await self._commit(disk, staged)
         elif isinstance(staged, ShardMeta):
@@ -274,6 +281,7 @@ class Blobnode:
         shard costs a single hop."""
         disk = self.disk(disk_id)
         if io_class is IOClass.USER:
+            self.background_rate.user_request()
             cached = self._read_cached(disk, vuid, bid, offset, size)
             if cached is not None:
                 return cached[0], len(cached[1]), _once(cached[1])
