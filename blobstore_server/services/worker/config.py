@@ -14,8 +14,13 @@ class WorkerConfig(ServiceSettings):
     clustermgr_hosts: list[str] = Field(min_length=1)
     shard_timeout: float = Field(30.0, gt=0)
     register_ttl: float = Field(10.0, gt=0)
-    # unit migration (disk repair, drop, balance): shards moved at once, bytes per piece, progress reports
-    migrate_concurrency: int = Field(8, ge=1, le=64)
+    # unit migration (disk repair, drop, balance): shards moved at once per task, bytes per piece, progress
+    # reports. One at a time by default: on a box whose CPU users share, moves run at once come as bursts that user
+    # requests queue behind (bench/repair.py, 3 alternated pairs: user p99 during a rebuild PUT 1.25-1.95x and GET
+    # 1.6-2.8x of baseline at 1, vs 2.2-2.8x and 2.4-5.4x at 8) and rebuild no faster under load; a repair of a
+    # volume one loss from losing blobs moves urgent_concurrency at once.
+    migrate_concurrency: int = Field(1, ge=1, le=64)
+    urgent_concurrency: int = Field(8, ge=1, le=64)
     migrate_piece_bytes: int = Field(16 << 20, ge=1 << 16)
     migrate_report_interval: float = Field(3.0, gt=0)
     # MiB/s all of this worker's migrations write together; None: only the blobnodes' background caps apply.

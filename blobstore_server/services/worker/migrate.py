@@ -107,7 +107,7 @@ class UnitMigrator:
             self.stats.resumed_shards += move.action is Action.DONE
             self.stats.left_shards += move.action is Action.LEFT
         written = {m.bid: (m.size, m.crc) for m in moves if m.action is Action.DONE and m.crc is not None}
-        limit = asyncio.Semaphore(self.config.migrate_concurrency)
+        limit = asyncio.Semaphore(self.config.urgent_concurrency if task.urgent else self.config.migrate_concurrency)
         pacer = None if task.urgent else self.pacer
 
         async def one(move: BidMove) -> None:
