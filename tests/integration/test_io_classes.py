@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
+import sys
 import time
 
 import httpx
@@ -103,5 +105,64 @@ def test_compaction_is_charged_against_the_background_rate(blobnode_factory: Blo
             await client.get_shard(bn.url, 1, vuid, 5, io_class=IOClass.BACKGROUND)
             # 8 MiB of debt at 8 MiB/s, less the quarter-second burst
             assert time.monotonic() - began >= 0.5
+
+    asyncio.run(scenario())
+
+
+def background_rate(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics").text
+    return float(next(x for x in metrics.splitlines()
+                      if x.startswith("blobstore_blobnode_background_rate_bytes")).split()[-1]) / (1 << 20)
+
+
+def test_background_runs_at_its_ceiling_without_users_and_yields_when_they_starve(
+        blobnode_factory: BlobnodeFactory) -> None:
+    """No user request: a background flood goes well past the floor. Users served while the CPU is starved
+    (busy processes, a real contention): the rate falls to the floor, and comes back up once they are gone."""
+    bn = blobnode_factory(disks=1, background_mb_per_sec=64, background_min_mb_per_sec=1, background_concurrency=2)
+    vuid = Vuid.make(3, 0, 1)
+    rng = random.Random(3)
+
+    async def scenario() -> None:
+        async with BlobnodeClient() as client:
+            await client.create_chunk(bn.url, 1, vuid)
+            for bid in range(1, 9):
+                await client.put_shard(bn.url, 1, vuid, bid, rng.randbytes(BIG))
+            await client.put_shard(bn.url, 1, vuid, 100, rng.randbytes(SMALL))
+            moved = 0
+
+            async def background_reads(until: float) -> None:
+                nonlocal moved
+                while time.monotonic() < until:
+                    moved += len(await client.get_shard(bn.url, 1, vuid, rng.randrange(1, 9),
+                                                        io_class=IOClass.BACKGROUND))
+
+            began = time.monotonic()
+            flood = [asyncio.create_task(background_reads(began + 4.0)) for _ in range(4)]
+            await asyncio.sleep(2.0)  # from the floor, doubling every quarter second
+            assert await asyncio.to_thread(background_rate, bn.url) == 64
+            halfway, moved_then = time.monotonic(), moved
+            await asyncio.gather(*flood)
+            idle_rate = (moved - moved_then) / (time.monotonic() - halfway) / BIG
+            assert idle_rate >= 8, idle_rate  # eight times the floor: the ceiling applies
+
+            hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(6)]
+            try:
+                flood = [asyncio.create_task(background_reads(time.monotonic() + 4.0)) for _ in range(4)]
+                lowest = float("inf")
+                deadline = time.monotonic() + 4.0
+                while time.monotonic() < deadline:
+                    await client.get_shard(bn.url, 1, vuid, 100)  # a user, served late
+                    lowest = min(lowest, await asyncio.to_thread(background_rate, bn.url))
+                    await asyncio.sleep(0.02)
+                await asyncio.gather(*flood)
+            finally:
+                for hog in hogs:
+                    hog.kill()
+                    hog.wait()
+            assert lowest <= 2, lowest  # halved down to (about) the floor
+            began = time.monotonic()
+            await asyncio.gather(*(background_reads(began + 2.0) for _ in range(4)))
+            assert await asyncio.to_thread(background_rate, bn.url) >= 32  # no users: back up
 
     asyncio.run(scenario())
