@@ -12,7 +12,6 @@ with pwritev outside it, so concurrent puts overlap. Reads take no lock during I
 from __future__ import annotations
 
 import errno
-import math
 import os
 import threading
 import time
@@ -486,8 +485,7 @@ class ChunkFile:
         with self._use(), self._meta_lock:
             meta = self.stat_shard(bid)
             if meta.status != status:
-                # whole seconds, rounded up: a mark 0.9 s into a second must not start its delete hold early
-                marked = math.ceil(time.time()) if status is ShardStatus.MARK_DELETED else 0
+                marked = int(time.time()) if status is ShardStatus.MARK_DELETED else 0
                 meta = replace(meta, status=status, marked_at=marked)
                 self._index.put(meta)
             return meta
