@@ -226,8 +226,7 @@ class UnitUpdate(UnitRef):
 
 
 class UnitRelease(VolumeRef):
-    """May the chunk of unit `vuid` be released? Only if it is not the volume's live unit; if it is the unit
-    reserved for a move, the reservation goes with it."""
+    """May the chunk of unit `vuid` be released? Only if it is not the volume's live unit."""
 
     vuid: int = U64
 
