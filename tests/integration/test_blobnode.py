@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -191,6 +192,29 @@ def test_mark_delete_delete_punches_hole_and_compaction(blobnode_factory: Blobno
         assert [s.bid for s in await c.list_shards(bn.url, 1, VUID)] == [5, 6, 7, 8]
         await c.put_shard(bn.url, 1, VUID, 9, b"after compaction")
         assert await c.get_shard(bn.url, 1, VUID, 9) == b"after compaction"
+
+    run(with_client(scenario))
+
+
+def test_a_mark_late_in_a_second_still_holds_its_delete_the_whole_hold(blobnode_factory: BlobnodeFactory) -> None:
+    """The mark's time is kept in whole seconds; a mark at x.95 s must still hold a 1 s delete_hold past x+1.95
+    (truncated, it let a delete through 0.1 s after the mark), and the refusal says when to come back."""
+    bn = blobnode_factory(delete_hold=1.0)
+
+    async def scenario(c: BlobnodeClient) -> None:
+        await c.create_chunk(bn.url, 1, VUID)
+        await c.put_shard(bn.url, 1, VUID, 1, b"doomed")
+        await asyncio.sleep(1.95 - time.time() % 1.0)  # to the last twentieth of a second
+        await c.mark_delete_shard(bn.url, 1, VUID, 1)
+        marked = time.monotonic()
+        await asyncio.sleep(0.1)
+        with pytest.raises(errors.ShardHeld, match="delete_hold") as held:
+            await c.delete_shard(bn.url, 1, VUID, 1)
+        assert 0.8 <= float(held.value.details["retry_after"]) <= 2.0, held.value.details
+        await asyncio.sleep(max(0.0, marked + 2.1 - time.monotonic()))
+        await c.delete_shard(bn.url, 1, VUID, 1)
+        with pytest.raises(errors.ShardNotFound):
+            await c.get_shard(bn.url, 1, VUID, 1)
 
     run(with_client(scenario))
 

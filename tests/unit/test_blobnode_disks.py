@@ -72,9 +72,10 @@ def test_chunk_limit_per_disk(tmp_path: Path) -> None:
 
 
 def test_a_marked_shard_is_deletable_only_its_hold_after_the_mark() -> None:
-    assert delete_wait(marked_at=1000, hold=60, now=1000) == 60
-    assert delete_wait(marked_at=1000, hold=60, now=1059.5) == 0.5
-    assert delete_wait(marked_at=1000, hold=60, now=1060) == 0
-    assert delete_wait(marked_at=1000, hold=0, now=1000) == 0
-    assert delete_wait(marked_at=1000, hold=60, now=900) == 160  # a clock stepped back waits on
+    # marked_at 1000 is a mark anywhere in [1000, 1001): the hold runs from 1001, never cut short
+    assert delete_wait(marked_at=1000, hold=60, now=1000.9) == pytest.approx(60.1)
+    assert delete_wait(marked_at=1000, hold=60, now=1060.5) == 0.5
+    assert delete_wait(marked_at=1000, hold=60, now=1061) == 0
+    assert delete_wait(marked_at=1000, hold=0, now=1000) == 0  # no hold: at once
+    assert delete_wait(marked_at=1000, hold=60, now=900) == 161  # a clock stepped back waits on
     assert delete_wait(marked_at=0, hold=60, now=1000) == 0  # marked before marks were timed: no record to hold

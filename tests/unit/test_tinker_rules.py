@@ -11,9 +11,12 @@ def test_backoff_doubles_and_caps() -> None:
     assert [policy.backoff(r) for r in (1, 2, 3, 4, 5, 50)] == [1, 2, 4, 8, 10, 10]
 
 
-def test_delete_waits_out_the_safe_delay() -> None:
-    assert delete_due(100.0, 30.0, now=110.0) == 20.0
-    assert delete_due(100.0, 30.0, now=130.0) == 0.0
+def test_delete_waits_out_the_safe_delay_and_the_marks_granularity() -> None:
+    # blobnodes keep a mark's time in whole seconds and hold from that second's end: tinker waits 1 s more
+    assert delete_due(100.0, 30.0, now=110.0) == 21.0
+    assert delete_due(100.0, 30.0, now=130.5) == 0.5
+    assert delete_due(100.0, 30.0, now=131.0) == 0.0
+    assert delete_due(100.0, 0.0, now=100.0) == 0.0  # no delay: at once, as the blobnodes' zero hold
 
 
 def _brute_verdict(blobs: list[tuple[ShardState, ...]], n: int) -> UploadVerdict:

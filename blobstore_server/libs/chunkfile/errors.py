@@ -30,6 +30,10 @@ class ShardNotMarkDeleted(ChunkError):
 class ShardHeld(ChunkError):
     """A delete for good of a shard marked deleted less than the blobnode's `delete_hold` ago."""
 
+    def __init__(self, message: str, wait: float) -> None:
+        super().__init__(message)
+        self.wait = wait  # seconds until the delete is taken
+
 
 class CrcMismatch(ChunkError):
     """The bytes of a put do not have the CRC its caller signed."""

@@ -26,6 +26,9 @@ from blobstore_server.libs.rpc.routes import Route
 
 U32 = Field(ge=0, lt=2**32)
 U64 = Field(ge=0, lt=2**64)
+# A blobnode keeps the time of a delete mark in whole seconds: its delete hold counts from the end of that second,
+# so a caller that times the hold itself (tinker) waits this much longer.
+MARK_GRANULARITY = 1.0
 
 
 class IOClass(StrEnum):

@@ -116,6 +116,14 @@ class Fenced(Conflict):
     status = 409
 
 
+class ShardHeld(Conflict):
+    """A delete for good sent before the blobnode's `delete_hold` since the mark passed; `details["retry_after"]`
+    says when it will be taken."""
+
+    code = "shard_held"
+    status = 409
+
+
 class ShardExists(Conflict):
     """The bid is stored with different bytes."""
 

@@ -34,7 +34,7 @@ from blobstore_server.libs.chunkfile import (
     required_column_families,
 )
 from blobstore_server.libs.kv import KVStore
-from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStat, ChunkStatus, DiskStat
+from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
 from blobstore_server.services.blobnode.metrics import FSYNC_SECONDS
@@ -50,8 +50,9 @@ class DiskFormatError(Exception):
 
 def delete_wait(marked_at: int, hold: float, now: float) -> float:
     """Seconds until a shard marked deleted at `marked_at` (unix seconds; 0: unknown, an index entry older than the
-    field) may be deleted for good, `hold` seconds after its mark; 0 when it may be now."""
-    return 0.0 if marked_at == 0 else max(0.0, marked_at + hold - now)
+    field) may be deleted for good, `hold` seconds after its mark; 0 when it may be now. The index keeps the whole
+    second the mark fell in, so the hold counts from that second's end: never cut short."""
+    return 0.0 if marked_at == 0 or hold <= 0 else max(0.0, marked_at + MARK_GRANULARITY + hold - now)
 
 
 def _record_bytes(record: ChunkInfo) -> bytes:
@@ -308,7 +309,7 @@ class Disk:
                 wait = delete_wait(meta.marked_at, hold, time.time())
                 if wait > 0:
                     raise ShardHeld(f"bid {bid} of unit {vuid} is deleted for good only {hold:.0f} s after its mark "
-                                    f"(this blobnode's delete_hold): {wait:.0f} s from now")
+                                    f"(this blobnode's delete_hold): {wait:.1f} s from now", wait)
                 chunk.delete_shard(bid)
                 return None
             if status is ShardStatus.MARK_DELETED:

@@ -55,7 +55,7 @@ _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
     chunkfile.ChunkReadOnly: errors.ChunkReadonly,
     chunkfile.CrcMismatch: errors.BadRequest,
     chunkfile.ShardNotMarkDeleted: errors.Conflict,
-    chunkfile.ShardHeld: errors.Conflict,
+    chunkfile.ShardHeld: errors.ShardHeld,
 }
 
 
@@ -85,7 +85,8 @@ def _translated(disk_id: int, io_errors: Counter[int]) -> Iterator[None]:
     except chunkfile.ChunkError as exc:
         if isinstance(exc, _CHECKSUM_ERRORS):
             CRC_FAILURES.labels(str(disk_id)).inc()
-        raise _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc)) from exc
+        details = {"retry_after": exc.wait} if isinstance(exc, chunkfile.ShardHeld) else {}
+        raise _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc), **details) from exc
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise errors.NoSpace(f"disk full: {exc}") from exc

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from blobstore_server.libs.proto.blobnode import ShardState
+from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ShardState
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,9 @@ class RetryPolicy:
 
 def delete_due(marked_at: float, safe_delay: float, now: float) -> float:
     """Seconds until a blob whose shards were all marked deleted at `marked_at` may be removed for good (0: now):
-    its blobnodes refuse it before their `delete_hold` (the same delay) has passed since their mark."""
-    return max(0.0, marked_at + safe_delay - now)
+    its blobnodes refuse it before their `delete_hold` (the same delay) has passed since the end of the whole
+    second they keep as the mark's time."""
+    return 0.0 if safe_delay <= 0 else max(0.0, marked_at + MARK_GRANULARITY + safe_delay - now)
 
 
 class UploadVerdict(StrEnum):
