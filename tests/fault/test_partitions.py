@@ -179,14 +179,16 @@ def test_b_a_blobnode_access_cannot_reach_costs_no_put_and_is_repaired_after(clu
     settled(cluster, _acked_since(stream, count_before) | before)
 
 
+def _samples(urls: Iterable[str], name: str) -> list[str]:
+    """Every sample line of a metric, each after the URL of its process."""
+    return [f"{url} {line}" for url in urls
+            for line in urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode().splitlines()
+            if line.startswith(name) and line[len(name)] in " {"]
+
+
 def _metric(urls: Iterable[str], name: str) -> float:
     """The sum of a metric's samples over these processes."""
-    total = 0.0
-    for url in urls:
-        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
-        total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                     if line.startswith(name) and line[len(name)] in " {")
-    return total
+    return sum(float(line.rsplit(" ", 1)[1]) for line in _samples(urls, name))
 
 
 def _access_outbox(cluster: ClusterInfo) -> float:
@@ -251,6 +253,13 @@ def test_d_kafka_cut_from_mqproxy_and_tinker_loses_no_delete_or_repair(cluster: 
     settled(cluster, _acked_since(stream, count_before))
 
 
+def _print_standby(cluster: ClusterInfo, when: str) -> None:
+    """The access nodes' standby stock, for the record of a run."""
+    print(f"standby stock {when}:", *(line for name in ("held", "allocations_total")
+                                       for line in _samples(cluster.access_urls, f"blobstore_access_standby_{name}")),
+          sep="\n  ")
+
+
 def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: ClusterInfo,
                                                                   net: nemesis.Network) -> None:
     """Scenario e. Both access nodes lose clustermgr and the allocators (not the blobnodes beside them) for
@@ -261,12 +270,14 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
         with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
             stream.wait_for(100)  # a PUT rate for the standby stock to hold space for
             count_before = len(stream.acked)
+            _print_standby(cluster, "before the cut")
             cut = time.monotonic()
             for host in ("h7", "h8"):
                 nemesis.cut_services(net, host, _services(cluster, "clustermgr", "allocator"))
             reads: list[bool] = []
             while time.monotonic() < cut + 20.0:
                 reads.extend(client.get(token) == data for token, data in before.items())
+            _print_standby(cluster, "at the end of the cut")
             healed = time.monotonic()
             nemesis.heal_all(net)
             stream.wait_for(10, healed)
