@@ -97,12 +97,15 @@ def test_an_object_takes_consecutive_bids_from_the_grant_nearest_its_end() -> No
     assert stock.held(10.0) == {MODE: (196, 20 * MiB - 3 * MiB - 1, 40.0)}
 
 
-def test_excluded_volumes_and_avoided_disks_are_skipped_not_dropped() -> None:
+def test_excluded_volumes_are_skipped_not_dropped_and_avoided_disks_taken_only_as_a_last_resort() -> None:
     stock = standby()
     grant(stock, vid=1, disks=(11, 12), usable_for=40.0)
     grant(stock, vid=2, disks=(21, 22), usable_for=50.0)
     assert stock.take(MODE, 1, 1, 0.0, [1], ()).vid == 2  # type: ignore[union-attr]
-    assert stock.take(MODE, 1, 1, 0.0, (), [21, 12]) is None
+    assert stock.take(MODE, 1, 1, 0.0, (), [12]).vid == 2  # type: ignore[union-attr]
+    # every grant touches a punished disk: the write skips that disk's shard, so the PUT still goes on
+    assert stock.take(MODE, 1, 1, 0.0, (), [21, 12]).vid == 1  # type: ignore[union-attr]
+    assert stock.take(MODE, 1, 1, 0.0, [1, 2], [21, 12]) is None
     assert stock.take(MODE, 1, 1, 0.0, (), ()).vid == 1  # type: ignore[union-attr]
 
 

@@ -7,8 +7,11 @@ recent PUT rate `headroom` times over. A grant is written to only until the allo
 ends, less the allocator's margin (`BlobSlice.usable_for`), so no blob lands in a volume clustermgr may have
 given away; a grant that can no longer cover `ride_out` seconds is replaced while the allocators answer,
 and its unused bytes go back to the allocator (`returned`). When no allocator answers, PUTs take from the
-stock, the grant nearest its end first, skipping (not dropping) grants whose volume a write just failed in
-or whose disks failed lately. The clustermgr lease must outlast `ride_out` plus the refill interval.
+stock, the grant nearest its end first, skipping (not dropping) grants whose volume a write just failed in,
+and taking one on a disk that failed lately only when no other can serve: as the allocator treats avoided disks,
+since a write skips the shards of punished disks while its quorum allows (one punished disk among a volume's
+units is common: a unit moved just before the outage leaves access writing to its old place). The clustermgr
+lease must outlast `ride_out` plus the refill interval.
 """
 
 from __future__ import annotations
@@ -134,14 +137,13 @@ class Standby:
     def take(self, mode: int, size: int, blobs: int, now: float, excluded_vids: Collection[int],
              avoided_disks: Collection[int]) -> BlobSlice | None:
         """`blobs` consecutive bids and `size` bytes for one object, from the grant nearest its end that can
-        take it; None when none can."""
+        take it, off `avoided_disks` if one can; None when none can."""
         self._expire(mode, now)
         fits = [g for g in self._grants.get(mode, [])
-                if g.bids_left >= blobs and g.bytes_left >= size and g.vid not in excluded_vids
-                and g.disks.isdisjoint(avoided_disks)]
+                if g.bids_left >= blobs and g.bytes_left >= size and g.vid not in excluded_vids]
         if not fits:
             return None
-        grant = min(fits, key=lambda g: g.usable_until)
+        grant = min([g for g in fits if g.disks.isdisjoint(avoided_disks)] or fits, key=lambda g: g.usable_until)
         first = grant.next_bid
         grant.next_bid += blobs
         grant.bids_left -= blobs
