@@ -13,6 +13,11 @@ MODE = 11
 MiB = 1 << 20
 
 
+def any_unit(units: frozenset[int]) -> bool:
+    """A put quorum that one reachable unit makes."""
+    return bool(units)
+
+
 def standby(ride_out: float = 30.0) -> Standby:
     return Standby(ride_out=ride_out, headroom=2.0, min_bids=100, min_bytes=10 * MiB, max_bids=10_000,
                    max_bytes=1000 * MiB)
@@ -72,9 +77,9 @@ def test_a_grant_used_past_half_is_replaced_before_it_runs_out() -> None:
     grant(stock, vid=1)
     grant(stock, vid=2)
     for _ in range(50):
-        assert stock.take(MODE, 1000, 1, 1.0, (), ()) is not None
+        assert stock.take(MODE, 1000, 1, 1.0, (), (), any_unit) is not None
     assert stock.wanted([MODE], 1.0) == []  # both still hold half a share
-    assert stock.take(MODE, 1000, 1, 1.0, (), ()) is not None
+    assert stock.take(MODE, 1000, 1, 1.0, (), (), any_unit) is not None
     assert [w.exclude_vids for w in stock.wanted([MODE], 1.0)] == [frozenset({2})]
 
 
@@ -92,8 +97,9 @@ def test_an_object_takes_consecutive_bids_from_the_grant_nearest_its_end() -> No
     stock = standby()
     grant(stock, vid=1, usable_for=50.0, first=1000)
     grant(stock, vid=2, usable_for=40.0, first=5000)
-    assert stock.take(MODE, 3 * MiB, 3, 10.0, (), ()) == BlobSlice(vid=2, min_bid=5000, count=3, usable_for=30.0)
-    assert stock.take(MODE, 1, 1, 10.0, (), ()) == BlobSlice(vid=2, min_bid=5003, count=1, usable_for=30.0)
+    assert stock.take(MODE, 3 * MiB, 3, 10.0, (), (), any_unit) == BlobSlice(vid=2, min_bid=5000, count=3,
+                                                                             usable_for=30.0)
+    assert stock.take(MODE, 1, 1, 10.0, (), (), any_unit) == BlobSlice(vid=2, min_bid=5003, count=1, usable_for=30.0)
     assert stock.held(10.0) == {MODE: (196, 20 * MiB - 3 * MiB - 1, 40.0)}
 
 
@@ -101,19 +107,22 @@ def test_excluded_volumes_are_skipped_not_dropped_and_avoided_disks_taken_only_a
     stock = standby()
     grant(stock, vid=1, disks=(11, 12), usable_for=40.0)
     grant(stock, vid=2, disks=(21, 22), usable_for=50.0)
-    assert stock.take(MODE, 1, 1, 0.0, [1], ()).vid == 2  # type: ignore[union-attr]
-    assert stock.take(MODE, 1, 1, 0.0, (), [12]).vid == 2  # type: ignore[union-attr]
+    assert stock.take(MODE, 1, 1, 0.0, [1], (), any_unit).vid == 2  # type: ignore[union-attr]
+    assert stock.take(MODE, 1, 1, 0.0, (), [12], any_unit).vid == 2  # type: ignore[union-attr]
     # every grant touches a punished disk: the write skips that disk's shard, so the PUT still goes on
-    assert stock.take(MODE, 1, 1, 0.0, (), [21, 12]).vid == 1  # type: ignore[union-attr]
-    assert stock.take(MODE, 1, 1, 0.0, [1, 2], [21, 12]) is None
-    assert stock.take(MODE, 1, 1, 0.0, (), ()).vid == 1  # type: ignore[union-attr]
+    assert stock.take(MODE, 1, 1, 0.0, (), [21, 12], any_unit).vid == 1  # type: ignore[union-attr]
+    assert stock.take(MODE, 1, 1, 0.0, (), [11, 12, 21], any_unit).vid == 2  # type: ignore[union-attr]
+    # ... but not where the units left could not make the quorum: that write would only wait out its timeouts
+    assert stock.take(MODE, 1, 1, 0.0, (), [21, 12], lambda units: len(units) >= 2) is None
+    assert stock.take(MODE, 1, 1, 0.0, [1, 2], [21, 12], any_unit) is None
+    assert stock.take(MODE, 1, 1, 0.0, (), (), any_unit).vid == 1  # type: ignore[union-attr]
 
 
 def test_nothing_is_written_after_a_grant_ends_and_its_bytes_go_back() -> None:
     stock = standby()
     grant(stock, vid=1, usable_for=40.0)
-    assert stock.take(MODE, 100, 1, 39.9, (), ()) is not None
-    assert stock.take(MODE, 100, 1, 40.0, (), ()) is None
+    assert stock.take(MODE, 100, 1, 39.9, (), (), any_unit) is not None
+    assert stock.take(MODE, 100, 1, 40.0, (), (), any_unit) is None
     assert stock.returned() == [UnusedSpace(vid=1, size=10 * MiB - 100)]
     assert stock.held(40.0) == {MODE: (0, 0, 0.0)}
 
@@ -121,18 +130,18 @@ def test_nothing_is_written_after_a_grant_ends_and_its_bytes_go_back() -> None:
 def test_too_big_or_too_many_blobs_find_no_grant() -> None:
     stock = standby()
     grant(stock, vid=1, bids=4, size=4 * MiB)
-    assert stock.take(MODE, 4 * MiB + 1, 1, 0.0, (), ()) is None
-    assert stock.take(MODE, 10, 5, 0.0, (), ()) is None
-    assert stock.take(12, 10, 1, 0.0, (), ()) is None  # another code mode
+    assert stock.take(MODE, 4 * MiB + 1, 1, 0.0, (), (), any_unit) is None
+    assert stock.take(MODE, 10, 5, 0.0, (), (), any_unit) is None
+    assert stock.take(12, 10, 1, 0.0, (), (), any_unit) is None  # another code mode
 
 
 def test_a_used_up_grant_is_dropped_with_its_unused_bytes() -> None:
     stock = standby()
     grant(stock, vid=1, bids=2, size=1000)
-    assert stock.take(MODE, 100, 1, 0.0, (), ()) is not None
-    assert stock.take(MODE, 100, 1, 0.0, (), ()) is not None
+    assert stock.take(MODE, 100, 1, 0.0, (), (), any_unit) is not None
+    assert stock.take(MODE, 100, 1, 0.0, (), (), any_unit) is not None
     assert stock.returned() == [UnusedSpace(vid=1, size=800)]
-    assert stock.take(MODE, 1, 1, 0.0, (), ()) is None
+    assert stock.take(MODE, 1, 1, 0.0, (), (), any_unit) is None
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -159,7 +168,7 @@ def test_no_bid_is_handed_out_twice_nor_after_its_grant_ends(seed: int) -> None:
                           [vid], now)
                 granted[vid] = (first, want.bids, now + usable, want.bytes)
         blobs, size = rng.randint(1, 3), rng.randint(1, 4 * MiB)
-        taken = stock.take(MODE, size, blobs, now, (), ())
+        taken = stock.take(MODE, size, blobs, now, (), (), any_unit)
         if taken is None:
             continue
         first, count, end, limit = granted[taken.vid]

@@ -14,7 +14,7 @@ from typing import Any
 
 from isal import isal_zlib
 
-from blobstore_server.libs.ec import CodeMode, codec_for, parse_code_mode
+from blobstore_server.libs.ec import CodeMode, codec_for, parse_code_mode, tactic
 from blobstore_server.libs.proto.allocator import BlobSlice
 from blobstore_server.libs.proto.clustermgr import CodeModePolicy
 from blobstore_server.libs.proto.location import Location, SliceInfo
@@ -27,6 +27,7 @@ from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.access.metrics import STANDBY_ALLOCATIONS, STANDBY_HELD, VOLUME_RETRIES
 from blobstore_server.services.access.outbox import Outbox
 from blobstore_server.services.access.putplan import PutPlan, RetryRefused
+from blobstore_server.services.access.quorum import decide_put
 from blobstore_server.services.access.reserve import Reservations
 from blobstore_server.services.access.standby import Standby
 from blobstore_server.services.access.stripes import BlobRange, Piece, plan_range, split_object
@@ -237,8 +238,9 @@ class ObjectStore:
         except Unavailable as exc:
             if not standby:
                 raise
+            code = tactic(mode)
             taken = self.standby.take(int(mode), size, len(split_object(size, self.config.blob_size)),
-                                      time.monotonic(), excluded, avoided)
+                                      time.monotonic(), excluded, avoided, lambda units: decide_put(code, units).ok)
             if taken is None:
                 raise Unavailable(f"{exc}; this access node holds no space to ride that out",
                                   retry_after=RETRY_AFTER) from None

@@ -7,18 +7,19 @@ recent PUT rate `headroom` times over. A grant is written to only until the allo
 ends, less the allocator's margin (`BlobSlice.usable_for`), so no blob lands in a volume clustermgr may have
 given away; a grant that can no longer cover `ride_out` seconds is replaced while the allocators answer,
 and its unused bytes go back to the allocator (`returned`). When no allocator answers, PUTs take from the
-stock, the grant nearest its end first, skipping (not dropping) grants whose volume a write just failed in,
-and taking one on a disk that failed lately only when no other can serve: as the allocator treats avoided disks,
-since a write skips the shards of punished disks while its quorum allows (one punished disk among a volume's
-units is common: a unit moved just before the outage leaves access writing to its old place). The clustermgr
-lease must outlast `ride_out` plus the refill interval.
+stock, the grant nearest its end first, skipping (not dropping) grants whose volume a write just failed in.
+Grants clear of the disks that failed lately come first; one with units on them serves only when no clear one
+can and its other units still make the put quorum (a write skips punished disks' shards then), as the allocator
+treats avoided disks: one punished disk among a volume's units is common (a unit moved just before the outage
+leaves access writing to its old place) and must not stop every PUT. The clustermgr lease must outlast
+`ride_out` plus the refill interval.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from blobstore_server.libs.proto.allocator import BlobSlice, UnusedSpace
@@ -33,7 +34,7 @@ RATE_WINDOWS = (10.0, 60.0)  # seconds: the PUT rate is the higher of these wind
 @dataclass
 class Grant:
     vid: int
-    disks: frozenset[int]  # of the volume's units
+    disks: tuple[int, ...]  # of the volume's units, in unit order
     next_bid: int
     bids_left: int
     bytes_left: int
@@ -118,12 +119,12 @@ class Standby:
             wants += [Want(mode, bids, size, exclude)] * max(0, GRANTS - len(good))
         return wants
 
-    def add(self, mode: int, granted: BlobSlice, size: int, disks: Collection[int], asked_at: float) -> None:
+    def add(self, mode: int, granted: BlobSlice, size: int, disks: Sequence[int], asked_at: float) -> None:
         """Hold a grant the allocator answered to a request sent at `asked_at`. A good one replaces the grants
         that are no longer good (the allocators answer: what they held is not needed); one already too short
         is only added, and no other is asked for during `SHORT_BACKOFF`."""
         bids, share_bytes = self.share(mode, asked_at)
-        grant = Grant(vid=granted.vid, disks=frozenset(disks), next_bid=granted.min_bid, bids_left=granted.count,
+        grant = Grant(vid=granted.vid, disks=tuple(disks), next_bid=granted.min_bid, bids_left=granted.count,
                       bytes_left=size, usable_until=asked_at + granted.usable_for)
         held = self._grants.setdefault(mode, [])
         if not self._good(grant, bids, share_bytes, asked_at):
@@ -135,15 +136,20 @@ class Standby:
         held.append(grant)
 
     def take(self, mode: int, size: int, blobs: int, now: float, excluded_vids: Collection[int],
-             avoided_disks: Collection[int]) -> BlobSlice | None:
+             avoided_disks: Collection[int], writable: Callable[[frozenset[int]], bool]) -> BlobSlice | None:
         """`blobs` consecutive bids and `size` bytes for one object, from the grant nearest its end that can
-        take it, off `avoided_disks` if one can; None when none can."""
+        take it, clear of `avoided_disks` if one can; else from one whose units off them are `writable` (the put
+        quorum holds with those unit indexes alone); None when none can."""
         self._expire(mode, now)
         fits = [g for g in self._grants.get(mode, [])
                 if g.bids_left >= blobs and g.bytes_left >= size and g.vid not in excluded_vids]
-        if not fits:
+        avoided = set(avoided_disks)
+        reachable = {id(g): frozenset(i for i, disk in enumerate(g.disks) if disk not in avoided) for g in fits}
+        usable = ([g for g in fits if len(reachable[id(g)]) == len(g.disks)]
+                  or [g for g in fits if writable(reachable[id(g)])])
+        if not usable:
             return None
-        grant = min([g for g in fits if g.disks.isdisjoint(avoided_disks)] or fits, key=lambda g: g.usable_until)
+        grant = min(usable, key=lambda g: g.usable_until)
         first = grant.next_bid
         grant.next_bid += blobs
         grant.bids_left -= blobs
