@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from blobstore import AsyncClient
 from blobstore_server.admin.cli import app
 from blobstore_server.admin.shards import inspect_shards
-from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.cluster import DiskStatus, VolumeStatus
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import (
     BROKEN_AFTER_KEY,
@@ -418,9 +418,8 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
 def test_a_paused_move_gives_its_volume_to_a_disk_repair(cluster_factory: ClusterFactory) -> None:
     """A manual migration prepared (volume locked, destination reserved), its worker gone and its switch then turned
     off, must not hold the volume when one of its disks breaks: the scheduler gives the paused task back (inited,
-    its destination chunk released) and the repair runs. Before, the repair waited for as long as the switch stayed
-    off. (The volume stays locked with the move's reservation until the move is prepared again, as after any
-    cancel: clustermgr has no command that drops a reservation.)"""
+    its destination chunk and reservation released) and the repair runs. Before, the repair waited for as long as
+    the switch stayed off. Afterwards the volume takes writes again: nothing holds it locked."""
     cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=1, worker=WORKER,
                               scheduler={"task_lease_ttl": 2.0})
     cm_urls = [c.url for c in cluster.clustermgr]
@@ -447,6 +446,7 @@ def test_a_paused_move_gives_its_volume_to_a_disk_repair(cluster_factory: Cluste
             assert "switched off" in record.reason
             current = await cm.get_volume(volume.vid)
             assert current.units[4].disk_id != broken and current.units[2].vuid == volume.units[2].vuid
+            assert current.pending_units == {} and current.status is not VolumeStatus.LOCK, current
             dest = taken.destination
             async with BlobnodeClient() as bn:
                 assert dest.vuid not in {c.vuid for c in await bn.list_chunks(dest.host, dest.disk_id)}

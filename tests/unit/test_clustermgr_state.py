@@ -165,6 +165,30 @@ def test_unit_moves_bump_the_epoch_and_refuse_stale_updates(cm: Driver) -> None:
     assert cm.state.volume(1).status == VolumeStatus.IDLE
 
 
+def test_releasing_a_reserved_unit_drops_the_reservation_and_its_epoch_is_never_reissued(cm: Driver) -> None:
+    add_disks(cm, hosts=8)
+    cm(c.ScopeAlloc(name="vid", count=1))
+    create_volume(cm, 1)
+    cm(c.VolumeLock(vid=1))
+    given_up = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=7))
+    live = cm.state.volume(1).units[0].vuid
+    with pytest.raises(errors.Conflict, match="live"):
+        cm(c.UnitReleaseCmd(vid=1, vuid=live))
+    volume = cm(c.UnitReleaseCmd(vid=1, vuid=given_up.vuid))
+    assert volume.pending_units == {} and cm.state.volume(1).units[0].vuid == live
+    cm(c.VolumeUnlock(vid=1))  # nothing moves any more: the volume can take writes again
+    assert cm.state.volume(1).status == VolumeStatus.IDLE
+    cm(c.VolumeLock(vid=1))
+    again = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=7))
+    assert Vuid(again.vuid).epoch() == Vuid(given_up.vuid).epoch() + 1  # the given-up chunk's writers stay fenced
+    before = cm.state.checksum()
+    assert cm(c.UnitReleaseCmd(vid=1, vuid=given_up.vuid)).pending_units == {0: again}  # an older one: no effect
+    assert cm.state.checksum() == before
+    with pytest.raises(errors.Conflict, match="not the reserved move"):
+        cm(c.UnitUpdateCmd(vid=1, index=0, vuid=given_up.vuid, disk_id=7))
+    assert cm(c.UnitUpdateCmd(vid=1, index=0, vuid=again.vuid, disk_id=7)).dropped_epochs == {}
+
+
 def test_kv_compare_and_set(cm: Driver) -> None:
     cm(c.KvCas(key="leader", expected=None, value="s1"))
     with pytest.raises(errors.Conflict):

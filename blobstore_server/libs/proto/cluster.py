@@ -81,6 +81,8 @@ class VolumeInfo(BaseModel):
     lease_holder: str = ""
     lease_expiry: float = 0.0
     pending_units: dict[int, Unit] = Field(default_factory=dict)  # unit index -> unit being moved in
+    # unit index -> epoch of its latest reservation given up (released unused): never issued again
+    dropped_epochs: dict[int, int] = Field(default_factory=dict)
     # Two units share a host: placed while too few live hosts existed for one unit each.
     under_spread: bool = False
 

@@ -226,7 +226,8 @@ class UnitUpdate(UnitRef):
 
 
 class UnitRelease(VolumeRef):
-    """May the chunk of unit `vuid` be released? Only if it is not the volume's live unit."""
+    """May the chunk of unit `vuid` be released? Only if it is not the volume's live unit; if it is the unit
+    reserved for a move, the reservation goes with it."""
 
     vuid: int = U64
 

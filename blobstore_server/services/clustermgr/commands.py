@@ -412,7 +412,8 @@ def volume_unit_alloc(s: ClusterState, batch: Batch, now: float, cmd: UnitAllocC
         raise Conflict(f"disk {cmd.disk_id} already holds a unit of volume {cmd.vid}")
     current = Vuid(volume.units[cmd.index].vuid)
     pending = volume.pending_units.get(cmd.index)
-    epoch = max(current.epoch(), Vuid(pending.vuid).epoch() if pending else 0) + 1
+    epoch = max(current.epoch(), Vuid(pending.vuid).epoch() if pending else 0,
+                volume.dropped_epochs.get(cmd.index, 0)) + 1
     unit = Unit(vuid=Vuid.make(cmd.vid, cmd.index, epoch), disk_id=cmd.disk_id, host=disk.host)
     volume.pending_units[cmd.index] = unit
     s.put_volume(batch, volume)
@@ -425,14 +426,21 @@ class UnitReleaseCmd(api.UnitRelease, Command[VolumeInfo]):
 
 @command(UnitReleaseCmd)
 def volume_unit_release(s: ClusterState, batch: Batch, now: float, cmd: UnitReleaseCmd) -> VolumeInfo:
-    """Writes nothing: ordered in the log after every unit switch, and fenced like them, it tells a scheduler
-    whether the chunk it means to release is still no volume's live unit."""
+    """Ordered in the log after every unit switch, and fenced like them, it tells a scheduler whether the chunk it
+    means to release is still no volume's live unit. Releasing the unit reserved for a move (a move given up)
+    drops the reservation, so the volume can be unlocked; its epoch is never issued again, so a stale writer to
+    that chunk stays refused."""
     volume = s.volume(cmd.vid)
     index = Vuid(cmd.vuid).index()
     if Vuid(cmd.vuid).vid() != cmd.vid or index >= len(volume.units):
         raise BadRequest(f"vuid {cmd.vuid} names no unit of volume {cmd.vid}")
     if volume.units[index].vuid == cmd.vuid:
         raise Conflict(f"vuid {cmd.vuid} is unit {index} of volume {cmd.vid}, live: its chunk stays")
+    pending = volume.pending_units.get(index)
+    if pending is not None and pending.vuid == cmd.vuid:
+        del volume.pending_units[index]
+        volume.dropped_epochs[index] = Vuid(cmd.vuid).epoch()
+        s.put_volume(batch, volume)
     return volume
 
 
@@ -452,6 +460,7 @@ def volume_unit_update(s: ClusterState, batch: Batch, now: float, cmd: UnitUpdat
                        f" reserved move (current epoch {Vuid(volume.units[cmd.index].vuid).epoch()})")
     volume.units[cmd.index] = pending
     del volume.pending_units[cmd.index]
+    volume.dropped_epochs.pop(cmd.index, None)  # below the live epoch now
     volume.under_spread = shares_a_host(s.disk(u.disk_id).machine for u in volume.units)
     s.put_volume(batch, volume)
     new_disk = s.disk(cmd.disk_id)
