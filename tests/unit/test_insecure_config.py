@@ -1,12 +1,20 @@
 """Which service settings may start: keys, or `insecure: true` said out loud, never neither nor both; and no key the
-config's model does not know."""
+config's model does not know. And what every service's settings set up in its process."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from pytest import MonkeyPatch
 
 from blobstore_server.admin.service_auth import role_auth, with_auth
 from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
 from blobstore_server.libs.rpc.config import ServiceSettings, auth_problem, unknown_keys
 from blobstore_server.libs.rpc.routes import Capability
+from blobstore_server.libs.rpc.server import run_service
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 
 
@@ -41,3 +49,18 @@ def test_unknown_keys_are_found_at_any_depth_with_a_close_known_name() -> None:
                                          "`members.1.raft_adr` (did you mean `raft_addr`?)", "`zzz`"]
     known = {"node_id": 1, "data_dir": "/d", "members": {"1": {"raft_addr": "h:1", "http_addr": "h:2"}}}
     assert unknown_keys(known, ClusterMgrConfig.model_validate(known)) == []
+
+
+def test_a_service_hands_the_gil_on_as_often_as_its_config_says(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    """Python's 5 ms default let a disk or codec thread hold up the event loop that serves users."""
+    config = tmp_path / "worker.json"
+    config.write_text(json.dumps({"gil_switch_ms": 0.25}))  # neither auth nor insecure: it stops before serving
+    monkeypatch.setattr(sys, "argv", ["worker", "-c", str(config)])
+    before = sys.getswitchinterval()
+    try:
+        with pytest.raises(SystemExit, match="refusing to start"):
+            run_service("worker", ServiceSettings, lambda _: pytest.fail("must not build"))
+        assert sys.getswitchinterval() == pytest.approx(0.00025)
+        assert ServiceSettings().gil_switch_ms == 0.5
+    finally:
+        sys.setswitchinterval(before)

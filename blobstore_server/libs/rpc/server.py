@@ -400,6 +400,7 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
         sys.exit(f"{name}: refusing to start: {exc}")
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
     settings = config if isinstance(config, ServiceSettings) else ServiceSettings()
+    sys.setswitchinterval(settings.gil_switch_ms / 1000)
     problem = auth_problem(settings, args.config, name)
     if problem is not None:
         sys.exit(f"{name}: refusing to start: {problem}")
