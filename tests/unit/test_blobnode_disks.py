@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 
@@ -40,6 +41,22 @@ def test_a_stalled_disk_does_not_stall_the_others(tmp_path: Path) -> None:
         asyncio.run(scenario())
     finally:
         release.set()
+        node.close()
+
+
+def test_background_threads_run_nice_levels_below_the_user_threads(tmp_path: Path) -> None:
+    node = make_node(tmp_path, disks=1)
+    try:
+        disk = node.disks[1]
+
+        def nice() -> int:
+            return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+        user = disk.executor.submit(nice).result()
+        assert user == os.getpriority(os.PRIO_PROCESS, 0)
+        assert disk.background_executor.submit(nice).result() == min(19, user + node.config.background_nice)
+        assert node.config.background_nice == 10
+    finally:
         node.close()
 
 

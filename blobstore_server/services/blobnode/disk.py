@@ -48,6 +48,14 @@ class DiskFormatError(Exception):
     """The disk's format file is missing, damaged or belongs to another disk or cluster."""
 
 
+def _lower_priority(steps: int) -> None:
+    """Run the calling thread `steps` nice levels below its process (Linux nice is per thread): a disk's
+    background threads (repair, migration, scrub, compaction I/O and their Python glue) then yield the CPU to
+    the threads serving users, where they compete for it."""
+    thread = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + steps))
+
+
 def delete_wait(marked_at: int, hold: float, now: float) -> float:
     """Seconds until a shard marked deleted at `marked_at` (unix seconds; 0: unknown, an index entry older than the
     field) may be deleted for good, `hold` seconds after its mark; 0 when it may be now. The index keeps the whole
@@ -113,14 +121,15 @@ class Disk:
     """A formatted, loaded disk with its open chunks."""
 
     def __init__(self, path: Path, disk_id: int, *, max_chunks: int, sync: bool, io_threads: int,
-                 background_threads: int = 1) -> None:
+                 background_threads: int = 1, background_nice: int = 0) -> None:
         self.path = path
         self.disk_id = disk_id
         self.max_chunks = max_chunks
         self.sync = sync
         self.on_sync = FSYNC_SECONDS.labels(str(disk_id)).observe
         self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
-        self.background_executor = ThreadPoolExecutor(background_threads, thread_name_prefix=f"disk{disk_id}-bg")
+        self.background_executor = ThreadPoolExecutor(background_threads, thread_name_prefix=f"disk{disk_id}-bg",
+                                                      initializer=_lower_priority, initargs=(background_nice,))
         self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
         self.commits = GroupCommit(self.kv)
         self._lock = threading.Lock()  # guards the chunk tables
@@ -138,7 +147,8 @@ class Disk:
 
     @classmethod
     def load(cls, path: Path, *, cluster_id: int, disk_id: int | None, auto_format: bool,
-             max_chunks: int, sync: bool, io_threads: int, background_threads: int = 1) -> Disk:
+             max_chunks: int, sync: bool, io_threads: int, background_threads: int = 1,
+             background_nice: int = 0) -> Disk:
         path.mkdir(parents=True, exist_ok=True)
         if not (path / ".sys" / "format.json").exists():
             if not auto_format:
@@ -152,7 +162,7 @@ class Disk:
         if disk_id is not None and found.disk_id != disk_id:
             raise DiskFormatError(f"{path} is disk {found.disk_id}, config says {disk_id}")
         return cls(path, found.disk_id, max_chunks=max_chunks, sync=sync, io_threads=io_threads,
-                   background_threads=background_threads)
+                   background_threads=background_threads, background_nice=background_nice)
 
     def _data_path(self, chunk_id: str) -> Path:
         return self.path / "data" / chunk_id

@@ -131,7 +131,8 @@ class Blobnode:
             disk = Disk.load(Path(disk_conf.path), cluster_id=config.cluster_id, disk_id=disk_conf.disk_id,
                              auto_format=disk_conf.auto_format, max_chunks=disk_conf.max_chunks,
                              sync=config.sync, io_threads=config.io_threads_per_disk,
-                             background_threads=config.background_concurrency)
+                             background_threads=config.background_concurrency,
+                             background_nice=config.background_nice)
             if disk.disk_id in self.disks:
                 raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
             self.disks[disk.disk_id] = disk
