@@ -13,7 +13,7 @@ import pytest
 
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import DiskStatus
-from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskView, RetainItem
+from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, DiskView, RetainItem
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -346,3 +346,32 @@ async def _caught_up(c: ClusterClient, url: str) -> bool:
 async def _all_dead(c: ClusterClient) -> list[DiskView] | None:
     disks = await c.list_disks()
     return disks if disks and not any(d.alive for d in disks) else None
+
+
+def test_a_heartbeat_held_for_its_batch_is_answered_once_without_a_leader_search(
+        clustermgr_factory: ClusterMgrFactory) -> None:
+    """Clustermgr holds each disk heartbeat up to `disk_heartbeat_batch` (1 s, the client's attempt timeout) on
+    purpose: the client waits for that, so one beat is one request, and no replica is asked who leads."""
+    cms = clustermgr_factory(**FAST)
+
+    async def requests(c: ClusterClient, route: str) -> float:
+        total = 0.0
+        for cm in cms:
+            text = (await c.http.request("GET", f"{cm.url}/metrics")).decode()
+            total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("blobstore_http_request_duration_seconds_count{")
+                         and f'route="{route}"' in line)
+        return total
+
+    async def scenario(c: ClusterClient) -> None:
+        disk_id = await c.alloc_disk_id()
+        with signing_as("http://h"):
+            await c.add_disk(DiskAdd(disk_id=disk_id, host="http://h", idc="z0", rack="r", path="/x"))
+            before = {route: await requests(c, route) for route in ("/disk/heartbeat", "/raft/leader")}
+            for _ in range(3):
+                await c.disk_heartbeat([DiskBeat(disk_id=disk_id, size=100, free=50, chunks=0)])
+            assert await requests(c, "/disk/heartbeat") == before["/disk/heartbeat"] + 3
+            assert await requests(c, "/raft/leader") == before["/raft/leader"]
+        assert (await c.get_disk(disk_id)).free == 50
+
+    run(_with_cluster(cms, scenario))

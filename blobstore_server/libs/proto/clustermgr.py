@@ -413,6 +413,10 @@ RAFT_MEMBER_REMOVE = Route("POST", "/raft/member/remove", C.ADMIN, RaftStatus, M
 DISK_ALLOC_ID = Route("POST", "/disk/alloc_id", C.DISK_REPORT, DiskId)
 DISK_ADD = Route("POST", "/disk/add", C.DISK_REPORT, DiskInfo, DiskAdd)
 DISK_HEARTBEAT = Route("POST", "/disk/heartbeat", C.DISK_REPORT, DiskIds, DiskHeartbeat)
+# The longest clustermgr holds a disk heartbeat to commit it with others (its `disk_heartbeat_batch`): a client
+# waits this much longer for the answer than for any other, so a beat held on purpose is not taken for a dead
+# replica (that cost every beat a timeout, a search for the leader on every replica and a second beat).
+HEARTBEAT_HOLD_MAX = 2.0
 DISK_SET = Route("POST", "/disk/set", C.DISK_STATUS, DiskInfo, DiskSet)
 DISK_BROKEN = Route("POST", "/disk/broken", C.DISK_REPORT, DiskInfo, DiskRef)
 DISK_GET = Route("GET", "/disk/get", C.OBSERVE, DiskView)

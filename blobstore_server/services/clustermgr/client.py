@@ -128,21 +128,23 @@ class ClusterClient(ServiceClient):
         self.session.fence = fence
 
     async def call(self, route: Route[M], *, params: Params | None = None, body: BaseModel | None = None,
-                   deadline: float | None = None) -> M:
-        """`route` on the leader, found and followed for at most `deadline` (the client's) seconds."""
+                   deadline: float | None = None, held: float = 0.0) -> M:
+        """`route` on the leader, found and followed for at most `deadline` (the client's) seconds; `held`: how
+        long clustermgr may hold this request on purpose, waited for on top of each attempt's timeout."""
         deadline = self.deadline if deadline is None else deadline
         if route.method != "POST" or self.session is None:
-            return await self._call(route, params, body, None, deadline)
+            return await self._call(route, params, body, None, deadline, held)
         with self.session.command() as stamp:
-            return await self._call(route, params, body, stamp, deadline)
+            return await self._call(route, params, body, stamp, deadline, held)
 
     async def _call(self, route: Route[M], params: Params | None, body: BaseModel | None,
-                    stamp: Callable[[], Session] | None, deadline: float) -> M:
+                    stamp: Callable[[], Session] | None, deadline: float, held: float) -> M:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + deadline
         host: str | None = self._leader
         suspect: str | None = None  # the replica that last failed to answer
-        timeout, delay, hops = self.attempt_timeout, 0.02, 0
+        attempt = self.attempt_timeout + held
+        timeout, delay, hops = attempt, 0.02, 0
         last: Exception = Unavailable("no attempt")
         while True:
             left = give_up - loop.time()
@@ -172,7 +174,7 @@ class ClusterClient(ServiceClient):
             hops = 0
             found = await self._who_leads(suspect)
             # The same replica again: it is alive and leads, the request is slow; give it longer.
-            timeout = timeout * 2 if found == host == suspect else self.attempt_timeout
+            timeout = timeout * 2 if found == host == suspect else attempt
             host = found
 
     async def _who_leads(self, suspect: str | None) -> str | None:
@@ -214,7 +216,7 @@ class ClusterClient(ServiceClient):
         return await self.call(api.DISK_ADD, body=disk)
 
     async def disk_heartbeat(self, disks: list[DiskBeat]) -> DiskIds:
-        return await self.call(api.DISK_HEARTBEAT, body=DiskHeartbeat(disks=disks))
+        return await self.call(api.DISK_HEARTBEAT, body=DiskHeartbeat(disks=disks), held=api.HEARTBEAT_HOLD_MAX)
 
     async def set_disk(self, disk_id: int, *, status: DiskStatus | None = None,
                        readonly: bool | None = None) -> DiskInfo:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, model_validator
 
 from blobstore_server.libs.ec import DEFAULT_BACKEND
-from blobstore_server.libs.proto.clustermgr import CodeModeRule
+from blobstore_server.libs.proto.clustermgr import HEARTBEAT_HOLD_MAX, CodeModeRule
 from blobstore_server.libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from blobstore_server.libs.rpc.config import ServiceSettings
 
@@ -41,8 +41,9 @@ class ClusterMgrConfig(ServiceSettings):
     volume_check_interval: float = Field(1.0, gt=0)
     fsync: bool = True
     # Disk heartbeats wait up to this long to be committed together, as one Raft entry (0: each alone). Keep it
-    # well under disk_heartbeat_timeout: a beat is recorded when its batch commits.
-    disk_heartbeat_batch: float = Field(1.0, ge=0)
+    # well under disk_heartbeat_timeout: a beat is recorded when its batch commits. At most HEARTBEAT_HOLD_MAX,
+    # what blobnodes allow for it on top of their attempt timeout.
+    disk_heartbeat_batch: float = Field(1.0, ge=0, le=HEARTBEAT_HOLD_MAX)
     heartbeat_ms: int = Field(50, ge=5)
     election_timeout_ms: tuple[int, int] = (300, 600)
     snapshot_threshold: int = Field(20000, ge=1)  # applied commands between state snapshots
