@@ -30,7 +30,7 @@ from blobstore import Client, NotFound, Unavailable
 from blobstore_server.admin import nemesis
 from blobstore_server.admin.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
 from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.procs import poll
+from blobstore_server.admin.procs import poll, wait_until
 from blobstore_server.libs.proto.cluster import DiskStatus
 from blobstore_server.libs.proto.scheduler import (
     LEADER_KEY,
@@ -292,8 +292,9 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
 def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: ClusterInfo,
                                                                    net: nemesis.Network) -> None:
     """Scenario f. h1 (a clustermgr, an allocator, tinker) and h8 (an access node) cut from the six other hosts
-    for 30 s: PUTs through h7's access node go on; through h8's they fail with a clear 503 (after up to 20 s:
-    two volumes tried, each waiting out the shard timeout) and commit nothing; a clustermgr write on the
+    for 30 s (longer until a PUT begun inside the cut has ended): PUTs through h7's access node go on; through h8's
+    they fail with a clear 503 (after up to 20 s: two volumes tried, each waiting out the shard timeout) and commit
+    nothing; a clustermgr write on the
     minority side is refused; after the heal everything converges."""
     majority = ["h2", "h3", "h4", "h5", "h6", "h7"]
     h1 = _record(cluster, "clustermgr-h1").url
@@ -321,6 +322,8 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
         time.sleep(3.0)
         kv = asyncio.run(minority_write())
         time.sleep(max(0.0, cut + 30.0 - time.monotonic()))
+        # A refusal may take a PUT's 20 s, longer on a loaded box: hold the cut until one begun inside it has ended.
+        wait_until(lambda: any(a.ended < time.monotonic() for a in refused.since(cut)), 40, "a minority PUT ended")
         healed = time.monotonic()
         nemesis.heal_all(net)
         served.wait_for(10, healed)
@@ -329,7 +332,7 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
     assert kv.startswith("unavailable"), kv
     late = served.since(cut + 10.0, healed)
     assert late and success_rate(late) >= 0.99, failures(late)
-    stranded = [a for a in refused.since(cut, healed) if a.ended < healed]  # a refusal may take a PUT's 20 s
+    stranded = [a for a in refused.since(cut, healed) if a.ended < healed]
     assert stranded and not any(a.ok for a in stranded)
     assert all("503" in a.error for a in stranded), failures(stranded)
     assert asyncio.run(minority_value()) is None

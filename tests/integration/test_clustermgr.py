@@ -146,6 +146,12 @@ def test_a_follower_points_to_the_leader(clustermgr_factory: ClusterMgrFactory) 
         await c.kv_set("k", "v")
         leader = (await c.raft_status()).leader
         follower = next(cm for i, cm in enumerate(cms, start=1) if i != leader)
+
+        async def follower_knows_the_leader() -> bool:
+            return (await c.raft_status(follower.url)).leader == leader
+
+        # A commit needs only a majority: the other follower may hear of the leader a heartbeat later.
+        await eventually(follower_knows_the_leader, 5, "the follower learns who leads")
         with pytest.raises(errors.NotLeader) as refused:
             await c.http.request("POST", f"{follower.url}/kv/set", json={"key": "k", "value": "w"})
         assert refused.value.details["leader"] == cms[leader - 1].url
