@@ -70,6 +70,21 @@ def test_log_survives_reopen_with_truncation_and_compaction(tmp_path: Path) -> N
     log.close()
 
 
+def test_the_commit_index_alone_costs_no_synced_write_and_rides_along_with_the_next(tmp_path: Path) -> None:
+    log = RaftLog(tmp_path / "raft")
+    log.load()
+    assert log.write([Output(hard_state=HardState(1, 1), entries=[_e(1, 1), _e(2, 1)], commit=1)]) == 1
+    assert log.write([Output(commit=2), Output(commit=2)]) == 0  # heartbeats: a commit index, nothing durable
+    log.close()
+    log = RaftLog(tmp_path / "raft")
+    assert log.load().commit == 1  # a lower bound, as Raft's volatile commit index may be after a restart
+    assert log.write([Output(commit=2), Output(entries=[_e(3, 1)], commit=3), Output(commit=3)]) == 1
+    log.close()
+    log = RaftLog(tmp_path / "raft")
+    assert log.load().commit == 3
+    log.close()
+
+
 def test_log_refuses_a_second_vote_in_a_term(tmp_path: Path) -> None:
     log = RaftLog(tmp_path / "raft")
     log.load()

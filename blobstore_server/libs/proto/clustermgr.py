@@ -329,6 +329,7 @@ class RaftStatus(BaseModel):
     last_index: int
     snapshot_index: int
     members: dict[str, RaftMember]
+    log_writes: int = 0  # synced writes to this replica's Raft log since it started
 
 
 class ReplicaStatus(RaftStatus):

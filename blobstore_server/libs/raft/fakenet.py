@@ -252,10 +252,11 @@ class FakeNetwork:
         out = node.core.take_output()
         if out.members is not None:
             node.members_at = node.ticks
-        for msg in out.send:
+        waits = out.needs_persist(earlier_unwritten=bool(node.pending))
+        for msg in out.send if waits else [*out.send, *out.send_after_persist]:
             self._send(msg)
         node.reads += out.reads
-        if out.needs_persist():
+        if waits:
             node.pending.append(out)
         for e in out.apply:
             self._apply(node, e)

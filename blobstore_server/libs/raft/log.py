@@ -66,8 +66,9 @@ class RaftLog:
         self.first, self.last = st.offset[0] + 1, st.offset[0] + len(st.entries)
         return st
 
-    def write(self, outputs: list[Output]) -> None:
-        """Persist the durable part of `outputs`, in order, in one synced batch."""
+    def write(self, outputs: list[Output]) -> int:
+        """Persist the durable part of `outputs`, in order, in one synced batch; how many synced writes: 1, or 0
+        when nothing in them is durable."""
         batch = self.kv.batch()
         for out in outputs:
             if out.hard_state:
@@ -94,10 +95,13 @@ class RaftLog:
                 self._delete(batch, self.first, out.compact_to[0])
                 self.first = out.compact_to[0] + 1
                 batch.put(META, b"offset", _MARK.pack(*out.compact_to))
-            if out.commit:
-                batch.put(META, b"commit", _KEY.pack(out.commit))
-        if batch.count:
+        if batch.count:  # the commit index rides along; alone (a heartbeat's) it would cost a sync for nothing
+            commit = max(out.commit for out in outputs)
+            if commit:
+                batch.put(META, b"commit", _KEY.pack(commit))
             self.kv.write(batch)
+            return 1
+        return 0
 
     @staticmethod
     def _delete(batch: Batch, lo: int, hi: int) -> None:

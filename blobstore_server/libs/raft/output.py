@@ -47,9 +47,16 @@ class Output:
     reads_failed: list[int] = field(default_factory=list)
     members: Members | None = None  # set when membership changed, for the transport
 
-    def needs_persist(self) -> bool:
+    def durable(self) -> bool:
+        """Whether step 2 has anything to write (the commit index alone is not worth a synced write)."""
         return bool(self.hard_state or self.log_reset is not None or self.truncate_from is not None
-                    or self.entries or self.compact_to is not None or self.send_after_persist)
+                    or self.entries or self.compact_to is not None)
+
+    def needs_persist(self, earlier_unwritten: bool = True) -> bool:
+        """Whether this output must wait for step 2. With nothing durable of its own and no earlier output still
+        unwritten (`earlier_unwritten` false), its `send_after_persist` may go at once: a follower answers a
+        heartbeat without a synced write."""
+        return self.durable() or (bool(self.send_after_persist) and earlier_unwritten)
 
 
 class Role(StrEnum):

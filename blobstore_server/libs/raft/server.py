@@ -60,6 +60,8 @@ class RaftServer:
         self.core: RaftNode | None = None
         self.applied = 0
         self._pending: list[Output] = []
+        self._writing = False  # a batch taken from _pending is being written
+        self.log_writes = 0  # synced writes to the log, each one fsync
         self._wake_writer = asyncio.Event()
         self._proposals: list[tuple[bytes, asyncio.Future[bytes]]] = []
         self._flush_scheduled = False
@@ -183,6 +185,7 @@ class RaftServer:
         return {
             "id": c.id, "role": c.role.value, "term": c.term, "leader": c.leader, "commit": c.commit,
             "applied": self.applied, "last_index": c.last_index(), "snapshot_index": c.snapshot.index,
+            "log_writes": self.log_writes,
             "members": {str(k): {"addr": m.addr, "voter": m.voter} for k, m in c.members.items()},
         }
 
@@ -254,10 +257,11 @@ class RaftServer:
             self.transport.set_peers({i: m.addr for i, m in out.members.items()})
         if out.restore is not None:
             self._restore(out.restore)
-        if out.needs_persist():
+        waits = out.needs_persist(earlier_unwritten=bool(self._pending) or self._writing)
+        if waits:
             self._pending.append(out)
             self._wake_writer.set()
-        for msg in out.send:
+        for msg in out.send if waits else [*out.send, *out.send_after_persist]:
             self.transport.send(msg)
         for e in out.apply:
             self._apply(e)
@@ -294,14 +298,16 @@ class RaftServer:
             batch, self._pending = self._pending, []
             if not batch:
                 continue
+            self._writing = True
             try:
-                await asyncio.to_thread(self.storage.write, batch)
+                self.log_writes += await asyncio.to_thread(self.storage.write, batch)
             except InvariantViolation as e:
                 self._die(e)
                 raise
             for out in batch:
                 for msg in out.send_after_persist:
                     self.transport.send(msg)
+            self._writing = False
             last = next((out.entries[-1] for out in reversed(batch) if out.entries), None)
             if last is not None:
                 self._guard(lambda e=last: self.node.persisted(e.index, e.term))  # type: ignore[misc]

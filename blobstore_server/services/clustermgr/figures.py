@@ -11,7 +11,7 @@ from prometheus_client.core import Metric
 
 from blobstore_server.libs.proto.cluster import DiskStatus, VolumeStatus
 from blobstore_server.libs.raft.output import Role
-from blobstore_server.libs.rpc.metrics import gauge
+from blobstore_server.libs.rpc.metrics import counter, gauge
 from blobstore_server.services.clustermgr.manager import ClusterManager
 
 
@@ -26,6 +26,8 @@ def cluster_figures(cm: ClusterManager) -> Iterator[Metric]:
     yield gauge("blobstore_raft_commit_index", "Highest log index known committed", raft.commit)
     yield gauge("blobstore_raft_applied_index", "Highest log index applied to the state machine", raft.applied)
     yield gauge("blobstore_raft_last_index", "Last index in this replica's log", raft.last_index)
+    yield counter("blobstore_raft_log_writes", "Synced writes to this replica's Raft log (one fsync each)",
+                  raft.log_writes)
     yield gauge("blobstore_raft_members", "Members (voters and learners) in the configuration", len(raft.members))
     volumes = Tally(v.status for v in cm.state.volumes())
     disks = list(cm.state.disks())
