@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from blobstore_server.libs.ec import CodeMode
-from blobstore_server.libs.proto.cluster import DiskStatus, Unit, VolumeStatus
+from blobstore_server.libs.proto.cluster import DiskStatus, Unit, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
@@ -253,6 +253,30 @@ def test_snapshot_restore_gives_an_equal_checksum(tmp_path: Path, cm: Driver) ->
         assert other.volume(1) == cm.state.volume(1)
     finally:
         other.close()
+
+
+def test_the_volume_and_disk_scans_show_exactly_what_the_store_holds(tmp_path: Path, cm: Driver) -> None:
+    """Scans read disks and volumes held parsed in memory: a write shows once its batch is written (never if
+    it is dropped, as a refused command's is), in key order, and a restore brings back the snapshot's."""
+    add_disks(cm)
+    cm(c.ScopeAlloc(name="vid", count=3))
+    create_volume(cm, 3)
+    cm.state.snapshot(tmp_path / "snap")
+    create_volume(cm, 1)
+    assert [v.vid for v in cm.state.volumes()] == [1, 3]
+    batch = cm.state.kv.batch()
+    cm.state.put_volume(batch, cm.state.volume(1).model_copy(update={"used": 5}))
+    cm.state.put_disk(batch, cm.state.disk(2).model_copy(update={"free": 7}))
+    assert [(v.vid, v.used) for v in cm.state.volumes()] == [(1, 0), (3, 0)]
+    assert [d.free for d in cm.state.disks()][:2] == [100, 100]
+    cm.state.kv.write(batch)
+    assert [(v.vid, v.used) for v in cm.state.volumes()] == [(1, 5), (3, 0)]
+    assert [d.free for d in cm.state.disks()][:2] == [100, 7]
+    stored = [VolumeInfo.model_validate_json(raw) for _, raw in cm.state.kv.items("volume")]
+    assert list(cm.state.volumes()) == stored
+    assert all(a is b for a, b in zip(cm.state.volumes(), cm.state.volumes(), strict=True))  # parsed once, not per scan
+    cm.state.restore(tmp_path / "snap")
+    assert [v.vid for v in cm.state.volumes()] == [3]
 
 
 def session(client: str, seq: int, acked: int | None = None, ttl: float = 600, limit: int = 100) -> LoggedSession:

@@ -29,6 +29,19 @@ def test_batch_is_atomic_across_families(tmp_path: Path) -> None:
         assert (kv.get("a", b"new"), kv.get("b", b"new")) == (b"1", b"2")
 
 
+def test_a_batchs_written_actions_run_after_its_write_and_never_for_a_dropped_batch(tmp_path: Path) -> None:
+    seen: list[bytes | None] = []
+    with KVStore(tmp_path / "db", ["a"]) as kv:
+        dropped, written = kv.batch(), kv.batch()
+        dropped.put("a", b"k", b"0")
+        dropped.on_written(lambda: seen.append(b"dropped"))
+        written.put("a", b"k", b"1")
+        written.on_written(lambda: seen.append(kv.get("a", b"k")))
+        assert seen == []
+        kv.write(written)
+    assert seen == [b"1"]
+
+
 def test_range_and_prefix_iteration_in_key_order(tmp_path: Path) -> None:
     with KVStore(tmp_path / "db", ["a"]) as kv:
         for key in (b"p2", b"p1", b"q1", b"o9"):

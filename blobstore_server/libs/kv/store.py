@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -46,6 +46,12 @@ class Batch:
         self._store = store
         self._batch = WriteBatch(raw_mode=True)
         self.count = 0
+        self._written: list[Callable[[], None]] = []
+
+    def on_written(self, action: Callable[[], None]) -> None:
+        """Run `action` once this batch is written (never, if it is dropped): how an in-memory view of the
+        store follows exactly the writes that happened."""
+        self._written.append(action)
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         self._batch.put(key, value, self._store._handle(cf))
@@ -125,6 +131,8 @@ class KVStore:
         self._db.write(batch._batch, self._write_opts)
         if self._sync:
             self._db.flush_wal(True)
+        for action in batch._written:
+            action()
 
     def items(self, cf: str, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Pairs with start <= key < end, in key order."""

@@ -291,8 +291,12 @@ def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd)
     """Lease up to `count` idle (or lapsed, or with `reclaim` the holder's own) volumes of a mode to `holder`."""
     mode = CodeMode(cmd.code_mode)
     disks = {d.disk_id: d for d in s.disks()} if cmd.heartbeat_timeout is not None else {}
+    avoid = set(cmd.avoid_disks)
     ranked: list[tuple[tuple[int, bool, int], VolumeInfo, VolumeHealth]] = []
+    best = 0  # volumes ranked (0, False): in vid order, so once `count` of them are found no later one can win
     for volume in s.volumes():
+        if best == cmd.count:
+            break
         active = volume.status is VolumeStatus.ACTIVE
         leasable = (volume.status is VolumeStatus.IDLE or (active and volume.lease_expiry < now)
                     or (active and cmd.reclaim and volume.lease_holder == cmd.holder))
@@ -300,11 +304,13 @@ def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd)
             continue
         if cmd.heartbeat_timeout is None:
             ranked.append(((0, False, volume.vid), volume, VolumeHealth()))
+            best += 1
             continue
         health = volume_health(volume, disks, now, cmd.heartbeat_timeout)
-        rank = lease_rank(tactic(mode), volume, health, cmd.avoid_disks)
+        rank = lease_rank(tactic(mode), volume, health, avoid)
         if rank is not None:
             ranked.append(((rank, volume.under_spread, volume.vid), volume, health))
+            best += rank == 0 and not volume.under_spread
     leased = []
     for _, volume, health in sorted(ranked, key=lambda r: r[0])[: cmd.count]:
         volume = volume.model_copy(update={"status": VolumeStatus.ACTIVE, "lease_holder": cmd.holder,

@@ -215,7 +215,7 @@ class ClusterManager:
             if not policy.enable:
                 continue
             missing = policy.min_volumes - writable_count(self.state, policy.mode, time.time(),
-                                                          self.config.disk_heartbeat_timeout)
+                                                          self.config.disk_heartbeat_timeout, policy.min_volumes)
             for _ in range(max(0, missing)):
                 try:
                     await self.volumes.create(policy.mode, time.time())

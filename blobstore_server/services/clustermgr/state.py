@@ -4,6 +4,10 @@
 A refused command changes nothing and yields the same typed error on every replica. Each command's
 writes, its client session's bookkeeping (`sessions.py`) and the applied index go to RocksDB in one
 atomic batch.
+
+Disks and volumes are also held parsed in memory (`Parsed`), for the scans: a volume allocation, a /metrics
+scrape or a listing walks every volume, which would otherwise parse every record's JSON each time (~8 us
+each: 80 ms per scan at 10,000 volumes, inside the apply loop for an allocation).
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ from __future__ import annotations
 import itertools
 import shutil
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
 
 from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.cluster import DiskInfo, ServiceInfo, VolumeInfo
@@ -28,6 +35,35 @@ def _u32(n: int) -> bytes:
     return n.to_bytes(4, "big")
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+class Parsed(Generic[M]):
+    """Every record of one column family keyed by a u32, parsed once and kept in key order.
+
+    A record enters only once the batch that writes it is written (`Batch.on_written`), parsed from the
+    bytes written, so the view equals the store: a refused command's batch, and whatever its code did to
+    the objects it read, never shows. Scans hand out the held objects; they are read-only."""
+
+    def __init__(self, model: type[M], items: Iterable[tuple[bytes, bytes]]) -> None:
+        self._model = model
+        self._records = {int.from_bytes(key, "big"): model.model_validate_json(raw) for key, raw in items}
+
+    def put(self, batch: Batch, cf: str, key: int, record: M) -> None:
+        raw = record.model_dump_json().encode()
+        batch.put(cf, _u32(key), raw)
+        batch.on_written(lambda: self._hold(key, self._model.model_validate_json(raw)))
+
+    def _hold(self, key: int, record: M) -> None:
+        in_order = key in self._records or not self._records or key > next(reversed(self._records))
+        self._records[key] = record
+        if not in_order:
+            self._records = dict(sorted(self._records.items()))
+
+    def __iter__(self) -> Iterator[M]:
+        return iter(list(self._records.values()))
+
+
 class ClusterState:
     """Disks, volumes, scopes, services, config and a generic kv over one RocksDB."""
 
@@ -36,6 +72,11 @@ class ClusterState:
         self._sync = sync
         self.kv = KVStore(path, [*DATA_CFS, META], sync=sync)
         self._checksum_cache: tuple[int, int] | None = None
+        self._load()
+
+    def _load(self) -> None:
+        self._disks = Parsed(DiskInfo, self.kv.items(DISK))
+        self._volumes = Parsed(VolumeInfo, self.kv.items(VOLUME))
 
     def close(self) -> None:
         self.kv.close()
@@ -57,6 +98,7 @@ class ClusterState:
             shutil.copytree(src, self.path)
         self.kv = KVStore(self.path, [*DATA_CFS, META], sync=self._sync)
         self._checksum_cache = None
+        self._load()
 
     def checksum(self) -> int:
         """CRC32 over every data record in key order: equal on replicas at the same applied index."""
@@ -79,8 +121,8 @@ class ClusterState:
         return DiskInfo.model_validate_json(raw)
 
     def disks(self) -> Iterator[DiskInfo]:
-        for _, raw in self.kv.items(DISK):
-            yield DiskInfo.model_validate_json(raw)
+        """Every disk in id order (held parsed: read-only)."""
+        return iter(self._disks)
 
     def volume(self, vid: int) -> VolumeInfo:
         raw = self.kv.get(VOLUME, _u32(vid))
@@ -92,8 +134,8 @@ class ClusterState:
         return self.kv.get(VOLUME, _u32(vid)) is not None
 
     def volumes(self) -> Iterator[VolumeInfo]:
-        for _, raw in self.kv.items(VOLUME):
-            yield VolumeInfo.model_validate_json(raw)
+        """Every volume in vid order (held parsed: read-only)."""
+        return iter(self._volumes)
 
     def scope(self, name: str) -> int:
         raw = self.kv.get(SCOPE, name.encode())
@@ -138,10 +180,10 @@ class ClusterState:
         batch.put(SCOPE, name.encode(), str(last).encode())
 
     def put_disk(self, batch: Batch, disk: DiskInfo) -> None:
-        batch.put(DISK, _u32(disk.disk_id), disk.model_dump_json().encode())
+        self._disks.put(batch, DISK, disk.disk_id, disk)
 
     def put_volume(self, batch: Batch, volume: VolumeInfo) -> None:
-        batch.put(VOLUME, _u32(volume.vid), volume.model_dump_json().encode())
+        self._volumes.put(batch, VOLUME, volume.vid, volume)
 
     def put_service(self, batch: Batch, info: ServiceInfo) -> None:
         batch.put(SERVICE, f"{info.name}/{info.host}".encode(), info.model_dump_json().encode())

@@ -17,7 +17,9 @@ so a chunk on a node that was down is released when it returns: no half-created 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import contextlib
+import itertools
 import logging
 import random
 
@@ -43,10 +45,13 @@ class VolumeIntent(BaseModel):
     units: list[Unit]
 
 
-def writable_count(state: ClusterState, mode: CodeMode, now: float, heartbeat_timeout: float) -> int:
+def writable_count(state: ClusterState, mode: CodeMode, now: float, heartbeat_timeout: float, at_most: int) -> int:
+    """Writable volumes of `mode`, counted up to `at_most`: enough to know how many are missing, without judging
+    every volume of a large cluster every round."""
     disks = {d.disk_id: d for d in state.disks()}
-    return sum(1 for v in state.volumes()
-               if v.code_mode == mode and volume_health(v, disks, now, heartbeat_timeout).writable)
+    writable = (v for v in state.volumes()
+                if v.code_mode == mode and volume_health(v, disks, now, heartbeat_timeout).writable)
+    return sum(1 for _ in itertools.islice(writable, at_most))
 
 
 class VolumeCreator:
