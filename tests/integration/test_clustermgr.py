@@ -18,6 +18,7 @@ from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.scheduler.mirror import VolumeMirror
 from tests.support.processes import BlobnodeFactory, Service, eventually, free_port, signing_as
 
 T = TypeVar("T")
@@ -85,6 +86,23 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
         moved = await c.update_unit(leased.vid, 0, unit.vuid, unit.disk_id)
         assert moved.units[0].vuid == unit.vuid
         await c.unlock_volume(leased.vid)
+
+        # A reader that keeps volumes (the scheduler) asks only for what changed since the revision it saw.
+        mirror = VolumeMirror(c)
+        seen = dict(await mirror.refresh())
+        assert seen.keys() == {v.vid for v in await c.list_volumes()}
+        quiet = await c.volumes_changed_since(mirror.revision)
+        assert quiet.revision >= mirror.revision and seen.keys().isdisjoint(v.vid for v in quiet.volumes)
+        await c.lock_volume(leased.vid)
+        changed = await c.volumes_changed_since(mirror.revision)
+        assert leased.vid in {v.vid for v in changed.volumes} and changed.revision > mirror.revision
+        assert seen.keys() & {v.vid for v in changed.volumes} == {leased.vid}  # the others did not change
+        assert (await mirror.refresh())[leased.vid].status == "lock" and seen[leased.vid].status == "idle"
+        await c.unlock_volume(leased.vid)
+        mirror.revision = 10**9  # a copy that followed another history (a cluster built anew) starts over
+        assert (await mirror.refresh()).keys() >= seen.keys() and mirror.revision < 10**9
+        with pytest.raises(errors.BadRequest, match="filter on your side"):
+            await c.http.request("GET", f"{c.hosts[0]}/volume/list", params={"since": 0, "status": "idle"})
 
         # Refusals change nothing.
         known = await c.get_disk(1)

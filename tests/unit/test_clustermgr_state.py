@@ -275,8 +275,15 @@ def test_the_volume_and_disk_scans_show_exactly_what_the_store_holds(tmp_path: P
     stored = [VolumeInfo.model_validate_json(raw) for _, raw in cm.state.kv.items("volume")]
     assert list(cm.state.volumes()) == stored
     assert all(a is b for a, b in zip(cm.state.volumes(), cm.state.volumes(), strict=True))  # parsed once, not per scan
+    mark = cm.index
+    cm(c.VolumeLock(vid=3))
+    assert [v.vid for v in cm.state.volumes_changed_since(mark)] == [3]  # what a reader at `mark` lacks
+    assert [v.vid for v in cm.state.volumes_changed_since(0)] == [1, 3]
     cm.state.restore(tmp_path / "snap")
     assert [v.vid for v in cm.state.volumes()] == [3]
+    snapshot_index = cm.state.applied_index()
+    assert [v.vid for v in cm.state.volumes_changed_since(snapshot_index - 1)] == [3]  # loaded: as of the snapshot
+    assert list(cm.state.volumes_changed_since(snapshot_index)) == []
 
 
 def session(client: str, seq: int, acked: int | None = None, ttl: float = 600, limit: int = 100) -> LoggedSession:

@@ -174,6 +174,8 @@ class VolumeView(VolumeInfo, VolumeHealth):
 
 class VolumeList(BaseModel):
     volumes: list[VolumeView]
+    # The Raft index the list reflects: a reader that keeps volumes asks with `since` set to it for what changed.
+    revision: int = 0
 
 
 class RetainItem(RequestBody):

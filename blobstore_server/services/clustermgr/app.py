@@ -170,10 +170,16 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return cm.volume_views([(await cm.fresh()).volume(vid)], time.time())[0]
 
     @serves(app, api.VOLUME_LIST)
-    async def volume_list(status: VolumeStatus | None = None, code_mode: int | None = None) -> VolumeList:
-        volumes = (await cm.fresh()).volumes()
+    async def volume_list(status: VolumeStatus | None = None, code_mode: int | None = None,
+                          since: int | None = Query(None, ge=0)) -> VolumeList:
+        if since is not None and (status is not None or code_mode is not None):
+            raise BadRequest("`since` lists every volume changed (a filter would hide one that left it): "
+                             "filter on your side")
+        state = await cm.fresh()
+        volumes = state.volumes() if since is None else state.volumes_changed_since(since)
         return VolumeList(volumes=cm.volume_views([v for v in volumes if (status is None or v.status == status)
-                                                   and (code_mode is None or v.code_mode == code_mode)], time.time()))
+                                                   and (code_mode is None or v.code_mode == code_mode)], time.time()),
+                          revision=state.applied_index())
 
     @serves(app, api.VOLUME_ALLOC)
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:

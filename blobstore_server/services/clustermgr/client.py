@@ -64,6 +64,7 @@ from blobstore_server.libs.proto.clustermgr import (
     UnitUpdate,
     VolumeAlloc,
     VolumeHolder,
+    VolumeList,
     VolumeRef,
     VolumeRetain,
     VolumeView,
@@ -247,6 +248,10 @@ class ClusterClient(ServiceClient):
         if code_mode is not None:
             params["code_mode"] = code_mode
         return (await self.call(api.VOLUME_LIST, params=params)).volumes
+
+    async def volumes_changed_since(self, revision: int) -> VolumeList:
+        """The volumes changed after `revision` (all for 0) and the revision of this answer, to ask with next."""
+        return await self.call(api.VOLUME_LIST, params={"since": revision})
 
     async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1,
                             avoid_disks: Sequence[int] = (), reclaim: bool = False) -> list[VolumeView]:

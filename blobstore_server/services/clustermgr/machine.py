@@ -13,6 +13,7 @@ class ClusterMachine(ClusterState):
 
     def apply(self, index: int, command: bytes) -> bytes:
         """Apply one committed command, once per client session: a retry gets the first answer back."""
+        self.applying = index
         batch = self.kv.batch()
         try:
             logged = commands.decode(command)

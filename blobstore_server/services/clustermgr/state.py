@@ -39,29 +39,37 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Parsed(Generic[M]):
-    """Every record of one column family keyed by a u32, parsed once and kept in key order.
+    """Every record of one column family keyed by a u32, parsed once and kept in key order, with its revision:
+    the Raft index of the command that last wrote it (for records loaded from disk, the index applied then,
+    an upper bound), so a reader can ask for what changed after a revision it saw.
 
     A record enters only once the batch that writes it is written (`Batch.on_written`), parsed from the
     bytes written, so the view equals the store: a refused command's batch, and whatever its code did to
     the objects it read, never shows. Scans hand out the held objects; they are read-only."""
 
-    def __init__(self, model: type[M], items: Iterable[tuple[bytes, bytes]]) -> None:
+    def __init__(self, model: type[M], items: Iterable[tuple[bytes, bytes]], revision: int) -> None:
         self._model = model
         self._records = {int.from_bytes(key, "big"): model.model_validate_json(raw) for key, raw in items}
+        self._revisions = dict.fromkeys(self._records, revision)
 
-    def put(self, batch: Batch, cf: str, key: int, record: M) -> None:
+    def put(self, batch: Batch, cf: str, key: int, record: M, revision: int) -> None:
         raw = record.model_dump_json().encode()
         batch.put(cf, _u32(key), raw)
-        batch.on_written(lambda: self._hold(key, self._model.model_validate_json(raw)))
+        batch.on_written(lambda: self._hold(key, self._model.model_validate_json(raw), revision))
 
-    def _hold(self, key: int, record: M) -> None:
+    def _hold(self, key: int, record: M, revision: int) -> None:
         in_order = key in self._records or not self._records or key > next(reversed(self._records))
         self._records[key] = record
+        self._revisions[key] = revision
         if not in_order:
             self._records = dict(sorted(self._records.items()))
 
     def __iter__(self) -> Iterator[M]:
         return iter(list(self._records.values()))
+
+    def changed_since(self, revision: int) -> Iterator[M]:
+        """The records written after `revision`, in key order (every record for 0)."""
+        return iter([record for key, record in self._records.items() if self._revisions[key] > revision])
 
 
 class ClusterState:
@@ -75,8 +83,9 @@ class ClusterState:
         self._load()
 
     def _load(self) -> None:
-        self._disks = Parsed(DiskInfo, self.kv.items(DISK))
-        self._volumes = Parsed(VolumeInfo, self.kv.items(VOLUME))
+        self.applying = self.applied_index()  # the index of the command being applied (ClusterMachine sets it)
+        self._disks = Parsed(DiskInfo, self.kv.items(DISK), self.applying)
+        self._volumes = Parsed(VolumeInfo, self.kv.items(VOLUME), self.applying)
 
     def close(self) -> None:
         self.kv.close()
@@ -137,6 +146,11 @@ class ClusterState:
         """Every volume in vid order (held parsed: read-only)."""
         return iter(self._volumes)
 
+    def volumes_changed_since(self, revision: int) -> Iterator[VolumeInfo]:
+        """The volumes written by commands applied after index `revision`, in vid order (held parsed: read-only).
+        Volumes are never deleted, so these are all a reader that saw the state at `revision` lacks."""
+        return self._volumes.changed_since(revision)
+
     def scope(self, name: str) -> int:
         raw = self.kv.get(SCOPE, name.encode())
         return int(raw) if raw else 0
@@ -180,10 +194,10 @@ class ClusterState:
         batch.put(SCOPE, name.encode(), str(last).encode())
 
     def put_disk(self, batch: Batch, disk: DiskInfo) -> None:
-        self._disks.put(batch, DISK, disk.disk_id, disk)
+        self._disks.put(batch, DISK, disk.disk_id, disk, self.applying)
 
     def put_volume(self, batch: Batch, volume: VolumeInfo) -> None:
-        self._volumes.put(batch, VOLUME, volume.vid, volume)
+        self._volumes.put(batch, VOLUME, volume.vid, volume, self.applying)
 
     def put_service(self, batch: Batch, info: ServiceInfo) -> None:
         batch.put(SERVICE, f"{info.name}/{info.host}".encode(), info.model_dump_json().encode())

@@ -17,7 +17,6 @@ so a chunk on a node that was down is released when it returns: no half-created 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import contextlib
 import itertools
 import logging

@@ -11,6 +11,7 @@ from blobstore_server.services.scheduler.app import build_app
 from blobstore_server.services.scheduler.config import SchedulerConfig
 from blobstore_server.services.scheduler.inspect import VolumeInspector
 from blobstore_server.services.scheduler.metrics import scheduler_figures
+from blobstore_server.services.scheduler.mirror import VolumeMirror
 from blobstore_server.services.scheduler.scheduler import Scheduler
 
 
@@ -19,9 +20,10 @@ def build(config: SchedulerConfig) -> tuple[ASGIApp, str]:
     cluster = ClusterClient(config.clustermgr_hosts)
     blobnodes = BlobnodeClient()
     mq = MqProxyClient(cluster=cluster)
-    inspector = VolumeInspector(cluster, blobnodes, mq, config.inspect_batch, config.inspect_confirm)
+    volumes = VolumeMirror(cluster)
+    inspector = VolumeInspector(cluster, volumes, blobnodes, mq, config.inspect_batch, config.inspect_confirm)
     elections = ClusterClient(config.clustermgr_hosts)  # unfenced: campaigning and staying registered as standby
-    scheduler = Scheduler(config, cluster, blobnodes, inspector, elections)
+    scheduler = Scheduler(config, cluster, volumes, blobnodes, inspector, elections)
     register_collector(lambda: scheduler_figures(scheduler))
     life.loop(lambda: keep_registered(elections, "scheduler", config.advertised_host, config.idc,
                                       config.register_ttl))

@@ -18,6 +18,7 @@ from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
+from blobstore_server.services.scheduler.mirror import VolumeMirror
 from blobstore_server.services.scheduler.rules import InspectFinding, inspect_volume
 
 log = logging.getLogger(__name__)
@@ -25,9 +26,9 @@ CHECKPOINT_KEY = "volume_inspect/checkpoint"
 
 
 class VolumeInspector:
-    def __init__(self, cluster: ClusterClient, blobnodes: BlobnodeClient, mq: MqProxyClient, batch: int,
-                 confirm_after: float) -> None:
-        self.cluster, self.blobnodes, self.mq = cluster, blobnodes, mq
+    def __init__(self, cluster: ClusterClient, volumes: VolumeMirror, blobnodes: BlobnodeClient, mq: MqProxyClient,
+                 batch: int, confirm_after: float) -> None:
+        self.cluster, self.volumes, self.blobnodes, self.mq = cluster, volumes, blobnodes, mq
         self.batch, self.confirm_after = batch, confirm_after
         self.stats = InspectStats()
 
@@ -38,7 +39,7 @@ class VolumeInspector:
         written is not missing anything."""
         raw = await self.cluster.kv_get(CHECKPOINT_KEY)
         after = int(raw) if raw and raw.isdigit() else 0
-        volumes = sorted((v for v in await self.cluster.list_volumes() if v.vid > after), key=lambda v: v.vid)
+        volumes = sorted((v for v in (await self.volumes.refresh()).values() if v.vid > after), key=lambda v: v.vid)
         batch = volumes[:self.batch]
         first = {}
         for volume in batch:

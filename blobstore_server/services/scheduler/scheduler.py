@@ -44,6 +44,7 @@ from blobstore_server.services.scheduler import rules
 from blobstore_server.services.scheduler.config import SchedulerConfig
 from blobstore_server.services.scheduler.election import Election
 from blobstore_server.services.scheduler.inspect import VolumeInspector
+from blobstore_server.services.scheduler.mirror import VolumeMirror
 from blobstore_server.services.scheduler.rules import EVACUATE, LOCKING, Lease, advance
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,12 @@ UNREADABLE = frozenset({DiskStatus.BROKEN, DiskStatus.REPAIRING, DiskStatus.REPA
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, cluster: ClusterClient, blobnodes: BlobnodeClient,
-                 inspector: VolumeInspector, elections: ClusterClient) -> None:
+    def __init__(self, config: SchedulerConfig, cluster: ClusterClient, volumes: VolumeMirror,
+                 blobnodes: BlobnodeClient, inspector: VolumeInspector, elections: ClusterClient) -> None:
         """`cluster` carries every state change, fenced with the epoch of the lease once won; `elections`
         (unfenced: a takeover must not be refused for the epoch it supersedes) only reads and swaps the record."""
         self.config, self.cluster, self.blobnodes, self.inspector = config, cluster, blobnodes, inspector
+        self.volumes = volumes
         self.elections = elections
         self.me = config.advertised_host
         self.election = Election(self.me, config.election_ttl)
@@ -175,7 +177,7 @@ class Scheduler:
             log.warning("ignoring config: %s", exc)
             broken_after = None
         disks = await self.cluster.list_disks()
-        volumes = {v.vid: v for v in await self.cluster.list_volumes()}
+        volumes = await self.volumes.refresh()
         self.disks = {d.disk_id: d for d in disks}
         mono = time.monotonic()
         lost = {d.disk_id for d in disks
