@@ -41,7 +41,7 @@ from blobstore_server.libs.rpc.errors import Conflict, Internal, RpcError
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
-from blobstore_server.services.scheduler.rules import units_per_disk
+from blobstore_server.services.scheduler.rules import units_by_disk, units_per_disk
 from tests.support.metrics import sample
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
 
@@ -498,7 +498,7 @@ def test_balance_fills_a_new_empty_disk_and_stops(cluster_factory: ClusterFactor
             await until(lambda: _has_disk(cm, 7), 15, "the new disk registered")
 
             async def spread() -> int:
-                counts = units_per_disk(await cm.list_disks(), await cm.list_volumes())
+                counts = units_per_disk(await cm.list_disks(), units_by_disk(await cm.list_volumes()))
                 return max(counts.values()) - min(counts.values())
 
             async def settled() -> bool:

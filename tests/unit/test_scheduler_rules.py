@@ -58,14 +58,16 @@ def test_task_ids_name_the_unit_epoch_so_creating_twice_is_one_task() -> None:
 def test_units_on_a_broken_or_dropping_disk_get_one_task_each() -> None:
     volumes = [volume(1, [1, 2, 3, 4, 5, 6]), volume(2, [7, 1, 8, 9, 10, 11]), volume(3, [2, 3, 4, 5, 6, 7])]
     broken = DiskInfo(disk_id=1, host="http://n1", idc="z0", rack="r", path="/d", status=DiskStatus.BROKEN)
-    fresh = rules.units_to_evacuate(broken, volumes, {}, 3.0)
+    on_disk_1 = rules.units_by_disk(volumes)[1]
+    assert [(v.vid, index) for v, index in on_disk_1] == [(1, 0), (2, 1)]
+    fresh = rules.units_to_evacuate(broken, on_disk_1, {}, 3.0)
     assert [(t.vid, t.unit_index, t.task_type) for t in fresh] == [(1, 0, TaskType.DISK_REPAIR),
                                                                   (2, 1, TaskType.DISK_REPAIR)]
-    assert rules.units_to_evacuate(broken, volumes, {fresh[0].task_id: fresh[0]}, 3.0) == fresh[1:]
+    assert rules.units_to_evacuate(broken, on_disk_1, {fresh[0].task_id: fresh[0]}, 3.0) == fresh[1:]
     dropping = broken.model_copy(update={"status": DiskStatus.DROPPING})
-    assert {t.task_type for t in rules.units_to_evacuate(dropping, volumes, {}, 3.0)} == {TaskType.DISK_DROP}
+    assert {t.task_type for t in rules.units_to_evacuate(dropping, on_disk_1, {}, 3.0)} == {TaskType.DISK_DROP}
     for status in (DiskStatus.NORMAL, DiskStatus.REPAIRED, DiskStatus.DROPPED):
-        assert rules.units_to_evacuate(broken.model_copy(update={"status": status}), volumes, {}, 3.0) == []
+        assert rules.units_to_evacuate(broken.model_copy(update={"status": status}), on_disk_1, {}, 3.0) == []
 
 
 @pytest.mark.parametrize(("status", "silent", "units", "open_tasks", "expected"), [
@@ -239,7 +241,7 @@ def test_balance_moves_the_fullest_disks_biggest_unit_to_the_emptiest_disk_and_s
     pool = disks(7)
     moves = []
     for round_ in range(20):
-        t = rules.plan_balance(pool, volumes, [], float(round_), threshold=2, per_hour=100)
+        t = rules.plan_balance(pool, rules.units_by_disk(volumes), [], float(round_), threshold=2, per_hour=100)
         if t is None:
             break
         moves.append(t)
@@ -248,14 +250,14 @@ def test_balance_moves_the_fullest_disks_biggest_unit_to_the_emptiest_disk_and_s
         units = list(v.units)
         units[t.unit_index] = Unit(vuid=Vuid.make(v.vid, t.unit_index, 2), disk_id=7, host="http://n7")
         volumes[t.vid - 1] = v.model_copy(update={"units": units})
-    counts = rules.units_per_disk(pool, volumes)
+    counts = rules.units_per_disk(pool, rules.units_by_disk(volumes))
     assert max(counts.values()) - min(counts.values()) < 2  # stopped once even
     assert counts[7] == 3 and len(moves) == 3
     assert moves[0].vid == 4  # the volume holding the most data first
 
 
 def test_balance_waits_for_repairs_respects_the_hourly_cap_and_the_threshold() -> None:
-    volumes = [volume(v, [1, 2, 3, 4, 5, 6]) for v in range(1, 5)]
+    volumes = rules.units_by_disk(volume(v, [1, 2, 3, 4, 5, 6]) for v in range(1, 5))
     pool = disks(7)
     assert rules.plan_balance(pool, volumes, [task(vid=9)], 0.0, 2, 100) is None  # an open repair
     recent = [task(vid=9, task_type=TaskType.BALANCE, state=TaskState.FINISHED, ctime=100.0 + i) for i in range(3)]

@@ -3,6 +3,7 @@ and what a disk's status becomes. `scheduler.py` feeds them what it read and car
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -62,18 +63,27 @@ def new_task(task_type: TaskType, volume: VolumeInfo, index: int, now: float) ->
                       mtime=now)
 
 
-def units_to_evacuate(disk: DiskInfo, volumes: Iterable[VolumeInfo], tasks: Mapping[str, TaskRecord],
+Placed = tuple[VolumeInfo, int]  # a volume and the index of one of its units
+
+
+def units_by_disk(volumes: Iterable[VolumeInfo]) -> dict[int, list[Placed]]:
+    """Each disk's units, in volume order. Built once a round, so a question about one disk costs that disk's
+    units, not every unit of every volume (at 20,000 volumes on 96 disks, per-disk scans took 4.6 s a round)."""
+    placed: dict[int, list[Placed]] = defaultdict(list)
+    for volume in volumes:
+        for index, unit in enumerate(volume.units):
+            placed[unit.disk_id].append((volume, index))
+    return placed
+
+
+def units_to_evacuate(disk: DiskInfo, units: Iterable[Placed], tasks: Mapping[str, TaskRecord],
                       now: float) -> list[TaskRecord]:
-    """New tasks for the units still on a disk being repaired or dropped that have none yet."""
+    """New tasks for the units still on a disk (`units`: its units) being repaired or dropped that have none yet."""
     task_type = EVACUATE.get(disk.status)
     if task_type is None:
         return []
-    fresh = []
-    for volume in volumes:
-        for index, unit in enumerate(volume.units):
-            if unit.disk_id == disk.disk_id and task_id(task_type, disk.disk_id, unit.vuid) not in tasks:
-                fresh.append(new_task(task_type, volume, index, now))
-    return fresh
+    return [new_task(task_type, volume, index, now) for volume, index in units
+            if task_id(task_type, disk.disk_id, volume.units[index].vuid) not in tasks]
 
 
 def next_disk_status(disk: DiskInfo, silent_for: float, broken_after: float | None, units_left: int,
@@ -193,34 +203,28 @@ def prunable(task: TaskRecord, now: float, keep_finished: float) -> bool:
     return not task.open and now - task.mtime > keep_finished
 
 
-def units_per_disk(disks: Iterable[DiskInfo], volumes: Iterable[VolumeInfo]) -> dict[int, int]:
-    counts = {d.disk_id: 0 for d in disks}
-    for volume in volumes:
-        for unit in volume.units:
-            if unit.disk_id in counts:
-                counts[unit.disk_id] += 1
-    return counts
+def units_per_disk(disks: Iterable[DiskInfo], placed: Mapping[int, Sequence[Placed]]) -> dict[int, int]:
+    return {d.disk_id: len(placed.get(d.disk_id, ())) for d in disks}
 
 
-def plan_balance(disks: Sequence[DiskInfo], volumes: Sequence[VolumeInfo], tasks: Iterable[TaskRecord], now: float,
-                 threshold: int, per_hour: int) -> TaskRecord | None:
+def plan_balance(disks: Sequence[DiskInfo], placed: Mapping[int, Sequence[Placed]], tasks: Iterable[TaskRecord],
+                 now: float, threshold: int, per_hour: int) -> TaskRecord | None:
     """One unit to move from the fullest disk to the emptiest one it may go to (same AZ, no unit of that
     volume there), or None. Fullness is units per disk. Only when the two differ by `threshold` (>= 2) units,
     so every move narrows the spread and balance stops instead of ping-ponging (CubeFS #3939); never while a
     repair, drop or other balance is open, nor past `per_hour` balance tasks in the last hour. `disks` are the
-    ones that may take chunks (alive, normal, writable). The unit chosen holds the most data (moving empty
-    chunks relieves nothing: CubeFS #3940), idle volumes before leased ones."""
+    ones that may take chunks (alive, normal, writable); `placed`, every disk's units. The unit chosen holds the
+    most data (moving empty chunks relieves nothing: CubeFS #3940), idle volumes before leased ones."""
     tasks = list(tasks)
     if any(t.open and t.task_type in BALANCE_WAITS_FOR for t in tasks):
         return None
     if sum(t.task_type is TaskType.BALANCE and now - t.ctime < 3600 for t in tasks) >= per_hour:
         return None
-    counts = units_per_disk(disks, volumes)
+    counts = units_per_disk(disks, placed)
     by_id = {d.disk_id: d for d in disks}
     busy = {t.vid for t in tasks if t.open}
     for source in sorted(counts, key=lambda d: (-counts[d], d)):
-        candidates = [(volume, index) for volume in volumes if volume.vid not in busy
-                      for index, unit in enumerate(volume.units) if unit.disk_id == source]
+        candidates = [(volume, index) for volume, index in placed.get(source, ()) if volume.vid not in busy]
         for volume, index in sorted(candidates, key=lambda c: (c[0].status is not VolumeStatus.IDLE, -c[0].used)):
             held = {u.disk_id for u in volume.units}
             targets = [d for d in counts if d not in held and by_id[d].idc == by_id[source].idc

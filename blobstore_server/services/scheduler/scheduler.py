@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import Fence
@@ -183,11 +183,12 @@ class Scheduler:
         lost = {d.disk_id for d in disks
                 if d.status in UNREADABLE or self._silent_for(d, mono) > self.config.disk_lost_after}
         self.margins = rules.volume_margins(volumes.values(), lost)
+        placed = rules.units_by_disk(volumes.values())
         async with self._changing():
-            await self._watch_disks(disks, volumes.values(), broken_after)
+            await self._watch_disks(disks, placed, broken_after)
             if self.switches.is_on(TaskType.BALANCE):
                 usable = [d for d in disks if d.alive and d.writable]
-                task = rules.plan_balance(usable, list(volumes.values()), self.tasks.values(), time.time(),
+                task = rules.plan_balance(usable, placed, self.tasks.values(), time.time(),
                                           self.config.balance_threshold, self.config.balance_per_hour)
                 if task is not None:
                     await self._create(task)
@@ -215,16 +216,16 @@ class Scheduler:
             self.silent[disk.disk_id] = seen = (disk.last_heartbeat, now)
         return now - seen[1]
 
-    async def _watch_disks(self, disks: Iterable[DiskInfo], volumes: Iterable[VolumeInfo],
+    async def _watch_disks(self, disks: Iterable[DiskInfo], placed: Mapping[int, Sequence[rules.Placed]],
                            broken_after: float | None) -> None:
-        volumes = list(volumes)
         now, mono = time.time(), time.monotonic()
         for disk in disks:
+            units = placed.get(disk.disk_id, [])
             evacuate = EVACUATE.get(disk.status)
             if evacuate is not None and self.switches.is_on(evacuate):
-                for task in rules.units_to_evacuate(disk, volumes, self.tasks, now):
+                for task in rules.units_to_evacuate(disk, units, self.tasks, now):
                     await self._create(task)
-            units_left = sum(u.disk_id == disk.disk_id for v in volumes for u in v.units)
+            units_left = len(units)
             open_tasks = sum(t.open and t.disk_id == disk.disk_id and t.task_type is evacuate
                              for t in self.tasks.values())
             status = rules.next_disk_status(disk, self._silent_for(disk, mono), broken_after, units_left, open_tasks)
