@@ -64,6 +64,7 @@ bench: setup
 	$(PY) bench/blobnode.py
 	$(PY) bench/raft.py
 	$(PY) bench/clustermgr.py
+	$(PY) bench/scale.py
 	$(PY) bench/access.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/metrics_cost.py

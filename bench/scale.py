@@ -1,11 +1,12 @@
-"""What clustermgr's state machine costs per operation as the cluster grows: `--volumes` volumes on `--disks` disks.
+"""What the control plane costs per decision as the cluster grows: `--volumes` volumes on `--disks` disks.
 
-Runs the state machine in process (no Raft, no HTTP: what every replica does when it applies a command or
-serves a read) on a temp RocksDB and times, in milliseconds: a scan of every volume (the /metrics tally, the
+Runs clustermgr's state machine in process (no Raft, no HTTP: what every replica does when it applies a command
+or serves a read) on a temp RocksDB and times, in milliseconds: a scan of every volume (the /metrics tally, the
 volume floor and the listings start with one), a volume allocation's apply, one blobnode's disk heartbeat apply
-(`--disks-per-node` disks) and the volume floor's count. The baseline measured in the same run is parsing every
-volume record out of RocksDB, what each scan cost while the state held nothing in memory. Writes JSON and prints
-one summary line.
+(`--disks-per-node` disks), the volume floor's count, what a reader that keeps volumes asks for when nothing
+changed (the scheduler's every round), and the scheduler's planning of one round (units by disk, margins,
+balance) over those volumes. The baseline measured in the same run is parsing every volume record out of
+RocksDB, what each scan cost while the state held nothing in memory. Writes JSON and prints one summary line.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.services.clustermgr import commands as c
 from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.volumes import writable_count
+from blobstore_server.services.scheduler import rules
 from tests.support.clustermgr_state import Driver
 
 HEARTBEAT_TIMEOUT = 60.0
@@ -46,6 +48,16 @@ def parse_every_volume(state: ClusterMachine) -> None:
     """What a scan cost before the state held volumes parsed: each record parsed, then dropped."""
     for _, raw in state.kv.items("volume"):
         VolumeInfo.model_validate_json(raw)
+
+
+def plan_round(state: ClusterMachine) -> None:
+    """The scheduler's decisions of one round over every volume and disk (its I/O left out)."""
+    disks, volumes = list(state.disks()), list(state.volumes())
+    placed = rules.units_by_disk(volumes)
+    rules.volume_margins(volumes, {disks[0].disk_id})
+    rules.plan_balance(disks, placed, [], time.time(), 2, 10)
+    for disk in disks:
+        rules.units_to_evacuate(disk, placed.get(disk.disk_id, []), {}, time.time())
 
 
 def host(disk_id: int, per_node: int) -> str:
@@ -74,7 +86,7 @@ def main() -> None:
     parser.add_argument("--disks", type=int, default=1_200)
     parser.add_argument("--disks-per-node", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default="bench/results/clustermgr_scale.json")
+    parser.add_argument("--out", default="bench/results/scale.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-cm-scale-") as tmp:
         state = ClusterMachine(Path(tmp) / "state", sync=False)
@@ -93,6 +105,8 @@ def main() -> None:
                 "disk_heartbeat_ms": best_ms(lambda: cm(c.DiskHeartbeatCmd(disks=beat)), args.rounds),
                 "volume_floor_ms": best_ms(lambda: writable_count(state, CodeMode.EC3P3, cm.now,
                                                                   HEARTBEAT_TIMEOUT, 4), args.rounds),
+                "volumes_changed_ms": best_ms(lambda: list(state.volumes_changed_since(cm.index)), args.rounds),
+                "scheduler_round_ms": best_ms(lambda: plan_round(state), args.rounds),
             }
         finally:
             state.close()
@@ -101,10 +115,11 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"clustermgr state at {args.volumes} volumes, {args.disks} disks: scan {figures['scan_ms']} ms"
+    print(f"control plane at {args.volumes} volumes, {args.disks} disks: scan {figures['scan_ms']} ms"
           f" ({result['scan_ratio']}x of parsing every volume, {figures['parse_every_volume_ms']} ms),"
           f" volume alloc {figures['volume_alloc_ms']} ms, disk heartbeat of {args.disks_per_node} disks"
-          f" {figures['disk_heartbeat_ms']} ms, volume floor {figures['volume_floor_ms']} ms")
+          f" {figures['disk_heartbeat_ms']} ms, volume floor {figures['volume_floor_ms']} ms, no changes"
+          f" {figures['volumes_changed_ms']} ms, scheduler round {figures['scheduler_round_ms']} ms")
 
 
 if __name__ == "__main__":
