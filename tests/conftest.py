@@ -57,9 +57,9 @@ def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
     started: list[Service] = []
 
     def start(name: str = "bn", disks: int = 2, first_disk_id: int = 1, clustermgr: list[Service] | None = None,
-              wait: bool = True, **overrides: object) -> Service:
+              wait: bool = True, under: tuple[str, ...] = (), **overrides: object) -> Service:
         """A blobnode; with `clustermgr` its disks take ids from it, register and heartbeat. Without `wait` it is
-        only spawned: its caller waits (`Service.ready`)."""
+        only spawned: its caller waits (`Service.ready`). `under`: a command that execs it (Service.under)."""
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
         port = free_port()
@@ -75,7 +75,7 @@ def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
             config["clustermgr_hosts"] = [cm.url for cm in clustermgr]
             config["heartbeat_interval"] = 0.5
         service = Service("blobnode", config, workdir, f"http://127.0.0.1:{port}",
-                          insecure=insecure_fixtures(request))
+                          insecure=insecure_fixtures(request), under=under)
         started.append(service)
         return service.start() if wait else service.spawn()
 

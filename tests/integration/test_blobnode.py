@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import resource
 import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from isal.isal_zlib import crc32
 
@@ -305,3 +307,55 @@ def test_http_client_reports_dead_node_as_unavailable() -> None:
                 await http.request("GET", "http://127.0.0.1:1/health")
 
     run(scenario())
+
+
+def _soft_open_files(pid: int) -> int:
+    line = next(x for x in Path(f"/proc/{pid}/limits").read_text().splitlines() if x.startswith("Max open files"))
+    return int(line.split()[3])
+
+
+def _io_errors(url: str) -> str:
+    """The disk's line of the io_errors counter in the blobnode's /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return next(line for line in text.splitlines() if line.startswith("blobstore_blobnode_disk_io_errors_total"))
+
+
+def test_open_file_limits_are_lifted_and_running_out_of_them_is_no_disk_fault(
+        blobnode_factory: BlobnodeFactory) -> None:
+    """Every chunk file stays open. A blobnode lifts its soft open-file limit to the hard one, so 300 chunks under
+    a soft limit of 256 each take a shard (without the lift chunk creation fails with EMFILE near 200). Under a
+    hard limit it cannot lift, running out is a 503 that counts nothing against the disk (without that, three of
+    them had the disk reported broken and every unit on it rebuilt)."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1024:
+        pytest.skip("the hard open-file limit is too low to show the lift")
+    lifted = blobnode_factory("lifted", disks=1, wait=False, under=("prlimit", "--nofile=256:", "--"))
+    capped = blobnode_factory("capped", disks=1, wait=False, under=("prlimit", "--nofile=128:128", "--"))
+    lifted.ready()
+    capped.ready()
+    assert _soft_open_files(lifted.pid) > 256 and _soft_open_files(capped.pid) == 128
+    assert "may need 2048 open files" in capped.log_path.read_text()  # said at start
+
+    async def fill(c: BlobnodeClient, url: str, chunks: int) -> int:
+        for vid in range(1, chunks + 1):
+            vuid = Vuid.make(vid, 0, 1)
+            try:
+                await c.create_chunk(url, 1, vuid, chunk_size=1 << 20)
+                await c.put_shard(url, 1, vuid, 1, payload(vid, 100))
+            except errors.Unavailable as exc:
+                assert "not a disk fault" in str(exc)
+                return vid - 1
+        return chunks
+
+    async def scenario(c: BlobnodeClient) -> None:
+        assert await fill(c, lifted.url, 300) == 300
+        assert await c.get_shard(lifted.url, 1, Vuid.make(300, 0, 1), 1) == payload(300, 100)
+        made = await fill(c, capped.url, 300)
+        assert 0 < made < 128
+        for _ in range(5):
+            with pytest.raises(errors.Unavailable):
+                await c.create_chunk(capped.url, 1, Vuid.make(made + 1, 0, 1), chunk_size=1 << 20)
+        assert await c.get_shard(capped.url, 1, Vuid.make(made, 0, 1), 1) == payload(made, 100)
+
+    run(with_client(scenario))
+    none = 'blobstore_blobnode_disk_io_errors_total{disk_id="1"} 0.0'
+    assert _io_errors(lifted.url) == _io_errors(capped.url) == none

@@ -79,6 +79,7 @@ class Service:
     url: str
     verify: ssl.SSLContext | bool = True  # for an https:// url: what its certificate is checked against
     insecure: bool = False  # start with `insecure: true` rather than the role's keys (unless config says)
+    under: tuple[str, ...] = ()  # a command that execs the service, e.g. prlimit to start it with other limits
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
 
@@ -105,7 +106,7 @@ class Service:
         conf_path.write_text(json.dumps(self.config))
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", self.module, "-c", str(conf_path)],
+            self.proc = subprocess.Popen([*self.under, sys.executable, "-m", self.module, "-c", str(conf_path)],
                                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         return self
 

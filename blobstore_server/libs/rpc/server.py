@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel
 
 from blobstore_server.libs.buffers import uninitialized
+from blobstore_server.libs.openfiles import lift_open_file_limit
 from blobstore_server.libs.rpc import auth, lean_server
 from blobstore_server.libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
 from blobstore_server.libs.rpc.auth import (
@@ -389,7 +390,8 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     load and validate the config, set up logging, build the app and serve it on its address. With `auth` in
     the config, every request the service makes is signed and, unless its API is `public`, every request it
     serves is checked (`authenticated`); the config's `limits` apply to every request (`libs.rpc.limits`).
-    Without `auth` the service exits unless the config says `insecure: true` (then it warns and /health says so)."""
+    Without `auth` the service exits unless the config says `insecure: true` (then it warns and /health says so).
+    The soft open-file limit is lifted to the hard one (`libs.openfiles`)."""
     global _insecure
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
     parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
@@ -413,6 +415,7 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
         auth.install(Signer.from_config(settings.auth))
     if settings.tls is not None:
         trust(settings.tls.ca_file)
+    lift_open_file_limit()
     app, bind_addr = build(config)
     verifier = Verifier(settings.auth) if settings.auth is not None and not public else None
     names = frozenset(n.lower() for n in settings.auth.names) if settings.auth is not None else frozenset()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from blobstore_server.libs.openfiles import lift_open_file_limit
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, run_service
 from blobstore_server.services.blobnode.app import build_app
@@ -15,8 +16,12 @@ from blobstore_server.services.blobnode.scrubber import Scrubber
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
 
+# Open files a blobnode needs besides its chunk files: RocksDB's tables and logs, sockets, its own code.
+OTHER_OPEN_FILES = 1024
+
 
 def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
+    lift_open_file_limit(sum(d.max_chunks for d in config.disks) + OTHER_OPEN_FILES)  # every chunk file stays open
     link = None
     if config.clustermgr_hosts:
         config = asyncio.run(_with_disk_ids(config))

@@ -76,10 +76,15 @@ UNCAPPED = frozenset({IOClass.USER, IOClass.URGENT})
 _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
 
 
+# A process out of file descriptors or memory: nothing wrong with the disk, which must not be reported broken
+# for it (every unit on it would be rebuilt elsewhere).
+_PROCESS_LIMITS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
 @contextmanager
 def _translated(disk_id: int, io_errors: Counter[int]) -> Iterator[None]:
-    """Chunk errors as typed RPC errors; a failed system call other than a full disk counts against the disk
-    in `io_errors` (enough of them and the disk is reported broken)."""
+    """Chunk errors as typed RPC errors; a failed system call other than a full disk or a process limit counts
+    against the disk in `io_errors` (enough of them and the disk is reported broken)."""
     try:
         yield
     except chunkfile.ChunkError as exc:
@@ -90,6 +95,8 @@ def _translated(disk_id: int, io_errors: Counter[int]) -> Iterator[None]:
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise errors.NoSpace(f"disk full: {exc}") from exc
+        if exc.errno in _PROCESS_LIMITS:
+            raise errors.Unavailable(f"blobnode out of a resource, not a disk fault: {exc}") from exc
         io_errors[disk_id] += 1
         raise errors.Internal(f"disk I/O failed: {exc}") from exc
 
