@@ -29,8 +29,7 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
     register_collector(lambda: disk_figures(node))
     mq = None
     if config.clustermgr_hosts:
-        link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval,
-                           config.io_errors_broken)
+        link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval)
         mq = MqProxyClient(cluster=link.cluster)  # any live mqproxy clustermgr knows
     scrubber = Scrubber(node, mq)
     register_collector(lambda: scrub_figures(scrubber))

@@ -31,11 +31,10 @@ async def assign_disk_ids(config: BlobnodeConfig, cluster: ClusterClient) -> Blo
 
 
 class ClusterLink:
-    def __init__(self, node: Blobnode, cluster: ClusterClient, interval: float, io_errors_broken: int) -> None:
+    def __init__(self, node: Blobnode, cluster: ClusterClient, interval: float) -> None:
         self.node = node
         self.cluster = cluster
         self.interval = interval
-        self.io_errors_broken = io_errors_broken
         self.reported: set[int] = set()
         self.life = Lifecycle()
         self.life.loop(self._loop)
@@ -57,11 +56,13 @@ class ClusterLink:
                                        f"not this node's {info.path}") from None
 
     async def report_broken(self) -> None:
-        """Tell clustermgr about every disk that failed too many system calls (once each)."""
-        for disk_id, failures in self.node.io_errors.items():
-            if failures < self.io_errors_broken or disk_id in self.reported:
+        """Tell clustermgr about every disk that failed too many system calls of late (once each)."""
+        faults = self.node.faults
+        for disk_id in faults.failing():
+            if disk_id in self.reported:
                 continue
-            log.error("disk %d failed %d system calls: reporting it broken", disk_id, failures)
+            log.error("disk %d failed %d system calls within %.0f s (%d in all): reporting it broken", disk_id,
+                      faults.threshold, faults.window, faults.totals[disk_id])
             try:
                 await self.cluster.report_broken(disk_id)
             except Conflict as exc:  # not normal any more: broken already, or being dropped

@@ -45,9 +45,11 @@ class BlobnodeConfig(ServiceSettings):
     max_shard_size: int = Field(64 << 20, ge=1)
     clustermgr_hosts: list[str] = Field(default_factory=list)  # empty: run standalone
     heartbeat_interval: float = Field(3.0, gt=0)
-    # A disk whose system calls failed this many times (not counting a full disk) is reported broken to
-    # clustermgr; the scheduler then moves its units elsewhere.
+    # A disk whose system calls failed this many times within io_errors_window seconds (not counting a full disk
+    # or the process out of descriptors) is reported broken to clustermgr; the scheduler then moves its units
+    # elsewhere. Failures spread wider (a bad sector met now and then) do not condemn it (faults.py).
     io_errors_broken: int = Field(3, ge=1)
+    io_errors_window: float = Field(600.0, gt=0)
     # Scrubbing (services/blobnode/scrub.py): every normal shard of a disk is read and its CRCs checked once per
     # `scrub_period` seconds (0: never), at stored bytes / period but at most `scrub_mb_per_sec`, as background
     # I/O of the disk (within its background caps); a shard that fails gets a repair queued through mqproxy.

@@ -30,8 +30,8 @@ def disk_figures(node: Blobnode) -> Iterator[Metric]:
         yield gauge(f"blobstore_blobnode_disk_{name}", doc,
                     [((str(s.disk_id),), v) for s, v in zip(stats, values, strict=True)], ["disk_id"])
     yield counter("blobstore_blobnode_disk_io_errors", "Failed disk system calls counted against the disk "
-                  "(io_errors_broken of them and it is reported broken)",
-                  [((str(s.disk_id),), node.io_errors[s.disk_id]) for s in stats], ["disk_id"])
+                  "(io_errors_broken of them within io_errors_window and it is reported broken)",
+                  [((str(s.disk_id),), node.faults.totals[s.disk_id]) for s in stats], ["disk_id"])
     yield gauge("blobstore_blobnode_background_rate_bytes", "Bytes per second each disk's background I/O may move now "
                 "(it yields to user requests, between background_min_mb_per_sec and background_mb_per_sec)",
                 node.background_rate.rate)

@@ -14,7 +14,6 @@ import errno
 import functools
 import importlib
 import posixpath
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager, contextmanager
@@ -38,6 +37,7 @@ from blobstore_server.libs.proto.blobnode import (
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.blobnode.disk import Disk
+from blobstore_server.services.blobnode.faults import DiskFaults
 from blobstore_server.services.blobnode.iolimit import BURST_SECONDS, AdaptiveRate, BackgroundGate, PaceRule
 from blobstore_server.services.blobnode.metrics import CRC_FAILURES, shard_op
 
@@ -82,9 +82,9 @@ _PROCESS_LIMITS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 @contextmanager
-def _translated(disk_id: int, io_errors: Counter[int]) -> Iterator[None]:
+def _translated(disk_id: int, faults: DiskFaults) -> Iterator[None]:
     """Chunk errors as typed RPC errors; a failed system call other than a full disk or a process limit counts
-    against the disk in `io_errors` (enough of them and the disk is reported broken)."""
+    against the disk in `faults` (enough of them in a while and the disk is reported broken)."""
     try:
         yield
     except chunkfile.ChunkError as exc:
@@ -97,13 +97,13 @@ def _translated(disk_id: int, io_errors: Counter[int]) -> Iterator[None]:
             raise errors.NoSpace(f"disk full: {exc}") from exc
         if exc.errno in _PROCESS_LIMITS:
             raise errors.Unavailable(f"blobnode out of a resource, not a disk fault: {exc}") from exc
-        io_errors[disk_id] += 1
+        faults.record(disk_id)
         raise errors.Internal(f"disk I/O failed: {exc}") from exc
 
 
-def _call_translated(disk_id: int, io_errors: Counter[int], fn: Callable[P, T], *args: P.args,
+def _call_translated(disk_id: int, faults: DiskFaults, fn: Callable[P, T], *args: P.args,
                      **kwargs: P.kwargs) -> T:
-    with _translated(disk_id, io_errors):
+    with _translated(disk_id, faults):
         return fn(*args, **kwargs)
 
 
@@ -144,7 +144,7 @@ class Blobnode:
                 raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
             self.disks[disk.disk_id] = disk
         self.io_pending = dict.fromkeys(self.disks, 0)  # per disk: calls queued or running on its threads
-        self.io_errors: Counter[int] = Counter()  # per disk: failed system calls (not counting a full disk)
+        self.faults = DiskFaults(config.io_errors_broken, config.io_errors_window)
         ceiling = config.background_mb_per_sec * MiB
         self.gates = {disk_id: BackgroundGate(ceiling, config.background_concurrency, burst=ceiling * BURST_SECONDS)
                       for disk_id in self.disks}
@@ -187,7 +187,7 @@ class Blobnode:
         loop = asyncio.get_running_loop()
         self.io_pending[disk_id] += 1
         try:
-            call = functools.partial(_call_translated, disk_id, self.io_errors, fn, *args, **kwargs)
+            call = functools.partial(_call_translated, disk_id, self.faults, fn, *args, **kwargs)
             return await loop.run_in_executor(executor, call)
         finally:
             self.io_pending[disk_id] -= 1
@@ -241,7 +241,7 @@ class Blobnode:
             self.background_rate.user_request()
             if len(data) <= INLINE_BYTES:
                 try:
-                    with _translated(disk_id, self.io_errors):
+                    with _translated(disk_id, self.faults):
                         staged = disk.stage_put(vuid, bid, data, blocking=False, expected_crc=expected_crc)
                 except errors.RpcError:
                     shard_op(disk_id, "put", False).inc()
@@ -272,7 +272,7 @@ class Blobnode:
         self.io_pending[disk.disk_id] += 1
         try:
             disk.commits.submit(staged, report)
-            with _translated(disk.disk_id, self.io_errors):
+            with _translated(disk.disk_id, self.faults):
                 await ended
         except errors.RpcError:
             shard_op(disk.disk_id, "put", False).inc()
@@ -308,7 +308,7 @@ class Blobnode:
         loop = asyncio.get_running_loop()
 
         def next_piece() -> memoryview | None:
-            with _translated(disk_id, self.io_errors):
+            with _translated(disk_id, self.faults):
                 return next(pieces, None)
 
         async def read_pieces() -> AsyncIterator[memoryview]:
@@ -326,7 +326,7 @@ class Blobnode:
                      ) -> tuple[ShardMeta, memoryview] | None:
         """A small read whose pages are all cached, on the event loop; None: it needs a disk thread."""
         try:
-            with _translated(disk.disk_id, self.io_errors):
+            with _translated(disk.disk_id, self.faults):
                 chunk = disk.read_chunk(vuid, blocking=False)
                 if chunk is None:  # a compaction holds the unit
                     return None
