@@ -265,7 +265,7 @@ ROUTES: dict[str, list[tuple[str, str]]] = {
                  ("POST", "/chunk/readonly"), ("POST", "/chunk/compact"), ("GET", "/chunk/list"),
                  ("GET", "/chunk/stat"), ("GET", "/shard/stat"), ("GET", "/shard/list"), ("POST", "/shard/delete"),
                  ("POST", "/shard/discard"), ("POST", "/shard/markdelete"), ("POST", "/shard/put"),
-                 ("GET", "/shard/get"), ("POST", "/inspect/export")],
+                 ("PUT", "/shard/put_batch"), ("GET", "/shard/get"), ("POST", "/inspect/export")],
     "clustermgr": [("POST", "/disk/add"), ("POST", "/disk/heartbeat"), ("POST", "/disk/set"), ("POST", "/disk/broken"),
                    ("GET", "/disk/get"), ("GET", "/volume/get"), ("GET", "/volume/list"), ("POST", "/volume/alloc"),
                    ("POST", "/volume/retain"), ("POST", "/volume/lock"), ("POST", "/volume/unit/alloc"),
@@ -285,7 +285,9 @@ FIELDS = ["vid", "bid", "disk_id", "vuid", "index", "size", "count", "code_mode"
 WRONG = [-1, -(2**70), 2**70, 1.5, "x" * 300, "", None, [], {}, [1, "a"], {"a": {"b": []}}, True, "NaN", "1e999"]
 QUERIES = ["disk_id=-1", "disk_id=abc&vuid=1&bid=1", "vuid=99999999999999999999999999", "count=0&start_bid=-5",
            "disk_id=1&vuid=1&bid=1&offset=-3", "bid=1&bid=2", "%zz=%zz", "disk_id=1&vuid=0&bid=0&size=99999999999",
-           "token=AAAA", "token=" + "A" * 5000, "disk_id=1&vuid=4294967297&bid=1"]
+           "token=AAAA", "token=" + "A" * 5000, "disk_id=1&vuid=4294967297&bid=1",
+           "disk_id=1.1&vuid=1.1&bid=1.2&size=1.1&crc=1.1", "disk_id=1.&vuid=.1&bid=1..2&size=-1.1&crc=1",
+           "bid=" + ".".join(["1"] * 70)]
 RANGES = ["bytes=5-1", "bytes=abc", "bytes=-0", "bytes=999999999-", "bytes=0-0,5-9", "items=0-1", "bytes=--1"]
 
 

@@ -15,11 +15,12 @@ import httpx
 import pytest
 from isal.isal_zlib import crc32
 
-from blobstore_server.libs.proto.blobnode import DiskStat
+from blobstore_server.libs.proto.blobnode import DiskStat, ShardPutBatchResult
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
 from blobstore_server.libs.rpc.client import HttpClient
 from blobstore_server.services.blobnode.client import BlobnodeClient
+from tests.support.metrics import sample
 from tests.support.processes import BlobnodeFactory
 
 T = TypeVar("T")
@@ -159,6 +160,75 @@ def test_duplicate_puts_and_length_mismatch(blobnode_factory: BlobnodeFactory) -
         with pytest.raises(errors.BadRequest, match="vuid"):
             await c.http.request("POST", f"{bn.url}/chunk/create", json={"disk_id": 1})
         assert await c.get_shard(bn.url, 1, VUID, 5) == b"hello"
+
+    run(with_client(scenario))
+
+
+def test_puts_to_one_node_ride_together_each_with_its_own_outcome(blobnode_factory: BlobnodeFactory) -> None:
+    """Concurrent small puts through a coalescing client go in /shard/put_batch requests; each caller gets its
+    shard's CRC or the error it alone met, and a refused shard leaves nothing behind."""
+    bn = blobnode_factory()
+
+    async def scenario(c: BlobnodeClient) -> None:
+        await c.create_chunk(bn.url, 1, VUID)
+        await c.create_chunk(bn.url, 2, VUID)
+        await c.put_shard(bn.url, 1, VUID, 1000, b"taken")
+        calls = [c.put_shard(bn.url, 1 + bid % 2, VUID, bid, payload(bid, 4096)) for bid in range(1, 41)]
+        calls.append(c.put_shard(bn.url, 9, VUID, 41, b"no such disk"))
+        calls.append(c.put_shard(bn.url, 1, VUID, 1000, b"other bytes"))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert results[:40] == [crc32(payload(bid, 4096)) for bid in range(1, 41)]
+        assert isinstance(results[40], errors.DiskNotFound), results[40]
+        assert isinstance(results[41], errors.ShardExists), results[41]
+        for bid in range(1, 41):
+            assert await c.get_shard(bn.url, 1 + bid % 2, VUID, bid) == payload(bid, 4096)
+        assert await c.get_shard(bn.url, 1, VUID, 1000) == b"taken"
+
+    async def coalescing() -> None:
+        async with BlobnodeClient(puts_in_flight=1) as client:
+            await scenario(client)
+
+    run(coalescing())
+    batches = sample(bn.url, "blobstore_http_requests_total", {"route": "/shard/put_batch", "status": "200"})
+    assert batches >= 1
+
+
+def test_a_batch_refuses_bad_input_whole_and_a_bad_shard_alone(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory()
+    url = f"{bn.url}/shard/put_batch"
+
+    def query(bids: list[int], bodies: list[bytes], **other: str) -> dict[str, str | int]:
+        listed = ".".join
+        return {"disk_id": listed("1" for _ in bids), "vuid": listed(str(int(VUID)) for _ in bids),
+                "bid": listed(map(str, bids)), "size": listed(str(len(b)) for b in bodies),
+                "crc": listed(str(crc32(b)) for b in bodies), **other}
+
+    async def scenario(c: BlobnodeClient) -> None:
+        await c.create_chunk(bn.url, 1, VUID)
+        good = [b"first", b"second"]
+        refused = {  # each refused whole, with a reason
+            "lists 1 values for 2": {**query([1, 2], good), "vuid": str(int(VUID))},
+            "user shards only": query([1, 2], good, io_class="background"),
+            "integers": {**query([1, 2], good), "bid": "1.x"},
+            "1 to 64 shards": query(list(range(1, 66)), [b"x"] * 65),
+            "exceeds the limit": {**query([1, 2], good), "size": f"5.{1 << 40}"},
+        }
+        for reason, params in refused.items():
+            body = b"x" * 65 if "64" in reason else b"".join(good)
+            with pytest.raises(errors.RpcError, match=reason) as caught:
+                await c.http.request("PUT", url, params=params, data=body)
+            assert caught.value.status in (400, 413)
+        with pytest.raises(errors.LengthMismatch):
+            await c.http.request("PUT", url, params=query([1, 2], good), data=b"too short")
+        # bytes that do not match their signed CRC: that shard alone is refused
+        answer = await c.http.request("PUT", url, params=query([1, 2], good), data=b"first" + b"SECOND")
+        outcomes = ShardPutBatchResult.model_validate_json(bytes(answer)).shards
+        assert outcomes[0].stored is not None and outcomes[0].stored.crc == crc32(b"first")
+        assert outcomes[1].failure is not None and outcomes[1].failure.status == 400
+        assert "CRC" in outcomes[1].failure.error
+        assert await c.get_shard(bn.url, 1, VUID, 1) == b"first"
+        with pytest.raises(errors.ShardNotFound):
+            await c.shard_stat(bn.url, 1, VUID, 2)
 
     run(with_client(scenario))
 

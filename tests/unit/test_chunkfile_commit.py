@@ -157,7 +157,7 @@ def test_submitted_puts_are_led_by_the_commits_own_thread(tmp_path: Path, kv: Co
         return done
 
     for bid in range(20):
-        commits.submit(staged(chunk, bid), done_for(bid))  # returns at once: the caller never leads
+        commits.submit([(staged(chunk, bid), done_for(bid))])  # returns at once: the caller never leads
     assert all_done.wait(10)
     assert {error for error, _ in ended.values()} == {None}
     assert {name for _, name in ended.values()} == {"group-commit"}
@@ -170,10 +170,10 @@ def test_a_put_submitted_after_close_still_commits(tmp_path: Path, kv: CountingS
     commits = GroupCommit(kv)
     chunk = make_chunk(tmp_path, kv, commits, 1)
     first = threading.Event()
-    commits.submit(staged(chunk, 1), lambda error: first.set())  # starts the committer thread
+    commits.submit([(staged(chunk, 1), lambda error: first.set())])  # starts the committer thread
     assert first.wait(10)
     commits.close()  # the thread ends
     ended: list[BaseException | None] = []
-    commits.submit(staged(chunk, 2), ended.append)  # led inline: a chunk's close would wait for it forever
+    commits.submit([(staged(chunk, 2), ended.append)])  # led inline: a chunk's close would wait for it forever
     assert ended == [None] and chunk.read_shard(2) == b"shard bytes"
     chunk.close()

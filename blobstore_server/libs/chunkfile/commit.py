@@ -11,7 +11,7 @@ shard (the blobnode's profile was a third thread switching before this).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,17 +58,20 @@ class GroupCommit:
 
     def enqueue(self, staged: StagedPut, done: Done) -> bool:
         """Queue `staged`; `done` is called from the leading thread. True: the caller must run `lead`."""
+        return self._enqueue([(staged, done)])
+
+    def _enqueue(self, puts: Sequence[tuple[StagedPut, Done]]) -> bool:
         with self._lock:
-            self._queue.append((staged, done))
+            self._queue.extend(puts)
             if self._leading:
                 return False
             self._leading = True
             return True
 
-    def submit(self, staged: StagedPut, done: Done) -> None:
-        """Queue `staged` without blocking the caller (an event loop): when nobody leads, this commit's own
-        thread does. `done` is called from the leading thread."""
-        if not self.enqueue(staged, done):
+    def submit(self, puts: Sequence[tuple[StagedPut, Done]]) -> None:
+        """Queue `puts` together (they join the same group) without blocking the caller (an event loop): when
+        nobody leads, this commit's own thread does. Each `done` is called from the leading thread."""
+        if not self._enqueue(puts):
             return
         with self._wake:
             if not self._closed:

@@ -107,6 +107,29 @@ class ShardPutResult(BaseModel):
     crc: int
 
 
+MAX_PUT_BATCH = 64  # shards in one `/shard/put_batch` request
+BATCH_SEPARATOR = "."  # between the values of one query parameter of a batch (never escaped in a URL)
+
+
+class ShardFailure(BaseModel):
+    """Why one shard of a batch was not stored: the typed error a single put would have answered."""
+
+    status: int
+    code: str
+    error: str
+
+
+class ShardPutOutcome(BaseModel):
+    """One shard of a batch, in the request's order: `stored` or `failure`."""
+
+    stored: ShardPutResult | None = None
+    failure: ShardFailure | None = None
+
+
+class ShardPutBatchResult(BaseModel):
+    shards: list[ShardPutOutcome]
+
+
 class ShardStatusResult(BaseModel):
     """After mark-delete, unmark or delete: the shard's status ("deleted" once gone for good)."""
 
@@ -231,6 +254,9 @@ CHUNK_COMPACT = Route("POST", "/chunk/compact", C.CHUNK, ChunkInfo, ChunkRef)
 CHUNK_LIST = Route("GET", "/chunk/list", C.READ_SHARD, ChunkList)
 CHUNK_STAT = Route("GET", "/chunk/stat", C.READ_SHARD, ChunkStat)
 SHARD_PUT = Route("PUT", "/shard/put", C.WRITE_SHARD, ShardPutResult, streamed=True)
+# user shards for several units of one node: each query parameter lists one value per shard
+# (BATCH_SEPARATOR), the body is their bytes one after another, every shard's CRC signed in the query
+SHARD_PUT_BATCH = Route("PUT", "/shard/put_batch", C.WRITE_SHARD, ShardPutBatchResult, streamed=True)
 SHARD_GET = Route[BaseModel]("GET", "/shard/get", C.READ_SHARD)  # answers the shard's bytes
 SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
 SHARD_UNMARK_DELETE = Route("POST", "/shard/unmarkdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
@@ -240,5 +266,5 @@ SHARD_STAT = Route("GET", "/shard/stat", C.READ_SHARD, ShardInfo)
 SHARD_LIST = Route("GET", "/shard/list", C.READ_SHARD, ShardList)
 INSPECT_EXPORT = Route("POST", "/inspect/export", C.EXPORT, ExportResult, ExportRequest)
 ROUTES = (STAT, DISK_STAT, CHUNK_CREATE, CHUNK_RELEASE, CHUNK_READONLY, CHUNK_READWRITE, CHUNK_COMPACT, CHUNK_LIST,
-          CHUNK_STAT, SHARD_PUT, SHARD_GET, SHARD_MARK_DELETE, SHARD_UNMARK_DELETE, SHARD_DELETE, SHARD_DISCARD,
-          SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)
+          CHUNK_STAT, SHARD_PUT, SHARD_PUT_BATCH, SHARD_GET, SHARD_MARK_DELETE, SHARD_UNMARK_DELETE, SHARD_DELETE,
+          SHARD_DISCARD, SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)

@@ -6,13 +6,16 @@ connection pool, because an access PUT fans out to N+M of them at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
 
 from blobstore_server.libs.proto import blobnode as api
 from blobstore_server.libs.proto.blobnode import (
+    BATCH_SEPARATOR,
     IO_CLASS_PARAM,
+    MAX_PUT_BATCH,
     ChunkCreate,
     ChunkInfo,
     ChunkRef,
@@ -22,17 +25,40 @@ from blobstore_server.libs.proto.blobnode import (
     ExportResult,
     IOClass,
     NodeStat,
+    ShardFailure,
     ShardInfo,
+    ShardPutOutcome,
     ShardRef,
     ShardStatusResult,
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient
-from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.libs.rpc.coalesce import Coalescer
+from blobstore_server.libs.rpc.errors import Internal, RpcError, error_from_response
 from blobstore_server.libs.rpc.lean import LeanTransport
 from blobstore_server.libs.rpc.routes import Route
 
 Params = dict[str, str | int]
+BATCHED_SHARD_BYTES = 64 << 10  # larger shards go one per request: their bytes, not the request, dominate
+BATCH_BYTES = 1 << 20  # at most this many shard bytes in one batch
+
+
+@dataclass(frozen=True)
+class _ShardPut:
+    disk_id: int
+    vuid: int
+    bid: int
+    data: bytes | bytearray | memoryview
+    crc: int
+    timeout: float | None
+    io_class: IOClass
+
+
+def _put_outcome(outcome: ShardPutOutcome) -> int | BaseException:
+    if outcome.stored is not None:
+        return outcome.stored.crc
+    failure = outcome.failure or ShardFailure(status=500, code="internal", error="the blobnode named no outcome")
+    return error_from_response(failure.status, {"code": failure.code, "error": failure.error})
 
 
 def _with_class(params: Params, io_class: IOClass) -> Params:
@@ -45,9 +71,15 @@ def _with_class(params: Params, io_class: IOClass) -> Params:
 class BlobnodeClient(ServiceClient):
     """Shard puts and whole-shard gets go over the lean transport (`libs.rpc.lean`), the rest over aiohttp."""
 
-    def __init__(self, http: HttpClient | None = None, timeout: float = 30.0, shards: HttpClient | None = None) -> None:
+    def __init__(self, http: HttpClient | None = None, timeout: float = 30.0, shards: HttpClient | None = None,
+                 puts_in_flight: int = 0) -> None:
+        """`puts_in_flight` > 0: small user shard puts to one blobnode beyond that many on their way ride
+        together in `/shard/put_batch` requests (`libs.rpc.coalesce`); 0: every put is its own request."""
         super().__init__(http, timeout)
         self.shards = shards or HttpClient(LeanTransport(timeout=timeout))
+        self._puts = None if puts_in_flight < 1 else Coalescer(
+            self._put_one, self._put_many, size=lambda put: len(put.data), in_flight=puts_in_flight,
+            max_items=MAX_PUT_BATCH, max_bytes=BATCH_BYTES)
 
     async def close(self) -> None:
         await self.shards.close()
@@ -83,12 +115,32 @@ class BlobnodeClient(ServiceClient):
                         data: bytes | bytearray | memoryview, timeout: float | None = None,
                         io_class: IOClass = IOClass.USER) -> int:
         """Store one shard; returns its CRC32 once the blobnode holds it durably."""
+        put = _ShardPut(disk_id, vuid, bid, data, crc32(data), timeout, io_class)
+        if self._puts is not None and io_class is IOClass.USER and len(data) <= BATCHED_SHARD_BYTES:
+            return await self._puts.call(host, put)
+        return await self._put_one(host, put)
+
+    async def _put_one(self, host: str, put: _ShardPut) -> int:
         # the CRC goes in the signed query: the blobnode refuses bytes that do not match it
-        params = _with_class({"disk_id": disk_id, "vuid": vuid, "bid": bid, "size": len(data),
-                              CRC_PARAM: crc32(data)}, io_class)
-        answer = await self.shards.call_route(api.SHARD_PUT, host, params=params, data=data,
-                                        timeout=timeout)
+        params = _with_class({"disk_id": put.disk_id, "vuid": put.vuid, "bid": put.bid, "size": len(put.data),
+                              CRC_PARAM: put.crc}, put.io_class)
+        answer = await self.shards.call_route(api.SHARD_PUT, host, params=params, data=put.data, timeout=put.timeout)
         return answer.crc
+
+    async def _put_many(self, host: str, puts: list[_ShardPut]) -> list[int | BaseException]:
+        def listed(values: Iterable[int]) -> str:
+            return BATCH_SEPARATOR.join([str(int(v)) for v in values])  # int(): a Vuid prints as more than digits
+
+        params: Params = {"disk_id": listed(p.disk_id for p in puts), "vuid": listed(p.vuid for p in puts),
+                          "bid": listed(p.bid for p in puts), "size": listed(len(p.data) for p in puts),
+                          CRC_PARAM: listed(p.crc for p in puts)}
+        timeouts = [p.timeout for p in puts if p.timeout is not None]
+        answer = await self.shards.call_route(api.SHARD_PUT_BATCH, host, params=params,
+                                              data=b"".join(p.data for p in puts),
+                                              timeout=max(timeouts) if timeouts else None)
+        if len(answer.shards) != len(puts):
+            raise Internal(f"{host} answered {len(answer.shards)} outcomes for a batch of {len(puts)} shards")
+        return [_put_outcome(outcome) for outcome in answer.shards]
 
     @staticmethod
     def _get_params(disk_id: int, vuid: int, bid: int, offset: int, size: int | None, io_class: IOClass) -> Params:

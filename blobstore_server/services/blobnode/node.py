@@ -13,10 +13,12 @@ import contextlib
 import errno
 import functools
 import importlib
+import logging
 import posixpath
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 from urllib.parse import urlsplit
@@ -42,6 +44,7 @@ from blobstore_server.services.blobnode.iolimit import BURST_SECONDS, AdaptiveRa
 from blobstore_server.services.blobnode.metrics import CRC_FAILURES, shard_op
 
 P = ParamSpec("P")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
@@ -105,6 +108,29 @@ def _call_translated(disk_id: int, faults: DiskFaults, fn: Callable[P, T], *args
                      **kwargs: P.kwargs) -> T:
     with _translated(disk_id, faults):
         return fn(*args, **kwargs)
+
+
+def _as_rpc_error(disk_id: int, faults: DiskFaults, error: BaseException) -> errors.RpcError:
+    """The typed error `_translated` makes of `error` (which it counts against the disk as it would if raised)."""
+    try:
+        with _translated(disk_id, faults):
+            raise error
+    except errors.RpcError as translated:
+        return translated
+    except Exception as other:
+        log.exception("a shard put failed unexpectedly")
+        return errors.Internal(f"{type(other).__name__}: {other}")
+
+
+@dataclass(frozen=True)
+class ShardWrite:
+    """One shard to store; `expected_crc` (signed by the caller) refuses bytes with another CRC unstored."""
+
+    disk_id: int
+    vuid: int
+    bid: int
+    data: memoryview
+    expected_crc: int | None = None
 
 
 async def _once(data: memoryview) -> AsyncIterator[memoryview]:
@@ -235,52 +261,90 @@ class Blobnode:
     async def put_shard(self, disk_id: int, vuid: int, bid: int, data: memoryview,
                         io_class: IOClass = IOClass.USER, expected_crc: int | None = None) -> ShardMeta:
         """Store a shard; with `expected_crc` (signed by the caller) bytes with another CRC are refused unstored."""
-        disk = self.disk(disk_id)
-        staged = None
-        if io_class is IOClass.USER:
-            self.background_rate.user_request()
-            if len(data) <= INLINE_BYTES:
-                try:
-                    with _translated(disk_id, self.faults):
-                        staged = disk.stage_put(vuid, bid, data, blocking=False, expected_crc=expected_crc)
-                except errors.RpcError:
-                    shard_op(disk_id, "put", False).inc()
-                    raise
-        if isinstance(staged, StagedPut):
-            meta = await self._commit(disk, staged)
-        elif isinstance(staged, ShardMeta):
-            meta = staged
-            shard_op(disk_id, "put", True).inc()
-        else:  # large, background, or it would have to wait: all of it on a disk thread
-            meta = await self._shard_op("put", disk_id, io_class, disk.put_shard, vuid, bid, data, expected_crc)
-        self.charge(disk_id, io_class, len(data))
-        return meta
+        stored = (await self.put_shards([ShardWrite(disk_id, vuid, bid, data, expected_crc)], io_class))[0]
+        if isinstance(stored, errors.RpcError):
+            raise stored
+        return stored
 
-    async def _commit(self, disk: Disk, staged: StagedPut) -> ShardMeta:
-        """Wait for `staged` to be durable: queued on the disk's group commit."""
+    async def put_shards(self, writes: Sequence[ShardWrite], io_class: IOClass = IOClass.USER
+                         ) -> list[ShardMeta | errors.RpcError]:
+        """Store shards, each with its own outcome in `writes`' order. Small user shards are written from the
+        loop and each disk's share joins its group commit together (one sync of the disk for the lot); large,
+        background, or ones that would have to wait go to a disk thread each."""
+        outcomes: list[ShardMeta | errors.RpcError | None] = [None] * len(writes)
+        staged: dict[Disk, list[tuple[int, StagedPut]]] = {}
+        threaded: list[int] = []
+        for i, write in enumerate(writes):
+            try:
+                disk = self.disk(write.disk_id)
+            except errors.RpcError as exc:
+                outcomes[i] = exc
+                continue
+            self.charge(write.disk_id, io_class, len(write.data))
+            if io_class is not IOClass.USER or len(write.data) > INLINE_BYTES:
+                threaded.append(i)
+                continue
+            self.background_rate.user_request()
+            try:
+                with _translated(disk.disk_id, self.faults):
+                    put = disk.stage_put(write.vuid, write.bid, write.data, blocking=False,
+                                         expected_crc=write.expected_crc)
+            except errors.RpcError as exc:
+                shard_op(disk.disk_id, "put", False).inc()
+                outcomes[i] = exc
+                continue
+            if isinstance(put, StagedPut):
+                staged.setdefault(disk, []).append((i, put))
+            elif isinstance(put, ShardMeta):
+                shard_op(disk.disk_id, "put", True).inc()
+                outcomes[i] = put
+            else:  # the unit is locked (a compaction): wait for it on a disk thread
+                threaded.append(i)
+        waits = [self._commit(disk, puts, outcomes) for disk, puts in staged.items()]
+        waits += [self._put_threaded(i, writes[i], io_class, outcomes) for i in threaded]
+        if len(waits) == 1:
+            await waits[0]
+        elif waits:
+            await asyncio.gather(*waits)
+        settled = [outcome for outcome in outcomes if outcome is not None]
+        assert len(settled) == len(writes)  # every path above settles its writes
+        return settled
+
+    async def _put_threaded(self, i: int, write: ShardWrite, io_class: IOClass,
+                            outcomes: list[ShardMeta | errors.RpcError | None]) -> None:
+        disk = self.disk(write.disk_id)
+        try:
+            outcomes[i] = await self._shard_op("put", write.disk_id, io_class, disk.put_shard, write.vuid, write.bid,
+                                               write.data, write.expected_crc)
+        except errors.RpcError as exc:
+            outcomes[i] = exc
+
+    async def _commit(self, disk: Disk, puts: list[tuple[int, StagedPut]],
+                      outcomes: list[ShardMeta | errors.RpcError | None]) -> None:
+        """Wait for `puts` (by their place in `outcomes`) to be durable: queued together on the disk's group
+        commit, one wake-up of the loop for all of them."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
+        left = len(puts)
 
-        def settle(error: BaseException | None) -> None:
-            if not ended.done():
-                ended.set_exception(error) if error is not None else ended.set_result(None)
+        def settle(i: int, staged: StagedPut, error: BaseException | None) -> None:
+            nonlocal left
+            outcomes[i] = staged.meta if error is None else _as_rpc_error(disk.disk_id, self.faults, error)
+            shard_op(disk.disk_id, "put", error is None).inc()
+            left -= 1
+            if left == 0 and not ended.done():
+                ended.set_result(None)
 
-        def report(error: BaseException | None) -> None:  # from the leading disk thread
+        def report(i: int, staged: StagedPut, error: BaseException | None) -> None:  # from the leading disk thread
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits anymore
-                loop.call_soon_threadsafe(settle, error)
+                loop.call_soon_threadsafe(settle, i, staged, error)
 
-        self.io_pending[disk.disk_id] += 1
+        self.io_pending[disk.disk_id] += len(puts)
         try:
-            disk.commits.submit(staged, report)
-            with _translated(disk.disk_id, self.faults):
-                await ended
-        except errors.RpcError:
-            shard_op(disk.disk_id, "put", False).inc()
-            raise
+            disk.commits.submit([(staged, functools.partial(report, i, staged)) for i, staged in puts])
+            await ended
         finally:
-            self.io_pending[disk.disk_id] -= 1
-        shard_op(disk.disk_id, "put", True).inc()
-        return staged.meta
+            self.io_pending[disk.disk_id] -= len(puts)
 
     async def open_shard_read(self, disk_id: int, vuid: int, bid: int, offset: int, size: int | None,
                               io_class: IOClass = IOClass.USER) -> tuple[ShardMeta, int, AsyncIterator[memoryview]]:
