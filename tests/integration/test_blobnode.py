@@ -185,11 +185,42 @@ def test_puts_to_one_node_ride_together_each_with_its_own_outcome(blobnode_facto
         assert await c.get_shard(bn.url, 1, VUID, 1000) == b"taken"
 
     async def coalescing() -> None:
-        async with BlobnodeClient(puts_in_flight=1) as client:
+        async with BlobnodeClient(in_flight=1) as client:
             await scenario(client)
 
     run(coalescing())
     batches = sample(bn.url, "blobstore_http_requests_total", {"route": "/shard/put_batch", "status": "200"})
+    assert batches >= 1
+
+
+def test_reads_from_one_node_ride_together_each_with_its_own_outcome(blobnode_factory: BlobnodeFactory) -> None:
+    """Concurrent small reads through a coalescing client go in /shard/get_batch requests; each caller gets its
+    range's bytes or the error it alone met."""
+    bn = blobnode_factory()
+
+    async def scenario(c: BlobnodeClient) -> None:
+        for disk_id in (1, 2):
+            await c.create_chunk(bn.url, disk_id, VUID)
+        for bid in range(1, 31):
+            await c.put_shard(bn.url, 1 + bid % 2, VUID, bid, payload(bid, 4096))
+        ranges = [(1 + bid % 2, bid, bid * 7, 1000 + bid) for bid in range(1, 31)]
+        calls = [c.get_shard(bn.url, disk_id, VUID, bid, offset, size) for disk_id, bid, offset, size in ranges]
+        calls.append(c.get_shard(bn.url, 1, VUID, 99, 0, 10))  # no such shard
+        calls.append(c.get_shard(bn.url, 1, VUID, 2, 4000, 200))  # past its end
+        calls.append(c.get_shard(bn.url, 9, VUID, 2, 0, 10))  # no such disk
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert [bytes(r) for r in results[:30] if not isinstance(r, BaseException)] == [
+            payload(bid, 4096)[offset:offset + size] for _, bid, offset, size in ranges]
+        assert isinstance(results[30], errors.ShardNotFound), results[30]
+        assert isinstance(results[31], errors.RangeNotSatisfiable), results[31]
+        assert isinstance(results[32], errors.DiskNotFound), results[32]
+
+    async def coalescing() -> None:
+        async with BlobnodeClient(in_flight=1) as client:
+            await scenario(client)
+
+    run(coalescing())
+    batches = sample(bn.url, "blobstore_http_requests_total", {"route": "/shard/get_batch", "status": "200"})
     assert batches >= 1
 
 
@@ -220,6 +251,12 @@ def test_a_batch_refuses_bad_input_whole_and_a_bad_shard_alone(blobnode_factory:
             assert caught.value.status in (400, 413)
         with pytest.raises(errors.LengthMismatch):
             await c.http.request("PUT", url, params=query([1, 2], good), data=b"too short")
+        reads = {"disk_id": "1.1", "vuid": f"{int(VUID)}.{int(VUID)}", "bid": "1.2", "offset": "0.0"}
+        for reason, params in {"at most": {**reads, "size": f"1.{1 << 30}"},
+                               "lists 1 values for 2": {**reads, "size": "1"},
+                               "user shards only": {**reads, "size": "1.1", "io_class": "background"}}.items():
+            with pytest.raises(errors.BadRequest, match=reason):
+                await c.http.request("GET", f"{bn.url}/shard/get_batch", params=params)
         # bytes that do not match their signed CRC: that shard alone is refused
         answer = await c.http.request("PUT", url, params=query([1, 2], good), data=b"first" + b"SECOND")
         outcomes = ShardPutBatchResult.model_validate_json(bytes(answer)).shards

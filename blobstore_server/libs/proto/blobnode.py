@@ -107,7 +107,8 @@ class ShardPutResult(BaseModel):
     crc: int
 
 
-MAX_PUT_BATCH = 64  # shards in one `/shard/put_batch` request
+MAX_BATCH = 64  # shards in one `/shard/put_batch` or `/shard/get_batch` request
+MAX_BATCH_BYTES = 4 << 20  # shard bytes in one `/shard/get_batch` answer
 BATCH_SEPARATOR = "."  # between the values of one query parameter of a batch (never escaped in a URL)
 
 
@@ -128,6 +129,19 @@ class ShardPutOutcome(BaseModel):
 
 class ShardPutBatchResult(BaseModel):
     shards: list[ShardPutOutcome]
+
+
+class ShardReadOutcome(BaseModel):
+    """One range of a batched read, in the request's order: `length` bytes of it follow the head, or `failure`."""
+
+    length: int = 0
+    failure: ShardFailure | None = None
+
+
+class ShardGetBatchHead(BaseModel):
+    """What a batched read's answer begins with, as one line of JSON; each range's bytes follow, in order."""
+
+    shards: list[ShardReadOutcome]
 
 
 class ShardStatusResult(BaseModel):
@@ -258,6 +272,9 @@ SHARD_PUT = Route("PUT", "/shard/put", C.WRITE_SHARD, ShardPutResult, streamed=T
 # (BATCH_SEPARATOR), the body is their bytes one after another, every shard's CRC signed in the query
 SHARD_PUT_BATCH = Route("PUT", "/shard/put_batch", C.WRITE_SHARD, ShardPutBatchResult, streamed=True)
 SHARD_GET = Route[BaseModel]("GET", "/shard/get", C.READ_SHARD)  # answers the shard's bytes
+# ranges of user shards on one node (query parameters as for SHARD_PUT_BATCH, `offset` and `size` each listed):
+# answers a ShardGetBatchHead as a line of JSON, then the bytes of every range read
+SHARD_GET_BATCH = Route[BaseModel]("GET", "/shard/get_batch", C.READ_SHARD)
 SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
 SHARD_UNMARK_DELETE = Route("POST", "/shard/unmarkdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
 SHARD_DELETE = Route("POST", "/shard/delete", C.DELETE_SHARD, ShardStatusResult, ShardRef)
@@ -266,5 +283,5 @@ SHARD_STAT = Route("GET", "/shard/stat", C.READ_SHARD, ShardInfo)
 SHARD_LIST = Route("GET", "/shard/list", C.READ_SHARD, ShardList)
 INSPECT_EXPORT = Route("POST", "/inspect/export", C.EXPORT, ExportResult, ExportRequest)
 ROUTES = (STAT, DISK_STAT, CHUNK_CREATE, CHUNK_RELEASE, CHUNK_READONLY, CHUNK_READWRITE, CHUNK_COMPACT, CHUNK_LIST,
-          CHUNK_STAT, SHARD_PUT, SHARD_PUT_BATCH, SHARD_GET, SHARD_MARK_DELETE, SHARD_UNMARK_DELETE, SHARD_DELETE,
-          SHARD_DISCARD, SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)
+          CHUNK_STAT, SHARD_PUT, SHARD_PUT_BATCH, SHARD_GET, SHARD_GET_BATCH, SHARD_MARK_DELETE, SHARD_UNMARK_DELETE,
+          SHARD_DELETE, SHARD_DISCARD, SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)

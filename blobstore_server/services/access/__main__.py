@@ -74,7 +74,7 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         redis = aioredis.from_url(config.redis_url, socket_timeout=config.redis_timeout,
                                    socket_connect_timeout=config.redis_timeout)
         life.close(redis.aclose)
-    blobnodes = BlobnodeClient(puts_in_flight=config.shard_puts_in_flight)
+    blobnodes = BlobnodeClient(in_flight=config.shard_calls_in_flight)
     life.close(blobnodes.close)
     stores, managers = {}, {}
     for hosts in config.clusters():

@@ -31,9 +31,9 @@ class AccessConfig(ServiceSettings):
     max_object_size: int = Field(5 << 30, ge=1)
     default_code_mode: str = "EC3P3"  # when clustermgr publishes no size policy
     shard_timeout: float = Field(10.0, gt=0)
-    # Small shard puts to a blobnode beyond this many on their way ride together in one request (0: never);
-    # blobnodes must serve /shard/put_batch, so upgrade blobnodes before access nodes.
-    shard_puts_in_flight: int = Field(1, ge=0)
+    # Small shard puts (reads) to a blobnode beyond this many puts (reads) on their way ride together in one
+    # request (0: never); blobnodes must serve /shard/put_batch and /shard/get_batch, so upgrade them first.
+    shard_calls_in_flight: int = Field(1, ge=0)
     put_grace: float = Field(1.0, gt=0)  # seconds the shards beyond the put quorum are waited for once it holds
     hedge_after: float = Field(0.5, gt=0)  # a data shard slower than this triggers a degraded read
     read_ahead: int = Field(2, ge=1, le=16)  # blobs of an object read from blobnodes ahead of the one being sent

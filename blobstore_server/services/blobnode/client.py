@@ -6,7 +6,7 @@ connection pool, because an access PUT fans out to N+M of them at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from isal.isal_zlib import crc32
@@ -15,7 +15,7 @@ from blobstore_server.libs.proto import blobnode as api
 from blobstore_server.libs.proto.blobnode import (
     BATCH_SEPARATOR,
     IO_CLASS_PARAM,
-    MAX_PUT_BATCH,
+    MAX_BATCH,
     ChunkCreate,
     ChunkInfo,
     ChunkRef,
@@ -26,8 +26,8 @@ from blobstore_server.libs.proto.blobnode import (
     IOClass,
     NodeStat,
     ShardFailure,
+    ShardGetBatchHead,
     ShardInfo,
-    ShardPutOutcome,
     ShardRef,
     ShardStatusResult,
 )
@@ -53,11 +53,36 @@ class _ShardPut:
     timeout: float | None
     io_class: IOClass
 
+    @property
+    def size(self) -> int:
+        return len(self.data)
 
-def _put_outcome(outcome: ShardPutOutcome) -> int | BaseException:
-    if outcome.stored is not None:
-        return outcome.stored.crc
-    failure = outcome.failure or ShardFailure(status=500, code="internal", error="the blobnode named no outcome")
+
+@dataclass(frozen=True)
+class _ShardGet:
+    disk_id: int
+    vuid: int
+    bid: int
+    offset: int
+    size: int | None
+    timeout: float | None
+    io_class: IOClass
+
+
+def _listed(calls: Sequence[_ShardPut | _ShardGet], *names: str) -> Params:
+    """A batch's query: for each name (the CRC's is `crc`), every call's value in order."""
+    # int(): a Vuid prints as more than its digits
+    return {name: BATCH_SEPARATOR.join([str(int(getattr(call, name))) for call in calls]) for name in names}
+
+
+def _longest(calls: Sequence[_ShardPut | _ShardGet]) -> float | None:
+    timeouts = [call.timeout for call in calls if call.timeout is not None]
+    return max(timeouts) if timeouts else None
+
+
+def _failed(failure: ShardFailure | None) -> RpcError:
+    """The typed error one shard of a batch met, as a single call would have raised it."""
+    failure = failure or ShardFailure(status=500, code="internal", error="the blobnode named no outcome")
     return error_from_response(failure.status, {"code": failure.code, "error": failure.error})
 
 
@@ -72,14 +97,18 @@ class BlobnodeClient(ServiceClient):
     """Shard puts and whole-shard gets go over the lean transport (`libs.rpc.lean`), the rest over aiohttp."""
 
     def __init__(self, http: HttpClient | None = None, timeout: float = 30.0, shards: HttpClient | None = None,
-                 puts_in_flight: int = 0) -> None:
-        """`puts_in_flight` > 0: small user shard puts to one blobnode beyond that many on their way ride
-        together in `/shard/put_batch` requests (`libs.rpc.coalesce`); 0: every put is its own request."""
+                 in_flight: int = 0) -> None:
+        """`in_flight` > 0: small user shard puts (reads) to one blobnode beyond that many puts (reads) on their
+        way ride together in `/shard/put_batch` (`/shard/get_batch`) requests (`libs.rpc.coalesce`); 0: every
+        put and read is its own request."""
         super().__init__(http, timeout)
         self.shards = shards or HttpClient(LeanTransport(timeout=timeout))
-        self._puts = None if puts_in_flight < 1 else Coalescer(
-            self._put_one, self._put_many, size=lambda put: len(put.data), in_flight=puts_in_flight,
-            max_items=MAX_PUT_BATCH, max_bytes=BATCH_BYTES)
+        self._puts = self._gets = None
+        if in_flight > 0:
+            self._puts = Coalescer(self._put_one, self._put_many, size=lambda put: len(put.data),
+                                   in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES)
+            self._gets = Coalescer(self._get_one, self._get_many, size=lambda get: get.size or 0,
+                                   in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES)
 
     async def close(self) -> None:
         await self.shards.close()
@@ -128,19 +157,13 @@ class BlobnodeClient(ServiceClient):
         return answer.crc
 
     async def _put_many(self, host: str, puts: list[_ShardPut]) -> list[int | BaseException]:
-        def listed(values: Iterable[int]) -> str:
-            return BATCH_SEPARATOR.join([str(int(v)) for v in values])  # int(): a Vuid prints as more than digits
-
-        params: Params = {"disk_id": listed(p.disk_id for p in puts), "vuid": listed(p.vuid for p in puts),
-                          "bid": listed(p.bid for p in puts), "size": listed(len(p.data) for p in puts),
-                          CRC_PARAM: listed(p.crc for p in puts)}
-        timeouts = [p.timeout for p in puts if p.timeout is not None]
+        params = _listed(puts, "disk_id", "vuid", "bid", "size", CRC_PARAM)
         answer = await self.shards.call_route(api.SHARD_PUT_BATCH, host, params=params,
-                                              data=b"".join(p.data for p in puts),
-                                              timeout=max(timeouts) if timeouts else None)
+                                              data=b"".join(p.data for p in puts), timeout=_longest(puts))
         if len(answer.shards) != len(puts):
             raise Internal(f"{host} answered {len(answer.shards)} outcomes for a batch of {len(puts)} shards")
-        return [_put_outcome(outcome) for outcome in answer.shards]
+        return [outcome.stored.crc if outcome.stored is not None else _failed(outcome.failure)
+                for outcome in answer.shards]
 
     @staticmethod
     def _get_params(disk_id: int, vuid: int, bid: int, offset: int, size: int | None, io_class: IOClass) -> Params:
@@ -153,9 +176,36 @@ class BlobnodeClient(ServiceClient):
                         size: int | None = None, timeout: float | None = None,
                         io_class: IOClass = IOClass.USER) -> Payload:
         """Read a shard or a range of it; corrupted bytes come back as `ShardCorrupted`, never data."""
-        params = self._get_params(disk_id, vuid, bid, offset, size, io_class)
+        read = _ShardGet(disk_id, vuid, bid, offset, size, timeout, io_class)
+        if self._gets is not None and io_class is IOClass.USER and size is not None and size <= BATCHED_SHARD_BYTES:
+            return await self._gets.call(host, read)
+        return await self._get_one(host, read)
+
+    async def _get_one(self, host: str, read: _ShardGet) -> Payload:
+        params = self._get_params(read.disk_id, read.vuid, read.bid, read.offset, read.size, read.io_class)
         return await self.shards.request(api.SHARD_GET.method, f"{host}{api.SHARD_GET.path}", params=params,
-                                         timeout=timeout)
+                                         timeout=read.timeout)
+
+    async def _get_many(self, host: str, reads: list[_ShardGet]) -> list[Payload | BaseException]:
+        params = _listed(reads, "disk_id", "vuid", "bid", "offset", "size")
+        answer = memoryview(await self.shards.request(api.SHARD_GET_BATCH.method,
+                                                      f"{host}{api.SHARD_GET_BATCH.path}", params=params,
+                                                      timeout=_longest(reads)))
+        end = bytes(answer[:64 << 10]).find(b"\n")
+        head = ShardGetBatchHead.model_validate_json(bytes(answer[:end])) if end >= 0 else None
+        if head is None or len(head.shards) != len(reads):
+            raise Internal(f"{host} answered a batched read without a head for its {len(reads)} ranges")
+        outcomes: list[Payload | BaseException] = []
+        start = end + 1
+        for outcome in head.shards:
+            if outcome.failure is not None:
+                outcomes.append(_failed(outcome.failure))
+                continue
+            outcomes.append(answer[start:start + outcome.length])
+            start += outcome.length
+        if start != len(answer):
+            raise Internal(f"{host} answered {len(answer) - end - 1} bytes for ranges of {start - end - 1}")
+        return outcomes
 
     def stream_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
                      size: int | None = None, io_class: IOClass = IOClass.USER) -> AsyncIterator[bytes]:

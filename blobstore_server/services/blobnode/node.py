@@ -46,6 +46,7 @@ from blobstore_server.services.blobnode.metrics import CRC_FAILURES, shard_op
 P = ParamSpec("P")
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Piece = TypeVar("Piece", bytes, memoryview)
 
 _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
     chunkfile.ShardNotFound: errors.ShardNotFound,
@@ -133,7 +134,19 @@ class ShardWrite:
     expected_crc: int | None = None
 
 
-async def _once(data: memoryview) -> AsyncIterator[memoryview]:
+@dataclass(frozen=True)
+class ShardRead:
+    """A range of one shard to read."""
+
+    disk_id: int
+    vuid: int
+    bid: int
+    offset: int
+    size: int
+
+
+async def once(data: Piece) -> AsyncIterator[Piece]:
+    """An answer's pieces when it is all here already."""
     yield data
 
 
@@ -357,7 +370,7 @@ class Blobnode:
             self.background_rate.user_request()
             cached = self._read_cached(disk, vuid, bid, offset, size)
             if cached is not None:
-                return cached[0], len(cached[1]), _once(cached[1])
+                return cached[0], len(cached[1]), once(cached[1])
 
         def open_read() -> tuple[ShardMeta, Iterator[memoryview], memoryview | None]:
             chunk = disk.read_chunk(vuid)
@@ -385,6 +398,41 @@ class Blobnode:
                 piece = await loop.run_in_executor(executor, next_piece)
 
         return meta, length, read_pieces()
+
+    async def read_shards(self, reads: Sequence[ShardRead]) -> list[memoryview | errors.RpcError]:
+        """Small user reads, each with its own outcome in `reads`' order: those whose pages are all cached from
+        the loop, the others each on a disk thread, together."""
+        outcomes: list[memoryview | errors.RpcError | None] = [None] * len(reads)
+        uncached: list[int] = []
+        for i, read in enumerate(reads):
+            try:
+                disk = self.disk(read.disk_id)
+                self.background_rate.user_request()
+                cached = self._read_cached(disk, read.vuid, read.bid, read.offset, read.size)
+            except errors.RpcError as exc:
+                outcomes[i] = exc
+                continue
+            if cached is None:
+                uncached.append(i)
+            else:
+                outcomes[i] = cached[1]
+        if uncached:
+            await asyncio.gather(*(self._read_threaded(i, reads[i], outcomes) for i in uncached))
+        settled = [outcome for outcome in outcomes if outcome is not None]
+        assert len(settled) == len(reads)  # every path above settles its reads
+        return settled
+
+    async def _read_threaded(self, i: int, read: ShardRead, outcomes: list[memoryview | errors.RpcError | None]
+                             ) -> None:
+        disk = self.disk(read.disk_id)
+
+        def read_range() -> memoryview:
+            return disk.read_chunk(read.vuid).read_shard(read.bid, read.offset, read.size)
+
+        try:
+            outcomes[i] = await self._shard_op("get", read.disk_id, IOClass.USER, read_range)
+        except errors.RpcError as exc:
+            outcomes[i] = exc
 
     def _read_cached(self, disk: Disk, vuid: int, bid: int, offset: int, size: int | None
                      ) -> tuple[ShardMeta, memoryview] | None:
