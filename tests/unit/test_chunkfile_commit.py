@@ -166,6 +166,28 @@ def test_submitted_puts_are_led_by_the_commits_own_thread(tmp_path: Path, kv: Co
     chunk.close()
 
 
+def test_puts_submitted_together_commit_in_one_group(tmp_path: Path, kv: CountingStore) -> None:
+    """What a blobnode's batched put relies on: one submit is one group (one index write), so it is told once."""
+    commits = GroupCommit(kv)
+    chunks = [make_chunk(tmp_path, kv, commits, unit) for unit in (1, 2)]
+    ended: list[BaseException | None] = []
+    all_done = threading.Event()
+
+    def done(error: BaseException | None) -> None:
+        ended.append(error)
+        if len(ended) == 10:
+            all_done.set()
+
+    writes_before = kv.writes
+    commits.submit([(staged(chunks[bid % 2], bid), done) for bid in range(10)])
+    assert all_done.wait(10)
+    assert ended == [None] * 10
+    assert kv.writes == writes_before + 1
+    commits.close()
+    for chunk in chunks:
+        chunk.close()
+
+
 def test_a_put_submitted_after_close_still_commits(tmp_path: Path, kv: CountingStore) -> None:
     commits = GroupCommit(kv)
     chunk = make_chunk(tmp_path, kv, commits, 1)

@@ -335,22 +335,28 @@ class Blobnode:
     async def _commit(self, disk: Disk, puts: list[tuple[int, StagedPut]],
                       outcomes: list[ShardMeta | errors.RpcError | None]) -> None:
         """Wait for `puts` (by their place in `outcomes`) to be durable: queued together on the disk's group
-        commit, one wake-up of the loop for all of them."""
+        commit, so one group commits them all and the loop is woken once for the lot."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
-        left = len(puts)
+        reported: list[tuple[int, StagedPut, BaseException | None]] = []
 
-        def settle(i: int, staged: StagedPut, error: BaseException | None) -> None:
-            nonlocal left
-            outcomes[i] = staged.meta if error is None else _as_rpc_error(disk.disk_id, self.faults, error)
-            shard_op(disk.disk_id, "put", error is None).inc()
-            left -= 1
-            if left == 0 and not ended.done():
+        def settle() -> None:
+            stored = 0
+            for i, staged, error in reported:
+                outcomes[i] = staged.meta if error is None else _as_rpc_error(disk.disk_id, self.faults, error)
+                stored += error is None
+            if stored:
+                shard_op(disk.disk_id, "put", True).inc(stored)
+            if stored < len(reported):
+                shard_op(disk.disk_id, "put", False).inc(len(reported) - stored)
+            if not ended.done():
                 ended.set_result(None)
 
         def report(i: int, staged: StagedPut, error: BaseException | None) -> None:  # from the leading disk thread
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits anymore
-                loop.call_soon_threadsafe(settle, i, staged, error)
+            reported.append((i, staged, error))
+            if len(reported) == len(puts):
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits anymore
+                    loop.call_soon_threadsafe(settle)
 
         self.io_pending[disk.disk_id] += len(puts)
         try:
