@@ -6,6 +6,7 @@ import asyncio
 import os
 import random
 import resource
+import signal
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -222,6 +223,31 @@ def test_reads_from_one_node_ride_together_each_with_its_own_outcome(blobnode_fa
     run(coalescing())
     batches = sample(bn.url, "blobstore_http_requests_total", {"route": "/shard/get_batch", "status": "200"})
     assert batches >= 1
+
+
+def test_a_call_queued_behind_a_stalled_one_gives_up_within_its_own_timeout(blobnode_factory: BlobnodeFactory) -> None:
+    """A blobnode that stops answering (SIGSTOP, alive like a stuck disk): puts and reads queued behind the one on
+    its way fail within their own timeout, not after that one's timeout plus their batch's."""
+    bn = blobnode_factory()
+
+    async def scenario() -> None:
+        async with BlobnodeClient(in_flight=1) as c:
+            await c.create_chunk(bn.url, 1, VUID)
+            await c.put_shard(bn.url, 1, VUID, 1, b"stored before")
+            os.kill(bn.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                calls = [c.put_shard(bn.url, 1, VUID, bid, b"x", timeout=1.0) for bid in range(2, 5)]
+                calls += [c.get_shard(bn.url, 1, VUID, 1, 0, 5, timeout=1.0) for _ in range(3)]
+                results = await asyncio.gather(*calls, return_exceptions=True)
+                took = time.monotonic() - started
+            finally:
+                os.kill(bn.pid, signal.SIGCONT)
+            assert all(isinstance(r, errors.Unreachable) for r in results), results
+            assert took < 1.8, took
+            assert await c.get_shard(bn.url, 1, VUID, 1) == b"stored before"
+
+    run(scenario())
 
 
 def test_a_batch_refuses_bad_input_whole_and_a_bad_shard_alone(blobnode_factory: BlobnodeFactory) -> None:

@@ -6,8 +6,10 @@ connection pool, because an access PUT fans out to N+M of them at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from isal.isal_zlib import crc32
 
@@ -34,11 +36,12 @@ from blobstore_server.libs.proto.blobnode import (
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient
 from blobstore_server.libs.rpc.coalesce import Coalescer
-from blobstore_server.libs.rpc.errors import Internal, RpcError, error_from_response
+from blobstore_server.libs.rpc.errors import Internal, RpcError, Unreachable, error_from_response
 from blobstore_server.libs.rpc.lean import LeanTransport
 from blobstore_server.libs.rpc.routes import Route
 
 Params = dict[str, str | int]
+T = TypeVar("T")
 BATCHED_SHARD_BYTES = 64 << 10  # larger shards go one per request: their bytes, not the request, dominate
 BATCH_BYTES = 1 << 20  # at most this many shard bytes in one batch
 
@@ -78,6 +81,17 @@ def _listed(calls: Sequence[_ShardPut | _ShardGet], *names: str) -> Params:
 def _longest(calls: Sequence[_ShardPut | _ShardGet]) -> float | None:
     timeouts = [call.timeout for call in calls if call.timeout is not None]
     return max(timeouts) if timeouts else None
+
+
+async def _within(timeout: float | None, host: str, call: Awaitable[T]) -> T:
+    """`call` (a coalesced one, which may wait for a batch) given `timeout` seconds in all, as a plain call is."""
+    if timeout is None:
+        return await call
+    try:
+        async with asyncio.timeout(timeout):
+            return await call
+    except TimeoutError:
+        raise Unreachable(f"{host}: no answer within {timeout} s") from None
 
 
 def _failed(failure: ShardFailure | None) -> RpcError:
@@ -146,7 +160,7 @@ class BlobnodeClient(ServiceClient):
         """Store one shard; returns its CRC32 once the blobnode holds it durably."""
         put = _ShardPut(disk_id, vuid, bid, data, crc32(data), timeout, io_class)
         if self._puts is not None and io_class is IOClass.USER and len(data) <= BATCHED_SHARD_BYTES:
-            return await self._puts.call(host, put)
+            return await _within(put.timeout, host, self._puts.call(host, put))
         return await self._put_one(host, put)
 
     async def _put_one(self, host: str, put: _ShardPut) -> int:
@@ -178,7 +192,7 @@ class BlobnodeClient(ServiceClient):
         """Read a shard or a range of it; corrupted bytes come back as `ShardCorrupted`, never data."""
         read = _ShardGet(disk_id, vuid, bid, offset, size, timeout, io_class)
         if self._gets is not None and io_class is IOClass.USER and size is not None and size <= BATCHED_SHARD_BYTES:
-            return await self._gets.call(host, read)
+            return await _within(read.timeout, host, self._gets.call(host, read))
         return await self._get_one(host, read)
 
     async def _get_one(self, host: str, read: _ShardGet) -> Payload:
