@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from blobstore_server.libs.proto.allocator import AllocResult, BlobSlice
+from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import SESSION_HEADER, LeaderView, MaybeValue, ScopeRange, VolumeView
 from blobstore_server.libs.rpc import errors
 from blobstore_server.libs.rpc.client import HttpClient, Request
@@ -288,5 +289,44 @@ def test_the_volume_cache_serves_an_expired_entry_only_while_clustermgr_is_unrea
             await cache.get(5)
         down = False
         assert (await cache.get(5)).vid == 5
+
+    asyncio.run(scenario())
+
+
+def test_a_moved_unit_while_clustermgr_is_away_fails_alone_and_the_volume_serves_on() -> None:
+    """A blobnode says unit 0 moved while clustermgr does not answer: that call fails as the blobnode said, soon,
+    and the volume's other units are still served from the entry held (a degraded read needs them); once
+    clustermgr answers, the call is retried on the unit where it now is."""
+    units = [Unit(vuid=10 + i, disk_id=1 + i, host=f"http://bn{i}") for i in range(2)]
+    moved_to = Unit(vuid=20, disk_id=9, host="http://bn9")
+    volume = VolumeView(vid=5, code_mode=11, backend="isal", units=units, capacity=100)
+    down = False
+
+    async def handler(request: Request) -> FakeReply:
+        if down:
+            raise errors.Unreachable("connection refused")
+        return FakeReply.of(volume)
+
+    async def call(unit: Unit) -> str:
+        if unit.disk_id == 1:
+            raise errors.StaleEpoch(f"unit {unit.vuid} moved")
+        return unit.host
+
+    async def scenario() -> None:
+        nonlocal down, volume
+        http, transport = fake(handler)
+        cache = VolumeCache(ClusterClient(HOSTS, http=http, deadline=5.0), ttl=60)
+        assert await cache.on_unit(5, 1, call) == "http://bn1"
+        down = True
+        started = time.monotonic()
+        with pytest.raises(errors.StaleEpoch):
+            await cache.on_unit(5, 0, call)
+        assert time.monotonic() - started < 3.0  # not clustermgr's whole deadline
+        asked = len(transport.requests)
+        assert await cache.on_unit(5, 1, call) == "http://bn1"
+        assert len(transport.requests) == asked  # served from the entry held
+        down = False
+        volume = volume.model_copy(update={"units": [moved_to, units[1]]})
+        assert await cache.on_unit(5, 0, call) == "http://bn9"
 
     asyncio.run(scenario())

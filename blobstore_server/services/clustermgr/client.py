@@ -383,10 +383,12 @@ async def keep_registered(cluster: ClusterClient, name: str, host: str, idc: str
 class VolumeCache:
     """Volume info: in-process cache, then Redis (optional), then clustermgr.
 
-    Entries expire after a TTL, and `invalidate` drops one at once: a blobnode answering that a unit
-    moved (stale epoch, no such chunk, or no such disk on that host) means the cached units are wrong and
-    must be fetched again, never served. `on_unit` and `on_units` do that refetch for their callers, from
-    clustermgr: Redis is only a cache, and the entry it gave is dropped there too, then replaced.
+    Entries expire after a TTL, and `invalidate` drops one at once. A blobnode answering that a unit moved
+    (stale epoch, no such chunk, or no such disk on that host) means the cached volume is out of date: `on_unit`
+    and `on_units` fetch it again from clustermgr (Redis is only a cache) and retry. While clustermgr does not
+    answer, the call on the moved unit fails as its blobnode said, and the entry serves the volume's other units
+    on: dropping it made every read and write of the volume wait out clustermgr's deadline and fail (a degraded
+    read could not reach the parity its fallback needs). Serving it is safe for the reason `get` gives.
     """
 
     def __init__(self, cluster: ClusterClient, ttl: float, redis: Any = None, cluster_id: int = 0) -> None:
@@ -439,24 +441,29 @@ class VolumeCache:
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.redis.delete(self._key(vid))
 
+    async def _refetch(self, vid: int, moved: Exception) -> VolumeInfo:
+        """The volume from clustermgr after a blobnode said one of its units moved (`moved`, raised again when
+        clustermgr does not answer: the entry held stays for the other units)."""
+        held = self._local.get(vid)
+        try:
+            volume = await self.cluster.get_volume(vid, deadline=None if held is None else STALE_ASK)
+        except Unavailable:
+            raise moved from None
+        await self._to_redis(volume)
+        self._local[vid] = (time.monotonic() + self.ttl, volume)
+        return volume
+
     async def on_unit(self, vid: int, index: int, call: Callable[[Unit], Awaitable[T]]) -> T:
         """`call` on unit `index` of the volume; once more with the volume refetched if the unit moved."""
         try:
             return await call((await self.get(vid)).units[index])
-        except MOVED_ERRORS:
-            await self.invalidate(vid)
-            return await call((await self.get(vid)).units[index])
+        except MOVED_ERRORS as moved:
+            return await call((await self._refetch(vid, moved)).units[index])
 
     async def on_units(self, vid: int, call: Callable[[Unit], Awaitable[object]]) -> None:
         """`call` on every unit of the volume at once; all of them again, with the volume refetched, if
         any unit moved. The other errors of the first failing call propagate."""
-        for fresh in (False, True):
-            if fresh:
-                await self.invalidate(vid)
-            units = (await self.get(vid)).units
-            try:
-                await asyncio.gather(*(call(u) for u in units))
-                return
-            except MOVED_ERRORS:
-                if fresh:
-                    raise
+        try:
+            await asyncio.gather(*(call(u) for u in (await self.get(vid)).units))
+        except MOVED_ERRORS as moved:
+            await asyncio.gather(*(call(u) for u in (await self._refetch(vid, moved)).units))
