@@ -1,10 +1,10 @@
 """Shard put/get throughput and latency of a real blobnode, next to raw pwrite/pread of the same sizes.
 
 Starts one blobnode (fsync on) on a temp dir, drives it with `--concurrency` concurrent requests per
-size, then does the same count of os.pwrite+fdatasync / os.pread of the same sizes with the same
-concurrency (threads) to a file in the same temp dir. Also reports the blobnode's CPU (user + system)
-per operation, the figure its group commit and event-loop writes of small shards cut. Writes JSON and prints
-one summary line.
+size (`--in-flight 1`: small ones coalesced into batches beyond one on its way, as access sends them), then
+does the same count of os.pwrite+fdatasync / os.pread of the same sizes with the same concurrency (threads)
+to a file in the same temp dir. Also reports the blobnode's CPU (user + system) per operation, the figure its
+group commit and event-loop writes of small shards cut. Writes JSON and prints one summary line.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ async def measured(pid: int, count: int, run: Awaitable[tuple[list[float], float
 
 
 async def bench_blobnode(url: str, pid: int, count_for: dict[str, int],
-                         concurrency: int) -> dict[str, dict[str, object]]:
+                         concurrency: int, in_flight: int) -> dict[str, dict[str, object]]:
     results: dict[str, dict[str, object]] = {}
-    async with BlobnodeClient() as client:
+    async with BlobnodeClient(in_flight=in_flight) as client:
         for vid, (name, size) in enumerate(SIZES.items(), start=1):
             vuid = Vuid.make(vid, 0, 1)
             await client.create_chunk(url, 1, vuid)
@@ -101,6 +101,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the op counts")
+    parser.add_argument("--in-flight", type=int, default=0,
+                        help="coalesce small puts and reads beyond this many on their way, as access does (0: never)")
     parser.add_argument("--out", default="bench/results/blobnode.json")
     args = parser.parse_args()
     base_counts = {"4KiB": 3000, "64KiB": 2000, "1MiB": 400, "4MiB": 120}
@@ -112,14 +114,14 @@ def main() -> None:
         service = Service("blobnode", config, workdir, f"http://127.0.0.1:{port}")
         service.start()
         try:
-            node = asyncio.run(bench_blobnode(service.url, service.pid, count_for, args.concurrency))
+            node = asyncio.run(bench_blobnode(service.url, service.pid, count_for, args.concurrency, args.in_flight))
         finally:
             service.stop()
         raw = bench_raw(workdir, count_for, args.concurrency)
     ratios = {name: {op: round(node[name][op]["mb_per_s"] / raw[name][op]["mb_per_s"], 3)  # type: ignore[index]
                      for op in ("put", "get")} for name in SIZES}
-    result = {"concurrency": args.concurrency, "counts": count_for, "blobnode": node, "raw_file_io": raw,
-              "ratio_vs_raw": ratios}
+    result = {"concurrency": args.concurrency, "in_flight": args.in_flight, "counts": count_for, "blobnode": node,
+              "raw_file_io": raw, "ratio_vs_raw": ratios}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
@@ -128,7 +130,7 @@ def main() -> None:
              f"get {node[name]['get']['ops_per_s']:.0f}/s ({ratios[name]['get']}x raw, "  # type: ignore[index]
              f"{node[name]['get']['server_cpu_ms_per_op']} ms CPU)"  # type: ignore[index]
              for name in SIZES]
-    print(f"blobnode (c={args.concurrency}, fsync): " + "; ".join(parts))
+    print(f"blobnode (c={args.concurrency}, in flight {args.in_flight or 'any'}, fsync): " + "; ".join(parts))
 
 
 if __name__ == "__main__":
