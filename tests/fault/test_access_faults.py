@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.rpc.errors import NotFound
@@ -68,13 +69,14 @@ def shard_file(cluster: LocalCluster, token: str, index: int) -> tuple[Path, int
     return asyncio.run(find())
 
 
-def test_corrupted_data_shard_is_never_served(cluster_factory: ClusterFactory) -> None:
+@pytest.mark.parametrize("size", [300_000, 9 << 20])  # one blob; three, the first two read as one run
+def test_corrupted_data_shard_is_never_served(cluster_factory: ClusterFactory, size: int) -> None:
     cluster = cluster_factory()
-    data = random.Random(5).randbytes(300_000)
+    data = random.Random(5).randbytes(size)
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
         token = put(client, data)
-        for index in (0, 1):  # two data shards of EC3P3, each flipped inside its first block
+        for index in (0, 1):  # two data shards of EC3P3's first blob, each flipped inside its first block
             path, offset = shard_file(cluster, token, index)
             with open(path, "r+b") as f:
                 f.seek(offset + 32 + 4 + 10)
@@ -154,9 +156,10 @@ def test_a_moved_unit_is_refetched_not_served_stale(cluster_factory: ClusterFact
         assert "degraded read" not in cluster.access[0].log_path.read_text()[len(log_before):]
 
 
-def test_a_hung_blobnode_is_hedged_around(cluster_factory: ClusterFactory) -> None:
+@pytest.mark.parametrize("size", [2 << 20, 9 << 20])  # one blob; three, read as runs of two and one
+def test_a_hung_blobnode_is_hedged_around(cluster_factory: ClusterFactory, size: int) -> None:
     cluster = cluster_factory(hedge_after=0.3)
-    data = random.Random(13).randbytes(2 << 20)
+    data = random.Random(13).randbytes(size)
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         token = wait_for_put(client, data)
         path, _ = shard_file(cluster, token, 0)

@@ -14,6 +14,7 @@ import redis
 
 from blobstore_server.libs.proto.location import Location
 from tests.support.load import wait_for_put
+from tests.support.metrics import sample
 from tests.support.processes import SIGNED, LocalCluster, RedisServer, stop_all
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -39,6 +40,28 @@ def test_round_trips_and_ranges(cluster_factory: ClusterFactory) -> None:
                 assert part.headers["content-range"] == f"bytes {a}-{b}/{size}"
         head = client.head(f"/blob/{token}")
         assert head.headers["content-length"] == str(20 << 20)
+
+
+def test_a_large_object_is_read_a_run_of_blobs_at_a_time(cluster_factory: ClusterFactory) -> None:
+    """Consecutive blobs of one volume come from each data shard's unit in one batched read per run of
+    `read_ahead` (2) blobs: half the shard requests of reading blob by blob."""
+    cluster = cluster_factory()
+    data = random.Random(11).randbytes(16 << 20)  # four 4 MiB blobs, EC3P3: 3 data shards each
+
+    def shard_reads() -> dict[str, float]:
+        return {route: sum(sample(n.url, "blobstore_http_requests_total", {"route": route, "status": "200"})
+                           for n in cluster.blobnodes) for route in ("/shard/get", "/shard/get_batch")}
+
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+        token = client.put("/blob", content=data).json()["location"]
+        vids = [vid for vid, _ in Location.from_token(token, cluster.secret.encode()).blob_ids()]
+        assert len(set(vids)) == 1, "one allocation, one volume"
+        before = shard_reads()
+        assert client.get(f"/blob/{token}").content == data
+        after = shard_reads()
+    assert after["/shard/get_batch"] - before["/shard/get_batch"] == 2 * 3  # two runs, three units each
+    assert after["/shard/get"] == before["/shard/get"]
 
 
 def test_bad_input_is_refused_with_a_reason(cluster_factory: ClusterFactory) -> None:

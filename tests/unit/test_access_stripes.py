@@ -16,6 +16,7 @@ from blobstore_server.services.access.stripes import (
     assemble,
     parse_range,
     plan_range,
+    plan_runs,
     shard_reads,
     split_object,
 )
@@ -124,6 +125,21 @@ def test_split_object() -> None:
         split_object(-1, 4)
     with pytest.raises(ValueError):
         split_object(4, 0)
+
+
+def test_plan_runs_groups_consecutive_blobs_of_one_volume_up_to_the_limit() -> None:
+    parts = plan_range(10 * 4, 4, 2, 37)  # blobs 0..9, the first and last partly
+    vids = [7, 7, 7, 8, 8, 7, 7, 7, 7, 7]
+    runs = plan_runs(parts, vids, 2)
+    assert [[p.blob_index for p in run] for run in runs] == [[0, 1], [2], [3, 4], [5, 6], [7, 8], [9]]
+    assert [p for run in runs for p in run] == parts  # every part once, in order
+    assert [[p.blob_index for p in run] for run in plan_runs(parts, vids, 1)] == [[i] for i in range(10)]
+    assert [len(run) for run in plan_runs(parts, vids, 16)] == [3, 2, 5]
+    assert plan_runs([], [], 2) == []
+    with pytest.raises(ValueError):
+        plan_runs(parts, vids[:-1], 2)
+    with pytest.raises(ValueError):
+        plan_runs(parts, vids, 0)
 
 
 def test_plan_range_every_range_of_a_small_object() -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from blobstore_server.libs.ec import Codec, NotEnoughShards
 from blobstore_server.libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
@@ -65,6 +65,12 @@ class ShardIO:
     async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> Payload:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shard(
             u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout), read=True))
+
+    async def get_many(self, vid: int, index: int, ranges: Sequence[tuple[int, int, int]]
+                       ) -> list[Payload | BaseException]:
+        """Ranges (bid, offset, size) of shard `index` of several blobs, in one request to its unit."""
+        return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shards(
+            u.host, u.disk_id, u.vuid, ranges, timeout=self.timeout), read=True))
 
     async def _noted(self, unit: Unit, call: Awaitable[T], *, read: bool) -> T:
         started = time.monotonic()
@@ -172,6 +178,73 @@ async def read_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, blo
     if pending:
         HEDGED_READS.inc()
     return await _degraded(io, codec, vid, bid, plan, bad, late)
+
+
+class BlobSpan(NamedTuple):
+    """Bytes [start, end) of blob `bid`, which is `blob_len` bytes long."""
+
+    bid: int
+    blob_len: int
+    start: int
+    end: int
+
+
+async def read_blobs(io: ShardIO, codec: Codec, volume: VolumeInfo, spans: Sequence[BlobSpan],
+                     hedge_after: float) -> list[BlobRead]:
+    """`read_blob` of several blobs of one volume, in order, with one request per data shard's unit for all of
+    them instead of one per blob and unit. A blob whose ranges do not all come back within `hedge_after` is read
+    again on its own by `read_blob`, which hedges and degrades as usual; so is every blob when a unit they need
+    is on a disk to read last."""
+    if len(spans) == 1:
+        return [await read_blob(io, codec, volume, *spans[0], hedge_after)]
+    plans = [shard_reads(codec.tactic, span.blob_len, span.start, span.end) for span in spans]
+    got: list[dict[int, Payload]] = [{} for _ in spans]  # per blob: shard index -> its bytes
+    now = time.monotonic()
+    if not any(io.health.read_last(volume.units[r.shard_index].disk_id, now) for plan in plans for r in plan):
+        wanted: dict[int, list[tuple[int, ShardRead]]] = {}
+        for k, plan in enumerate(plans):
+            for read in plan:
+                wanted.setdefault(read.shard_index, []).append((k, read))
+        tasks = {index: asyncio.create_task(io.get_many(volume.vid, index, [(spans[k].bid, r.offset, r.length)
+                                                                            for k, r in reads]))
+                 for index, reads in wanted.items()}
+        _, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
+        for index, task in tasks.items():
+            if task in pending:
+                drop_task(task)
+                io.health.slow(volume.units[index].disk_id, time.monotonic())
+            elif task.exception() is None:
+                for (k, _), outcome in zip(wanted[index], task.result(), strict=True):
+                    if not isinstance(outcome, BaseException):
+                        got[k][index] = outcome
+        if pending:
+            HEDGED_READS.inc()
+
+    async def finish(k: int) -> BlobRead:
+        if all(read.shard_index in got[k] for read in plans[k]):
+            return BlobRead(assemble(plans[k], [got[k][read.shard_index] for read in plans[k]]), {})
+        return await read_blob(io, codec, volume, *spans[k], hedge_after)
+
+    return await all_in_order([finish(k) for k in range(len(spans))])
+
+
+async def all_in_order(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """The results of `calls`, run together; when one fails, the others are stopped and its error raised."""
+    tasks = [asyncio.create_task(call) for call in calls]
+    try:
+        return [await task for task in tasks]
+    finally:
+        for task in tasks:
+            drop_task(task)
+
+
+def drop_task(task: asyncio.Task[Any]) -> None:
+    """Stop a task nobody will wait for; one that already failed has its error taken, not logged."""
+    if task.done():
+        if not task.cancelled():
+            task.exception()
+    else:
+        task.cancel()
 
 
 async def _degraded(io: ShardIO, codec: Codec, vid: int, bid: int, plan: list[ShardRead],

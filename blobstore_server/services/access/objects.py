@@ -10,19 +10,27 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Collection
 from pathlib import Path
-from typing import Any
 
 from isal import isal_zlib
 
 from blobstore_server.libs.ec import CodeMode, codec_for, parse_code_mode, tactic
 from blobstore_server.libs.proto.allocator import BlobSlice
+from blobstore_server.libs.proto.blobnode import MAX_BATCH, MAX_BATCH_BYTES
 from blobstore_server.libs.proto.clustermgr import CodeModePolicy
 from blobstore_server.libs.proto.location import Location, SliceInfo
 from blobstore_server.libs.proto.messages import UploadSlice
 from blobstore_server.libs.proto.mqproxy import DeleteIn, RepairIn
 from blobstore_server.libs.proto.uploads import BlobToken
 from blobstore_server.libs.rpc.errors import Conflict, LengthMismatch, RpcError, TooLarge, Unavailable
-from blobstore_server.services.access.blobs import BlobWrite, BlobWriteFailed, ShardIO, read_blob, write_blob
+from blobstore_server.services.access.blobs import (
+    BlobSpan,
+    BlobWrite,
+    BlobWriteFailed,
+    ShardIO,
+    drop_task,
+    read_blobs,
+    write_blob,
+)
 from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.access.metrics import STANDBY_ALLOCATIONS, STANDBY_HELD, VOLUME_RETRIES
 from blobstore_server.services.access.outbox import Outbox
@@ -30,7 +38,7 @@ from blobstore_server.services.access.putplan import PutPlan, RetryRefused
 from blobstore_server.services.access.quorum import decide_put
 from blobstore_server.services.access.reserve import Reservations
 from blobstore_server.services.access.standby import Standby
-from blobstore_server.services.access.stripes import BlobRange, Piece, plan_range, split_object
+from blobstore_server.services.access.stripes import BlobRange, Piece, plan_range, plan_runs, split_object
 from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.clustermgr.client import VolumeCache
 from blobstore_server.services.mqproxy.client import MqProxyClient
@@ -65,15 +73,6 @@ class BodyReader:
         async for chunk in self._body:
             if chunk:
                 raise LengthMismatch(f"body is longer than its Content-Length {self._declared}")
-
-
-def _drop(task: asyncio.Task[Any]) -> None:
-    """Stop a read ahead nobody will wait for; one that already failed has its error taken, not logged."""
-    if task.done():
-        if not task.cancelled():
-            task.exception()
-    else:
-        task.cancel()
 
 
 class ObjectStore:
@@ -127,7 +126,7 @@ class ObjectStore:
             raise
         finally:
             if reading is not None:
-                _drop(reading)
+                drop_task(reading)
         return Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
                         crc=crc, blobs=plan.slices())
 
@@ -289,30 +288,36 @@ class ObjectStore:
                 log_file.write(json.dumps({"time": time.time(), "vid": outcome.vid, "bid": outcome.bid,
                                            "shards": outcome.written, "reason": reason}) + "\n")
 
-    async def read(self, location: Location, offset: int, length: int) -> AsyncIterator[bytes]:
-        """Stream bytes [offset, offset + length) of the object, one blob range at a time; the next
-        `read_ahead` blobs are read from the blobnodes while this one goes out to the client."""
+    async def read(self, location: Location, offset: int, length: int) -> AsyncIterator[Piece]:
+        """Stream bytes [offset, offset + length) of the object a run of blobs at a time (consecutive blobs of one
+        volume, read together by `read_blobs`); the next `read_ahead` blobs are read from the blobnodes while
+        those before them go out to the client."""
         ids = list(location.blob_ids())
         parts = plan_range(location.size, location.blob_size, offset, length)
+        per_run = self._blobs_per_run(location)
+        runs = plan_runs(parts, [ids[part.blob_index][0] for part in parts], per_run)
 
-        async def read_part(part: BlobRange) -> list[Piece]:
-            vid, bid = ids[part.blob_index]
+        async def read_run(run: list[BlobRange]) -> list[Piece]:
+            vid = ids[run[0].blob_index][0]
             volume = await self.volumes.get(vid)
-            result = await read_blob(self.io, codec_for(location.code_mode, volume.backend), volume, bid,
-                                     location.blob_len(part.blob_index), part.start, part.end,
-                                     self.config.hedge_after)
-            if result.to_repair():
-                self._queue_repair(RepairIn(vid=vid, bid=bid, bad_indexes=result.to_repair(),
-                                            reason="get found these shards missing or corrupt"))
-            return result.data
+            spans = [BlobSpan(ids[part.blob_index][1], location.blob_len(part.blob_index), part.start, part.end)
+                     for part in run]
+            results = await read_blobs(self.io, codec_for(location.code_mode, volume.backend), volume, spans,
+                                       self.config.hedge_after)
+            for span, result in zip(spans, results, strict=True):
+                if result.to_repair():
+                    self._queue_repair(RepairIn(vid=vid, bid=span.bid, bad_indexes=result.to_repair(),
+                                                reason="get found these shards missing or corrupt"))
+            return [piece for result in results for piece in result.data]
 
         ahead: deque[asyncio.Task[list[Piece]]] = deque()
         started = 0
+        runs_ahead = max(1, self.config.read_ahead // per_run)
 
         def read_ahead() -> None:
             nonlocal started
-            while started < len(parts) and len(ahead) < self.config.read_ahead:
-                ahead.append(asyncio.create_task(read_part(parts[started])))
+            while started < len(runs) and len(ahead) < runs_ahead:
+                ahead.append(asyncio.create_task(read_run(runs[started])))
                 started += 1
 
         try:
@@ -325,7 +330,15 @@ class ObjectStore:
                     yield piece
         finally:
             for task in ahead:
-                _drop(task)
+                drop_task(task)
+
+    def _blobs_per_run(self, location: Location) -> int:
+        """Blobs read together: up to `read_ahead`, as many as one batched read per unit carries; one when shard
+        calls are never batched (blobnodes that do not serve batches yet)."""
+        if self.config.shard_calls_in_flight == 0:
+            return 1
+        shard = tactic(location.code_mode).shard_size(min(location.blob_size, location.size) or 1)
+        return max(1, min(self.config.read_ahead, MAX_BATCH, MAX_BATCH_BYTES // shard))
 
     async def delete(self, location: Location) -> int:
         """Queue every blob of the object for deletion; returns once Kafka holds the messages."""

@@ -70,6 +70,22 @@ def shard_reads(tactic: Tactic, blob_len: int, start: int, end: int) -> list[Sha
     ]
 
 
+def plan_runs(parts: Sequence[BlobRange], vids: Sequence[int], max_blobs: int) -> list[list[BlobRange]]:
+    """`parts` cut into runs of consecutive ones in the same volume (`vids[i]` is part i's), at most `max_blobs`
+    a run: each data shard's ranges of a run are read from its unit in one request."""
+    if len(vids) != len(parts):
+        raise ValueError(f"{len(vids)} volume ids for {len(parts)} parts")
+    if max_blobs < 1:
+        raise ValueError(f"a run holds at least one blob, not {max_blobs}")
+    runs: list[list[BlobRange]] = []
+    for i, part in enumerate(parts):
+        if runs and vids[i] == vids[i - 1] and len(runs[-1]) < max_blobs:
+            runs[-1].append(part)
+        else:
+            runs.append([part])
+    return runs
+
+
 Piece = bytes | bytearray | memoryview
 JOIN_BELOW = 1 << 20  # a smaller range goes out as one piece: one send beats a copy of so few bytes
 

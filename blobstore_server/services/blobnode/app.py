@@ -45,8 +45,10 @@ from blobstore_server.libs.rpc.lean_server import Request, Responder
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
 from blobstore_server.services.blobnode.cluster import ClusterLink
-from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, once, shard_info
+from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, ready, shard_info
 from blobstore_server.services.blobnode.scrubber import Scrubber
+
+JOIN_BELOW = 1 << 20  # a batched answer this small goes out joined: one send beats a copy of so few bytes
 
 
 def _io_class(params: dict[str, str]) -> IOClass:
@@ -239,9 +241,12 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
         reads = [ShardRead(*read) for read in zip(disk_ids, vuids, bids, offsets, sizes, strict=True)]
         outcomes = await node.read_shards(reads)
         head = ShardGetBatchHead.model_construct(shards=[_read_outcome(o) for o in outcomes])
-        read = [outcome for outcome in outcomes if not isinstance(outcome, RpcError)]
-        answer = b"".join([head.model_dump_json().encode(), b"\n", *read])
-        await respond.stream(len(answer), once(answer), {})
+        pieces = [head.model_dump_json().encode() + b"\n",
+                  *(outcome for outcome in outcomes if not isinstance(outcome, RpcError))]
+        length = sum(len(piece) for piece in pieces)
+        if length < JOIN_BELOW:
+            pieces = [b"".join(pieces)]
+        await respond.stream(length, ready(*pieces), {})
 
     return with_lean_routes(app, {api.SHARD_PUT.path: shard_put, api.SHARD_PUT_BATCH.path: shard_put_batch,
                                   api.SHARD_GET.path: shard_get, api.SHARD_GET_BATCH.path: shard_get_batch})

@@ -195,6 +195,13 @@ class BlobnodeClient(ServiceClient):
             return await _within(read.timeout, host, self._gets.call(host, read))
         return await self._get_one(host, read)
 
+    async def get_shards(self, host: str, disk_id: int, vuid: int, ranges: Sequence[tuple[int, int, int]],
+                         timeout: float | None = None) -> list[Payload | BaseException]:
+        """Ranges (bid, offset, size) of user shards of one unit in one `/shard/get_batch` request, each with its
+        own outcome (its bytes or the typed error); at most `MAX_BATCH` of them, `MAX_BATCH_BYTES` in all."""
+        return await self._get_many(host, [_ShardGet(disk_id, vuid, bid, offset, size, timeout, IOClass.USER)
+                                           for bid, offset, size in ranges])
+
     async def _get_one(self, host: str, read: _ShardGet) -> Payload:
         params = self._get_params(read.disk_id, read.vuid, read.bid, read.offset, read.size, read.io_class)
         return await self.shards.request(api.SHARD_GET.method, f"{host}{api.SHARD_GET.path}", params=params,

@@ -147,9 +147,10 @@ class ShardRead:
     size: int
 
 
-async def once(data: Piece) -> AsyncIterator[Piece]:
-    """An answer's pieces when it is all here already."""
-    yield data
+async def ready(*pieces: Piece) -> AsyncIterator[Piece]:
+    """An answer's pieces when they are all here already."""
+    for piece in pieces:
+        yield piece
 
 
 def export_allowed(target: str, roots: list[str]) -> bool:
@@ -378,7 +379,7 @@ class Blobnode:
             self.background_rate.user_request()
             cached = self._read_cached(disk, vuid, bid, offset, size)
             if cached is not None:
-                return cached[0], len(cached[1]), once(cached[1])
+                return cached[0], len(cached[1]), ready(cached[1])
 
         def open_read() -> tuple[ShardMeta, Iterator[memoryview], memoryview | None]:
             chunk = disk.read_chunk(vuid)
@@ -408,8 +409,8 @@ class Blobnode:
         return meta, length, read_pieces()
 
     async def read_shards(self, reads: Sequence[ShardRead]) -> list[memoryview | errors.RpcError]:
-        """Small user reads, each with its own outcome in `reads`' order: those whose pages are all cached from
-        the loop, the others each on a disk thread, together."""
+        """User reads, each with its own outcome in `reads`' order: those whose pages are all cached from the
+        loop, the others each on a disk thread, together."""
         outcomes: list[memoryview | errors.RpcError | None] = [None] * len(reads)
         uncached: list[int] = []
         for i, read in enumerate(reads):
