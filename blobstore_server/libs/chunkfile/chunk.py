@@ -157,6 +157,18 @@ class ChunkFile:
             raise
         return chunk
 
+    @classmethod
+    def open_readonly(cls, path: Path, kv: KVStore, chunk_id: ChunkId) -> ChunkFile:
+        """Open a chunk another process writes, to read shards only (`kv` is a secondary view of its index):
+        nothing is recovered or cut off here, the writer owns the file."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            header = fmt.ChunkHeader.unpack(os.pread(fd, fmt.CHUNK_HEADER_SIZE, 0))
+            return cls(path, kv, chunk_id, fd, header, sync=False, max_size=None)
+        except BaseException:
+            os.close(fd)
+            raise
+
     def _recover(self) -> None:
         """Rebuild counters from the index; drop entries past EOF; truncate the torn tail."""
         file_size = os.fstat(self._fd).st_size

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import cast
 
-from rocksdict import BlockBasedOptions, Checkpoint, ColumnFamily, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import AccessType, BlockBasedOptions, Checkpoint, ColumnFamily, Options, Rdict, WriteBatch, WriteOptions
 
 DEFAULT_CF = "default"
 
@@ -71,13 +71,16 @@ class KVStore:
     The one difference: other threads may read the update before the sync ends."""
 
     def __init__(self, path: str | os.PathLike[str], column_families: Iterable[str] = (),
-                 *, sync: bool = True) -> None:
+                 *, sync: bool = True, secondary: str | os.PathLike[str] | None = None) -> None:
+        """With `secondary` (a directory of its own for the secondary's logs), a read-only view of a database
+        another process writes, as of its opening and of each `catch_up` since."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         names = set(column_families) | set(self._existing_cfs(self.path))
         names.discard(DEFAULT_CF)
-        self._db = Rdict(str(self.path), options=_options(),
-                         column_families={name: _options() for name in names})
+        access = AccessType.read_write() if secondary is None else AccessType.secondary(str(secondary))
+        self._db = Rdict(str(self.path), options=_options(), column_families={name: _options() for name in names},
+                         access_type=access)
         self._cfs = {DEFAULT_CF: self._db}
         self._handles = {DEFAULT_CF: self._db.get_column_family_handle(DEFAULT_CF)}
         for name in names:
@@ -157,6 +160,10 @@ class KVStore:
         dest.parent.mkdir(parents=True, exist_ok=True)
         Checkpoint(self._db).create_checkpoint(str(dest))
         return dest
+
+    def catch_up(self) -> None:
+        """A secondary: see every write the primary has made so far (its WAL included)."""
+        self._db.try_catch_up_with_primary()
 
     def flush(self) -> None:
         self._db.flush()
