@@ -37,9 +37,12 @@ def summarize(latencies: list[float], elapsed: float, size: int) -> dict[str, fl
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process so far (Linux /proc; 0 once it is gone)."""
+    """User + system CPU of one process and its children (a blobnode's background reader) so far (Linux /proc;
+    0 once it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    ended = int(fields[13]) + int(fields[14])  # children that exited and were waited for
+    return (int(fields[11]) + int(fields[12]) + ended) / _TICK + sum(cpu_seconds(int(child)) for child in children)

@@ -1,5 +1,7 @@
 """I/O classes on a real blobnode: a flood of background reads is held to the disk's background rate while
-user reads keep their latency."""
+user reads keep their latency. These are the blobnode's own background lane (background writes, deletes and
+compaction, and background reads where the background reader is off or not up yet): its reader is off here;
+tests/integration/test_background_reader.py has the reader's."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def p99(samples: list[float]) -> float:
 
 
 def test_background_flood_is_capped_and_user_reads_keep_their_latency(blobnode_factory: BlobnodeFactory) -> None:
-    bn = blobnode_factory(disks=1, background_mb_per_sec=RATE_MIB, background_concurrency=2)
+    bn = blobnode_factory(disks=1, background_mb_per_sec=RATE_MIB, background_concurrency=2,
+                          background_reader=False)
     vuid = Vuid.make(1, 0, 1)
     rng = random.Random(1)
 
@@ -82,7 +85,8 @@ def test_background_flood_is_capped_and_user_reads_keep_their_latency(blobnode_f
 def test_compaction_is_charged_against_the_background_rate(blobnode_factory: BlobnodeFactory) -> None:
     """A compaction rewrites every live byte of its chunk: read and written, they count against the disk's
     background rate, so the background work after it waits them off."""
-    bn = blobnode_factory(disks=1, background_mb_per_sec=RATE_MIB, background_concurrency=2)
+    bn = blobnode_factory(disks=1, background_mb_per_sec=RATE_MIB, background_concurrency=2,
+                          background_reader=False)
     vuid = Vuid.make(2, 0, 1)
     rng = random.Random(2)
 
@@ -119,7 +123,8 @@ def test_background_runs_at_its_ceiling_without_users_and_yields_when_they_starv
         blobnode_factory: BlobnodeFactory) -> None:
     """No user request: a background flood goes well past the floor. Users served while the CPU is starved
     (busy processes, a real contention): the rate falls to the floor, and comes back up once they are gone."""
-    bn = blobnode_factory(disks=1, background_mb_per_sec=64, background_min_mb_per_sec=1, background_concurrency=2)
+    bn = blobnode_factory(disks=1, background_mb_per_sec=64, background_min_mb_per_sec=1, background_concurrency=2,
+                          background_reader=False)
     vuid = Vuid.make(3, 0, 1)
     rng = random.Random(3)
 

@@ -185,6 +185,7 @@ class NodeStat(BaseModel):
     idc: str
     rack: str
     disks: list[DiskStat]
+    background_host: str = ""  # where the node's background reader serves background reads; "": the node itself
 
 
 class ShardState(StrEnum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from blobstore_server.libs.openfiles import lift_open_file_limit
 from blobstore_server.libs.rpc.metrics import register_collector
@@ -12,6 +13,7 @@ from blobstore_server.services.blobnode.cluster import ClusterLink, assign_disk_
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.blobnode.figures import disk_figures, scrub_figures
 from blobstore_server.services.blobnode.node import Blobnode
+from blobstore_server.services.blobnode.reader_process import ReaderProcess
 from blobstore_server.services.blobnode.scrubber import Scrubber
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
@@ -33,7 +35,7 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
         mq = MqProxyClient(cluster=link.cluster)  # any live mqproxy clustermgr knows
     scrubber = Scrubber(node, mq)
     register_collector(lambda: scrub_figures(scrubber))
-    return build_app(node, link, scrubber), config.bind_addr
+    return build_app(node, link, scrubber, ReaderProcess(config, sys.argv[1:])), config.bind_addr
 
 
 async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:

@@ -46,6 +46,7 @@ from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
 from blobstore_server.services.blobnode.cluster import ClusterLink
 from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, ready, shard_info
+from blobstore_server.services.blobnode.reader_process import ReaderProcess
 from blobstore_server.services.blobnode.scrubber import Scrubber
 
 JOIN_BELOW = 1 << 20  # a batched answer this small goes out joined: one send beats a copy of so few bytes
@@ -104,7 +105,8 @@ def _read_outcome(read: memoryview | RpcError) -> ShardReadOutcome:
     return ShardReadOutcome.model_construct(length=len(read), failure=None)
 
 
-def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None) -> WithLeanRoutes:
+def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None,
+              reader: ReaderProcess | None = None) -> WithLeanRoutes:
     lives = [x.life for x in (scrubber, link) if x is not None]
 
     async def start() -> None:
@@ -114,6 +116,8 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     async def stop() -> None:
         for life in lives:
             await life.stop()
+        if reader is not None:
+            await reader.stop()
         await asyncio.to_thread(node.close)  # flush RocksDB and close chunk files
 
     app = create_app("blobnode", on_start=start, on_stop=stop)
@@ -124,7 +128,8 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     @serves(app, api.STAT)
     async def stat() -> NodeStat:
         found = await node.stat()
-        return found.model_copy(update={"disks": [with_scrub(d) for d in found.disks]})
+        return found.model_copy(update={"disks": [with_scrub(d) for d in found.disks],
+                                        "background_host": reader.url if reader is not None else ""})
 
     @serves(app, api.DISK_STAT)
     async def disk_stat(disk_id: int = Query(ge=0)) -> DiskStat:
@@ -216,6 +221,8 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
         params = request.params
         size = int_param(params, "size") if "size" in params else None
         disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
+        if io_class is IOClass.BACKGROUND and reader is not None:
+            reader.wanted()  # the next ones go to the reader, once the caller sees it in /stat
         async with node.background(disk_id, io_class):
             meta, length, pieces = await node.open_shard_read(
                 disk_id, int_param(params, "vuid"), int_param(params, "bid"), int_param(params, "offset", 0), size,

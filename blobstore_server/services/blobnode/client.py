@@ -7,7 +7,8 @@ connection pool, because an access PUT fans out to N+M of them at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -36,7 +37,7 @@ from blobstore_server.libs.proto.blobnode import (
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient
 from blobstore_server.libs.rpc.coalesce import Coalescer
-from blobstore_server.libs.rpc.errors import Internal, RpcError, Unreachable, error_from_response
+from blobstore_server.libs.rpc.errors import Internal, RpcError, Unavailable, Unreachable, error_from_response
 from blobstore_server.libs.rpc.lean import LeanTransport
 from blobstore_server.libs.rpc.routes import Route
 
@@ -107,6 +108,34 @@ def _with_class(params: Params, io_class: IOClass) -> Params:
     return params
 
 
+class BackgroundReaders:
+    """Where each blobnode's background reader listens (its /stat's `background_host`): background reads go
+    there. A node without one yet (it starts on the node's first background read) is asked again `recheck`
+    seconds later; a reader that fails to answer is forgotten, and the read goes to the node itself."""
+
+    def __init__(self, stat: Callable[[str], Awaitable[NodeStat]], recheck: float = 0.5) -> None:
+        self._stat = stat
+        self.recheck = recheck
+        self._known: dict[str, tuple[str, float]] = {}  # node -> (its reader or "", when asked)
+
+    async def of(self, host: str) -> str:
+        """The reader's URL for node `host`, "" for the node itself."""
+        known = self._known.get(host)
+        now = time.monotonic()
+        if known is not None and (known[0] or now - known[1] < self.recheck):
+            return known[0]
+        self._known[host] = ("", now)  # reads meanwhile go to the node: one question at a time
+        try:
+            url = (await self._stat(host)).background_host
+        except RpcError:
+            url = ""
+        self._known[host] = (url, time.monotonic())
+        return url
+
+    def forget(self, host: str) -> None:
+        self._known[host] = ("", time.monotonic())
+
+
 class BlobnodeClient(ServiceClient):
     """Shard puts and whole-shard gets go over the lean transport (`libs.rpc.lean`), the rest over aiohttp."""
 
@@ -123,6 +152,7 @@ class BlobnodeClient(ServiceClient):
                                    in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES)
             self._gets = Coalescer(self._get_one, self._get_many, size=lambda get: get.size or 0,
                                    in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES)
+        self.readers = BackgroundReaders(self.stat)
 
     async def close(self) -> None:
         await self.shards.close()
@@ -193,6 +223,13 @@ class BlobnodeClient(ServiceClient):
         read = _ShardGet(disk_id, vuid, bid, offset, size, timeout, io_class)
         if self._gets is not None and io_class is IOClass.USER and size is not None and size <= BATCHED_SHARD_BYTES:
             return await _within(read.timeout, host, self._gets.call(host, read))
+        if io_class is IOClass.BACKGROUND:
+            reader = await self.readers.of(host)
+            if reader:
+                try:
+                    return await self._get_one(reader, read)
+                except Unavailable:
+                    self.readers.forget(host)
         return await self._get_one(host, read)
 
     async def get_shards(self, host: str, disk_id: int, vuid: int, ranges: Sequence[tuple[int, int, int]],

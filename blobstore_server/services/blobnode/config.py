@@ -41,6 +41,10 @@ class BlobnodeConfig(ServiceSettings):
     # during the rebuild PUT 1.60 -> 1.46x, GET 2.35 -> 2.08x of baseline (better in 4 of 6 pairs each), rebuild
     # rate within noise (loaded median 24.4 vs 22.2 MB/s, idle 45.5 vs 45.0).
     background_nice: int = Field(10, ge=0, le=19)
+    # Background shard reads (repair, migration, inspection) are served by a child process at SCHED_IDLE, started
+    # on the first one (services/blobnode/reader_app.py): the kernel then runs users first wherever the CPU is
+    # short. Off: the blobnode serves them itself, on its background threads.
+    background_reader: bool = True
     default_chunk_size: int = Field(16 << 30, ge=1 << 20)
     max_shard_size: int = Field(64 << 20, ge=1)
     clustermgr_hosts: list[str] = Field(default_factory=list)  # empty: run standalone

@@ -63,11 +63,21 @@ def delete_wait(marked_at: int, hold: float, now: float) -> float:
     return 0.0 if marked_at == 0 or hold <= 0 else max(0.0, marked_at + MARK_GRANULARITY + hold - now)
 
 
+def check_epoch(record: ChunkInfo, vuid: int, disk_id: int) -> None:
+    """Whether the chunk `record` serves `vuid`: an older epoch means the caller's view of the volume is stale
+    (409); a newer one means this disk never got that unit (404)."""
+    have, want = Vuid(record.vuid).epoch(), Vuid(vuid).epoch()
+    if want < have:
+        raise StaleEpoch(f"vuid {vuid} has epoch {want}; the chunk on disk {disk_id} is at {have}")
+    if want > have:
+        raise ChunkNotFound(f"disk {disk_id} holds vuid {record.vuid}, not the newer {vuid}")
+
+
 def _record_bytes(record: ChunkInfo) -> bytes:
     return record.model_dump_json().encode()
 
 
-def _unit_key(vuid: int) -> bytes:
+def unit_key(vuid: int) -> bytes:
     """Chunk records are keyed by (vid, unit index): one live chunk per unit, whatever the epoch."""
     return (vuid >> 24).to_bytes(8, "big")
 
@@ -178,30 +188,25 @@ class Disk:
     # chunks
 
     def _record(self, vuid: int) -> ChunkInfo:
-        record = self._records.get(_unit_key(vuid))
+        record = self._records.get(unit_key(vuid))
         if record is None or record.status is ChunkStatus.RELEASED:
             raise ChunkNotFound(f"disk {self.disk_id} has no chunk for vuid {vuid}")
         return record
 
     def chunk_for(self, vuid: int, *, write: bool) -> ChunkFile:
-        """The chunk serving `vuid`, fenced by epoch: an older epoch means the caller's view of the
-        volume is stale (409); a newer one means this disk never got that unit (404)."""
+        """The chunk serving `vuid`, fenced by epoch (`check_epoch`)."""
         record = self._record(vuid)
-        have, want = Vuid(record.vuid).epoch(), Vuid(vuid).epoch()
-        if want < have:
-            raise StaleEpoch(f"vuid {vuid} has epoch {want}; the chunk on disk {self.disk_id} is at {have}")
-        if want > have:
-            raise ChunkNotFound(f"disk {self.disk_id} holds vuid {record.vuid}, not the newer {vuid}")
+        check_epoch(record, vuid, self.disk_id)
         if write and record.status is not ChunkStatus.NORMAL:
             raise ChunkReadonly(f"chunk for vuid {vuid} is {record.status}")
-        return self._chunks[_unit_key(vuid)]
+        return self._chunks[unit_key(vuid)]
 
     def unit_lock(self, vuid: int) -> RWLock:
         self._record(vuid)
-        return self._unit_locks[_unit_key(vuid)]
+        return self._unit_locks[unit_key(vuid)]
 
     def create_chunk(self, vuid: int, chunk_size: int) -> ChunkInfo:
-        key = _unit_key(vuid)
+        key = unit_key(vuid)
         with self._lock:
             existing = self._records.get(key)
             if existing is not None and existing.status is not ChunkStatus.RELEASED:
@@ -223,7 +228,7 @@ class Disk:
             return record
 
     def set_chunk_status(self, vuid: int, status: ChunkStatus) -> ChunkInfo:
-        key = _unit_key(vuid)
+        key = unit_key(vuid)
         with self._lock:
             record = self._record(vuid)
             if record.vuid != vuid:
@@ -246,7 +251,7 @@ class Disk:
         """Rewrite the chunk without its deleted shards; writes to it wait meanwhile. The new chunk
         record and the moved shard index commit in one batch. A stream still reading the old chunk
         fails after this (its reader falls back to other shards), it never reads the wrong bytes."""
-        key = _unit_key(vuid)
+        key = unit_key(vuid)
         with self.unit_lock(vuid).exclusive():
             old = self.chunk_for(vuid, write=False)
             record = self._records[key]
@@ -268,7 +273,7 @@ class Disk:
 
     def chunk_stat(self, vuid: int) -> ChunkStat:
         record = self._record(vuid)
-        stats = self._chunks[_unit_key(vuid)].stats()
+        stats = self._chunks[unit_key(vuid)].stats()
         return ChunkStat(**record.model_dump(), **asdict(stats), disk_id=self.disk_id)
 
     # shards

@@ -87,6 +87,12 @@ _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unma
 _PROCESS_LIMITS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
+def chunk_rpc_error(exc: chunkfile.ChunkError) -> errors.RpcError:
+    """The typed RPC error of a chunk error."""
+    details = {"retry_after": exc.wait} if isinstance(exc, chunkfile.ShardHeld) else {}
+    return _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc), **details)
+
+
 @contextmanager
 def _translated(disk_id: int, faults: DiskFaults) -> Iterator[None]:
     """Chunk errors as typed RPC errors; a failed system call other than a full disk or a process limit counts
@@ -96,8 +102,7 @@ def _translated(disk_id: int, faults: DiskFaults) -> Iterator[None]:
     except chunkfile.ChunkError as exc:
         if isinstance(exc, _CHECKSUM_ERRORS):
             CRC_FAILURES.labels(str(disk_id)).inc()
-        details = {"retry_after": exc.wait} if isinstance(exc, chunkfile.ShardHeld) else {}
-        raise _CHUNK_ERRORS.get(type(exc), errors.Internal)(str(exc), **details) from exc
+        raise chunk_rpc_error(exc) from exc
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise errors.NoSpace(f"disk full: {exc}") from exc
@@ -151,6 +156,19 @@ async def ready(*pieces: Piece) -> AsyncIterator[Piece]:
     """An answer's pieces when they are all here already."""
     for piece in pieces:
         yield piece
+
+
+async def stream_pieces(executor: Executor, first: memoryview | None, length: int,
+                        next_piece: Callable[[], memoryview | None]) -> AsyncIterator[memoryview]:
+    """A shard read's `length` bytes: the `first` piece, then each next one read on `executor`."""
+    loop = asyncio.get_running_loop()
+    piece, remaining = first, length
+    while piece is not None:
+        yield piece
+        remaining -= len(piece)
+        if remaining <= 0:
+            return
+        piece = await loop.run_in_executor(executor, next_piece)
 
 
 def export_allowed(target: str, roots: list[str]) -> bool:
@@ -387,26 +405,15 @@ class Blobnode:
             pieces = chunk.iter_shard(bid, offset, size, piece=READ_PIECE)
             return meta, pieces, next(pieces, None)
 
-        executor = self._executor(disk_id, io_class)
         meta, pieces, first = await self._shard_op("get", disk_id, io_class, open_read)
         length = meta.size - offset if size is None else size
         self.charge(disk_id, io_class, length)
-        loop = asyncio.get_running_loop()
 
         def next_piece() -> memoryview | None:
             with _translated(disk_id, self.faults):
                 return next(pieces, None)
 
-        async def read_pieces() -> AsyncIterator[memoryview]:
-            piece, remaining = first, length
-            while piece is not None:
-                yield piece
-                remaining -= len(piece)
-                if remaining <= 0:
-                    return
-                piece = await loop.run_in_executor(executor, next_piece)
-
-        return meta, length, read_pieces()
+        return meta, length, stream_pieces(self._executor(disk_id, io_class), first, length, next_piece)
 
     async def read_shards(self, reads: Sequence[ShardRead]) -> list[memoryview | errors.RpcError]:
         """User reads, each with its own outcome in `reads`' order: those whose pages are all cached from the

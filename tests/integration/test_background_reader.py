@@ -1,0 +1,103 @@
+"""A real blobnode's background reader (services/blobnode/reader_app.py): background reads are served by a child
+process at SCHED_IDLE once the first one started it, within the disk's background rate; it is replaced when it
+dies (reads meanwhile go to the blobnode) and dies with its blobnode, even on SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from blobstore_server.libs.proto.blobnode import IOClass
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc.errors import Unavailable
+from blobstore_server.services.blobnode.client import BlobnodeClient
+from tests.support.processes import BlobnodeFactory, wait_until
+
+MiB = 1 << 20
+RATE_MIB = 8
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_background_reads_go_to_an_idle_priority_reader_that_lives_and_dies_with_its_blobnode(
+        blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory(disks=1, background_mb_per_sec=RATE_MIB)
+    vuid = Vuid.make(1, 0, 1)
+    shards = {bid: os.urandom(MiB) for bid in range(1, 7)}
+    readers: list[int] = []
+
+    async def scenario() -> None:
+        async with BlobnodeClient() as client:
+            client.readers.recheck = 0.1
+            await client.create_chunk(bn.url, 1, vuid)
+            for bid, data in shards.items():
+                await client.put_shard(bn.url, 1, vuid, bid, data)
+            assert (await client.stat(bn.url)).background_host == ""  # none until a background read wants one
+
+            async def background(bid: int, timeout: float = 10.0) -> bytes:
+                return bytes(await client.get_shard(bn.url, 1, vuid, bid, io_class=IOClass.BACKGROUND,
+                                                    timeout=timeout))
+
+            assert await background(1) == shards[1]  # served by the blobnode; starts the reader
+            deadline = time.monotonic() + 30
+            while not await client.readers.of(bn.url):
+                assert time.monotonic() < deadline, "the reader never came up"
+                await asyncio.sleep(0.1)
+            [reader] = children(bn.pid)
+            readers.append(reader)
+            assert os.sched_getscheduler(reader) == os.SCHED_IDLE
+            assert os.getsid(reader) == reader  # a session of its own: with autogroups, a CPU share of its own
+            if Path("/proc/self/autogroup").exists():
+                assert Path(f"/proc/{reader}/autogroup").read_text().split()[-1] == "19"
+
+            # the reader serves background reads on its own: they flow with the blobnode stopped, user reads do not
+            os.kill(bn.pid, signal.SIGSTOP)
+            try:
+                began = time.monotonic()
+                for bid, data in shards.items():
+                    assert await background(bid) == data
+                # within the disk's background rate: 6 MiB at 8 MiB/s, less its quarter-second burst
+                assert time.monotonic() - began >= (len(shards) - RATE_MIB / 4 - 1) / RATE_MIB
+                with pytest.raises(Unavailable):
+                    await client.get_shard(bn.url, 1, vuid, 1, timeout=1.0)
+            finally:
+                os.kill(bn.pid, signal.SIGCONT)
+
+            # a dead reader: reads go to the blobnode, which starts another
+            os.kill(reader, signal.SIGKILL)
+            assert await background(2) == shards[2]
+            wait_until(lambda: bool(children(bn.pid)) and children(bn.pid) != [reader], 30, "a new reader")
+            [replacement] = children(bn.pid)
+            readers.append(replacement)
+            deadline = time.monotonic() + 30
+            while not await client.readers.of(bn.url):
+                assert time.monotonic() < deadline, "no reader after the first died"
+                await asyncio.sleep(0.1)
+            assert await background(3) == shards[3]
+
+    try:
+        asyncio.run(scenario())
+        os.kill(bn.pid, signal.SIGKILL)  # the blobnode killed outright: its reader goes with it
+        wait_until(lambda: not alive(readers[-1]), 10, "the reader to die with its blobnode")
+    finally:
+        for pid in readers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
