@@ -36,13 +36,13 @@ def summarize(latencies: list[float], elapsed: float, size: int) -> dict[str, fl
             "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3, 3)}
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process and its children (a blobnode's background reader) so far (Linux /proc;
-    0 once it is gone)."""
+def cpu_seconds(pid: int, children: bool = True) -> float:
+    """User + system CPU of one process and, unless `children` is False, of its children (a blobnode's background
+    reader) so far (Linux /proc; 0 once it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if children else []
     except OSError:
         return 0.0
-    ended = int(fields[13]) + int(fields[14])  # children that exited and were waited for
-    return (int(fields[11]) + int(fields[12]) + ended) / _TICK + sum(cpu_seconds(int(child)) for child in children)
+    ended = int(fields[13]) + int(fields[14]) if children else 0  # children that exited and were waited for
+    return (int(fields[11]) + int(fields[12]) + ended) / _TICK + sum(cpu_seconds(int(kid)) for kid in kids)
