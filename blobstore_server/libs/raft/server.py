@@ -74,6 +74,7 @@ class RaftServer:
         self._snapshotting = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._fatal: BaseException | None = None
+        self._died = asyncio.Event()
         key = bytes.fromhex(config.member_key) if config.member_key else None
         self.transport = Transport(config.node_id, config.listen_addr, self._on_message, key)
         self.snapshots = SnapshotStore(config.data_dir / "snap")
@@ -121,8 +122,8 @@ class RaftServer:
 
     async def wait_fatal(self) -> BaseException:
         """Returns when the node hit an invariant violation (the caller should exit loudly)."""
-        while self._fatal is None:
-            await asyncio.sleep(0.05)
+        await self._died.wait()
+        assert self._fatal is not None
         return self._fatal
 
     # -------------------------------------------------------------- public API
@@ -248,6 +249,7 @@ class RaftServer:
 
     def _die(self, e: InvariantViolation) -> None:
         self._fatal = e
+        self._died.set()
         log.critical("raft invariant violated on node %s: %s", self.config.node_id, e)
 
     # ------------------------------------------------------------ instructions

@@ -72,6 +72,8 @@ class ClusterManager:
             join=config.join,
             data_dir=data / "raft",
             fsync=config.fsync,
+            # a tick per heartbeat: nothing here needs finer timing, and each tick wakes all three replicas
+            tick_ms=config.heartbeat_ms,
             heartbeat_ms=config.heartbeat_ms,
             election_ms=config.election_timeout_ms,
             snapshot_threshold=config.snapshot_threshold,
