@@ -1,6 +1,6 @@
-"""A real blobnode's background reader (services/blobnode/reader_app.py): background reads are served by a child
-process at SCHED_IDLE once the first one started it, within the disk's background rate; it is replaced when it
-dies (reads meanwhile go to the blobnode) and dies with its blobnode, even on SIGKILL."""
+"""A real blobnode's background reader (services/blobnode/reader_app.py): background reads are served by a process
+at SCHED_IDLE, forked by the blobnode's fork server once the first one arrived, within the disk's background rate;
+it is replaced when it dies (reads meanwhile go to the blobnode) and dies with its blobnode, even on SIGKILL."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ def children(pid: int) -> list[int]:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except FileNotFoundError:
         return []
+
+
+def readers_of(blobnode: int) -> list[int]:
+    """The blobnode's readers: the children of its one child, the fork server."""
+    return [reader for forks in children(blobnode) for reader in children(forks)]
 
 
 def alive(pid: int) -> bool:
@@ -61,8 +66,11 @@ def test_background_reads_go_to_an_idle_priority_reader_that_lives_and_dies_with
             while not await client.readers.of(bn.url):
                 assert time.monotonic() < deadline, "the reader never came up"
                 await asyncio.sleep(0.1)
-            [reader] = children(bn.pid)
+            [forks] = children(bn.pid)
+            readers.append(forks)
+            [reader] = readers_of(bn.pid)
             readers.append(reader)
+            assert os.sched_getscheduler(forks) != os.SCHED_IDLE  # the fork server is not a reader
             assert os.sched_getscheduler(reader) == os.SCHED_IDLE
             assert os.getsid(reader) == reader  # a session of its own: with autogroups, a CPU share of its own
             if Path("/proc/self/autogroup").exists():
@@ -84,8 +92,8 @@ def test_background_reads_go_to_an_idle_priority_reader_that_lives_and_dies_with
             # a dead reader: reads go to the blobnode, which starts another
             os.kill(reader, signal.SIGKILL)
             assert await background(2) == shards[2]
-            wait_until(lambda: bool(children(bn.pid)) and children(bn.pid) != [reader], 30, "a new reader")
-            [replacement] = children(bn.pid)
+            wait_until(lambda: bool(readers_of(bn.pid)) and readers_of(bn.pid) != [reader], 30, "a new reader")
+            [replacement] = readers_of(bn.pid)
             readers.append(replacement)
             deadline = time.monotonic() + 30
             while not await client.readers.of(bn.url):
@@ -96,7 +104,7 @@ def test_background_reads_go_to_an_idle_priority_reader_that_lives_and_dies_with
     try:
         asyncio.run(scenario())
         os.kill(bn.pid, signal.SIGKILL)  # the blobnode killed outright: its reader goes with it
-        wait_until(lambda: not alive(readers[-1]), 10, "the reader to die with its blobnode")
+        wait_until(lambda: not any(alive(pid) for pid in readers), 10, "its fork server and reader to die with it")
     finally:
         for pid in readers:
             with contextlib.suppress(ProcessLookupError):

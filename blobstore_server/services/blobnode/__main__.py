@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 
 from blobstore_server.libs.openfiles import lift_open_file_limit
 from blobstore_server.libs.rpc.metrics import register_collector
@@ -13,7 +12,7 @@ from blobstore_server.services.blobnode.cluster import ClusterLink, assign_disk_
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.blobnode.figures import disk_figures, scrub_figures
 from blobstore_server.services.blobnode.node import Blobnode
-from blobstore_server.services.blobnode.reader_process import ReaderProcess
+from blobstore_server.services.blobnode.reader_process import ReaderForks, ReaderProcess
 from blobstore_server.services.blobnode.scrubber import Scrubber
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
@@ -27,6 +26,7 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
     link = None
     if config.clustermgr_hosts:
         config = asyncio.run(_with_disk_ids(config))
+    forks = ReaderForks.start() if config.background_reader else None  # before the node's threads start
     node = Blobnode(config)
     register_collector(lambda: disk_figures(node))
     mq = None
@@ -35,7 +35,7 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
         mq = MqProxyClient(cluster=link.cluster)  # any live mqproxy clustermgr knows
     scrubber = Scrubber(node, mq)
     register_collector(lambda: scrub_figures(scrubber))
-    return build_app(node, link, scrubber, ReaderProcess(config, sys.argv[1:])), config.bind_addr
+    return build_app(node, link, scrubber, ReaderProcess(config, forks)), config.bind_addr
 
 
 async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:

@@ -1,6 +1,6 @@
-"""The background reader: a child process of the blobnode that serves its background shard reads (repair,
-migration, inspection), `python -m blobstore_server.services.blobnode.reader_app -c blobnode.json`, started and
-stopped by the blobnode (services/blobnode/reader_process.py).
+"""The background reader: a process of the blobnode's that serves its background shard reads (repair, migration,
+inspection), forked, started and stopped by the blobnode (services/blobnode/reader_process.py); `main` reads the
+blobnode's own flags (`-c blobnode.json`).
 
 Why a process: the bytes of a rebuild are mostly reads (N of every N+1 bytes it moves), and in the blobnode
 they went through the event loop that serves users. This process runs at SCHED_IDLE: the kernel gives it only
@@ -44,7 +44,6 @@ def _typed(read: Callable[[], T]) -> T:
 
 
 def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # as its blobnode started it; its threads inherit it
     readers = {reader.disk_id: reader for reader in (DiskReader(Path(d.path)) for d in config.disks)}
     executors = {disk_id: ThreadPoolExecutor(config.background_concurrency, thread_name_prefix=f"disk{disk_id}")
                  for disk_id in readers}
@@ -86,5 +85,5 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
     return with_lean_routes(app, {api.SHARD_GET.path: shard_get}), os.environ[BIND_ENV]
 
 
-if __name__ == "__main__":
+def main() -> None:
     run_service("blobnode-reader", BlobnodeConfig, build)
