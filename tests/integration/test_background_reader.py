@@ -17,6 +17,7 @@ from blobstore_server.libs.proto.blobnode import IOClass
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import Unavailable
 from blobstore_server.services.blobnode.client import BlobnodeClient
+from blobstore_server.services.blobnode.reader_process import RESTART_AFTER
 from tests.support.processes import BlobnodeFactory, wait_until
 
 MiB = 1 << 20
@@ -107,5 +108,40 @@ def test_background_reads_go_to_an_idle_priority_reader_that_lives_and_dies_with
         wait_until(lambda: not any(alive(pid) for pid in readers), 10, "its fork server and reader to die with it")
     finally:
         for pid in readers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_without_its_fork_server_a_blobnode_serves_background_reads_itself(blobnode_factory: BlobnodeFactory) -> None:
+    bn = blobnode_factory(disks=1)
+    vuid = Vuid.make(1, 0, 1)
+    data = os.urandom(MiB)
+    started: list[int] = []
+
+    async def scenario() -> None:
+        async with BlobnodeClient() as client:
+            client.readers.recheck = 0.1
+            await client.create_chunk(bn.url, 1, vuid)
+            await client.put_shard(bn.url, 1, vuid, 1, data)
+
+            async def background() -> bytes:
+                return bytes(await client.get_shard(bn.url, 1, vuid, 1, io_class=IOClass.BACKGROUND, timeout=10))
+
+            assert await background() == data
+            wait_until(lambda: bool(readers_of(bn.pid)), 30, "a reader")
+            [forks] = children(bn.pid)
+            started.extend([forks, *readers_of(bn.pid)])
+            os.kill(forks, signal.SIGKILL)  # its reader goes with it, and no other can be forked
+            wait_until(lambda: not any(alive(pid) for pid in started), 10, "the fork server and reader to die")
+            for _ in range(5):
+                assert await background() == data
+                await asyncio.sleep(RESTART_AFTER)
+            assert (await client.stat(bn.url)).background_host == ""
+            assert alive(bn.pid)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for pid in started:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
