@@ -32,6 +32,6 @@ def build_app(watcher: Watcher, life: Lifecycle) -> FastAPI:
 
     @app.get("/api/overview")
     async def overview() -> Overview:
-        return watcher.overview()
+        return await watcher.overview()
 
     return app

@@ -26,4 +26,6 @@ class DashboardConfig(ServiceSettings):
     tinker_group_prefix: str = "tinker"
     scrape_interval: float = Field(2.0, ge=0.2)
     scrape_timeout: float = Field(2.0, gt=0)
+    # Every process is scraped only this long after the last view; unwatched, only access nodes (for the plots).
+    watch_linger: float = Field(60.0, gt=0)
     history: float = Field(600.0, gt=0)  # seconds of PUT/GET rates and latencies kept for the plots

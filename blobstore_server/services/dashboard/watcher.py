@@ -1,7 +1,10 @@
 """The dashboard's async shell: scrape every process's /metrics, read clustermgr's disk table and
 tinker's backlog in Kafka, each on its own loop, and keep the results for `overview()`.
 
-A request for the overview never waits on any of them: it is built from what the loops last saw, so a
+Only while someone looks (an overview asked for within `watch_linger`) are all of them read: unwatched, the
+loops scrape the access nodes alone, for the rate plots' history, since each scrape costs the scraped process
+and the dashboard CPU that loaded processes on the same box miss. The first view after a quiet spell waits
+for one fresh round, at most `scrape_timeout`; any other request is built from what the loops last saw, so a
 process or Kafka that hangs shows up as stale or down, never as a dashboard that hangs.
 """
 
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from urllib.parse import urlencode
@@ -45,13 +49,28 @@ class Watcher:
         self.backlog: dict[str, int] | None = None
         self.series: deque[RatePoint] = deque(maxlen=max(2, int(config.history / config.scrape_interval)))
         self.lags = LagReader(config.kafka_bootstrap, timeout=3.0, client=client_auth(config.kafka_auth))
+        self._viewed_at = -math.inf
 
     async def close(self) -> None:
         await asyncio.to_thread(self.lags.close)
 
-    def overview(self) -> Overview:
+    def watched(self) -> bool:
+        return time.monotonic() - self._viewed_at < self.config.watch_linger
+
+    async def overview(self) -> Overview:
+        quiet = not self.watched()
+        self._viewed_at = time.monotonic()
+        if quiet:
+            rounds = [asyncio.ensure_future(self._refresh_all())]
+            if self.config.kafka_bootstrap:
+                rounds.append(asyncio.ensure_future(self.refresh_backlog()))
+            await asyncio.wait(rounds, timeout=self.config.scrape_timeout)
         return build_overview(list(self.targets.values()), self.disks, self.cluster_error, self.backlog,
                               self.series, self.config.scrape_interval, self.tasks, time.time(), self.broken_after)
+
+    async def _refresh_all(self) -> None:
+        await self.refresh_cluster()  # first: it names the blobnodes to scrape
+        await self.scrape_all()
 
     async def scrape_loop(self) -> None:
         while True:
@@ -60,7 +79,8 @@ class Watcher:
             await asyncio.sleep(max(0.0, self.config.scrape_interval - (time.monotonic() - started)))
 
     async def scrape_all(self) -> None:
-        states = list(self.targets.values())
+        everyone = self.watched()
+        states = [s for s in self.targets.values() if everyone or s.target.role == "access"]
         await asyncio.gather(*(self._scrape(state) for state in states))
         access = [(s.previous, s.latest) for s in states
                   if s.target.role == "access" and s.previous is not None and s.latest is not None]
@@ -78,29 +98,37 @@ class Watcher:
 
     async def cluster_loop(self) -> None:
         while True:
-            try:
-                self.disks = await self.cluster.list_disks()
-                self.tasks = _task_records(await self.cluster.kv_list(TASK_PREFIX))
-                self.broken_after = _broken_after(await self.cluster.list_config())
-                self.cluster_error = ""
-            except RpcError as exc:
-                self.cluster_error = str(exc)
-            for disk in self.disks:  # a blobnode nobody listed is found through its disks
-                host = disk.host.rstrip("/")
-                if host not in self.targets:
-                    self.targets[host] = TargetState(Target(name=host.split("://")[-1], role="blobnode", url=host))
+            if self.watched():
+                await self.refresh_cluster()
             await asyncio.sleep(self.config.scrape_interval)
+
+    async def refresh_cluster(self) -> None:
+        try:
+            self.disks = await self.cluster.list_disks()
+            self.tasks = _task_records(await self.cluster.kv_list(TASK_PREFIX))
+            self.broken_after = _broken_after(await self.cluster.list_config())
+            self.cluster_error = ""
+        except RpcError as exc:
+            self.cluster_error = str(exc)
+        for disk in self.disks:  # a blobnode nobody listed is found through its disks
+            host = disk.host.rstrip("/")
+            if host not in self.targets:
+                self.targets[host] = TargetState(Target(name=host.split("://")[-1], role="blobnode", url=host))
 
     async def backlog_loop(self) -> None:
         if not self.config.kafka_bootstrap:
             return
         while True:
-            try:
-                self.backlog = await asyncio.to_thread(self._read_backlog)
-            except (KafkaException, OSError) as exc:
-                log.warning("cannot read the backlog from Kafka: %s", exc)
-                self.backlog = None
+            if self.watched():
+                await self.refresh_backlog()
             await asyncio.sleep(max(self.config.scrape_interval, BACKLOG_REFRESH))
+
+    async def refresh_backlog(self) -> None:
+        try:
+            self.backlog = await asyncio.to_thread(self._read_backlog)
+        except (KafkaException, OSError) as exc:
+            log.warning("cannot read the backlog from Kafka: %s", exc)
+            self.backlog = None
 
     def _read_backlog(self) -> dict[str, int]:
         """Messages each of tinker's consumer groups has not committed yet (blocking: run in a thread)."""
