@@ -68,7 +68,10 @@ class Consumer:
                                     # A member killed without leaving keeps its partitions until its session
                                     # lapses, so no message of theirs moves meanwhile: 10 s (Kafka's default
                                     # before 3.0; the broker's floor is 6 s), not librdkafka's 45 s.
-                                    "session.timeout.ms": 10_000, **shared.SHARED, **config}
+                                    "session.timeout.ms": 10_000,
+                                    # A fetch the broker holds until a record arrives (or this long): a longer
+                                    # wait adds no latency, only fewer empty round trips while idle (default 500).
+                                    "fetch.wait.max.ms": 2000, **shared.SHARED, **config}
         names = [str(t) for t in topics]
 
         def subscribed() -> confluent_kafka.Consumer:
@@ -95,7 +98,12 @@ class Consumer:
                 if assigned:
                     (self._consumer.pause if paused else self._consumer.resume)(assigned)
                 self._paused = paused
-            return self._consumer.consume(num_messages=max_records, timeout=timeout)
+            # consume(n, timeout) waits out the whole timeout unless n records come: wait for the first one only,
+            # then take what else is already fetched
+            first = self._consumer.consume(num_messages=1, timeout=timeout)
+            if not first or max_records == 1:
+                return first
+            return first + self._consumer.consume(num_messages=max_records - 1, timeout=0)
 
         records = []
         for message in await self._run(partial(fetch)):

@@ -13,6 +13,8 @@ from blobstore_server.libs.mq import settings
 from blobstore_server.libs.mq.seal import seal_headers
 
 DELIVERY_TIMEOUT_MS = 120_000  # a send not acknowledged by then fails (the broker was unreachable all along)
+# poll() returns as soon as it served a report: the wait only bounds how long `close` waits for the thread
+REPORT_WAIT = 0.5
 
 
 class Producer:
@@ -45,7 +47,7 @@ class Producer:
 
     def _serve_reports(self) -> None:
         while not self._closing.is_set():
-            self._producer.poll(0.1)
+            self._producer.poll(REPORT_WAIT)
 
     async def send(self, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
         """Append one record; returns (partition, offset) once the broker acknowledged it."""

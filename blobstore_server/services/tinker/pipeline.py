@@ -24,6 +24,8 @@ from blobstore_server.services.tinker.rules import RetryPolicy
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Record], Awaitable[None]]
+# A poll returns as soon as records arrive; the wait only bounds how late a task switch turned off is applied.
+POLL_WAIT = 1.0
 
 
 async def sleep_until(moment: float) -> None:
@@ -54,7 +56,7 @@ class Pipeline:
         try:
             while True:
                 self.stats.paused = not self.switches.is_on(self.task)
-                records = await self.consumer.poll(timeout=0.2, paused=self.stats.paused)
+                records = await self.consumer.poll(timeout=POLL_WAIT, paused=self.stats.paused)
                 for record in records:
                     self.tracker.add(record.tp, record.offset)
                     self.stats.messages_in += 1
