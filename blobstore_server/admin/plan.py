@@ -240,12 +240,13 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
                node_id=n, members=members, data_dir=str(p.workdir / "data"), code_modes=policy,
                chunk_size=s.chunk_size, volume_check_interval=0.5,
                first_volume_after_disks=disks,  # no volume before every disk planned here registered: all hosts
-               disk_heartbeat_timeout=10.0, disk_broken_after=s.disk_broken_after), cluster_id)
+               disk_broken_after=s.disk_broken_after,
+               disk_heartbeat_timeout=10.0), cluster_id)  # three of the blobnodes' beats (3 s apart)
            for n, p in enumerate(layout["clustermgr"], 1)]
     cm_urls = [cm.url for cm in cms]
     blobnodes = [_service(p, s, BlobnodeConfig(
                      hostname=p.host, rack=p.rack, idc=p.az, disks=[DiskConfig(path=d) for d in p.disks],
-                     clustermgr_hosts=cm_urls, heartbeat_interval=1.0, export_roots=list(s.export_roots),
+                     clustermgr_hosts=cm_urls, export_roots=list(s.export_roots),
                      delete_hold=s.delete_delay), cluster_id)  # tinker's safe delay, enforced
                  for p in layout["blobnode"]]
     tinker = layout["tinker"][0]
