@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from blobstore_server.libs import cpugroup
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import SECRET_ENV, operator_signer
 from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
@@ -23,6 +24,15 @@ from tests.support.processes import (
     stop_all,
     wait_until,
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def idle_cpu_group() -> Iterator[None]:
+    """The idle cpu cgroup background processes run in (libs/cpugroup.py): one killed outright leaves it behind."""
+    yield
+    group = cpugroup.idle_group_beside()
+    if group is not None:
+        cpugroup.remove_idle_group(group)
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,7 @@ from blobstore_server.admin.plan import (
 )
 from blobstore_server.admin.procs import free_ports, healthy, poll, running, spawn, start_time, stop
 from blobstore_server.admin.spec import SpecError, for_hosts
+from blobstore_server.libs import cpugroup
 from blobstore_server.libs.proto import clustermgr as clustermgr_api
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, SECRET_ENV, new_secret, operator_signer
@@ -407,6 +408,9 @@ def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessR
     outcome = _stop_all(info, timeout)
     if info.network:
         netns.destroy(info.network)
+    group = cpugroup.idle_group_beside()  # the readers' and worker's, which stopping together may each leave busy
+    if group is not None:
+        cpugroup.remove_idle_group(group)  # unless another cluster's still run there
     return [(p, outcome[p.name]) for p in info.processes]
 
 

@@ -13,12 +13,22 @@ from pathlib import Path
 
 import pytest
 
+from blobstore_server.libs import cpugroup
 from blobstore_server.libs.proto.blobnode import IOClass
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import Unavailable
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.blobnode.reader_process import RESTART_AFTER
 from tests.support.processes import BlobnodeFactory, wait_until
+
+
+def _idle_groups() -> Path | None:
+    """Where a blobnode's readers run in an idle cpu cgroup, if this box lets them (as root with cgroupfs, as in CI)."""
+    group = cpugroup.idle_group_beside()
+    return group if group is not None and os.access(group.parent, os.W_OK) else None
+
+
+IDLE_GROUPS = _idle_groups()
 
 MiB = 1 << 20
 RATE_MIB = 8
@@ -76,6 +86,9 @@ def test_background_reads_go_to_an_idle_priority_reader_that_lives_and_dies_with
             assert os.getsid(reader) == reader  # a session of its own: with autogroups, a CPU share of its own
             if Path("/proc/self/autogroup").exists():
                 assert Path(f"/proc/{reader}/autogroup").read_text().split()[-1] == "19"
+            assert not cpugroup.idle_group_of(forks)
+            if IDLE_GROUPS:  # any other task preempts it at once
+                assert cpugroup.idle_group_of(reader)
 
             # the reader serves background reads on its own: they flow with the blobnode stopped, user reads do not
             os.kill(bn.pid, signal.SIGSTOP)
@@ -110,6 +123,8 @@ def test_background_reads_go_to_an_idle_priority_reader_that_lives_and_dies_with
         for pid in readers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if IDLE_GROUPS:  # nobody was left to remove it
+            cpugroup.remove_idle_group(IDLE_GROUPS)
 
 
 def test_without_its_fork_server_a_blobnode_serves_background_reads_itself(blobnode_factory: BlobnodeFactory) -> None:
@@ -141,6 +156,8 @@ def test_without_its_fork_server_a_blobnode_serves_background_reads_itself(blobn
 
     try:
         asyncio.run(scenario())
+        bn.stop()  # a blobnode that stops removes the idle group its readers ran in (once nothing else does)
+        assert IDLE_GROUPS is None or not IDLE_GROUPS.exists()
     finally:
         for pid in started:
             with contextlib.suppress(ProcessLookupError):

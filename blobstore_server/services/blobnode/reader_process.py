@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
 
+from blobstore_server.libs import cpugroup
 from blobstore_server.libs.ports import free_port
 from blobstore_server.services.blobnode import reader_app
 from blobstore_server.services.blobnode.config import BlobnodeConfig
@@ -46,14 +47,16 @@ def _die_with(parent: int) -> None:
 
 
 def _in_background() -> None:
-    """In the background twice over, as kernels share CPU: with autogroups on (Debian's and Ubuntu's default; a
-    process outside any cpu cgroup shares the CPU per session first, and SCHED_IDLE or nice then only rank it
-    within its session) a session of its own, whose group runs at nice 19; and SCHED_IDLE where processes share
-    the CPU one by one. Threads started later inherit the class."""
+    """In the background however the kernel shares CPU: in an idle cpu cgroup where one can be made (preempted at
+    once by any other task, libs/cpugroup.py); else, with autogroups on (Debian's and Ubuntu's default; a process
+    outside any cpu cgroup shares the CPU per session first, and SCHED_IDLE or nice then only rank it within its
+    session), a session of its own whose group runs at nice 19; and SCHED_IDLE where processes share the CPU one
+    by one. Threads started later inherit all of it."""
     os.setsid()
     with contextlib.suppress(OSError):  # no autogroups in this kernel
         Path("/proc/self/autogroup").write_text("19")
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    cpugroup.enter_idle_group()
 
 
 def _become_reader(bind: str, parent: int) -> NoReturn:
@@ -220,6 +223,9 @@ class ReaderProcess:
             self._keeper = None
         if self.forks is not None:
             await asyncio.to_thread(self.forks.close)
+        group = cpugroup.idle_group_beside()
+        if group is not None:
+            await asyncio.to_thread(cpugroup.remove_idle_group, group)  # stays while another process runs there
 
 
 def _exit_of(pidfd: int) -> asyncio.Future[None]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from blobstore_server.libs import cpugroup
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, Lifecycle, run_service
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -17,6 +20,12 @@ from blobstore_server.services.worker.tasks import TaskRunner
 
 def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
     life = Lifecycle()
+    group = cpugroup.enter_idle_group() if config.idle_cpu else None
+    if group is not None:
+        async def leave_group() -> None:
+            await asyncio.to_thread(cpugroup.leave_idle_group, group)
+
+        life.close(leave_group)
     cluster = ClusterClient(config.clustermgr_hosts)
     blobnodes = BlobnodeClient()
     life.loop(lambda: keep_registered(cluster, "worker", config.advertised_host, config.idc, config.register_ttl))
