@@ -15,7 +15,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, NoReturn, Protocol, Self, TypeVar, runtime_checkable
 from urllib.parse import urlencode
 
 import aiohttp
@@ -26,6 +26,7 @@ from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER
 from blobstore_server.libs.rpc.errors import Internal, Unreachable, error_from_response
 from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.splice import SocketBody
 
 Params = Mapping[str, str | int]
 Body = bytes | bytearray | memoryview
@@ -61,6 +62,13 @@ class Transport(Protocol):
     def send(self, request: Request) -> AbstractAsyncContextManager[Response]: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class DeferringTransport(Transport, Protocol):
+    """A transport that can leave the bulk of an answer in its socket, to be moved on without a copy."""
+
+    async def send_deferred(self, request: Request) -> tuple[int, Payload, SocketBody | None]: ...
 
 
 _trusted: ssl.SSLContext | None = None
@@ -144,14 +152,8 @@ class HttpClient:
 
     @staticmethod
     async def _raise_for(resp: Response) -> None:
-        if resp.status < 300:
-            return
-        raw = await resp.read()
-        try:
-            body: object = jsonlib.loads(bytes(raw)) if raw else None
-        except ValueError:
-            body = None
-        raise error_from_response(resp.status, body)
+        if resp.status >= 300:
+            _raise_error(resp.status, await resp.read())
 
     async def request(self, method: str, url: str, *, params: Params | None = None, json: object = None,
                       data: Body | None = None, headers: Mapping[str, str] | None = None,
@@ -166,6 +168,20 @@ class HttpClient:
         async with self.transport.send(request) as resp:
             await self._raise_for(resp)
             return await resp.read()
+
+    async def request_deferred(self, method: str, url: str, *, params: Params | None = None,
+                               timeout: float | None = None) -> tuple[Payload, SocketBody | None]:
+        """A request without a body whose answer may stay mostly in its socket: (its whole body, None), or, from a
+        `DeferringTransport`, possibly (the body's first line, the rest as a `splice.SocketBody` to move on and
+        finish)."""
+        if not isinstance(self.transport, DeferringTransport):
+            return await self.request(method, url, params=params, timeout=timeout), None
+        request = Request(method, _with_params(url, params), timeout=timeout)
+        _sign(request)
+        status, received, rest = await self.transport.send_deferred(request)
+        if status >= 300:
+            _raise_error(status, received)
+        return received, rest
 
     async def call(self, method: str, url: str, response: type[M], *, params: Params | None = None,
                    body: BaseModel | None = None, data: Body | None = None, headers: Mapping[str, str] | None = None,
@@ -201,6 +217,14 @@ class HttpClient:
             await self._raise_for(resp)
             async for chunk in resp.iter_chunked(piece):
                 yield chunk
+
+
+def _raise_error(status: int, raw: Payload) -> NoReturn:
+    try:
+        body: object = jsonlib.loads(bytes(raw)) if raw else None
+    except ValueError:
+        body = None
+    raise error_from_response(status, body)
 
 
 def _sign(request: Request) -> None:

@@ -23,8 +23,9 @@ from urllib.parse import urlencode, urlsplit
 
 from blobstore_server.libs.buffers import uninitialized
 from blobstore_server.libs.rpc import client
-from blobstore_server.libs.rpc.client import Request
+from blobstore_server.libs.rpc.client import Payload, Request
 from blobstore_server.libs.rpc.errors import Internal, Unreachable
+from blobstore_server.libs.rpc.splice import SocketBody
 
 MAX_HEAD = 64 << 10  # status line and headers of an answer
 
@@ -52,6 +53,10 @@ class _Connection(asyncio.BufferedProtocol):
         self._close_after = False
         self._done: asyncio.Future[tuple[int, memoryview]] | None = None
         self._lost: Exception | None = None
+        self._defer = False  # an answer of 200 stops after the first line of its body (`exchange`)
+        self._length = 0  # the answer's Content-Length
+        self._body_start = 0  # while deferring: where the body begins in `_head`, once the head is parsed
+        self.unread = 0  # bytes of a deferred body still in the socket
 
     # asyncio.BufferedProtocol
 
@@ -76,6 +81,9 @@ class _Connection(asyncio.BufferedProtocol):
             self._body_len += nbytes
         else:
             self._head_len += nbytes
+            if self._body_start:
+                self._first_line()
+                return
             end = self._head.find(b"\r\n\r\n", 0, self._head_len)
             if end < 0:
                 return
@@ -84,7 +92,11 @@ class _Connection(asyncio.BufferedProtocol):
             except Internal as exc:
                 self._fail(exc)
                 return
-            assert self._body is not None
+            if self._defer and self._status == 200:
+                self._body_start = end + 4
+                self._first_line()
+                return
+            self._body = uninitialized(self._length)
             extra = self._head_len - end - 4
             if extra > len(self._body):
                 self._fail(Internal("the answer is longer than its Content-Length"))
@@ -122,7 +134,22 @@ class _Connection(asyncio.BufferedProtocol):
         if length is None:
             raise Internal("an answer without a valid Content-Length on the shard path")
         self._status = int(parts[1])
-        self._body = uninitialized(length)
+        self._length = length
+
+    def _first_line(self) -> None:
+        """Deferring: once the body's first line (or all of a shorter body) is here, stop reading and answer with
+        the body bytes received; the rest (`unread`) stays in the socket for `SocketBody`."""
+        assert self._done is not None and self.transport is not None
+        got = self._head_len - self._body_start
+        if got > self._length:
+            self._fail(Internal("the answer is longer than its Content-Length"))
+            return
+        if got < self._length and self._head.find(b"\n", self._body_start, self._head_len) < 0:
+            return
+        self.unread = self._length - got
+        if self.unread:
+            self.transport.pause_reading()
+        self._done.set_result((self._status, memoryview(self._head)[self._body_start:self._head_len].toreadonly()))
 
     def _fail(self, exc: Exception) -> None:
         if self._done is not None and not self._done.done():
@@ -131,18 +158,33 @@ class _Connection(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
-    async def exchange(self, head: bytes, body: client.Body | None) -> tuple[int, memoryview]:
+    async def exchange(self, head: bytes, body: client.Body | None, defer: bool = False) -> tuple[int, memoryview]:
+        """Send a request and wait for its answer: all of it, or with `defer` of a 200 only its body's first line
+        (and whatever came with it), the other `unread` bytes left in the socket, read paused, the connection
+        not reusable until `resume`."""
         assert self.transport is not None
         self.reusable = False
         self._head_len, self._body, self._body_len, self._close_after = 0, None, 0, False
+        self._defer, self._body_start, self.unread = defer, 0, 0
         self._done = asyncio.get_running_loop().create_future()
         try:
             self.transport.writelines([head, body] if body else [head])
         except RuntimeError as exc:  # uvloop: the handle closed before connection_lost told us (a reset peer)
             raise ConnectionResetError(f"the connection closed under the request: {exc}") from exc
         status, answer = await self._done
-        self.reusable = not self._close_after
+        self.reusable = not self._close_after and not self.unread
         return status, answer
+
+    def fileno(self) -> int:
+        assert self.transport is not None
+        return cast(int, self.transport.get_extra_info("socket").fileno())
+
+    def resume(self) -> None:
+        """The deferred body was taken off the socket by someone else: the connection serves the next request."""
+        assert self.transport is not None
+        self.unread = 0
+        self.reusable = not self._close_after and self.open()
+        self.transport.resume_reading()
 
     def open(self) -> bool:
         return self._lost is None and self.transport is not None and not self.transport.is_closing()
@@ -227,6 +269,31 @@ class LeanTransport:
 
     @asynccontextmanager
     async def send(self, request: Request) -> AsyncIterator[client.Response]:
+        peer, conn, answer = await self._exchange(request, defer=False)
+        self._release(peer, conn)
+        yield _Answer(*answer)
+
+    async def send_deferred(self, request: Request) -> tuple[int, Payload, SocketBody | None]:
+        """`request`, answered with its status and its whole body; or, for a 200 over plain TCP whose body did not
+        all come with its first line, that line (newline included) and the rest as a `SocketBody`, which holds the
+        connection until it is finished."""
+        peer, conn, (status, received) = await self._exchange(request, defer=not self._peer(request.url)[0].tls)
+        if not conn.unread:
+            self._release(peer, conn)
+            return status, bytes(received), None  # the connection's buffer serves its next answer
+        line = bytes(received).find(b"\n") + 1
+        timeout = request.timeout if request.timeout is not None else self._timeout
+        return status, received[:line], SocketBody(received[line:], conn.fileno(), conn.unread,
+                                                   lambda whole: self._settle(peer, conn, whole), timeout)
+
+    def _settle(self, peer: _Peer, conn: _Connection, taken: bool) -> None:
+        if taken:
+            conn.resume()
+            self._release(peer, conn)
+        else:
+            conn.close()
+
+    async def _exchange(self, request: Request, defer: bool) -> tuple[_Peer, _Connection, tuple[int, memoryview]]:
         peer, host, path = self._peer(request.url)
         target = f"{path}?{urlencode(request.params)}" if request.params else path
         lines = [f"{request.method} {target} HTTP/1.1", f"host: {host}",
@@ -242,7 +309,7 @@ class LeanTransport:
                 conn = await self._connect(peer)
             try:
                 async with asyncio.timeout(timeout):
-                    answer = await conn.exchange(head, request.body)
+                    answer = await conn.exchange(head, request.body, defer)
             except TimeoutError:
                 conn.close()
                 raise Unreachable(f"{request.method} {request.url}: no answer within {timeout} s") from None
@@ -255,9 +322,7 @@ class LeanTransport:
             except BaseException:
                 conn.close()
                 raise
-            self._release(peer, conn)
-            break
-        yield _Answer(*answer)
+            return peer, conn, answer
 
     async def close(self) -> None:
         for conns in self._idle.values():

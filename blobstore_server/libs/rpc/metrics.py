@@ -31,7 +31,7 @@ from prometheus_client import REGISTRY, Gauge, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from blobstore_server.libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
+from blobstore_server.libs.rpc.asgi import SPLICE_MESSAGE, ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,8 @@ class Instrumented:
                 exchange.status = message["status"]
             elif message["type"] == "http.response.body":
                 exchange.bytes_out += len(message.get("body", b""))
+            elif message["type"] == SPLICE_MESSAGE:
+                exchange.bytes_out += len(message["span"])
             await send(message)
 
         STATS.in_flight += 1

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from blobstore_server.libs.buffers import uninitialized
 from blobstore_server.libs.openfiles import lift_open_file_limit
 from blobstore_server.libs.rpc import auth, lean_server
-from blobstore_server.libs.rpc.asgi import ASGIApp, Message, Receive, Scope, Send
+from blobstore_server.libs.rpc.asgi import SPLICE_MESSAGE, ASGIApp, Message, Receive, Scope, Send
 from blobstore_server.libs.rpc.auth import (
     AUTH_HEADER,
     CALLER_SCOPE_KEY,
@@ -50,7 +50,9 @@ from blobstore_server.libs.rpc.errors import BadRequest, Internal, LengthMismatc
 from blobstore_server.libs.rpc.lean_server import LeanHandler, Site, lean_protocol
 from blobstore_server.libs.rpc.limits import Admission, limited
 from blobstore_server.libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, Only, instrument, measuring
+from blobstore_server.libs.rpc.relay import splicing
 from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.splice import BodySpan
 
 log = logging.getLogger(__name__)
 ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
@@ -335,22 +337,23 @@ async def send_json(send: Send, status: int, payload: BaseModel | dict[str, obje
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_stream(send: Send, length: int, pieces: AsyncIterator[bytes | memoryview],
+async def send_stream(send: Send, length: int, pieces: AsyncIterator[bytes | bytearray | memoryview | BodySpan],
                       headers: Mapping[str, str] | None = None, status: int = 200) -> None:
     """Stream `length` bytes. The first piece is read before the status goes out, so most failures still
     get a clean error answer; one after the headers went out aborts the connection, so a client can never
-    mistake a truncated body for a whole one."""
+    mistake a truncated body for a whole one. A `BodySpan` goes out as a `SPLICE_MESSAGE` (`libs.rpc.relay`):
+    only a route offered that extension may yield one."""
     raw_headers = [(b"content-type", b"application/octet-stream"),
                    (b"content-length", str(length).encode())]
     raw_headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    first = await anext(pieces, None)
+    piece = await anext(pieces, None)
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    if first is None:
-        await send({"type": "http.response.body", "body": b""})
-        return
-    await send({"type": "http.response.body", "body": first, "more_body": True})
-    async for piece in pieces:
-        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    while piece is not None:
+        if isinstance(piece, BodySpan):
+            await send({"type": SPLICE_MESSAGE, "span": piece})
+        else:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        piece = await anext(pieces, None)
     await send({"type": "http.response.body", "body": b""})
 
 
@@ -506,7 +509,7 @@ def serve(app: ASGIApp, bind_addr: str, tls: TLSConfig | None = None, lean: Site
     """Run the app under uvicorn (httptools + uvloop) until SIGTERM/SIGINT, over HTTPS with `tls`; `lean`'s
     routes through the lean protocol."""
     host, _, port = bind_addr.rpartition(":")
-    config = uvicorn.Config(app, host=host or "127.0.0.1", port=int(port),
+    config = uvicorn.Config(splicing(app), host=host or "127.0.0.1", port=int(port),
                             # uvicorn takes any protocol class; a BufferedProtocol is one, though not asyncio.Protocol
                             http="httptools" if lean is None else cast(type[asyncio.Protocol], lean_protocol(lean)),
                             loop="uvloop", access_log=False, log_level="warning", proxy_headers=False,

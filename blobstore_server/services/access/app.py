@@ -11,6 +11,7 @@ from fastapi import Request, Response
 from blobstore.records import AllocRequest, AllocResult, DeleteResult, PutAtResult, PutResult, Stat
 from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.rpc.asgi import SPLICE
 from blobstore_server.libs.rpc.errors import BadRequest, LengthRequired
 from blobstore_server.libs.rpc.metrics import Observer
 from blobstore_server.libs.rpc.server import (
@@ -70,7 +71,8 @@ def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()
         if wanted is not None:
             status = 206
             headers["content-range"] = f"bytes {offset}-{offset + length - 1}/{location.size}"
-        await send_stream(send, length, store.read(location, offset, length), headers, status)
+        spliced = SPLICE in scope.get("extensions", {})  # the bytes may then stay in the blobnodes' answers
+        await send_stream(send, length, store.read(location, offset, length, spliced), headers, status)
 
     @app.post("/blob/alloc")
     async def alloc_blobs(req: AllocRequest) -> AllocResult:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
@@ -19,6 +19,7 @@ from blobstore_server.libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard
 from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
 from blobstore_server.libs.rpc.client import Payload
 from blobstore_server.libs.rpc.errors import RpcError, ShardExists, Unavailable
+from blobstore_server.libs.rpc.splice import BodySpan
 from blobstore_server.services.access.health import HealthTable
 from blobstore_server.services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
 from blobstore_server.services.access.quorum import decide_put, units_to_skip, unreadable
@@ -66,11 +67,12 @@ class ShardIO:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shard(
             u.host, u.disk_id, u.vuid, bid, offset, size, timeout=self.timeout), read=True))
 
-    async def get_many(self, vid: int, index: int, ranges: Sequence[tuple[int, int, int]]
-                       ) -> list[Payload | BaseException]:
-        """Ranges (bid, offset, size) of shard `index` of several blobs, in one request to its unit."""
+    async def get_many(self, vid: int, index: int, ranges: Sequence[tuple[int, int, int]], deferred: bool = False
+                       ) -> Sequence[Payload | BodySpan | BaseException]:
+        """Ranges (bid, offset, size) of shard `index` of several blobs, in one request to its unit; `deferred`:
+        left in its answer's socket (`BlobnodeClient.get_shards`)."""
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shards(
-            u.host, u.disk_id, u.vuid, ranges, timeout=self.timeout), read=True))
+            u.host, u.disk_id, u.vuid, ranges, timeout=self.timeout, deferred=deferred), read=True))
 
     async def _noted(self, unit: Unit, call: Awaitable[T], *, read: bool) -> T:
         started = time.monotonic()
@@ -140,9 +142,12 @@ class BlobWriteFailed(Unavailable):
         self.reason = reason
 
 
+Sent = Piece | BodySpan  # bytes to send: in memory, or still in a blobnode's answer
+
+
 @dataclass
 class BlobRead:
-    data: list[Piece]  # to send in order
+    data: Sequence[Sent]  # to send in order
     bad: dict[int, ShardState]  # shard index -> what its blobnode said
 
     def to_repair(self) -> list[int]:
@@ -190,15 +195,16 @@ class BlobSpan(NamedTuple):
 
 
 async def read_blobs(io: ShardIO, codec: Codec, volume: VolumeInfo, spans: Sequence[BlobSpan],
-                     hedge_after: float) -> list[BlobRead]:
+                     hedge_after: float, deferred: bool = False) -> list[BlobRead]:
     """`read_blob` of several blobs of one volume, in order, with one request per data shard's unit for all of
     them instead of one per blob and unit. A blob whose ranges do not all come back within `hedge_after` is read
     again on its own by `read_blob`, which hedges and degrades as usual; so is every blob when a unit they need
-    is on a disk to read last."""
+    is on a disk to read last. `deferred`: the bytes stay in the blobnodes' answers (`BodySpan`s, moved on in
+    order, each answer finished after) unless any range failed, when every blob is read again on its own."""
     if len(spans) == 1:
         return [await read_blob(io, codec, volume, *spans[0], hedge_after)]
     plans = [shard_reads(codec.tactic, span.blob_len, span.start, span.end) for span in spans]
-    got: list[dict[int, Payload]] = [{} for _ in spans]  # per blob: shard index -> its bytes
+    got: list[dict[int, Payload | BodySpan]] = [{} for _ in spans]  # per blob: shard index -> its bytes
     now = time.monotonic()
     if not any(io.health.read_last(volume.units[r.shard_index].disk_id, now) for plan in plans for r in plan):
         wanted: dict[int, list[tuple[int, ShardRead]]] = {}
@@ -206,19 +212,34 @@ async def read_blobs(io: ShardIO, codec: Codec, volume: VolumeInfo, spans: Seque
             for read in plan:
                 wanted.setdefault(read.shard_index, []).append((k, read))
         tasks = {index: asyncio.create_task(io.get_many(volume.vid, index, [(spans[k].bid, r.offset, r.length)
-                                                                            for k, r in reads]))
+                                                                            for k, r in reads], deferred))
                  for index, reads in wanted.items()}
-        _, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
+        try:
+            _, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
+        except BaseException:  # cancelled: answers already here are finished, not left holding their connections
+            for task in tasks.values():
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    finish_bodies(p for p in task.result() if not isinstance(p, BaseException))
+                drop_task(task)
+            raise
+        whole = True
         for index, task in tasks.items():
             if task in pending:
                 drop_task(task)
                 io.health.slow(volume.units[index].disk_id, time.monotonic())
             elif task.exception() is None:
                 for (k, _), outcome in zip(wanted[index], task.result(), strict=True):
-                    if not isinstance(outcome, BaseException):
+                    if isinstance(outcome, BaseException):
+                        whole = False
+                    else:
                         got[k][index] = outcome
+            else:
+                whole = False
         if pending:
             HEDGED_READS.inc()
+        if deferred and (pending or not whole):  # spans of an answer go out in order or not at all
+            finish_bodies(piece for pieces in got for piece in pieces.values())
+            got = [{} for _ in spans]
 
     async def finish(k: int) -> BlobRead:
         if all(read.shard_index in got[k] for read in plans[k]):
@@ -226,6 +247,14 @@ async def read_blobs(io: ShardIO, codec: Codec, volume: VolumeInfo, spans: Seque
         return await read_blob(io, codec, volume, *spans[k], hedge_after)
 
     return await all_in_order([finish(k) for k in range(len(spans))])
+
+
+def finish_bodies(pieces: Iterable[Sent | bytes]) -> None:
+    """Finish the blobnode answers `pieces` came from (`splice.SocketBody.finish`): those not moved whole are
+    closed, not reused."""
+    for piece in pieces:
+        if isinstance(piece, BodySpan):
+            piece.body.finish()
 
 
 async def all_in_order(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:

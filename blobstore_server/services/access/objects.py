@@ -26,8 +26,10 @@ from blobstore_server.services.access.blobs import (
     BlobSpan,
     BlobWrite,
     BlobWriteFailed,
+    Sent,
     ShardIO,
     drop_task,
+    finish_bodies,
     read_blobs,
     write_blob,
 )
@@ -38,7 +40,7 @@ from blobstore_server.services.access.putplan import PutPlan, RetryRefused
 from blobstore_server.services.access.quorum import decide_put
 from blobstore_server.services.access.reserve import Reservations
 from blobstore_server.services.access.standby import Standby
-from blobstore_server.services.access.stripes import BlobRange, Piece, plan_range, plan_runs, split_object
+from blobstore_server.services.access.stripes import BlobRange, plan_range, plan_runs, split_object
 from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.clustermgr.client import VolumeCache
 from blobstore_server.services.mqproxy.client import MqProxyClient
@@ -288,31 +290,35 @@ class ObjectStore:
                 log_file.write(json.dumps({"time": time.time(), "vid": outcome.vid, "bid": outcome.bid,
                                            "shards": outcome.written, "reason": reason}) + "\n")
 
-    async def read(self, location: Location, offset: int, length: int) -> AsyncIterator[Piece]:
+    async def read(self, location: Location, offset: int, length: int, deferred: bool = False
+                   ) -> AsyncIterator[Sent]:
         """Stream bytes [offset, offset + length) of the object a run of blobs at a time (consecutive blobs of one
         volume, read together by `read_blobs`); the next `read_ahead` blobs are read from the blobnodes while
-        those before them go out to the client."""
+        those before them go out to the client. `deferred`: runs of several blobs may come as `BodySpan`s, bytes
+        still in the blobnodes' answers, for the caller to move on in order (and finish each answer after its
+        last span); whatever the caller does not take is finished here."""
         ids = list(location.blob_ids())
         parts = plan_range(location.size, location.blob_size, offset, length)
         per_run = self._blobs_per_run(location)
         runs = plan_runs(parts, [ids[part.blob_index][0] for part in parts], per_run)
 
-        async def read_run(run: list[BlobRange]) -> list[Piece]:
+        async def read_run(run: list[BlobRange]) -> list[Sent]:
             vid = ids[run[0].blob_index][0]
             volume = await self.volumes.get(vid)
             spans = [BlobSpan(ids[part.blob_index][1], location.blob_len(part.blob_index), part.start, part.end)
                      for part in run]
             results = await read_blobs(self.io, codec_for(location.code_mode, volume.backend), volume, spans,
-                                       self.config.hedge_after)
+                                       self.config.hedge_after, deferred)
             for span, result in zip(spans, results, strict=True):
                 if result.to_repair():
                     self._queue_repair(RepairIn(vid=vid, bid=span.bid, bad_indexes=result.to_repair(),
                                                 reason="get found these shards missing or corrupt"))
             return [piece for result in results for piece in result.data]
 
-        ahead: deque[asyncio.Task[list[Piece]]] = deque()
+        ahead: deque[asyncio.Task[list[Sent]]] = deque()
         started = 0
         runs_ahead = max(1, self.config.read_ahead // per_run)
+        pieces: list[Sent] = []
 
         def read_ahead() -> None:
             nonlocal started
@@ -326,10 +332,13 @@ class ObjectStore:
                 pieces = await ahead[0]
                 ahead.popleft()
                 read_ahead()
-                for piece in pieces:
-                    yield piece
+                while pieces:
+                    yield pieces.pop(0)
         finally:
+            finish_bodies(pieces)
             for task in ahead:
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    finish_bodies(task.result())
                 drop_task(task)
 
     def _blobs_per_run(self, location: Location) -> int:

@@ -19,6 +19,7 @@ from blobstore_server.libs.proto.clustermgr import DiskView
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.proto.uploads import BlobToken
 from blobstore_server.libs.rpc.errors import NotFound, RpcError, Unavailable
+from blobstore_server.services.access.blobs import Sent
 from blobstore_server.services.access.metrics import REGION_FREE
 from blobstore_server.services.access.objects import ObjectStore
 from blobstore_server.services.clustermgr.client import ClusterClient
@@ -130,8 +131,8 @@ class Region:
     def parse(self, token: str) -> Location:
         return Location.from_token(token, self.secret)
 
-    def read(self, location: Location, offset: int, length: int) -> AsyncIterator[bytes]:
-        return self.store_of(location.cluster_id).read(location, offset, length)
+    def read(self, location: Location, offset: int, length: int, deferred: bool = False) -> AsyncIterator[Sent]:
+        return self.store_of(location.cluster_id).read(location, offset, length, deferred)
 
     async def delete(self, location: Location) -> int:
         return await self.store_of(location.cluster_id).delete(location)

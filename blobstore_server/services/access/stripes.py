@@ -9,8 +9,8 @@ too, so every range decision of access is in one I/O-free module.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Sequence, Sized
+from typing import NamedTuple, TypeVar, cast
 
 from blobstore_server.libs.ec import Tactic
 from blobstore_server.libs.rpc.errors import BadRequest, RangeNotSatisfiable
@@ -87,20 +87,22 @@ def plan_runs(parts: Sequence[BlobRange], vids: Sequence[int], max_blobs: int) -
 
 
 Piece = bytes | bytearray | memoryview
+P = TypeVar("P", bound=Sized)  # a piece in memory, or one still in a blobnode's answer (`splice.BodySpan`)
 JOIN_BELOW = 1 << 20  # a smaller range goes out as one piece: one send beats a copy of so few bytes
 
 
-def assemble(reads: Sequence[ShardRead], pieces: Sequence[Piece]) -> list[Piece]:
+def assemble(reads: Sequence[ShardRead], pieces: Sequence[P]) -> list[P | bytes]:
     """The pieces read for `reads`, in order, to send one after another: joined into one when the range is
-    small, else as they are (joining megabytes was a fifth of access's CPU on large GETs). A piece of the
-    wrong length is a bug upstream, never padded over."""
+    small and all are in memory, else as they are (joining megabytes was a fifth of access's CPU on large GETs).
+    A piece of the wrong length is a bug upstream, never padded over."""
     if len(pieces) != len(reads):
         raise ValueError(f"{len(pieces)} pieces for {len(reads)} reads")
     for read, piece in zip(reads, pieces, strict=True):
         if len(piece) != read.length:
             raise ValueError(f"shard {read.shard_index} piece is {len(piece)} bytes, expected {read.length}")
-    if len(pieces) > 1 and sum(read.length for read in reads) < JOIN_BELOW:
-        return [b"".join(pieces)]
+    if len(pieces) > 1 and sum(read.length for read in reads) < JOIN_BELOW and all(
+            isinstance(piece, bytes | bytearray | memoryview) for piece in pieces):
+        return [b"".join(cast(Sequence[Piece], pieces))]
     return list(pieces)
 
 

@@ -40,6 +40,7 @@ from blobstore_server.libs.rpc.coalesce import Coalescer
 from blobstore_server.libs.rpc.errors import Internal, RpcError, Unavailable, Unreachable, error_from_response
 from blobstore_server.libs.rpc.lean import LeanTransport
 from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.splice import BodySpan
 
 Params = dict[str, str | int]
 T = TypeVar("T")
@@ -93,6 +94,32 @@ async def _within(timeout: float | None, host: str, call: Awaitable[T]) -> T:
             return await call
     except TimeoutError:
         raise Unreachable(f"{host}: no answer within {timeout} s") from None
+
+
+def _batch_outcomes(host: str, reads: list[_ShardGet], head_line: memoryview, available: int,
+                    cut: Callable[[int, int], T]) -> list[T | BaseException]:
+    """Each read's outcome from a batched answer: its head line, then the `available` bytes of the shards read,
+    one after another, each cut out by `cut(start, length)`."""
+    end = bytes(head_line[:64 << 10]).find(b"\n")
+    head = ShardGetBatchHead.model_validate_json(bytes(head_line[:end])) if end >= 0 else None
+    if head is None or len(head.shards) != len(reads):
+        raise Internal(f"{host} answered a batched read without a head for its {len(reads)} ranges")
+    outcomes: list[T | BaseException] = []
+    start = 0
+    for outcome in head.shards:
+        if outcome.failure is not None:
+            outcomes.append(_failed(outcome.failure))
+            continue
+        outcomes.append(cut(start, outcome.length))
+        start += outcome.length
+    if start != available:
+        raise Internal(f"{host} answered {available} bytes for ranges of {start}")
+    return outcomes
+
+
+def _whole_batch(host: str, reads: list[_ShardGet], answer: memoryview) -> list[Payload | BaseException]:
+    body = answer[bytes(answer[:64 << 10]).find(b"\n") + 1:]
+    return _batch_outcomes(host, reads, answer, len(body), lambda start, length: body[start:start + length])
 
 
 def _failed(failure: ShardFailure | None) -> RpcError:
@@ -233,11 +260,25 @@ class BlobnodeClient(ServiceClient):
         return await self._get_one(host, read)
 
     async def get_shards(self, host: str, disk_id: int, vuid: int, ranges: Sequence[tuple[int, int, int]],
-                         timeout: float | None = None) -> list[Payload | BaseException]:
+                         timeout: float | None = None, deferred: bool = False
+                         ) -> Sequence[Payload | BodySpan | BaseException]:
         """Ranges (bid, offset, size) of user shards of one unit in one `/shard/get_batch` request, each with its
-        own outcome (its bytes or the typed error); at most `MAX_BATCH` of them, `MAX_BATCH_BYTES` in all."""
-        return await self._get_many(host, [_ShardGet(disk_id, vuid, bid, offset, size, timeout, IOClass.USER)
-                                           for bid, offset, size in ranges])
+        own outcome (its bytes or the typed error); at most `MAX_BATCH` of them, `MAX_BATCH_BYTES` in all.
+        `deferred`: the bytes may stay in the connection's socket, as spans of one `SocketBody` to move on in
+        order and then finish (`libs.rpc.lean`)."""
+        reads = [_ShardGet(disk_id, vuid, bid, offset, size, timeout, IOClass.USER) for bid, offset, size in ranges]
+        if not deferred:
+            return await self._get_many(host, reads)
+        received, rest = await self.shards.request_deferred(
+            api.SHARD_GET_BATCH.method, f"{host}{api.SHARD_GET_BATCH.path}",
+            params=_listed(reads, "disk_id", "vuid", "bid", "offset", "size"), timeout=_longest(reads))
+        if rest is None:
+            return _whole_batch(host, reads, memoryview(received))
+        try:
+            return _batch_outcomes(host, reads, memoryview(received), rest.length, rest.span)
+        except BaseException:
+            rest.finish()
+            raise
 
     async def _get_one(self, host: str, read: _ShardGet) -> Payload:
         params = self._get_params(read.disk_id, read.vuid, read.bid, read.offset, read.size, read.io_class)
@@ -246,24 +287,9 @@ class BlobnodeClient(ServiceClient):
 
     async def _get_many(self, host: str, reads: list[_ShardGet]) -> list[Payload | BaseException]:
         params = _listed(reads, "disk_id", "vuid", "bid", "offset", "size")
-        answer = memoryview(await self.shards.request(api.SHARD_GET_BATCH.method,
-                                                      f"{host}{api.SHARD_GET_BATCH.path}", params=params,
-                                                      timeout=_longest(reads)))
-        end = bytes(answer[:64 << 10]).find(b"\n")
-        head = ShardGetBatchHead.model_validate_json(bytes(answer[:end])) if end >= 0 else None
-        if head is None or len(head.shards) != len(reads):
-            raise Internal(f"{host} answered a batched read without a head for its {len(reads)} ranges")
-        outcomes: list[Payload | BaseException] = []
-        start = end + 1
-        for outcome in head.shards:
-            if outcome.failure is not None:
-                outcomes.append(_failed(outcome.failure))
-                continue
-            outcomes.append(answer[start:start + outcome.length])
-            start += outcome.length
-        if start != len(answer):
-            raise Internal(f"{host} answered {len(answer) - end - 1} bytes for ranges of {start - end - 1}")
-        return outcomes
+        answer = await self.shards.request(api.SHARD_GET_BATCH.method, f"{host}{api.SHARD_GET_BATCH.path}",
+                                           params=params, timeout=_longest(reads))
+        return _whole_batch(host, reads, memoryview(answer))
 
     def stream_shard(self, host: str, disk_id: int, vuid: int, bid: int, offset: int = 0,
                      size: int | None = None, io_class: IOClass = IOClass.USER) -> AsyncIterator[bytes]:
