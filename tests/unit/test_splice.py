@@ -1,6 +1,7 @@
 """Deferred answers of the lean transport moved to another socket with splice(2), against real sockets: the bytes
 arrive whole and in order, the connection serves the next request once its body is taken, and a body abandoned,
-cut short by its peer or stalled closes its connection instead of leaving it half read."""
+cut short by its peer or stalled closes its connection instead of leaving it half read. And the rule for when a
+route is offered the splice extension at all."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from blobstore_server.libs.rpc.asgi import SPLICE, Message, Receive, Scope, Send
 from blobstore_server.libs.rpc.client import HttpClient
 from blobstore_server.libs.rpc.errors import Internal
 from blobstore_server.libs.rpc.lean import LeanTransport
+from blobstore_server.libs.rpc.relay import splicing
 from blobstore_server.libs.rpc.splice import AVAILABLE, SocketBody, SourceEnded, SpliceTimeout
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="splice(2) is Linux only")
@@ -139,3 +142,42 @@ def test_a_peer_that_closes_or_stalls_mid_body_fails_the_move(fault: str) -> Non
             body.finish()
 
     asyncio.run(_serve(handler, test))
+
+
+class _UvicornLikeCycle:
+    """What `relay.splicing` looks for under uvicorn's `send` (its `RequestResponseCycle`)."""
+
+    def __init__(self) -> None:
+        self.transport = object()
+        self.expected_content_length = 0
+        self.disconnected = False
+
+    async def send(self, message: Message) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("method", "scheme", "uvicorn", "offered"), [
+    ("GET", "http", True, True),
+    ("GET", "https", True, False),  # TLS: the kernel cannot splice into its records
+    ("PUT", "http", True, False),
+    ("GET", "http", False, False),  # another server (in-process tests): nothing to splice into
+])
+def test_the_splice_extension_is_offered_only_to_plain_gets_on_uvicorn(method: str, scheme: str, uvicorn: bool,
+                                                                        offered: bool) -> None:
+    seen: list[bool] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(SPLICE in scope.get("extensions", {}))
+
+    async def other_send(message: Message) -> None:
+        pass
+
+    async def receive() -> Message:
+        return {}
+
+    async def serve() -> None:
+        await splicing(app)({"type": "http", "method": method, "scheme": scheme}, receive,
+                            _UvicornLikeCycle().send if uvicorn else other_send)
+
+    asyncio.run(serve())
+    assert seen == [offered]

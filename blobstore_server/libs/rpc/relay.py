@@ -1,10 +1,10 @@
 """Relaying bytes from a blobnode's answer to a client's connection inside the kernel: the `SPLICE` ASGI extension.
 
-uvicorn's connections are plain Python objects under the ASGI `send` it gives an app. Where one carries plain TCP
-(no TLS), `splicing` offers the extension in the scope and serves `SPLICE_MESSAGE`s itself: once the bytes sent
-before it have left the loop, it moves the span's bytes (`splice.SocketBody.move`) from the blobnode's socket to a
-`dup` of the client's, then tells uvicorn's cycle they were sent, as if written through it, so its
-Content-Length accounting holds. Anything unexpected in uvicorn's objects turns the extension off, never on.
+uvicorn's connections are plain Python objects under the ASGI `send` it gives an app. Where a GET arrived over
+plain TCP (scheme http: no TLS), `splicing` offers the extension in the scope and serves `SPLICE_MESSAGE`s itself:
+once the bytes sent before it have left the loop, it moves the span's bytes (`splice.SocketBody.move`) from the
+blobnode's socket to a `dup` of the client's, then tells uvicorn's cycle they were sent, as if written through it,
+so its Content-Length accounting holds. Anything unexpected in uvicorn's objects turns the extension off, never on.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ class _Cycle:
         cycle = getattr(send, "__self__", None)
         transport = getattr(cycle, "transport", None)
         if (transport is None or not isinstance(getattr(cycle, "expected_content_length", None), int)
-                or not isinstance(getattr(cycle, "disconnected", None), bool)
-                or transport.get_extra_info("sslcontext") is not None or transport.get_extra_info("socket") is None):
+                or not isinstance(getattr(cycle, "disconnected", None), bool)):
             return None
         return cls(cycle, transport)
 
@@ -77,7 +76,8 @@ def splicing(app: ASGIApp) -> ASGIApp:
         return app
 
     async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-        cycle = _Cycle.of(send) if scope["type"] == "http" and scope.get("scheme") == "http" else None
+        plain_get = scope["type"] == "http" and scope.get("method") == "GET" and scope.get("scheme") == "http"
+        cycle = _Cycle.of(send) if plain_get else None  # https: TLS, whose bytes the kernel cannot splice
         if cycle is None:
             await app(scope, receive, send)
             return
