@@ -4,8 +4,9 @@ Brings the default cluster up with the launcher (3 clustermgr, 6 blobnodes x 2 d
 access nodes, EC3P3, fsync on) in a temp dir and measures one access node, access1 (access2 idles), on the
 four workloads of issue 15: 10 KiB objects with 8 clients and 16 MiB objects with 2 clients, PUT then GET.
 The baseline writes (with fdatasync) and reads the same bytes as
-plain files in the same temp dir with the same concurrency, right after each workload, so the ratio
-compares two runs on the same noisy box minutes apart, not days. For each workload it also reports the
+plain files in the same temp dir with the same concurrency, in rounds alternating with the workload's (a third of
+the operations each, A B A B A B): the ratio is the median of the three rounds' ratios, so a spell when the noisy
+box runs slower or faster falls on both sides of one round instead of on one side. For each workload it also reports the
 CPU seconds every cluster process spent per operation (from /proc), summed by role, and the client's.
 Writes JSON and prints one summary line.
 CubeFS publishes ~620-740 PUT op/s and ~1.3k GET op/s for 10 KiB EC3P3 objects with 2 client threads.
@@ -17,10 +18,12 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,11 +54,16 @@ WORKLOADS = (Workload("10KiB", 10 << 10, 8, 3000, 0.10, 0.08),
              Workload("16MiB", 16 << 20, 2, 40, 0.35, 0.12, get_passes=5))
 
 
+ROUNDS = 3  # each workload's operations, a third at a time, alternate with the plain files' (A B A B A B)
+
+
 class CpuMeter:
-    """CPU per role of the cluster's processes (and this client) between `start` and `per_op`."""
+    """CPU seconds per role of the cluster's processes (and this client) over the spans it is started and stopped,
+    summed."""
 
     def __init__(self, processes: list[ProcessRecord]) -> None:
         self.processes = [p for p in processes if p.role != "kafka"]
+        self.used: dict[str, float] = defaultdict(float)
         self._before: dict[int, float] = {}
         self._client = 0.0
 
@@ -63,18 +71,48 @@ class CpuMeter:
         self._before = {p.pid: cpu_seconds(p.pid) for p in self.processes}
         self._client = time.process_time()
 
+    def stop(self) -> None:
+        for p in self.processes:
+            self.used[p.role] += cpu_seconds(p.pid) - self._before[p.pid]
+        self.used["client"] += time.process_time() - self._client
+
     def per_op(self, ops: int) -> dict[str, float]:
         """Milliseconds of CPU per operation, by role, and `cluster`: all the cluster's processes together."""
-        used: dict[str, float] = defaultdict(float)
-        for p in self.processes:
-            used[p.role] += cpu_seconds(p.pid) - self._before[p.pid]
-        cluster = sum(used.values())
-        used["client"] = time.process_time() - self._client
-        by_role = {role: round(seconds * 1e3 / ops, 3) for role, seconds in sorted(used.items()) if seconds > 0}
+        cluster = sum(seconds for role, seconds in self.used.items() if role != "client")
+        by_role = {role: round(seconds * 1e3 / ops, 3) for role, seconds in sorted(self.used.items()) if seconds > 0}
         return {**by_role, "cluster": round(cluster * 1e3 / ops, 3)}
 
 
-async def bench_access(url: str, load: Workload, meter: CpuMeter) -> dict[str, dict[str, object]]:
+@dataclass
+class Side:
+    """One side's runs of an operation: every latency and the wall time, summed over its rounds."""
+
+    latencies: list[float]
+    elapsed: float = 0.0
+
+    def add(self, run: tuple[list[float], float]) -> float:
+        """Add a round; its operations per second."""
+        self.latencies += run[0]
+        self.elapsed += run[1]
+        return len(run[0]) / run[1]
+
+
+Op = Callable[[int], Awaitable[object]]
+
+
+def shifted(op: Op, first: int) -> Op:
+    """`op` of operation `first + i` when asked for operation i: each round takes its own objects."""
+    return lambda i: op(first + i)
+
+
+def in_thread(fn: Callable[[int], None]) -> Op:
+    return lambda i: asyncio.to_thread(fn, i)
+
+
+async def bench_workload(url: str, files: Path, load: Workload, processes: list[ProcessRecord]
+                         ) -> dict[str, dict[str, object]]:
+    """PUT then GET through access and the same as plain files, each in `ROUNDS` alternating rounds: the ratio
+    is the median of the rounds' ratios, so a spell of a slower box falls on both sides of one round."""
     data = os.urandom(load.size)
     tokens: dict[int, str] = {}
     connector = aiohttp.TCPConnector(limit=load.clients)
@@ -93,34 +131,36 @@ async def bench_access(url: str, load: Workload, meter: CpuMeter) -> dict[str, d
                     got += len(chunk)
                 assert got == load.size
 
+        def write(i: int) -> None:
+            fd = os.open(files / f"obj{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+        def read(i: int) -> None:
+            assert len((files / f"obj{i % load.count}").read_bytes()) == load.size
+
         results: dict[str, dict[str, object]] = {}
-        for name, op, ops in (("put", put, load.count), ("get", get, load.count * load.get_passes)):
-            meter.start()
-            run = await drive(ops, load.clients, op)
-            results[name] = {**summarize(*run, load.size), "cpu_ms_per_op": meter.per_op(ops)}
-    return results
-
-
-async def bench_files(directory: Path, load: Workload) -> dict[str, dict[str, float]]:
-    data = os.urandom(load.size)
-
-    def write(i: int) -> None:
-        fd = os.open(directory / f"obj{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-
-    def read(i: int) -> None:
-        assert len((directory / f"obj{i % load.count}").read_bytes()) == load.size
-
-    results: dict[str, dict[str, float]] = {}
-    for name, fn, ops in (("put", write, load.count), ("get", read, load.count * load.get_passes)):
-        run = await drive(ops, load.clients, lambda i, fn=fn: asyncio.to_thread(fn, i))  # type: ignore[misc]
-        results[name] = summarize(*run, load.size)
+        for name, ours, plain, ops in (("put", put, write, load.count),
+                                       ("get", get, read, load.count * load.get_passes)):
+            meter = CpuMeter(processes)
+            access, files_side, ratios = Side([]), Side([]), []
+            for r in range(ROUNDS):
+                first, last = r * ops // ROUNDS, (r + 1) * ops // ROUNDS
+                meter.start()
+                rate = access.add(await drive(last - first, load.clients, shifted(ours, first)))
+                meter.stop()
+                plain_rate = files_side.add(await drive(last - first, load.clients, shifted(in_thread(plain), first)))
+                ratios.append(rate / plain_rate)
+            results[name] = {"ratio": round(statistics.median(ratios), 3),
+                             "round_ratios": [round(x, 3) for x in ratios],
+                             "access": {**summarize(access.latencies, access.elapsed, load.size),
+                                        "cpu_ms_per_op": meter.per_op(ops)},
+                             "plain_files": summarize(files_side.latencies, files_side.elapsed, load.size)}
     for i in range(load.count):
-        (directory / f"obj{i}").unlink()
+        (files / f"obj{i}").unlink()
     return results
 
 
@@ -133,22 +173,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-access-") as tmp:
         root = Path(tmp)
         info = launcher.up(root / "cluster", ClusterShape(chunk_size=8 << 30))
-        meter = CpuMeter(info.processes)
         try:
             files = root / "files"
             files.mkdir()
             for load in WORKLOADS:
-                load = Workload(**{**load.__dict__, "count": max(load.clients, int(load.count * args.scale))})
+                load = Workload(**{**load.__dict__, "count": max(load.clients * ROUNDS, int(load.count * args.scale))})
                 # One access node's throughput, deliberately: the load goes through access1 alone (access_url),
                 # not spread over every access node (access_urls), so the figures compare with earlier runs.
-                ours = asyncio.run(bench_access(info.access_url, load, meter))
-                plain = asyncio.run(bench_files(files, load))
+                measured = asyncio.run(bench_workload(info.access_url, files, load, info.processes))
                 for op, target, ops in (("put", load.target_put, load.count),
                                         ("get", load.target_get, load.count * load.get_passes)):
-                    ratio = float(ours[op]["ops_per_s"]) / plain[op]["ops_per_s"]  # type: ignore[arg-type]
                     results[f"{load.name} {op.upper()} c={load.clients}"] = {
-                        "count": ops, "ratio": round(ratio, 3), "target_ratio": target,
-                        "access": ours[op], "plain_files": plain[op]}
+                        "count": ops, "target_ratio": target, **measured[op]}
         finally:
             launcher.down(root / "cluster")
     out = Path(args.out)
