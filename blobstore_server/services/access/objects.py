@@ -50,26 +50,38 @@ RETRY_AFTER = 5.0  # seconds: what a PUT refused for want of space is told to wa
 
 
 class BodyReader:
-    """Cuts a streamed request body into exact blob-sized pieces and checks its declared length."""
+    """Cuts a streamed request body into exact blob-sized pieces and checks its declared length. Each byte is
+    copied once, into the piece that holds it: the chunks received are kept as they came and joined (gathering them
+    in a bytearray and slicing it out copied every byte three times, a fifth of access's CPU on large PUTs)."""
 
     def __init__(self, body: AsyncIterator[bytes], declared: int) -> None:
         self._body = body
         self._declared = declared
-        self._buffer = bytearray()
+        self._chunks: deque[bytes | memoryview] = deque()  # received, not yet handed out
+        self._held = 0
         self._seen = 0
 
     async def read(self, n: int) -> bytes:
-        while len(self._buffer) < n:
+        while self._held < n:
             chunk = await anext(self._body, None)
             if chunk is None:
                 raise LengthMismatch(f"body ended after {self._seen} bytes; Content-Length is {self._declared}")
             self._seen += len(chunk)
             if self._seen > self._declared:
                 raise LengthMismatch(f"body is longer than its Content-Length {self._declared}")
-            self._buffer += chunk
-        piece = bytes(self._buffer[:n])
-        del self._buffer[:n]
-        return piece
+            self._chunks.append(chunk)
+            self._held += len(chunk)
+        parts: list[bytes | memoryview] = []
+        need = n
+        while need:
+            chunk = self._chunks.popleft()
+            if len(chunk) > need:  # the piece ends inside this chunk: the rest of it starts the next piece
+                self._chunks.appendleft(memoryview(chunk)[need:])
+                chunk = memoryview(chunk)[:need]
+            parts.append(chunk)
+            need -= len(chunk)
+        self._held -= n
+        return b"".join(parts)
 
     async def finish(self) -> None:
         async for chunk in self._body:
