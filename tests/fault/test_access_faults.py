@@ -21,6 +21,7 @@ from blobstore_server.libs.rpc.errors import NotFound
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import wait_for_put
+from tests.support.metrics import sample
 from tests.support.processes import LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -202,6 +203,36 @@ def test_a_hung_blobnode_is_hedged_around(cluster_factory: ClusterFactory, size:
             started = time.monotonic()
             assert client.get(f"/blob/{token}").content == data
             assert time.monotonic() - started < 3.0  # hedge (0.3 s) plus a degraded read, not the 10 s timeout
+        finally:
+            os.kill(hung.pid, signal.SIGCONT)
+
+
+def test_a_small_object_outruns_a_hung_data_shard_within_the_tail_of_shard_reads(cluster_factory: ClusterFactory
+                                                                                ) -> None:
+    """Once access has seen enough shard reads to know their tail, a small GET whose data shard does not answer
+    asks another shard for the same bytes after that tail (milliseconds), not after `hedge_after` (2 s here),
+    decodes, and leaves the hung disk to be read last once `hedge_after` has passed."""
+    cluster = cluster_factory(hedge_after=2.0)
+    url = cluster.access[0].url
+    objects = [random.Random(k).randbytes(64 << 10) for k in range(20)]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        tokens = [wait_for_put(client, objects[0]), *(put(client, data) for data in objects[1:])]
+        for _ in range(4):  # 80 reads: the tail is known after 64
+            for token, data in zip(tokens, objects, strict=True):
+                assert client.get(f"/blob/{token}").content == data
+        path, _ = shard_file(cluster, tokens[0], 0)
+        hung = next(n for n in cluster.blobnodes if str(path).startswith(str(n.workdir)))
+        hedged_before = sample(url, "blobstore_access_tail_hedged_reads_total")
+        os.kill(hung.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            assert client.get(f"/blob/{tokens[0]}").content == objects[0]
+            assert time.monotonic() - started < 0.5  # the tail (a few ms) and one more shard read, not 2 s
+            assert sample(url, "blobstore_access_tail_hedged_reads_total") == hedged_before + 1
+            time.sleep(2.0)  # the outrun read is dropped at hedge_after: its disk is read last from then on
+            for token, data in zip(tokens, objects, strict=True):
+                assert client.get(f"/blob/{token}").content == data
+            assert sample(url, "blobstore_access_tail_hedged_reads_total") == hedged_before + 1
         finally:
             os.kill(hung.pid, signal.SIGCONT)
 

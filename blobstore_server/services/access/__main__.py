@@ -23,6 +23,7 @@ from blobstore_server.services.access.metrics import count_bytes
 from blobstore_server.services.access.objects import ObjectStore
 from blobstore_server.services.access.outbox import Outbox
 from blobstore_server.services.access.region import Region
+from blobstore_server.services.access.tail import TailDelay
 from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient, VolumeCache
@@ -85,7 +86,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         mq = MqProxyClient(hosts.mqproxy_hosts, cluster)
         # Volume and disk ids are per cluster: so is what failed lately.
         health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
-        io = ShardIO(blobnodes, volumes, config.shard_timeout, health, config.put_grace)
+        tail = TailDelay(config.tail_hedge_quantile, config.tail_hedge_min) if config.tail_hedge_quantile else None
+        io = ShardIO(blobnodes, volumes, config.shard_timeout, health, config.put_grace, tail, config.tail_hedge_bytes)
         store = stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, mq, hosts.cluster_id)
         if store.outbox is not None:
             life.loop(store.outbox.run)

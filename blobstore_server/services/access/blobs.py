@@ -21,9 +21,10 @@ from blobstore_server.libs.rpc.client import Payload
 from blobstore_server.libs.rpc.errors import RpcError, ShardExists, Unavailable
 from blobstore_server.libs.rpc.splice import BodySpan
 from blobstore_server.services.access.health import HealthTable
-from blobstore_server.services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES
+from blobstore_server.services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES, TAIL_HEDGED_READS
 from blobstore_server.services.access.quorum import decide_put, units_to_skip, unreadable
 from blobstore_server.services.access.stripes import Piece, ShardRead, assemble, shard_reads
+from blobstore_server.services.access.tail import TailDelay
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import VolumeCache
 
@@ -52,12 +53,14 @@ class ShardIO:
     `health` how each disk answered."""
 
     def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float, health: HealthTable,
-                 put_grace: float) -> None:
+                 put_grace: float, tail: TailDelay | None = None, tail_bytes: int = 0) -> None:
         self.blobnodes = blobnodes
         self.volumes = volumes
         self.timeout = timeout
         self.health = health
         self.put_grace = put_grace
+        self.tail = tail  # when a read of at most `tail_bytes` per shard asks other shards too (`read_blob`)
+        self.tail_bytes = tail_bytes
 
     async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
@@ -170,12 +173,26 @@ async def read_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, blo
         late = set()  # too few others to read instead: they all get asked as usual
     if any(r.shard_index in late for r in plan):
         return await _degraded(io, codec, vid, bid, plan, {}, late)
-    tasks = {r.shard_index: asyncio.create_task(io.get(vid, r.shard_index, bid, r.offset, r.length))
-             for r in plan}
-    done, pending = await asyncio.wait(tasks.values(), timeout=hedge_after)
+    lo, hi = common_range(plan)
+    hedgeable = io.tail is not None and _tail_hedges(plan, lo, hi, io.tail_bytes)
+    tail = io.tail.delay() if io.tail is not None and hedgeable else None
+    # A read that may hedge asks each data shard for the common range (the same bytes but for a last shard's
+    # padding), so that any N answers decode.
+    reads = {r.shard_index: (lo, hi - lo) if tail is not None else (r.offset, r.length) for r in plan}
+    tasks = {i: asyncio.create_task(io.get(vid, i, bid, *reads[i])) for i in reads}
+    if hedgeable:
+        _observe(io, list(tasks.values()))
+    first_wait = min(tail, hedge_after) if tail is not None else hedge_after
+    done, pending = await asyncio.wait(tasks.values(), timeout=first_wait)
+    if pending and tail is not None and all(t.exception() is None for t in done):
+        hedged = await _tail_hedged(io, codec, volume, bid, plan, tasks, late, hedge_after - first_wait)
+        if hedged is not None:
+            return hedged
+        done = {t for t in tasks.values() if t.done()}
+        pending = set(tasks.values()) - done
     bad = {i: shard_state(exc) for i, t in tasks.items() if t in done and (exc := t.exception()) is not None}
     if not bad and not pending:
-        return BlobRead(assemble(plan, [t.result() for t in tasks.values()]), {})
+        return BlobRead(_cut(plan, lo, {i: t.result() for i, t in tasks.items()}, widened=tail is not None), {})
     for index, task in tasks.items():
         if task in pending:
             task.cancel()
@@ -183,6 +200,105 @@ async def read_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, blo
     if pending:
         HEDGED_READS.inc()
     return await _degraded(io, codec, vid, bid, plan, bad, late)
+
+
+def common_range(plan: Sequence[ShardRead]) -> tuple[int, int]:
+    """The shard bytes [lo, hi) covering every read of `plan`: what a decode needs from each of N shards."""
+    return min(r.offset for r in plan), max(r.offset + r.length for r in plan)
+
+
+TAIL_SLACK = 4096  # bytes more than a data shard's own range a hedgeable read may ask of it
+
+
+def _tail_hedges(plan: Sequence[ShardRead], lo: int, hi: int, limit: int) -> bool:
+    """Whether a read may ask other shards early: small (at most `limit` bytes a shard), and each data shard's
+    own range close to the common one (a whole blob: all but the last shard's padding)."""
+    return hi - lo <= limit and all(hi - lo - r.length <= TAIL_SLACK for r in plan)
+
+
+def _observe(io: ShardIO, tasks: Collection[asyncio.Task[Payload]]) -> None:
+    """Feed the tail estimate the time until every data shard of a read answered (or failed, or was dropped):
+    what the read would have waited without a hedge, whether or not it hedged."""
+    tail, started, left = io.tail, time.monotonic(), len(tasks)
+    assert tail is not None
+
+    def seen(_: asyncio.Task[Payload]) -> None:
+        nonlocal left
+        left -= 1
+        if not left:
+            tail.observe(time.monotonic() - started)
+
+    for task in tasks:
+        task.add_done_callback(seen)
+
+
+def _cut(plan: Sequence[ShardRead], lo: int, pieces: dict[int, Payload], widened: bool) -> list[Piece]:
+    """The plan's pieces; cut out of the common range [lo, ...) when that is what was read."""
+    if not widened:
+        return assemble(plan, [pieces[r.shard_index] for r in plan])
+    return assemble(plan, [pieces[r.shard_index][r.offset - lo:r.offset - lo + r.length] for r in plan])
+
+
+async def _tail_hedged(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, plan: Sequence[ShardRead],
+                       tasks: dict[int, asyncio.Task[Payload]], late: Collection[int], within: float
+                       ) -> BlobRead | None:
+    """Data shards still out past the tail delay: ask as many other shards (not read last) for the common
+    range as N answers need, and decode from whichever N come first, waiting at most `within` seconds.
+    None when that does not work out (too few others, a failure, the time up): the caller's hedge then runs.
+    A data read outrun by the others is left to finish for `within` seconds (its connection is then reused);
+    one still out by then is dropped and its disk read last, as the caller's hedge would."""
+    t = codec.tactic
+    lo, hi = common_range(plan)
+    pieces: list[Payload | None] = [None] * t.total
+    for index, task in tasks.items():
+        if task.done():
+            pieces[index] = task.result()
+    need = t.n - sum(p is not None for p in pieces)
+    others = [i for i in range(t.global_count) if i not in tasks and i not in late][:need]
+    if len(others) < need:
+        return None
+    TAIL_HEDGED_READS.inc()
+    extra = {asyncio.create_task(io.get(volume.vid, i, bid, lo, hi - lo)): i for i in others}
+    waiting = {task: index for index, task in tasks.items() if not task.done()} | extra
+    needed = [r.shard_index for r in plan]
+    deadline = time.monotonic() + within
+    try:
+        while waiting:
+            done, _ = await asyncio.wait(waiting, timeout=max(0.0, deadline - time.monotonic()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                return None
+            for task in done:
+                index = waiting.pop(task)
+                if task.exception() is not None:
+                    return None
+                pieces[index] = task.result()
+            if sum(p is not None for p in pieces) >= t.n or all(pieces[i] is not None for i in needed):
+                rebuilt = await _rebuild(codec, pieces, needed)
+                if rebuilt is not None:
+                    for task, index in waiting.items():
+                        if index in tasks:
+                            _outrun(io, task, volume.units[index].disk_id, deadline)
+                    return BlobRead(_cut(plan, lo, rebuilt, widened=True), {})
+        return None
+    finally:
+        for task in extra:
+            drop_task(task)
+
+
+def _outrun(io: ShardIO, task: asyncio.Task[Payload], disk_id: int, deadline: float) -> None:
+    """Let a data read nobody waits for any more finish until `deadline`; past it, drop it and read its disk last."""
+    def give_up() -> None:
+        if not task.done():
+            task.cancel()
+            io.health.slow(disk_id, time.monotonic())
+
+    def finished(done: asyncio.Task[Payload]) -> None:
+        timer.cancel()
+        drop_task(done)
+
+    timer = asyncio.get_running_loop().call_later(max(0.0, deadline - time.monotonic()), give_up)
+    task.add_done_callback(finished)
 
 
 class BlobSpan(NamedTuple):

@@ -36,6 +36,12 @@ class AccessConfig(ServiceSettings):
     shard_calls_in_flight: int = Field(1, ge=0)
     put_grace: float = Field(1.0, gt=0)  # seconds the shards beyond the put quorum are waited for once it holds
     hedge_after: float = Field(0.5, gt=0)  # a data shard slower than this triggers a degraded read
+    # A small read (at most `tail_hedge_bytes` a shard) whose data shards take longer than this quantile of recent
+    # small reads did (at least `tail_hedge_min` s) also asks other shards and decodes from the first N (tail.py);
+    # 0: only the hedge above.
+    tail_hedge_quantile: float = Field(0.95, ge=0, lt=1)
+    tail_hedge_min: float = Field(0.002, gt=0)
+    tail_hedge_bytes: int = Field(256 << 10, ge=0)
     read_ahead: int = Field(2, ge=1, le=16)  # blobs of an object read from blobnodes ahead of the one being sent
     put_tries: int = Field(3, ge=1)  # a blob that misses its quorum is tried on this many volumes in all
     put_retry_window: float = Field(20.0, gt=0)  # no new try of a blob once its first began this long ago

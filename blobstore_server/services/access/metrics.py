@@ -14,6 +14,8 @@ VOLUME_RETRIES = Counter("blobstore_access_put_volume_retries",
 DEGRADED_READS = Counter("blobstore_access_degraded_reads", "Blob reads rebuilt from parity shards")
 HEDGED_READS = Counter("blobstore_access_hedged_reads",
                        "Blob reads that also asked parity shards because a data shard was slower than hedge_after")
+TAIL_HEDGED_READS = Counter("blobstore_access_tail_hedged_reads", "Small blob reads that also asked other shards "
+                            "because a data shard was slower than the recent tail of shard reads (tail_hedge_quantile)")
 
 STANDBY_ALLOCATIONS = Counter("blobstore_access_standby_allocations",
                               "Objects (or retried blobs) given space from the standby stock: no allocator answered")
