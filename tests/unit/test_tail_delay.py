@@ -19,16 +19,23 @@ def test_no_delay_until_a_quarter_of_the_window_was_seen() -> None:
 def test_the_quantile_of_the_window_and_never_below_the_floor() -> None:
     tail = TailDelay(0.95, floor=0.002, window=80)  # recomputed every 10
     for k in range(80):
-        tail.observe((k + 1) / 1000)  # 1 .. 80 ms
-    assert tail.delay() == pytest.approx(0.076)  # the 76th of 80
+        tail.observe((k + 1) / 1000 + 0.1)  # 101 .. 180 ms
+    assert tail.delay() == pytest.approx(0.176)  # the 76th of 80
     fast = TailDelay(0.95, floor=0.002, window=80)
     for _ in range(80):
         fast.observe(0.0005)
     assert fast.delay() == 0.002
 
 
+def test_a_tail_made_of_stalls_is_capped_at_a_multiple_of_the_median() -> None:
+    tail = TailDelay(0.95, floor=0.001, window=80)
+    for k in range(80):
+        tail.observe(0.030 if k % 8 == 0 else 0.002)  # one read in 8 held up 30 ms by a stalled node
+    assert tail.delay() == pytest.approx(0.006)  # 3 x the median, not the 95th percentile's 30 ms
+
+
 def test_old_latencies_leave_the_window_and_the_estimate_follows() -> None:
-    tail = TailDelay(0.9, floor=0.0, window=80)
+    tail = TailDelay(0.9, floor=0.0, window=80, median_multiple=100)
     for _ in range(80):
         tail.observe(0.050)
     assert tail.delay() == 0.050
