@@ -70,6 +70,7 @@ bench: setup
 	$(PY) bench/metrics_cost.py
 	$(PY) bench/inspection.py
 	$(PY) bench/availability.py
+	$(PY) bench/tail.py
 	$(PY) bench/partitions.py
 	$(PY) bench/signing.py
 	$(PY) bench/repair.py
