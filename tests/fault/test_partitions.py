@@ -350,8 +350,10 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
     root = Path(cluster.dir)
     worker = _record(cluster, "worker-h3")
     config = Path(worker.config)
+    # A repair slow enough to cut in the middle of; the task the test holds keeps it unfinished until the new
+    # scheduler hands that task out again. (At 1 MB/s its length after the heal followed the disk's bytes: 30-110 s.)
     config.write_text(json.dumps({**json.loads(config.read_text()), "task_runners": 1, "migrate_concurrency": 1,
-                                  "migrate_mb_per_sec": 1.0}))  # a repair slow enough to cut in the middle of
+                                  "migrate_mb_per_sec": 4.0}))
     os.kill(worker.pid, signal.SIGTERM)
     assert poll(lambda: not _record(cluster, "worker-h3").running, 20.0)
     restart(root, "worker-h3")
