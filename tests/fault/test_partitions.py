@@ -351,9 +351,9 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
     worker = _record(cluster, "worker-h3")
     config = Path(worker.config)
     # A repair slow enough to cut in the middle of; the task the test holds keeps it unfinished until the new
-    # scheduler hands that task out again. (At 1 MB/s its length after the heal followed the disk's bytes: 30-110 s.)
+    # scheduler hands that task out again. (At 1 MB/s, in the full suite, it took 30-110 s after the heal.)
     config.write_text(json.dumps({**json.loads(config.read_text()), "task_runners": 1, "migrate_concurrency": 1,
-                                  "migrate_mb_per_sec": 4.0}))
+                                  "migrate_mb_per_sec": 16.0}))
     os.kill(worker.pid, signal.SIGTERM)
     assert poll(lambda: not _record(cluster, "worker-h3").running, 20.0)
     restart(root, "worker-h3")
@@ -381,7 +381,9 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
             async def handed_out() -> bool:
                 return any(t.open and t.worker and t.disk_id == broken for t in await tasks(cm))
 
+            marked = time.monotonic()
             await until(handed_out, 60, "a repair task under way")
+            print(f"a repair task under way {time.monotonic() - marked:.1f} s after the disk was marked broken")
             async with SchedulerClient(cm) as api:  # a worker that will be cut off with the old scheduler
                 while (got := await api.acquire(AcquireRequest(worker="worker-cut-off-with-it"))).task is None:
                     await asyncio.sleep(0.2)
@@ -409,6 +411,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
                 return (await cm.get_disk(broken)).status is DiskStatus.REPAIRED
 
             await until(repaired, 180, f"disk {broken} repaired")
+            print(f"disk repaired {time.monotonic() - cut:.1f} s after the cut")
             fenced = (_metric([new.host], "blobstore_scheduler_fenced_total"),
                       _metric(cluster.clustermgr_urls, "blobstore_clustermgr_fenced_total"))
             print(f"fenced: {fenced[0]} worker calls by the new scheduler, {fenced[1]} commands by clustermgr")
