@@ -66,6 +66,7 @@ bench: setup
 	$(PY) bench/clustermgr.py
 	$(PY) bench/scale.py
 	$(PY) bench/access.py
+	$(PY) bench/sdk.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/metrics_cost.py
 	$(PY) bench/inspection.py

@@ -1,7 +1,7 @@
 """The distributions as a user installs them: the wheel built from this checkout, installed into fresh venvs
 outside it. `blobstore[server]` runs a whole cluster with `blobstore cluster up`, with no checkout and no
-PYTHONPATH; `blobstore` alone is the SDK: only httpx and pydantic come along, and it stores and reads through that
-cluster. The cluster is stopped by `cluster down` and, whatever happened, by PID from its cluster.json."""
+PYTHONPATH; `blobstore` alone is the SDK: only httpx (on aiohttp) and pydantic come along, and it stores and reads
+through that cluster. The cluster is stopped by `cluster down` and, whatever happened, by PID from its cluster.json."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.support.processes import REPO
 
 # What `pip install blobstore` (no extras) must not bring: the server stack and the Spark jobs.
 SERVER_STACK = {"pyspark", "fastapi", "uvicorn", "rocksdict", "confluent-kafka", "kafka-python", "numpy", "pyarrow",
-                "aiohttp", "redis", "typer"}
+                "redis", "typer"}
 SDK_ALONE = """
 import sys
 from blobstore import Client
