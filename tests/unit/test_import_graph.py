@@ -6,14 +6,18 @@ import each other in a circle."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("blobstore", "blobstore_server")
-SDK_THIRD_PARTY = {"httpx", "pydantic"}  # pyproject's `dependencies`: all `pip install blobstore` brings
+# pyproject's `dependencies`, as modules: all `pip install blobstore` brings
+SDK_THIRD_PARTY = {re.split(r"[<>=!~ \[;]", requirement)[0].replace("-", "_")
+                   for requirement in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
 
 
 def _module(path: Path) -> str:
