@@ -394,6 +394,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
             cut_host = schedulers[old.host].host
             await asyncio.to_thread(nemesis.cut_services, net, cut_host, _services(cluster, "clustermgr"))
             cut = time.monotonic()
+            print(f"cut {cut_host} (old scheduler {old.host}), worker on {worker.host}")
 
             async def taken_over() -> bool:
                 return (await leader(cm)).epoch == old.epoch + 1

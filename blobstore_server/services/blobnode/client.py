@@ -191,14 +191,17 @@ class BlobnodeClient(ServiceClient):
         body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size)
         return await self.http.call_route(api.CHUNK_CREATE, host, body=body)
 
-    async def _chunk_op(self, host: str, route: Route[ChunkInfo], disk_id: int, vuid: int) -> ChunkInfo:
-        return await self.http.call_route(route, host, body=ChunkRef(disk_id=disk_id, vuid=vuid))
+    async def _chunk_op(self, host: str, route: Route[ChunkInfo], disk_id: int, vuid: int,
+                        timeout: float | None = None) -> ChunkInfo:
+        return await self.http.call_route(route, host, body=ChunkRef(disk_id=disk_id, vuid=vuid), timeout=timeout)
 
     async def release_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
         return await self._chunk_op(host, api.CHUNK_RELEASE, disk_id, vuid)
 
-    async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True) -> ChunkInfo:
-        return await self._chunk_op(host, api.CHUNK_READONLY if readonly else api.CHUNK_READWRITE, disk_id, vuid)
+    async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True,
+                                 timeout: float | None = None) -> ChunkInfo:
+        return await self._chunk_op(host, api.CHUNK_READONLY if readonly else api.CHUNK_READWRITE, disk_id, vuid,
+                                    timeout)
 
     async def compact_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
         return await self._chunk_op(host, api.CHUNK_COMPACT, disk_id, vuid)

@@ -26,8 +26,8 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
 
 # Disk repair first (every blob on a broken disk is one failure closer to loss), then the operator's asks.
 PRIORITY = (TaskType.DISK_REPAIR, TaskType.MANUAL_MIGRATE, TaskType.DISK_DROP, TaskType.BALANCE)
-# Tasks that copy from a source that still works: the volume is locked and the source chunk made read-only
-# first, so no blob lands on the old unit after it was listed.
+# Tasks that copy from a source that still works: the volume is locked first, so no new blob goes to it (every
+# task makes its source chunk read-only, if its node answers: no blob lands on the old unit after it was listed).
 LOCKING = frozenset({TaskType.DISK_DROP, TaskType.BALANCE, TaskType.MANUAL_MIGRATE})
 # A balance waits for these to finish: they move units already, and need the room.
 BALANCE_WAITS_FOR = frozenset({TaskType.DISK_REPAIR, TaskType.DISK_DROP, TaskType.BALANCE})

@@ -49,6 +49,7 @@ from blobstore_server.services.scheduler.rules import EVACUATE, LOCKING, Lease, 
 
 log = logging.getLogger(__name__)
 UNREADABLE = frozenset({DiskStatus.BROKEN, DiskStatus.REPAIRING, DiskStatus.REPAIRED})
+READONLY_TIMEOUT = 3.0  # s: making a source read-only is best effort; a round must not wait on one node
 
 
 class Scheduler:
@@ -208,6 +209,11 @@ class Scheduler:
                 except RpcError as exc:
                     log.warning("volume inspection: %s", exc)
 
+    def _heard_from(self, disk_id: int) -> bool:
+        """Whether the disk's node beat within `disk_lost_after`, as this scheduler saw it: worth a call."""
+        disk = self.disks.get(disk_id)
+        return disk is not None and self._silent_for(disk, time.monotonic()) <= self.config.disk_lost_after
+
     def _silent_for(self, disk: DiskInfo, now: float) -> float:
         """How long this scheduler has seen the disk's last heartbeat unchanged: silence is measured by the
         one watching, so a scheduler started after a whole-cluster outage gives every node time to beat."""
@@ -266,11 +272,15 @@ class Scheduler:
             await self._save(advance(task, TaskState.FINISHED_IN_ADVANCE, now, reason="the unit moved already"))
             return
         try:
-            if task.task_type in LOCKING:
-                if volume.status is not VolumeStatus.LOCK:
-                    await self.cluster.lock_volume(task.vid)
+            if task.task_type in LOCKING and volume.status is not VolumeStatus.LOCK:
+                await self.cluster.lock_volume(task.vid)
+            if self._heard_from(task.disk_id):
+                # Whatever the task, no blob may land on the old unit after the worker listed the units: a disk
+                # marked broken whose node still runs takes writes until its chunk refuses them (the access node
+                # then owes each refused shard a repair, which lands on the new unit).
                 with contextlib.suppress(RpcError):  # an unreachable source is rebuilt from the others
-                    await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid)
+                    await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid,
+                                                            timeout=READONLY_TIMEOUT)
             destination = await self.cluster.alloc_unit(task.vid, task.unit_index, disk_id=task.target_disk,
                                                         avoid=[task.disk_id, *task.avoid_disks])
         except RpcError as exc:
