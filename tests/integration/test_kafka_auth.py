@@ -52,6 +52,10 @@ def produce(cluster: ClusterInfo, auth: KafkaAuth | None, topic: str, **config: 
         fatal = exc if isinstance(exc, confluent_kafka.KafkaException) else exc.__cause__
         assert isinstance(fatal, confluent_kafka.KafkaException), exc
         return fatal.args[0]  # type: ignore[no-any-return]
+    finally:  # end its client now: left to the collector (the exception's cycle), it reconnects for the rest
+        # of the run to this module's brokers, long gone
+        producer.purge()
+        producer.close()
     assert len(errors) == 1
     return errors[0]
 

@@ -75,10 +75,14 @@ class Producer:
         return await done
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is buffered (for up to `timeout`), then stop serving reports."""
+        """Deliver what is buffered (for up to `timeout`; the rest fails), stop serving reports, then end
+        librdkafka's client: left to the garbage collector, its threads would go on reconnecting to the brokers."""
         await asyncio.to_thread(self._producer.flush, timeout)
+        self._producer.purge()
+        await asyncio.to_thread(self._producer.flush, 0)  # serve the purged records' reports: their sends fail
         self._closing.set()
         await asyncio.to_thread(self._reports.join)
+        await asyncio.to_thread(self._producer.close)
 
 
 def _settle(future: asyncio.Future[tuple[int, int]], result: tuple[int, int] | None,
