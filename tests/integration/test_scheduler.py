@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from blobstore import AsyncClient
 from blobstore_server.admin.cli import app
 from blobstore_server.admin.shards import inspect_shards
+from blobstore_server.libs.proto.blobnode import ChunkStatus
 from blobstore_server.libs.proto.cluster import DiskStatus, VolumeStatus
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import (
@@ -156,7 +157,23 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
             await rounds_pass(cluster, 3)  # rounds that saw the broken disk with its repair switched off
             assert await disk_status(cm, broken) is DiskStatus.BROKEN
             assert await tasks_of(cm) == []
-            await cm.set_config(switch_key(TaskType.DISK_REPAIR), ON)
+            worker = next(s for name, s in cluster.background.items() if name.startswith("worker"))
+            os.kill(worker.pid, signal.SIGSTOP)  # the tasks get prepared; none is worked on yet
+            try:
+                await cm.set_config(switch_key(TaskType.DISK_REPAIR), ON)
+
+                async def prepared() -> list[TaskRecord]:
+                    return [t for t in await tasks_of(cm) if t.state is TaskState.PREPARED]
+
+                await until(prepared, 30, "repair tasks prepared")
+                # The broken disk's node still runs and would take PUTs: before any worker lists the units, each
+                # moving unit's chunk there refuses them (a blob landing on it after the listing would never
+                # reach the new unit; its refused shard is owed a repair instead).
+                async with BlobnodeClient() as bn:
+                    chunks = {c.vuid: c.status for c in await bn.list_chunks((await cm.get_disk(broken)).host, broken)}
+                assert all(chunks[t.source_vuid] is ChunkStatus.READONLY for t in await prepared()), chunks
+            finally:
+                os.kill(worker.pid, signal.SIGCONT)
             await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 90, f"disk {broken} repaired")
             tasks = await tasks_of(cm)
             assert tasks and all(t.state is TaskState.FINISHED and t.disk_id == broken for t in tasks)
