@@ -18,7 +18,8 @@ VUID = Vuid.make(3, 0, 1)
 WRITERS = 4
 MIN_ACKS = 50
 
-# The child puts shards from several threads and prints a bid only after put_shard returned.
+# The child puts shards from several threads and prints a bid only after put_shard returned; every other shard
+# is written as a background one is (direct: O_DIRECT, page-aligned), among the others.
 CHILD = """
 import random, sys, threading
 from pathlib import Path
@@ -37,7 +38,7 @@ def size_of(bid):
 def run(k):
     bid = first + k
     while True:
-        chunk.put_shard(bid, cid.vuid, random.Random(bid).randbytes(size_of(bid)))
+        chunk.put_shard(bid, cid.vuid, random.Random(bid).randbytes(size_of(bid)), direct=bid % 2 == 0)
         with out:
             sys.stdout.write(f"{bid}\\n")
             sys.stdout.flush()

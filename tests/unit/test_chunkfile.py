@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import random
 import threading
@@ -104,6 +105,32 @@ def test_read_cached_serves_only_cached_pages_and_small_ranges(chunk: ChunkFile)
         chunk.read_cached(3, 0, None, 64 << 10)
     with pytest.raises(RangeError):
         chunk.read_cached(1, 9_999, 2, 64 << 10)
+
+
+def test_direct_puts_land_page_aligned_past_the_page_cache_and_survive_a_reopen(kv: KVStore,
+                                                                                  chunk: ChunkFile) -> None:
+    """Background writes (`direct`, O_DIRECT) among ordinary ones: each starts on a page, leaves nothing in the
+    page cache (a cached read finds nothing, where an ordinary put's bytes are there), reads back checked, and
+    a reopen keeps every shard and cuts the last one's padding; the next puts append after it."""
+    sizes = {1: 10_000, 2: 200_001, 3: 1, 4: 3 * 65_536, 5: 0, 6: 70_000}
+    direct = {2, 3, 5, 6}
+    metas = {bid: chunk.put_shard(bid, VUID, payload(bid, size), direct=bid in direct) for bid, size in sizes.items()}
+    assert all(metas[bid].offset % mmap.PAGESIZE == 0 for bid in direct)
+    assert chunk.read_cached(2, 0, None, 1 << 20) == (metas[2], None)
+    assert chunk.read_cached(6, 0, None, 1 << 20) == (metas[6], None)
+    assert chunk.read_cached(1, 0, None, 1 << 20)[1] == payload(1, sizes[1])
+    for bid, size in sizes.items():
+        assert chunk.read_shard(bid) == payload(bid, size)
+        assert chunk.verify_shard(bid) == metas[bid]
+    chunk.close()
+    c = ChunkFile.open(chunk.path, kv, chunk.chunk_id)
+    end = metas[6].offset + physical_size(sizes[6])
+    assert os.path.getsize(c.path) == c.stats().write_offset == end
+    assert c.put_shard(7, VUID, payload(7, 5)).offset == end
+    assert c.put_shard(8, VUID, payload(8, 5), direct=True).offset == -(-(end + physical_size(5)) // 4096) * 4096
+    for bid, size in {**sizes, 7: 5, 8: 5}.items():
+        assert c.read_shard(bid) == payload(bid, size)
+    c.close()
 
 
 @pytest.fixture(scope="module")

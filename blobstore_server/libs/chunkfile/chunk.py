@@ -12,6 +12,7 @@ with pwritev outside it, so concurrent puts overlap. Reads take no lock during I
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 import time
@@ -85,6 +86,37 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# O_DIRECT wants the offset, the length and the buffer aligned to the device's logical block: a page covers any.
+DIRECT_ALIGN = mmap.PAGESIZE
+
+
+def _align_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+class _Staging(threading.local):
+    """Each thread's page-aligned buffer for direct writes, kept: a fresh one would page-fault on every use."""
+
+    def __init__(self) -> None:
+        self.buffer = mmap.mmap(-1, DIRECT_ALIGN)
+
+    def image(self, bufs: list[memoryview | bytes], length: int) -> memoryview:
+        """`bufs` one after the other, zero-padded to `length` (a multiple of DIRECT_ALIGN)."""
+        if len(self.buffer) < length:
+            self.buffer.close()
+            self.buffer = mmap.mmap(-1, _align_up(length, 1 << 20))
+        image = memoryview(self.buffer)[:length]
+        pos = 0
+        for buf in bufs:
+            image[pos:pos + len(buf)] = buf
+            pos += len(buf)
+        image[pos:] = bytes(length - pos)
+        return image
+
+
+_staging = _Staging()
+
+
 class ChunkFile:
     """A chunk file plus its slice of the disk's shard index. Thread-safe."""
 
@@ -101,6 +133,8 @@ class ChunkFile:
         self.sync = sync
         self.max_size = max_size
         self._fd = fd
+        self._direct_fd: int | None = None  # opened on the first direct write
+        self._direct_refused = False  # the file system refused O_DIRECT: direct writes go through the page cache
         self.commits = commits or GroupCommit(kv)
         self._index = ShardIndex(kv, chunk_id)
         self._cond = threading.Condition()  # guards everything below
@@ -202,6 +236,8 @@ class ChunkFile:
             self._closed = True
             self._cond.wait_for(lambda: self._users == 0)
         os.close(self._fd)
+        if self._direct_fd is not None:
+            os.close(self._direct_fd)
 
     def __enter__(self) -> ChunkFile:
         return self
@@ -235,21 +271,28 @@ class ChunkFile:
 
     # ------------------------------------------------------------ writes
 
-    def put_shard(self, bid: int, vuid: int, data: bytes | bytearray | memoryview) -> ShardMeta:
+    def put_shard(self, bid: int, vuid: int, data: bytes | bytearray | memoryview, *,
+                  direct: bool = False) -> ShardMeta:
         """Store a shard durably and index it. Same bid + same bytes returns the existing meta."""
-        return self.commits.stored(self.stage_put(bid, vuid, data))
+        return self.commits.stored(self.stage_put(bid, vuid, data, direct=direct))
 
     def stage_put(self, bid: int, vuid: int, data: bytes | bytearray | memoryview, *,
-                  blocking: bool = True, expected_crc: int | None = None) -> ShardMeta | StagedPut | None:
+                  blocking: bool = True, expected_crc: int | None = None, direct: bool = False
+                  ) -> ShardMeta | StagedPut | None:
         """Write a shard's bytes at a reserved offset; the caller then commits the `StagedPut` through
         `self.commits`, which makes it durable and indexes it. An already stored equal shard is returned as
         its meta. With `blocking` False, None instead of waiting for a concurrent put of the same bid or
-        reading a stored one back to compare (so an event loop can call it and fall back to a thread)."""
+        reading a stored one back to compare (so an event loop can call it and fall back to a thread).
+
+        `direct` (for a thread; shards nobody is about to read: rebuilt, migrated) writes past the page cache
+        (O_DIRECT) at a page-aligned offset, from this thread's staging buffer: no copy into fresh page-cache
+        pages, no writeback later, no cached pages pushed out. The padding to the next page is left unused."""
         check_bid(bid)
         view = memoryview(data).cast("B")
         bufs, crc, phys = fmt.encode_shard(bid, vuid, view)
         if expected_crc is not None and crc != expected_crc:
             raise CrcMismatch(f"bid {bid}: the bytes have CRC {crc}, the request said {expected_crc}")
+        direct_fd = self._direct() if direct else None
         self._enter()
         staged: StagedPut | None = None
         try:
@@ -261,7 +304,7 @@ class ChunkFile:
                 self._check_writable()
                 existing = self._index.get(bid)
                 if existing is None:
-                    offset = self._reserve(phys)
+                    offset = self._reserve(phys, 1 if direct_fd is None else DIRECT_ALIGN)
                     self._pending.add(bid)
             if existing is not None:
                 return None if not blocking else self._same_or_exists(existing, vuid, view, crc)
@@ -269,7 +312,12 @@ class ChunkFile:
                              status=ShardStatus.NORMAL, written_at=int(time.time()))
             written = StagedPut(self, meta, phys)
             try:
-                _pwritev_all(self._fd, bufs, offset)
+                if direct_fd is None:
+                    _pwritev_all(self._fd, bufs, offset)
+                else:
+                    image = _staging.image(bufs, _align_up(phys, DIRECT_ALIGN))
+                    if os.pwrite(direct_fd, image, offset) != len(image):
+                        raise OSError(errno.EIO, f"short direct write at offset {offset} of chunk {self.chunk_id}")
             except BaseException:
                 self._settle(written, ok=False)
                 raise
@@ -278,6 +326,18 @@ class ChunkFile:
         finally:
             if staged is None:
                 self._leave()
+
+    def _direct(self) -> int | None:
+        """The chunk's O_DIRECT descriptor, opened once; None where the file system refuses O_DIRECT."""
+        with self._cond:
+            if self._direct_fd is None and not self._direct_refused:
+                try:
+                    self._direct_fd = os.open(self.path, os.O_WRONLY | os.O_DIRECT)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    self._direct_refused = True
+            return self._direct_fd
 
     def sync_data(self) -> None:
         """fdatasync the chunk's bytes (a no-op without `sync`); after one failed, every later one fails too:
@@ -307,12 +367,13 @@ class ChunkFile:
         if self._readonly is not None:
             raise ChunkReadOnly(f"chunk {self.chunk_id} is read-only: {self._readonly}")
 
-    def _reserve(self, phys: int) -> int:
-        """Claim [offset, offset+phys); caller holds _cond."""
-        offset = self._write_off
-        if self.max_size is not None and offset + phys > self.max_size:
+    def _reserve(self, phys: int, align: int = 1) -> int:
+        """Claim [offset, offset+phys), offset and end rounded up to `align`; caller holds _cond."""
+        offset = _align_up(self._write_off, align)
+        end = offset + _align_up(phys, align)
+        if self.max_size is not None and end > self.max_size:
             raise ChunkFull(f"chunk {self.chunk_id}: {phys} more bytes at {offset} exceed {self.max_size}")
-        self._write_off += phys
+        self._write_off = end
         self._inflight += phys
         return offset
 

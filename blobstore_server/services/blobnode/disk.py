@@ -279,11 +279,12 @@ class Disk:
     # shards
 
     def put_shard(self, vuid: int, bid: int, data: bytes | bytearray | memoryview,
-                  expected_crc: int | None = None) -> ShardMeta:
-        return self.commits.stored(self.stage_put(vuid, bid, data, expected_crc=expected_crc))
+                  expected_crc: int | None = None, direct: bool = False) -> ShardMeta:
+        return self.commits.stored(self.stage_put(vuid, bid, data, expected_crc=expected_crc, direct=direct))
 
     def stage_put(self, vuid: int, bid: int, data: bytes | bytearray | memoryview, *,
-                  blocking: bool = True, expected_crc: int | None = None) -> ShardMeta | StagedPut | None:
+                  blocking: bool = True, expected_crc: int | None = None, direct: bool = False
+                  ) -> ShardMeta | StagedPut | None:
         """`ChunkFile.stage_put` on the unit's chunk. The unit lock is held only while staging: a compaction
         that starts after it still waits for the staged put (it waits for every pending put)."""
         lock = self.unit_lock(vuid)
@@ -291,7 +292,7 @@ class Disk:
             return None
         try:
             return self.chunk_for(vuid, write=True).stage_put(bid, vuid, data, blocking=blocking,
-                                                              expected_crc=expected_crc)
+                                                              expected_crc=expected_crc, direct=direct)
         finally:
             lock.release_shared()
 

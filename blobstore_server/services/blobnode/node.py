@@ -349,7 +349,8 @@ class Blobnode:
         disk = self.disk(write.disk_id)
         try:
             outcomes[i] = await self._shard_op("put", write.disk_id, io_class, disk.put_shard, write.vuid, write.bid,
-                                               write.data, write.expected_crc)
+                                               write.data, write.expected_crc,
+                                               io_class is not IOClass.USER and self.config.direct_background_writes)
         except errors.RpcError as exc:
             outcomes[i] = exc
 
