@@ -436,7 +436,8 @@ def test_a_paused_move_gives_its_volume_to_a_disk_repair(cluster_factory: Cluste
     """A manual migration prepared (volume locked, destination reserved), its worker gone and its switch then turned
     off, must not hold the volume when one of its disks breaks: the scheduler gives the paused task back (inited,
     its destination chunk and reservation released) and the repair runs. Before, the repair waited for as long as
-    the switch stayed off. Afterwards the volume takes writes again: nothing holds it locked."""
+    the switch stayed off. Afterwards the volume takes writes again: nothing holds it locked, and the moved unit's
+    chunk is writable again."""
     cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=1, worker=WORKER,
                               scheduler={"task_lease_ttl": 2.0})
     cm_urls = [c.url for c in cluster.clustermgr]
@@ -464,9 +465,12 @@ def test_a_paused_move_gives_its_volume_to_a_disk_repair(cluster_factory: Cluste
             current = await cm.get_volume(volume.vid)
             assert current.units[4].disk_id != broken and current.units[2].vuid == volume.units[2].vuid
             assert current.pending_units == {} and current.status is not VolumeStatus.LOCK, current
-            dest = taken.destination
+            dest, source = taken.destination, volume.units[2]
             async with BlobnodeClient() as bn:
                 assert dest.vuid not in {c.vuid for c in await bn.list_chunks(dest.host, dest.disk_id)}
+                # the move had made its source read-only; given back, the unit takes writes again
+                chunks = {c.vuid: c.status for c in await bn.list_chunks(source.host, source.disk_id)}
+            assert chunks[source.vuid] is ChunkStatus.NORMAL, chunks
             await assert_whole(cluster, cm, objects, set())
 
     asyncio.run(scenario())

@@ -248,6 +248,7 @@ class Scheduler:
             self.leases.pop(task.task_id, None)
             await self._release(task.destination.host, task.destination.disk_id, task.destination.vuid)
             await self._unlock(task)
+            await self._seal_source(task, readonly=False)  # the volume takes writes again: its unit there too
             await self._save(advance(task, TaskState.INITED, time.time(), destination=None,
                                      reason=f"{task.task_type} is switched off: gave volume {task.vid} to its repair"))
             log.warning("task %s paused and given back: volume %d has a disk repair waiting", task.task_id, task.vid)
@@ -274,13 +275,11 @@ class Scheduler:
         try:
             if task.task_type in LOCKING and volume.status is not VolumeStatus.LOCK:
                 await self.cluster.lock_volume(task.vid)
-            if self._heard_from(task.disk_id):
-                # Whatever the task, no blob may land on the old unit after the worker listed the units: a disk
-                # marked broken whose node still runs takes writes until its chunk refuses them (the access node
-                # then owes each refused shard a repair, which lands on the new unit).
-                with contextlib.suppress(RpcError):  # an unreachable source is rebuilt from the others
-                    await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid,
-                                                            timeout=READONLY_TIMEOUT)
+            # Whatever the task, no blob may land on the old unit after the worker listed the units: a disk marked
+            # broken whose node still runs takes writes until its chunk refuses them (the access node then owes
+            # each refused shard a repair, which lands on the new unit). An unreachable source is rebuilt from
+            # the others.
+            await self._seal_source(task, readonly=True)
             destination = await self.cluster.alloc_unit(task.vid, task.unit_index, disk_id=task.target_disk,
                                                         avoid=[task.disk_id, *task.avoid_disks])
         except RpcError as exc:
@@ -296,6 +295,13 @@ class Scheduler:
         await self._save(advance(task, TaskState.PREPARED, now, destination=destination, reason=""))
         log.info("task %s prepared: volume %d unit %d disk %d -> %d", task.task_id, task.vid, task.unit_index,
                  task.disk_id, destination.disk_id)
+
+    async def _seal_source(self, task: TaskRecord, readonly: bool) -> None:
+        """Best effort: the task's source chunk read-only (or writable again), if its node beat lately."""
+        if self._heard_from(task.disk_id):
+            with contextlib.suppress(RpcError):
+                await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid, readonly,
+                                                        timeout=READONLY_TIMEOUT)
 
     def _hold_back(self, task: TaskRecord, reason: str) -> None:
         log.warning("task %s: %s", task.task_id, reason)
