@@ -45,11 +45,12 @@ class BlobnodeConfig(ServiceSettings):
     # on the first one (services/blobnode/reader_app.py): the kernel then runs users first wherever the CPU is
     # short. Off: the blobnode serves them itself, on its background threads.
     background_reader: bool = True
-    # Background shard writes (rebuilt, migrated shards: nobody reads them soon) skip the page cache (O_DIRECT,
-    # page-aligned, from a reused buffer): no copy into fresh page-cache pages and no writeback later, so less CPU
-    # per rebuilt MB at normal priority, and user data stays cached. Where the file system refuses O_DIRECT they
-    # are written as before.
-    direct_background_writes: bool = True
+    # Shards of at least direct_write_bytes, and every background one (rebuilt, migrated: nobody reads them soon),
+    # skip the page cache (O_DIRECT, page-aligned, from a reused buffer): no copy into fresh page-cache pages and no
+    # writeback later, so less CPU per MB, and large or background bytes do not push small objects' pages out (a
+    # large shard read right after is read from the disk). 0: every shard through the page cache. Where the file
+    # system refuses O_DIRECT they are written as before.
+    direct_write_bytes: int = Field(1 << 20, ge=0)
     default_chunk_size: int = Field(16 << 30, ge=1 << 20)
     max_shard_size: int = Field(64 << 20, ge=1)
     clustermgr_hosts: list[str] = Field(default_factory=list)  # empty: run standalone

@@ -171,6 +171,11 @@ async def stream_pieces(executor: Executor, first: memoryview | None, length: in
         piece = await loop.run_in_executor(executor, next_piece)
 
 
+def writes_direct(io_class: IOClass, size: int, direct_write_bytes: int) -> bool:
+    """Whether a shard put skips the page cache (config `direct_write_bytes`; 0: none does)."""
+    return direct_write_bytes > 0 and (io_class is not IOClass.USER or size >= direct_write_bytes)
+
+
 def export_allowed(target: str, roots: list[str]) -> bool:
     """Whether `target` (a path or URI) lies inside one of `roots`, after resolving `..` and `.`."""
     def split(where: str) -> tuple[str, str, str]:
@@ -350,7 +355,7 @@ class Blobnode:
         try:
             outcomes[i] = await self._shard_op("put", write.disk_id, io_class, disk.put_shard, write.vuid, write.bid,
                                                write.data, write.expected_crc,
-                                               io_class is not IOClass.USER and self.config.direct_background_writes)
+                                               writes_direct(io_class, len(write.data), self.config.direct_write_bytes))
         except errors.RpcError as exc:
             outcomes[i] = exc
 
