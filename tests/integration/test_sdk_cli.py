@@ -107,6 +107,10 @@ def test_async_round_trip(cluster: ClusterInfo, tmp_path: Path, size: int) -> No
                 assert await c.get(location) == data, kind
             location = await c.put(pieces(), size=size)
             assert b"".join([p async for p in c.get_stream(location, chunk_size=64 << 10)]) == data
+            received = [p async for p in c.get_stream(location, chunk_size=None)]
+            assert b"".join(received) == data
+            if size > 1 * MiB:  # as received, not re-cut into httpx-aiohttp's 16 KiB pieces (a copy of each byte)
+                assert max(map(len, received)) > 16 << 10
             assert (await c.stat(location)).size == size
 
     asyncio.run(run())
