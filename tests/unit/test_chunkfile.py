@@ -133,6 +133,40 @@ def test_direct_puts_land_page_aligned_past_the_page_cache_and_survive_a_reopen(
     c.close()
 
 
+def _uncache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_direct_reads_leave_the_page_cache_alone(kv: KVStore, chunk: ChunkFile) -> None:
+    """Background reads (`direct`) of shards on disk only: right bytes, pieces and ranges, from the writer's
+    chunk and from one opened read-only (the background reader's), and the pages stay out of the cache, where an
+    ordinary read brings them in; a flipped byte still fails its block."""
+    sizes = {1: 10_000, 2: 200_001, 3: 1, 4: 0, 5: 5 * 65_536 + 7}
+    metas = {bid: chunk.put_shard(bid, VUID, payload(bid, size)) for bid, size in sizes.items()}
+    _uncache(chunk.path)
+    reader = ChunkFile.open_readonly(chunk.path, kv, chunk.chunk_id)
+    try:
+        for c in (chunk, reader):
+            for bid, size in sizes.items():
+                assert b"".join(c.iter_shard(bid, direct=True)) == payload(bid, size)
+                assert b"".join(c.iter_shard(bid, size // 3, size // 2, piece=65_536, direct=True)) == \
+                    payload(bid, size)[size // 3:size // 3 + size // 2]
+        assert chunk.read_cached(5, 0, None, 1 << 20) == (metas[5], None)
+        assert chunk.read_cached(2, 0, None, 1 << 20) == (metas[2], None)
+        assert b"".join(chunk.iter_shard(2)) == payload(2, sizes[2])
+        assert chunk.read_cached(2, 0, None, 1 << 20)[1] == payload(2, sizes[2])
+        flip(chunk.path, metas[5].offset + fmt.block_pos(3) + 4 + 10)  # a data byte of block 3
+        with pytest.raises(ShardCorrupted, match="block 3"):
+            list(reader.iter_shard(5, direct=True))
+        assert b"".join(reader.iter_shard(5, 0, 3 * 65_536, direct=True)) == payload(5, sizes[5])[:3 * 65_536]
+    finally:
+        reader.close()
+
+
 @pytest.fixture(scope="module")
 def ranged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ChunkFile, bytes]]:
     base = tmp_path_factory.mktemp("ranged")
@@ -154,6 +188,7 @@ def test_random_ranges_equal_slices(ranged: tuple[ChunkFile, bytes], data: st.Da
     assert c.read_shard(1, lo, n) == original[lo:lo + n]
     piece = data.draw(st.integers(1, 4 * 65536))
     assert b"".join(c.iter_shard(1, lo, n, piece=piece)) == original[lo:lo + n]
+    assert b"".join(c.iter_shard(1, lo, n, piece=piece, direct=True)) == original[lo:lo + n]
     if data.draw(st.booleans()):
         assert c.read_shard(1, lo) == original[lo:]
 

@@ -408,7 +408,7 @@ class Blobnode:
         def open_read() -> tuple[ShardMeta, Iterator[memoryview], memoryview | None]:
             chunk = disk.read_chunk(vuid)
             meta = chunk.stat_shard(bid)
-            pieces = chunk.iter_shard(bid, offset, size, piece=READ_PIECE)
+            pieces = chunk.iter_shard(bid, offset, size, piece=READ_PIECE, direct=io_class is not IOClass.USER)
             return meta, pieces, next(pieces, None)
 
         meta, pieces, first = await self._shard_op("get", disk_id, io_class, open_read)

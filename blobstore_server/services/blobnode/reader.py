@@ -100,5 +100,5 @@ class DiskReader:
     def _open_read(self, vuid: int, bid: int, offset: int, size: int | None, piece: int) -> Opened:
         chunk = self._chunk(vuid)
         meta = chunk.stat_shard(bid)
-        pieces = chunk.iter_shard(bid, offset, size, piece=piece)
+        pieces = chunk.iter_shard(bid, offset, size, piece=piece, direct=True)
         return meta, pieces, next(pieces, None)
