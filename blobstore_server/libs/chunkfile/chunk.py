@@ -168,7 +168,7 @@ class ChunkFile:
         self.max_size = max_size
         self._fd = fd
         self._direct_fd: int | None = None  # opened on the first direct write or read
-        self._direct_refused = False  # the file system refused O_DIRECT: direct writes go through the page cache
+        self._direct_refused = False  # the file system refused O_DIRECT: direct I/O goes through the page cache
         self.commits = commits or GroupCommit(kv)
         self._index = ShardIndex(kv, chunk_id)
         self._cond = threading.Condition()  # guards everything below
