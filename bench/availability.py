@@ -382,8 +382,8 @@ def kill_in_turn(root: Path, kills: list[Kill], before: float, log: list[Killed]
                 say(f"{at - zero:6.1f}s kill -9 {'+'.join(names)}; restart in {step.down:.0f} s")
                 await asyncio.sleep(max(0.0, at + step.down - time.monotonic()))
                 answered: dict[str, float] = {}
-                for name in names:  # one by one: each restart rewrites cluster.json
-                    await asyncio.to_thread(launcher.restart, root, name, RESTART_TIMEOUT)
+                for name in names:  # one by one: the time each answers again is reported
+                    await asyncio.to_thread(launcher.restart, root, name, timeout=RESTART_TIMEOUT)
                     answered[name] = time.monotonic() - zero
             except (launcher.LauncherError, OSError, RuntimeError, TimeoutError) as exc:
                 aborted.append(f"{step.label}: {type(exc).__name__}: {exc}")

@@ -143,7 +143,7 @@ def main() -> None:
             os.kill(access2.pid, signal.SIGTERM)
             while access2.running:
                 time.sleep(0.05)
-            second = launcher.restart(root, "access2")
+            [second] = launcher.restart(root, "access2")
             key = json.loads(next(Path(p.config).read_text() for p in info.processes if p.name == "access1"))["secret"]
             results = asyncio.run(measure(info, (info.access_urls[0], second.url), key.encode(), args))
         finally:

@@ -371,35 +371,38 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
     return info
 
 
-def restart(root: Path, name: str, timeout: float = 30.0) -> ProcessRecord:
-    """Start the stopped (or killed) process `name` of the cluster in `root` again, with the command and config
-    it was started with (on its host), as a supervisor would; returns once it answers."""
+def restart(root: Path, *names: str, timeout: float = 30.0) -> list[ProcessRecord]:
+    """Start the stopped (or killed) processes `names` of the cluster in `root` again, side by side, with the
+    command and config each was started with (on its host), as a supervisor would; returns once all answer."""
     info = ClusterInfo.load(root)
-    index = next((i for i, p in enumerate(info.processes) if p.name == name), None)
-    if index is None:
-        raise LauncherError(f"no process {name!r} in {root}/ (see blobstore cluster status)")
-    old = info.processes[index]
-    if old.running:
-        raise LauncherError(f"{name} still runs (pid {old.pid}); stop it first")
-    if old.role == "kafka":  # on its directory and its server.properties: topics and offsets kept
-        pid = broker.relaunch(Path(old.config).parent, wrap=old.wrap)
-        record = replace(old, pid=pid, started=start_time(pid) or 0)
-        try:
-            admin = kafka_auth.kafka_user((root / SECRET_FILE).read_text().strip(), kafka_auth.ADMIN)
-            broker.wait_serving(info.kafka_bootstrap, timeout, directories=[Path(old.config).parent],
-                                brokers=sum(p.role == "kafka" for p in info.processes),
-                                client=broker.login(admin.username, admin.password))
-        except RuntimeError as exc:
-            raise LauncherError(f"{name}: {exc}") from exc
-    elif old.command:
-        pid, started = spawn([*old.wrap, *old.command], Path(old.log), Path(old.log).parent, _child_env())
-        record = replace(old, pid=pid, started=started)
-    else:
-        raise LauncherError(f"{name} cannot be restarted: {STATE_FILE} does not say how it was started")
-    info.processes[index] = record
-    info.save()
-    _wait_healthy([record], timeout)
-    return record
+    records = []
+    for name in names:
+        index = next((i for i, p in enumerate(info.processes) if p.name == name), None)
+        if index is None:
+            raise LauncherError(f"no process {name!r} in {root}/ (see blobstore cluster status)")
+        old = info.processes[index]
+        if old.running:
+            raise LauncherError(f"{name} still runs (pid {old.pid}); stop it first")
+        if old.role == "kafka":  # on its directory and its server.properties: topics and offsets kept
+            pid = broker.relaunch(Path(old.config).parent, wrap=old.wrap)
+            record = replace(old, pid=pid, started=start_time(pid) or 0)
+            try:
+                admin = kafka_auth.kafka_user((root / SECRET_FILE).read_text().strip(), kafka_auth.ADMIN)
+                broker.wait_serving(info.kafka_bootstrap, timeout, directories=[Path(old.config).parent],
+                                    brokers=sum(p.role == "kafka" for p in info.processes),
+                                    client=broker.login(admin.username, admin.password))
+            except RuntimeError as exc:
+                raise LauncherError(f"{name}: {exc}") from exc
+        elif old.command:
+            pid, started = spawn([*old.wrap, *old.command], Path(old.log), Path(old.log).parent, _child_env())
+            record = replace(old, pid=pid, started=started)
+        else:
+            raise LauncherError(f"{name} cannot be restarted: {STATE_FILE} does not say how it was started")
+        info.processes[index] = record
+        info.save()
+        records.append(record)
+    _wait_healthy(records, timeout)
+    return records
 
 
 def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessRecord, str]]:

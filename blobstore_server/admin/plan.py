@@ -40,10 +40,11 @@ CLUSTERMGR_COUNT = 3
 KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stats` stays short
 LOCAL_BROKEN_AFTER = 120.0  # `cluster up`'s disk_broken_after: an unattended repair within minutes
 # Start order: each stage is healthy before the next one starts, because later stages register with (or, for
-# tinker, consume the topics created by) earlier ones.
-STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",), ("allocator",),
-                                       ("scheduler",), ("worker",), ("mqproxy",), ("tinker",), ("access",),
-                                       ("dashboard",))
+# tinker, consume the topics created by) earlier ones. Within a stage the processes import and start side by side
+# (each Python process spends ~0.8 s of CPU importing before it serves).
+STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",),
+                                       ("allocator", "scheduler", "mqproxy"),
+                                       ("worker", "tinker", "access", "dashboard"))
 
 
 @dataclass(frozen=True)

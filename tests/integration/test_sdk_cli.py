@@ -341,7 +341,7 @@ def test_a_blobnode_killed_in_its_namespace_loses_no_write_and_restarts_there(cl
         os.kill(victim.pid, signal.SIGKILL)
         before = len(written)
         assert poll(lambda: len(written) >= before + 30, 30.0), "writes stalled with one blobnode gone"
-        back = restart(Path(cluster.dir), "blobnode-h2")
+        [back] = restart(Path(cluster.dir), "blobnode-h2")
         assert back.pid in netns.pids(back.namespace) and back.host == "h2"
         after = len(written)
         assert poll(lambda: len(written) >= after + 10, 20.0)
