@@ -292,10 +292,10 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
 def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: ClusterInfo,
                                                                    net: nemesis.Network) -> None:
     """Scenario f. h1 (a clustermgr, an allocator, tinker) and h8 (an access node) cut from the six other hosts
-    for 30 s (longer until a PUT begun inside the cut has ended): PUTs through h7's access node go on; through h8's
-    they fail with a clear 503 (after up to 20 s: two volumes tried, each waiting out the shard timeout) and commit
-    nothing; a clustermgr write on the
-    minority side is refused; after the heal everything converges."""
+    for 30 s (longer until a PUT begun inside the cut has ended): PUTs through h7's access node go on (99% of them
+    from 15 s into the cut); through h8's they fail with a clear 503 (after up to 20 s: two volumes tried, each
+    waiting out the shard timeout) and commit nothing; a clustermgr write on the minority side is refused; after
+    the heal everything converges."""
     majority = ["h2", "h3", "h4", "h5", "h6", "h7"]
     h1 = _record(cluster, "clustermgr-h1").url
 
@@ -330,7 +330,11 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
     print("majority PUTs per second:", _per_second(served.attempts, cut, 31))
     print("minority PUTs per second:", _per_second(refused.attempts, cut, 31))
     assert kv.startswith("unavailable"), kv
-    late = served.since(cut + 10.0, healed)
+    # Most volumes have units on both cut hosts (6 of 8 hosts each, put quorum 5): a majority PUT may find no
+    # volume that reaches its quorum until clustermgr judges the cut disks dead (10 s without a heartbeat) and
+    # creates volumes on the majority (a creation that tries a cut disk first waits out its connect timeout): 13 s
+    # after the cut in one run of the full suite, under 4 s in most.
+    late = served.since(cut + 15.0, healed)
     assert late and success_rate(late) >= 0.99, failures(late)
     stranded = [a for a in refused.since(cut, healed) if a.ended < healed]
     assert stranded and not any(a.ok for a in stranded)
@@ -350,10 +354,10 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
     root = Path(cluster.dir)
     worker = _record(cluster, "worker-h3")
     config = Path(worker.config)
-    # A repair slow enough to cut in the middle of; the task the test holds keeps it unfinished until the new
-    # scheduler hands that task out again. (At 1 MB/s, in the full suite, it took 30-110 s after the heal.)
-    config.write_text(json.dumps({**json.loads(config.read_text()), "task_runners": 1, "migrate_concurrency": 1,
-                                  "migrate_mb_per_sec": 16.0}))
+    # The task the test holds keeps the repair unfinished until the new scheduler hands that task out again, so
+    # the cut lands mid-repair however fast the worker is. The module's small objects make this repair bound by
+    # shards, not bytes: four rebuilt at a time (one at a time it ended 45-55 s after the cut, ~300 shards/s).
+    config.write_text(json.dumps({**json.loads(config.read_text()), "task_runners": 2, "migrate_concurrency": 4}))
     os.kill(worker.pid, signal.SIGTERM)
     assert poll(lambda: not _record(cluster, "worker-h3").running, 20.0)
     restart(root, "worker-h3")
