@@ -78,6 +78,10 @@ transaction.state.log.num.partitions=4
 share.coordinator.state.topic.replication.factor={rf}
 share.coordinator.state.topic.min.isr={isr}
 group.initial.rebalance.delay.ms=0
+# A broker killed and started again cannot register until the session of its old self has expired: 4.5 s rather
+# than the default 9 s brings it back in ~6 s rather than ~12 s, and fences a dead one sooner.
+broker.session.timeout.ms=4500
+broker.heartbeat.interval.ms=1500
 """
 
 # With users: clients and brokers log in with SASL/SCRAM-SHA-512 on the client listener, whose credentials live
