@@ -23,15 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
-from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat
+from blobstore_server.libs.proto.clustermgr import CodeModeRule, DiskAdd, DiskBeat
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.services.clustermgr import commands as c
 from blobstore_server.services.clustermgr.machine import ClusterMachine
-from blobstore_server.services.clustermgr.volumes import writable_count
+from blobstore_server.services.clustermgr.volumes import volumes_short
 from blobstore_server.services.scheduler import rules
 from tests.support.clustermgr_state import Driver
 
 HEARTBEAT_TIMEOUT = 60.0
+FLOOR = CodeModeRule(code_mode="EC3P3", min_volumes=4, min_idle_volumes=1)
 
 
 def best_ms(fn: Callable[[], object], rounds: int) -> float:
@@ -103,8 +104,7 @@ def main() -> None:
                     code_mode=int(CodeMode.EC3P3), holder=f"h{next(holders)}", count=1, lease_ttl=60,
                     heartbeat_timeout=HEARTBEAT_TIMEOUT)), args.rounds),
                 "disk_heartbeat_ms": best_ms(lambda: cm(c.DiskHeartbeatCmd(disks=beat)), args.rounds),
-                "volume_floor_ms": best_ms(lambda: writable_count(state, CodeMode.EC3P3, cm.now,
-                                                                  HEARTBEAT_TIMEOUT, 4), args.rounds),
+                "volume_floor_ms": best_ms(lambda: volumes_short(state, FLOOR, cm.now, HEARTBEAT_TIMEOUT), args.rounds),
                 "volumes_changed_ms": best_ms(lambda: list(state.volumes_changed_since(cm.index)), args.rounds),
                 "scheduler_round_ms": best_ms(lambda: plan_round(state), args.rounds),
             }

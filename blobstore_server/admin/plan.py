@@ -52,8 +52,9 @@ class ClusterShape:
     blobnodes: int = 6
     disks_per_node: int = 2
     code_mode: str = "EC3P3"
-    # writable volumes clustermgr keeps: each allocator leases 4, so two lease all 8 of them and clustermgr makes
-    # another as soon as one fills up or loses a disk; a restarted allocator takes back the leases it held
+    # writable volumes clustermgr keeps: each allocator leases 4, so two lease 8 of them; clustermgr keeps one more
+    # unleased (CodeModeRule.min_idle_volumes) and makes another as soon as one is leased, fills up or loses a disk;
+    # a restarted allocator takes back the leases it held
     min_volumes: int = 8
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed

@@ -1,6 +1,7 @@
 """Every allocator killed: access writes on the space it holds for that, then refuses clearly (503 with
 Retry-After, also to a client still sending a large body), and writes through the allocators again once one is
-back. Real processes; the outage is a real kill -9."""
+back. One allocator killed while it leased every volume: the other leases the ones clustermgr keeps unleased, and
+no PUT fails. Real processes; the outages are real kills -9."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 import httpx
 
 from tests.support.load import wait_for_put
-from tests.support.processes import LocalCluster, wait_until
+from tests.support.processes import SIGNED, LocalCluster, Service, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]
 GRANT_BIDS = 10
@@ -51,3 +52,28 @@ def test_puts_ride_out_on_held_space_then_get_a_clear_503(cluster_factory: Clust
 
         cluster.allocators[0].start()
         wait_for_put(client, b"the allocators are back")
+
+
+def leased_vids(allocator: Service) -> set[int]:
+    return {v["vid"] for v in httpx.get(f"{allocator.url}/stat", auth=SIGNED).json()["volumes"]}
+
+
+def test_an_allocator_whose_peer_leased_every_volume_leases_the_spare_ones(cluster_factory: ClusterFactory) -> None:
+    """The first allocator to start leases what it wants (4) of the floor of 2 writable volumes: all of them, and a
+    dead peer's lapsed leases do the same in a larger cluster. Its leases outlive its kill by the lease ttl; the
+    other allocator writes on through the unleased volumes clustermgr keeps. Access holds no space of its own here
+    (no reserve, no standby), so every PUT needs an allocator's answer."""
+    cluster = cluster_factory(allocators=2, clustermgr={"volume_lease_ttl": 30}, reserve_bids=0, standby_ride_out=0)
+    first, second = cluster.allocators
+    wait_until(lambda: len(leased_vids(first)) == 4 and leased_vids(second), 20, "both allocators hold volumes")
+    with httpx.Client(base_url=cluster.access[0].url, timeout=30) as client:
+        wait_for_put(client, b"warm-up")
+        first.kill9()
+        stored = {}
+        for n in range(40):
+            data = f"written with one allocator: {n}".encode()
+            resp = client.put("/blob", content=data)
+            assert resp.status_code == 200, (n, resp.text)
+            stored[resp.json()["location"]] = data
+        for token, data in stored.items():
+            assert client.get(f"/blob/{token}").content == data

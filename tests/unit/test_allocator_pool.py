@@ -99,7 +99,7 @@ def test_unwritable_volumes_are_the_fallback_within_the_slack() -> None:
     assert pool.allocate(MODE, 1, 10, now=0)[0].vid == 2
 
 
-def test_more_volumes_are_wanted_until_any_one_host_can_be_lost() -> None:
+def test_more_volumes_are_wanted_until_any_one_host_can_be_lost_or_twice_the_target_are_held() -> None:
     pool = pool_with(leased(1, [1, 2, 3, 4, 5, 6]), leased(2, [1, 2, 3, 4, 5, 7], down=[5]))
     assert pool.wanted(MODE, now=0, target=2) == 1  # volume 2 has a unit down
     pool.add(leased(3, [2, 3, 4, 5, 6, 7]))
@@ -109,6 +109,10 @@ def test_more_volumes_are_wanted_until_any_one_host_can_be_lost() -> None:
     assert pool.wanted(MODE, now=0, target=2) == 1  # losing h1 would leave no volume its quorum
     pool.add(leased(3, [1, 3, 4, 5, 6, 7], ["h2", "h2", "h1", "h3", "h4", "h5"]))
     assert pool.wanted(MODE, now=0, target=2) == 0
+    pool = pool_with(*(leased(vid, [1, 2, 3, 4, 5, 6], doubled) for vid in (1, 2, 3)))
+    assert pool.wanted(MODE, now=0, target=2) == 1
+    pool.add(leased(4, [1, 2, 3, 4, 5, 6], doubled))
+    assert pool.wanted(MODE, now=0, target=2) == 0  # twice the target: on five hosts no lease would help
 
 
 def test_a_returning_host_gets_writes_again_over_volumes_made_without_it() -> None:

@@ -12,7 +12,7 @@ import pytest
 from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStatus
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo, VolumeStatus
-from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
+from blobstore_server.libs.proto.clustermgr import CodeModeRule, DiskAdd, DiskBeat, RetainItem
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.client import HttpClient, Request
 from blobstore_server.libs.rpc.errors import Unavailable
@@ -20,7 +20,7 @@ from blobstore_server.libs.rpc.testing import FakeReply, FakeTransport
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr import commands as c
 from blobstore_server.services.clustermgr.health import lease_rank, volume_health
-from blobstore_server.services.clustermgr.volumes import VolumeCreator, writable_count
+from blobstore_server.services.clustermgr.volumes import VolumeCreator, volumes_short
 from tests.support.clustermgr_state import Driver
 
 EC3P3 = int(CodeMode.EC3P3)
@@ -87,6 +87,15 @@ def create(driver: Driver, vid: int, disk_ids: list[int]) -> VolumeInfo:
     return driver(c.VolumeCreate(vid=vid, code_mode=EC3P3, backend="isal", units=volume.units, capacity=1 << 20))
 
 
+def short(driver: Driver, min_volumes: int, min_idle_volumes: int = 0) -> int:
+    rule = CodeModeRule(code_mode="EC3P3", min_volumes=min_volumes, min_idle_volumes=min_idle_volumes)
+    return volumes_short(driver.state, rule, driver.now, TIMEOUT)
+
+
+def writable(driver: Driver) -> int:
+    return 10 - short(driver, 10)
+
+
 def test_leasing_takes_whole_volumes_first_and_never_one_past_the_slack(cm: Driver) -> None:
     add_hosts(cm, 8)
     cm(c.ScopeAlloc(name="vid", count=3))
@@ -130,7 +139,7 @@ def test_renewals_carry_health(cm: Driver) -> None:
     kept = cm(c.VolumeRetainCmd(holder="a", lease_ttl=10, volumes=[RetainItem(vid=1)], heartbeat_timeout=TIMEOUT))
     assert [(r.vid, r.writable, r.down_units) for r in kept.retained] == [(1, False, [3])]
     assert "unit 3: disk 4 is broken" in kept.retained[0].why_not
-    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT, 10) == 0
+    assert writable(cm) == 0
 
 
 def test_under_spread_is_recorded_at_creation_and_cleared_by_a_move(cm: Driver) -> None:
@@ -154,14 +163,33 @@ def test_a_volume_on_an_out_of_service_disk_does_not_count_toward_the_floor(cm: 
     cm(c.ScopeAlloc(name="vid", count=2))
     create(cm, 1, [1, 2, 3, 4, 5, 6])
     create(cm, 2, [2, 3, 4, 5, 6, 7])
-    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT, 10) == 2
-    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT, 1) == 1  # counts only as far as it must
+    assert writable(cm) == 2
     if status is DiskStatus.DROPPED:
         cm(c.DiskSetCmd(disk_id=7, status=DiskStatus.DROPPING))
-        assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT, 10) == 2
+        assert writable(cm) == 2
     cm(c.DiskSetCmd(disk_id=7, status=status) if status is DiskStatus.DROPPED
        else c.DiskSetCmd(disk_id=1, status=status))
-    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT, 10) == 1
+    assert writable(cm) == 1
+
+
+def test_the_floor_keeps_unleased_volumes_for_an_allocator_whose_peer_leased_every_one(cm: Driver) -> None:
+    add_hosts(cm, 7)
+    cm(c.ScopeAlloc(name="vid", count=3))
+    for vid in (1, 2, 3):
+        create(cm, vid, [1, 2, 3, 4, 5, 6])
+    assert (short(cm, 3, 1), short(cm, 2, 3), short(cm, 5, 1), short(cm, 4, 4)) == (0, 0, 2, 1)
+    assert short(cm, 0, 1) == 0  # no volumes wanted: no spare either
+    cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=2, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    assert (short(cm, 3, 1), short(cm, 3, 2), short(cm, 2, 0), short(cm, 1, 2)) == (0, 1, 0, 0)
+    cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    assert short(cm, 3, 1) == 1  # all three leased: one more, though three are writable
+    cm.now += 11
+    assert short(cm, 3, 3) == 0  # lapsed leases: leasable again
+    leased = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="b", count=5, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    assert [v.vid for v in leased.volumes] == [1, 2, 3]  # the rule the floor counts by is the one leasing follows
+    cm.now += 11
+    cm(c.DiskSetCmd(disk_id=6, status=DiskStatus.BROKEN))
+    assert short(cm, 3, 1) == 3  # an unwritable volume is neither writable nor leasable
 
 
 def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:
@@ -193,7 +221,7 @@ def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_agai
 
     asyncio.run(create(4))
     assert tries_on_h3() == 1  # the fewest chunks would pick it every time; its failure rules it out
-    assert writable_count(cm.state, CodeMode.EC3P3, cm.now, TIMEOUT, 10) == 3
+    assert writable(cm) == 3
     cm.now += 1
     cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=100)]))  # it is back
     asyncio.run(create(1))

@@ -362,11 +362,13 @@ class ClusterStat(BaseModel):
 
 
 class CodeModeRule(BaseModel):
-    """Keep at least `min_volumes` allocatable volumes of `code_mode`; objects up to `max_size`
-    bytes use it (the smallest matching max_size wins)."""
+    """Keep at least `min_volumes` writable volumes of `code_mode`, `min_idle_volumes` of them (at most all) held
+    by no live lease (an allocator whose peer died must find some to lease: the dead one's leases hold for the
+    lease ttl); objects up to `max_size` bytes use it (the smallest matching max_size wins)."""
 
     code_mode: str
     min_volumes: int = Field(2, ge=0)
+    min_idle_volumes: int = Field(1, ge=0)
     max_size: int = Field(1 << 62, ge=0)
     enable: bool = True
 

@@ -9,8 +9,10 @@ writer should expect to miss the fewest of (down per clustermgr, or on a disk ac
 with a unit on every host before an under-spread one (created while hosts were down: once they are
 back, writes return to the well-spread volumes), then the one with the most room. A volume expected to
 miss more units than the code's put slack is not used.
-How many: `target` writable volumes per mode, and more while some single host holds more than the put
-slack of every leased volume's units (its loss would leave no volume that reaches its quorum).
+How many: `target` writable volumes per mode, and more, up to twice the target, while some single host holds
+more than the put slack of every leased volume's units (its loss would leave no volume that reaches its quorum).
+Twice, not without end: clustermgr keeps unleased volumes in stock, and on too few hosts no volume survives
+every host's loss.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class VolumePool:
         good = [v for v in self.usable(code_mode, now) if v.writable]
         if len(good) < target:
             return target - len(good)
+        if len(good) >= 2 * target:
+            return 0
         slack = tactic(code_mode).put_slack
         hosts = {h for v in good for h in v.hosts}
         survives = all(any(v.hosts.count(h) <= slack for v in good) for h in hosts)

@@ -49,7 +49,7 @@ from blobstore_server.libs.proto.clustermgr import (
 )
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import BadRequest, Conflict, Fenced, NotFound, RpcError, error_from_response
-from blobstore_server.services.clustermgr.health import lease_rank, volume_health
+from blobstore_server.services.clustermgr.health import lease_rank, unleased, volume_health
 from blobstore_server.services.clustermgr.sessions import LoggedSession
 from blobstore_server.services.clustermgr.state import ClusterState
 
@@ -297,9 +297,8 @@ def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd)
     for volume in s.volumes():
         if best == cmd.count:
             break
-        active = volume.status is VolumeStatus.ACTIVE
-        leasable = (volume.status is VolumeStatus.IDLE or (active and volume.lease_expiry < now)
-                    or (active and cmd.reclaim and volume.lease_holder == cmd.holder))
+        leasable = unleased(volume, now) or (cmd.reclaim and volume.status is VolumeStatus.ACTIVE
+                                             and volume.lease_holder == cmd.holder)
         if volume.code_mode != mode or volume.free < cmd.min_free or not leasable:
             continue
         if cmd.heartbeat_timeout is None:

@@ -44,6 +44,11 @@ def volume_health(volume: VolumeInfo, disks: Mapping[int, DiskInfo], now: float,
     return VolumeHealth(writable=not reasons, why_not="; ".join(reasons), down_units=down)
 
 
+def unleased(volume: VolumeInfo, now: float) -> bool:
+    """No live lease holds the volume: idle, or its holder stopped renewing."""
+    return volume.status is VolumeStatus.IDLE or (volume.status is VolumeStatus.ACTIVE and volume.lease_expiry < now)
+
+
 def lease_rank(tactic: Tactic, volume: VolumeInfo, health: VolumeHealth, avoid_disks: Collection[int]) -> int | None:
     """How many of the volume's units a writer should expect to miss (down, or on a disk the asker
     avoids): lower leases first; None when that many would miss the put quorum."""

@@ -50,7 +50,7 @@ from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.metrics import FENCED, PROPOSAL_SECONDS
 from blobstore_server.services.clustermgr.sessions import LoggedSession
 from blobstore_server.services.clustermgr.state import ClusterState
-from blobstore_server.services.clustermgr.volumes import VolumeCreator, writable_count
+from blobstore_server.services.clustermgr.volumes import VolumeCreator, volumes_short
 
 log = logging.getLogger(__name__)
 MEMBER_PREFIX = "raft_member_http/"
@@ -210,15 +210,14 @@ class ClusterManager:
         return self.state.scope("vid") == 0 and sum(1 for _ in self.state.disks()) < wanted
 
     async def ensure_volumes(self) -> None:
-        """Keep `min_volumes` writable volumes of each enabled mode (see volumes.py)."""
+        """Keep each enabled mode's floors of writable and of unleased volumes (see volumes.py)."""
         if self._waiting_for_disks():
             return
         for policy in self.policy():
             if not policy.enable:
                 continue
-            missing = policy.min_volumes - writable_count(self.state, policy.mode, time.time(),
-                                                          self.config.disk_heartbeat_timeout, policy.min_volumes)
-            for _ in range(max(0, missing)):
+            short = volumes_short(self.state, policy, time.time(), self.config.disk_heartbeat_timeout)
+            for _ in range(short):
                 try:
                     await self.volumes.create(policy.mode, time.time())
                 except Exception as exc:  # placement or a blobnode may fail; try again next round

@@ -1,4 +1,6 @@
-"""Volume creation on the leader: keep a floor of writable volumes of every enabled code mode.
+"""Volume creation on the leader: keep a floor of writable volumes of every enabled code mode, and a smaller
+floor of those no lease holds, so an allocator can always lease one (when another allocator that held every volume
+dies, its leases hold until they lapse).
 
 Only volumes whose units are all on live, in-service disks count toward the floor, so when a disk dies
 new volumes are created on the disks still heard from. Creation never takes a disk's last
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import random
 
@@ -27,11 +28,12 @@ from pydantic import BaseModel
 from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.placement import PlacementError, candidates, place_volume
 from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import NotFound, RpcError
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.commands import KvDelete, KvSet, Proposer, ScopeAlloc, VolumeCreate
-from blobstore_server.services.clustermgr.health import volume_health
+from blobstore_server.services.clustermgr.health import unleased, volume_health
 from blobstore_server.services.clustermgr.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -44,13 +46,21 @@ class VolumeIntent(BaseModel):
     units: list[Unit]
 
 
-def writable_count(state: ClusterState, mode: CodeMode, now: float, heartbeat_timeout: float, at_most: int) -> int:
-    """Writable volumes of `mode`, counted up to `at_most`: enough to know how many are missing, without judging
-    every volume of a large cluster every round."""
+def volumes_short(state: ClusterState, rule: CodeModeRule, now: float, heartbeat_timeout: float) -> int:
+    """How many volumes of the rule's mode to create so that `min_volumes` are writable and `min_idle_volumes` of
+    those unleased. Stops judging once both floors are met: a large cluster's every volume is not judged every
+    round."""
     disks = {d.disk_id: d for d in state.disks()}
-    writable = (v for v in state.volumes()
-                if v.code_mode == mode and volume_health(v, disks, now, heartbeat_timeout).writable)
-    return sum(1 for _ in itertools.islice(writable, at_most))
+    idle_floor = min(rule.min_idle_volumes, rule.min_volumes)  # a mode kept at no volumes keeps no spare either
+    writable = idle = 0
+    for volume in state.volumes():
+        if volume.code_mode != rule.mode or not volume_health(volume, disks, now, heartbeat_timeout).writable:
+            continue
+        writable += 1
+        idle += unleased(volume, now)
+        if writable >= rule.min_volumes and idle >= idle_floor:
+            return 0
+    return max(rule.min_volumes - writable, idle_floor - idle, 0)
 
 
 class VolumeCreator:
