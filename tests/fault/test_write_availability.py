@@ -25,7 +25,7 @@ from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import failures, put_stream, read_back, success_rate, wait_for_put
-from tests.support.processes import LocalCluster, Service, wait_until
+from tests.support.processes import BlobnodeFactory, LocalCluster, Service, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -245,3 +245,39 @@ def test_a_hung_blobnode_costs_one_hedge_and_one_put_grace_not_one_per_request(c
     assert max(timings[1:]) < 1.5, timings  # the next ones go around the slow node at once
     assert 1.0 <= put_timings[0] < 3.0, put_timings  # the quorum, then the grace for the hung node's shard
     assert max(put_timings[1:]) < 0.8, put_timings  # its disk is skipped from then on
+
+
+def test_two_hung_hosts_of_every_volume_get_a_volume_made_clear_of_them_at_once(
+        cluster_factory: ClusterFactory, blobnode_factory: BlobnodeFactory) -> None:
+    """Two blobnodes stop answering (SIGSTOP, as if cut off: clustermgr, with a 60 s heartbeat timeout, still
+    counts their disks alive) and every volume has a unit on each, one more than EC3P3's put slack. Once a PUT has
+    waited out the shard timeout (3 s here) access avoids their disks, its allocator asks clustermgr for a volume
+    clear of them, and clustermgr creates one on the six other hosts then and there instead of a minute later."""
+    cluster = cluster_factory(blobnodes=6, disks=1, clustermgr={"disk_heartbeat_timeout": 60}, shard_timeout=3.0)
+    access = cluster.access[0].url
+    with httpx.Client(base_url=access, timeout=60) as client:
+        wait_for_put(client, b"warm-up")
+    # the allocator's 4 and clustermgr's one unleased, all on the first six hosts
+    wait_until(lambda: len(volumes_of(cluster)) == 5, 20, "five volumes")
+    before = volumes_of(cluster)
+    for name in ("bn6", "bn7"):
+        blobnode_factory(name, disks=1, clustermgr=cluster.clustermgr, delete_hold=2.0)
+    hung = cluster.blobnodes[:2]
+    hung_hosts = {node.url for node in hung}
+    assert all(hung_hosts <= {u.host for u in v.units} for v in before)  # made before bn6 and bn7 joined
+    try:
+        for node in hung:
+            os.kill(node.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        with put_stream(access, writers=2, max_size=16 << 10) as stream:
+            stream.wait_for(50, stopped + 8.0, timeout=60)
+        made = [v for v in volumes_of(cluster) if v.vid not in {b.vid for b in before}]
+    finally:
+        for node in hung:
+            os.kill(node.pid, signal.SIGCONT)
+    first_ok = min((a.ended for a in stream.attempts if a.ok and a.started >= stopped), default=float("inf"))
+    late = stream.since(stopped + 8.0)
+    print(f"first PUT after the hang acknowledged in {first_ok - stopped:.1f} s")
+    assert first_ok - stopped < 8.0 and success_rate(late) >= 0.99, failures(late)
+    assert made and all(not hung_hosts & {u.host for u in v.units} for v in made)
+    assert read_back(access, stream.acked) == []

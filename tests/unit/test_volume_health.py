@@ -192,13 +192,12 @@ def test_the_floor_keeps_unleased_volumes_for_an_allocator_whose_peer_leased_eve
     assert short(cm, 3, 1) == 3  # an unwritable volume is neither writable nor leasable
 
 
-def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:
-    """Volume creation by the leader over a fake blobnode transport (named so: the blobnode on h3 plays
-    a node killed moments ago, which clustermgr still counts as alive)."""
-    add_hosts(cm, 7)
+def creator_over_fake_blobnodes(cm: Driver, refusing: str = "") -> tuple[VolumeCreator, FakeTransport]:
+    """Volume creation by the leader over a fake blobnode transport (named so); the host `refusing` plays a node
+    killed moments ago, which clustermgr still counts as alive."""
 
     async def blobnode(request: Request) -> FakeReply:
-        if request.url.startswith("http://h3/"):
+        if refusing and request.url.startswith(f"http://{refusing}/"):
             raise Unavailable("connection refused")
         vuid = json.loads(request.body or b"{}")["vuid"]
         return FakeReply.of(ChunkInfo(chunk_id="c", vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=1 << 20,
@@ -208,8 +207,20 @@ def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_agai
         return cm(cmd)
 
     transport = FakeTransport(blobnode)
-    creator = VolumeCreator(cm.state, propose, BlobnodeClient(HttpClient(transport)), idcs=["z0"], backend="isal",
-                            chunk_size=1 << 20, heartbeat_timeout=TIMEOUT, reserve=0)
+    return VolumeCreator(cm.state, propose, BlobnodeClient(HttpClient(transport)), idcs=["z0"], backend="isal",
+                         chunk_size=1 << 20, heartbeat_timeout=TIMEOUT, reserve=0), transport
+
+
+def test_a_volume_made_for_avoided_disks_has_none_of_them(cm: Driver) -> None:
+    add_hosts(cm, 8)
+    creator, _ = creator_over_fake_blobnodes(cm)
+    vids = [asyncio.run(creator.create(CodeMode.EC3P3, cm.now, avoid_disks=[2, 5])) for _ in range(3)]
+    assert all({u.disk_id for u in cm.state.volume(vid).units} == {1, 3, 4, 6, 7, 8} for vid in vids)
+
+
+def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:
+    add_hosts(cm, 7)
+    creator, transport = creator_over_fake_blobnodes(cm, refusing="h3")
 
     async def create(times: int) -> None:
         for _ in range(times):

@@ -186,7 +186,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         alloc = cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder, count=req.count,
                                    lease_ttl=lease_ttl, heartbeat_timeout=heartbeat_timeout,
                                    avoid_disks=req.avoid_disks, reclaim=req.reclaim)
-        return await cm.submit(alloc, caller)
+        return await cm.lease_volumes(alloc, caller)
 
     @serves(app, api.VOLUME_RETAIN)
     async def volume_retain(req: VolumeRetain, caller: Caller) -> RetainResult:

@@ -39,6 +39,9 @@ class ClusterMgrConfig(ServiceSettings):
     # so the first volumes spread over every host. Once any volume exists it no longer applies.
     first_volume_after_disks: int = Field(0, ge=0)
     volume_check_interval: float = Field(1.0, gt=0)
+    # When an allocator finds no volume clear of the disks its writers avoid, one is created for it: at most one
+    # per code mode per this many seconds
+    avoiding_volume_interval: float = Field(1.0, gt=0)
     fsync: bool = True
     # Disk heartbeats wait up to this long to be committed together, as one Raft entry (0: each alone). Keep it
     # well under disk_heartbeat_timeout: a beat is recorded when its batch commits. At most HEARTBEAT_HOLD_MAX,

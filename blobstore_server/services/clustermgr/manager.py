@@ -30,6 +30,7 @@ from blobstore_server.libs.proto.clustermgr import (
     RaftStatus,
     Session,
     UnitAlloc,
+    VolumeList,
     VolumeView,
 )
 from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY
@@ -37,13 +38,21 @@ from blobstore_server.libs.raft.config import RaftConfig
 from blobstore_server.libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from blobstore_server.libs.raft.errors import NotLeader as RaftNotLeader
 from blobstore_server.libs.raft.server import RaftServer
-from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader, Unavailable
+from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader, RpcError, Unavailable
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
 from blobstore_server.services.clustermgr.client import SessionClock
-from blobstore_server.services.clustermgr.commands import Command, ConfigSet, KvSet, UnitAllocCmd, decode_result, encode
+from blobstore_server.services.clustermgr.commands import (
+    Command,
+    ConfigSet,
+    KvSet,
+    UnitAllocCmd,
+    VolumeAllocCmd,
+    decode_result,
+    encode,
+)
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 from blobstore_server.services.clustermgr.health import volume_health
 from blobstore_server.services.clustermgr.machine import ClusterMachine
@@ -89,6 +98,7 @@ class ClusterManager:
                                      heartbeat_timeout=config.disk_heartbeat_timeout,
                                      reserve=config.repair_reserve_chunks)
         self._create_failure: dict[CodeMode, str] = {}  # the last reason volume creation failed, per mode
+        self._next_avoiding: dict[CodeMode, float] = {}  # monotonic time: no volume made for avoided disks before
         # heartbeats are idempotent: committed without a session, the batch being nobody's one command
         self.heartbeats = HeartbeatBatcher(lambda report: self.submit(report, None), config.disk_heartbeat_batch)
         self._life = Lifecycle()
@@ -221,12 +231,34 @@ class ClusterManager:
                 try:
                     await self.volumes.create(policy.mode, time.time())
                 except Exception as exc:  # placement or a blobnode may fail; try again next round
-                    # while too few disks live this repeats every round: say it once
-                    why = f"cannot create a {policy.mode.name} volume yet: {exc}"
-                    log.log(logging.DEBUG if self._create_failure.get(policy.mode) == why else logging.WARNING, why)
-                    self._create_failure[policy.mode] = why
+                    self._creation_failed(policy.mode, f"cannot create a {policy.mode.name} volume yet: {exc}")
                     break
                 self._create_failure.pop(policy.mode, None)
+
+    def _creation_failed(self, mode: CodeMode, why: str) -> None:
+        """Log why a volume could not be created; while too few disks live this repeats every round: say it once."""
+        log.log(logging.DEBUG if self._create_failure.get(mode) == why else logging.WARNING, why)
+        self._create_failure[mode] = why
+
+    async def lease_volumes(self, alloc: VolumeAllocCmd, session: Session | None) -> VolumeList:
+        """Lease volumes to an allocator. When none it may lease keeps within the put slack on the disks its
+        writers avoid (a partition can cut two units of every volume well before clustermgr judges those disks
+        dead), first create one clear of them: writes resume after a creation, not a heartbeat timeout."""
+        leased = await self.submit(alloc, session)
+        short = alloc.count - len(leased.volumes)
+        mode = CodeMode(alloc.code_mode)
+        now = time.monotonic()
+        enabled = any(rule.enable and rule.mode is mode for rule in self.policy())
+        if short <= 0 or not alloc.avoid_disks or not enabled or now < self._next_avoiding.get(mode, 0.0):
+            return leased
+        self._next_avoiding[mode] = now + self.config.avoiding_volume_interval
+        try:
+            await self.volumes.create(mode, time.time(), alloc.avoid_disks)
+        except (RpcError, PlacementError, OSError) as exc:
+            self._creation_failed(mode, f"cannot create a {mode.name} volume clear of disks {alloc.avoid_disks}: {exc}")
+            return leased
+        more = await self.propose(alloc.model_copy(update={"count": short}))
+        return VolumeList(volumes=[*leased.volumes, *more.volumes])
 
     # reads with derived fields
 

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Collection
 
 from pydantic import BaseModel
 
@@ -76,6 +77,7 @@ class VolumeCreator:
         self.reserve = reserve
         self.rng = random.Random()
         self._failed: dict[int, float] = {}  # disk id -> its last heartbeat when a chunk creation on it failed
+        self._lock = asyncio.Lock()
 
     def _usable(self, disk_id: int, last_heartbeat: float) -> bool:
         failed_at = self._failed.get(disk_id)
@@ -84,10 +86,16 @@ class VolumeCreator:
         self._failed.pop(disk_id, None)
         return True
 
-    async def create(self, mode: CodeMode, now: float) -> int:
-        """Create one volume of `mode`; returns its vid. Raises on failure after rolling back."""
+    async def create(self, mode: CodeMode, now: float, avoid_disks: Collection[int] = ()) -> int:
+        """Create one volume of `mode`, on none of `avoid_disks`; returns its vid. Raises on failure after rolling
+        back. One creation or roll back at a time: a roll back of leftovers must never take an intent in flight."""
+        async with self._lock:
+            return await self._create(mode, now, avoid_disks)
+
+    async def _create(self, mode: CodeMode, now: float, avoid_disks: Collection[int]) -> int:
         t = tactic(mode)
-        disks = [d for d in self.state.disks() if self._usable(d.disk_id, d.last_heartbeat)]
+        disks = [d for d in self.state.disks()
+                 if d.disk_id not in avoid_disks and self._usable(d.disk_id, d.last_heartbeat)]
         pool = candidates(disks, now, self.heartbeat_timeout, reserve=self.reserve)
         idcs = [idc for idc in self.idcs if any(c.idc == idc for c in pool)] if t.az_count > 1 else None
         placed = place_volume(t, pool, idcs=idcs, rng=self.rng)
@@ -132,8 +140,9 @@ class VolumeCreator:
     async def roll_back_leftovers(self) -> None:
         """Finish every intent still present (a dead leader's, or one whose blobnode was down):
         roll it back, or, if its volume did commit, simply remove it."""
-        for key, raw in self.state.kv_list(INTENT_PREFIX).items():
-            try:
-                await self.roll_back(VolumeIntent.model_validate_json(raw))
-            except RpcError as exc:
-                log.warning("cannot roll back %s yet: %s", key, exc)
+        async with self._lock:
+            for key, raw in self.state.kv_list(INTENT_PREFIX).items():
+                try:
+                    await self.roll_back(VolumeIntent.model_validate_json(raw))
+                except RpcError as exc:
+                    log.warning("cannot roll back %s yet: %s", key, exc)
