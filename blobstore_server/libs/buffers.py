@@ -15,8 +15,6 @@ from __future__ import annotations
 import ctypes
 import functools
 
-import numpy as np
-
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 64 * 1024 * 1024
@@ -37,6 +35,8 @@ def tune_malloc() -> bool:
 
 def uninitialized(size: int) -> memoryview:
     """A writable `size`-byte buffer whose contents are whatever the allocator had: fill all of it."""
+    import numpy as np  # ~0.1 s to import: a process that never receives a body into a buffer never pays it
+
     return np.empty(size, np.uint8).data
 
 

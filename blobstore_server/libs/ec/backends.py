@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from blobstore_server.libs.ec.errors import UnknownBackend
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_BACKEND = "isal"
 BACKENDS = ("isal", "zfec")

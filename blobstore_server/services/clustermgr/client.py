@@ -27,7 +27,6 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from redis.exceptions import RedisError
 
 from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.blobnode import MOVED_ERRORS
@@ -79,10 +78,16 @@ log = logging.getLogger(__name__)
 # client's deadline: a PUT waits on it), and for STALE_RETRY seconds more before it is asked again.
 STALE_ASK = 1.0
 STALE_RETRY = 5.0
-# What a Redis cache call may raise: redis-py's errors, and uvloop's RuntimeError for a pooled connection whose
-# socket closed unseen (a Redis host cut off, then back): either way the cache is skipped, never a failed request.
-REDIS_ERRORS = (RedisError, RuntimeError)
 T = TypeVar("T")
+
+
+def _redis_errors() -> tuple[type[Exception], ...]:
+    """What a Redis cache call may raise: redis-py's errors, and uvloop's RuntimeError for a pooled connection whose
+    socket closed unseen (a Redis host cut off, then back): either way the cache is skipped, never a failed request.
+    Imported here: only a process that hands in a Redis client (access) loads redis-py."""
+    from redis.exceptions import RedisError
+
+    return (RedisError, RuntimeError)
 
 
 class SessionClock:
@@ -395,6 +400,7 @@ class VolumeCache:
         self.cluster = cluster
         self.ttl = ttl
         self.redis = redis  # a redis.asyncio.Redis, or None; one may serve several clusters
+        self._redis_errors = _redis_errors() if redis is not None else ()
         self._redis_prefix = f"blobstore:{cluster_id}:volume:"
         self._local: dict[int, tuple[float, VolumeInfo]] = {}
 
@@ -425,20 +431,20 @@ class VolumeCache:
             return None
         try:
             raw = await self.redis.get(self._key(vid))
-        except REDIS_ERRORS as exc:  # a cache: without it, clustermgr answers
+        except self._redis_errors as exc:  # a cache: without it, clustermgr answers
             log.warning("volume %d not read from the Redis cache: %s", vid, exc)
             return None
         return None if raw is None else VolumeInfo.model_validate_json(raw)
 
     async def _to_redis(self, volume: VolumeInfo) -> None:
         if self.redis is not None:
-            with contextlib.suppress(*REDIS_ERRORS):
+            with contextlib.suppress(*self._redis_errors):
                 await self.redis.set(self._key(volume.vid), volume.model_dump_json(), ex=max(1, int(self.ttl)))
 
     async def invalidate(self, vid: int) -> None:
         self._local.pop(vid, None)
         if self.redis is not None:
-            with contextlib.suppress(*REDIS_ERRORS):
+            with contextlib.suppress(*self._redis_errors):
                 await self.redis.delete(self._key(vid))
 
     async def _refetch(self, vid: int, moved: Exception) -> VolumeInfo:
