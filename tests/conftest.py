@@ -5,6 +5,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,18 +42,24 @@ def test_secret() -> str:
     return TEST_SECRET
 
 
+@contextmanager
+def _signing_as_operator(secret: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    before = auth.installed()
+    monkeypatch.setenv(SECRET_ENV, secret)
+    auth.install(operator_signer(secret))
+    try:
+        yield secret
+    finally:
+        auth.install(before)
+
+
 @pytest.fixture
 def signed_as_operator(test_secret: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """This process signs what it sends as the operator (every capability) with the session's secret, and so does
     the `blobstore` CLI ($BLOBSTORE_SECRET); the signer before is restored after. Per test, not per session: a
     launcher cluster (`cluster up`) installs its own operator signer while it is loaded."""
-    before = auth.installed()
-    monkeypatch.setenv(SECRET_ENV, test_secret)
-    auth.install(operator_signer(test_secret))
-    try:
-        yield test_secret
-    finally:
-        auth.install(before)
+    with _signing_as_operator(test_secret, monkeypatch) as secret:
+        yield secret
 
 
 def insecure_fixtures(request: pytest.FixtureRequest) -> bool:
@@ -64,6 +71,12 @@ def insecure_fixtures(request: pytest.FixtureRequest) -> bool:
 def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
                      signed_as_operator: str) -> Iterator[BlobnodeFactory]:
     """Start real blobnode processes (with the role's keys); every one is stopped by PID at teardown."""
+    with _blobnode_factory(request, tmp_path) as start:
+        yield start
+
+
+@contextmanager
+def _blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobnodeFactory]:
     started: list[Service] = []
 
     def start(name: str = "bn", disks: int = 2, first_disk_id: int = 1, clustermgr: list[Service] | None = None,
@@ -89,14 +102,22 @@ def blobnode_factory(request: pytest.FixtureRequest, tmp_path: Path,
         started.append(service)
         return service.start() if wait else service.spawn()
 
-    yield start
-    stop_all(started)
+    try:
+        yield start
+    finally:  # a test's failure is thrown in here: its processes are stopped all the same
+        stop_all(started)
 
 
 @pytest.fixture
 def clustermgr_factory(request: pytest.FixtureRequest, tmp_path: Path,
                        signed_as_operator: str) -> Iterator[Callable[..., list[Service]]]:
     """Start a Raft group of real clustermgr processes (with the role's keys); all are stopped by PID at teardown."""
+    with _clustermgr_factory(request, tmp_path) as start:
+        yield start
+
+
+@contextmanager
+def _clustermgr_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., list[Service]]]:
     started: list[Service] = []
 
     def start(count: int = 3, **overrides: object) -> list[Service]:
@@ -114,8 +135,10 @@ def clustermgr_factory(request: pytest.FixtureRequest, tmp_path: Path,
         start_all(services)
         return services
 
-    yield start
-    stop_all(started)
+    try:
+        yield start
+    finally:  # a test's failure is thrown in here: its processes are stopped all the same
+        stop_all(started)
 
 
 @pytest.fixture
@@ -124,6 +147,25 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
     """A whole local cluster of real processes: 3 clustermgr, blobnodes, allocator(s), access node(s), and
     with `pipelines=True` the session's Kafka broker, mqproxy, tinker and a worker; with `schedulers=K`, K
     schedulers and a worker; `blobnode` is config every blobnode gets."""
+    with _cluster_factory(request, tmp_path, clustermgr_factory, blobnode_factory) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   test_secret: str) -> Iterator[LocalCluster]:
+    """One default cluster (`cluster_factory()`) for the tests of a module that leave it as they found it: each
+    saves the ~6 s of starting its own."""
+    root = tmp_path_factory.mktemp("shared")
+    with pytest.MonkeyPatch.context() as monkeypatch, _signing_as_operator(test_secret, monkeypatch), \
+            _clustermgr_factory(request, root) as clustermgrs, _blobnode_factory(request, root) as blobnodes, \
+            _cluster_factory(request, root, clustermgrs, blobnodes) as start:
+        yield start()
+
+
+@contextmanager
+def _cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_factory: Callable[..., list[Service]],
+                     blobnode_factory: BlobnodeFactory) -> Iterator[Callable[..., LocalCluster]]:
     started: list[Service] = []
 
     def launch(role: str, name: str, **config: object) -> Service:
@@ -192,8 +234,10 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_f
             add_access()
         return LocalCluster(cms, nodes, allocs, fronts, add_access, background)
 
-    yield start
-    stop_all(started)
+    try:
+        yield start
+    finally:  # a test's failure is thrown in here: its processes are stopped all the same
+        stop_all(started)
 
 
 @pytest.fixture

@@ -104,14 +104,13 @@ def shard_file(cluster: LocalCluster, token: str, index: int) -> tuple[Path, int
 
 
 @pytest.mark.parametrize("size", [300_000, 9 << 20])  # one blob; three, the first two read as one run
-def test_corrupted_data_shard_is_never_served(cluster_factory: ClusterFactory, size: int) -> None:
-    cluster = cluster_factory()
+def test_corrupted_data_shard_is_never_served(shared_cluster: LocalCluster, size: int) -> None:
     data = random.Random(5).randbytes(size)
-    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+    with httpx.Client(base_url=shared_cluster.access[0].url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
         token = put(client, data)
         for index in (0, 1):  # two data shards of EC3P3's first blob, each flipped inside its first block
-            path, offset = shard_file(cluster, token, index)
+            path, offset = shard_file(shared_cluster, token, index)
             with open(path, "r+b") as f:
                 f.seek(offset + 32 + 4 + 10)
                 byte = f.read(1)
@@ -138,9 +137,8 @@ def raw_request(url: str, head: bytes, body: bytes, half_close: bool = False) ->
         return b"".join(chunks)
 
 
-def test_lying_or_missing_lengths_write_nothing(cluster_factory: ClusterFactory) -> None:
-    cluster = cluster_factory()
-    access = cluster.access[0]
+def test_lying_or_missing_lengths_write_nothing(shared_cluster: LocalCluster) -> None:
+    access = shared_cluster.access[0]
     with httpx.Client(base_url=access.url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
         chunked = client.put("/blob", content=iter([b"abc", b"def"]))

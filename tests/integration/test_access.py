@@ -20,10 +20,9 @@ from tests.support.processes import SIGNED, LocalCluster, RedisServer, stop_all
 ClusterFactory = Callable[..., LocalCluster]
 
 
-def test_round_trips_and_ranges(cluster_factory: ClusterFactory) -> None:
-    cluster = cluster_factory()
+def test_round_trips_and_ranges(shared_cluster: LocalCluster) -> None:
     rng = random.Random(7)
-    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+    with httpx.Client(base_url=shared_cluster.access[0].url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
         for size in (0, 1, 4096, (4 << 20) - 1, 4 << 20, (4 << 20) + 1, 20 << 20):
             data = rng.randbytes(size)
@@ -43,18 +42,17 @@ def test_round_trips_and_ranges(cluster_factory: ClusterFactory) -> None:
 
 
 def test_a_large_object_is_read_a_run_of_blobs_at_a_time_and_relayed_in_the_kernel(
-        cluster_factory: ClusterFactory) -> None:
+        shared_cluster: LocalCluster) -> None:
     """Consecutive blobs of one volume come from each data shard's unit in one batched read per run of
     `read_ahead` (2) blobs: half the shard requests of reading blob by blob. Their bytes go from the blobnodes'
     sockets to the client's by splice, never through access; a client that leaves mid-object leaves no blobnode
     connection open behind it."""
-    cluster = cluster_factory()
-    access = cluster.access[0]
+    access = shared_cluster.access[0]
     data = random.Random(11).randbytes(16 << 20)  # four 4 MiB blobs, EC3P3: 3 data shards each
 
     def shard_reads() -> dict[str, float]:
         return {route: sum(sample(n.url, "blobstore_http_requests_total", {"route": route, "status": "200"})
-                           for n in cluster.blobnodes) for route in ("/shard/get", "/shard/get_batch")}
+                           for n in shared_cluster.blobnodes) for route in ("/shard/get", "/shard/get_batch")}
 
     def spliced() -> float:
         return sample(access.url, "blobstore_spliced_bytes_total")
@@ -62,7 +60,7 @@ def test_a_large_object_is_read_a_run_of_blobs_at_a_time_and_relayed_in_the_kern
     with httpx.Client(base_url=access.url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
         token = client.put("/blob", content=data).json()["location"]
-        vids = [vid for vid, _ in Location.from_token(token, cluster.secret.encode()).blob_ids()]
+        vids = [vid for vid, _ in Location.from_token(token, shared_cluster.secret.encode()).blob_ids()]
         assert len(set(vids)) == 1, "one allocation, one volume"
         before, relayed = shard_reads(), spliced()
         assert client.get(f"/blob/{token}").content == data
@@ -89,9 +87,8 @@ def _open_sockets(pid: int) -> int:
     return sum(1 for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.readlink().name.startswith("socket:"))
 
 
-def test_bad_input_is_refused_with_a_reason(cluster_factory: ClusterFactory) -> None:
-    cluster = cluster_factory()
-    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+def test_bad_input_is_refused_with_a_reason(shared_cluster: LocalCluster) -> None:
+    with httpx.Client(base_url=shared_cluster.access[0].url, timeout=60) as client:
         token = wait_for_put(client, b"0123456789")
         forged = token[:-2] + ("AA" if token[-2:] != "AA" else "BB")
         assert client.get(f"/blob/{forged}").status_code == 403
