@@ -59,10 +59,10 @@ def leased_vids(allocator: Service) -> set[int]:
 
 
 def test_an_allocator_whose_peer_leased_every_volume_leases_the_spare_ones(cluster_factory: ClusterFactory) -> None:
-    """The first allocator to start leases what it wants (4) of the floor of 2 writable volumes: all of them, and a
-    dead peer's lapsed leases do the same in a larger cluster. Its leases outlive its kill by the lease ttl; the
-    other allocator writes on through the unleased volumes clustermgr keeps. Access holds no space of its own here
-    (no reserve, no standby), so every PUT needs an allocator's answer."""
+    """The first allocator to start leases what it wants (4) of the floor of 2 writable volumes: all of them, as
+    leasing a dead peer's lapsed volumes does in a larger cluster. The other leases from the unleased volumes
+    clustermgr keeps in stock, so when the first is killed (its leases outlive it by the lease ttl) no PUT fails.
+    Access holds no space of its own here (no reserve, no standby): every PUT needs an allocator's answer."""
     cluster = cluster_factory(allocators=2, clustermgr={"volume_lease_ttl": 30}, reserve_bids=0, standby_ride_out=0)
     first, second = cluster.allocators
     wait_until(lambda: len(leased_vids(first)) == 4 and leased_vids(second), 20, "both allocators hold volumes")
