@@ -192,11 +192,15 @@ def test_the_floor_keeps_unleased_volumes_for_an_allocator_whose_peer_leased_eve
     assert short(cm, 3, 1) == 3  # an unwritable volume is neither writable nor leasable
 
 
-def creator_over_fake_blobnodes(cm: Driver, refusing: str = "") -> tuple[VolumeCreator, FakeTransport]:
+def creator_over_fake_blobnodes(cm: Driver, refusing: str = "", answering: asyncio.Event | None = None
+                                ) -> tuple[VolumeCreator, FakeTransport]:
     """Volume creation by the leader over a fake blobnode transport (named so); the host `refusing` plays a node
-    killed moments ago, which clustermgr still counts as alive."""
+    killed moments ago, which clustermgr still counts as alive; with `answering`, chunk creations are answered
+    once it is set."""
 
     async def blobnode(request: Request) -> FakeReply:
+        if answering is not None and request.url.endswith("/chunk/create"):
+            await answering.wait()
         if refusing and request.url.startswith(f"http://{refusing}/"):
             raise Unavailable("connection refused")
         vuid = json.loads(request.body or b"{}")["vuid"]
@@ -216,6 +220,24 @@ def test_a_volume_made_for_avoided_disks_has_none_of_them(cm: Driver) -> None:
     creator, _ = creator_over_fake_blobnodes(cm)
     vids = [asyncio.run(creator.create(CodeMode.EC3P3, cm.now, avoid_disks=[2, 5])) for _ in range(3)]
     assert all({u.disk_id for u in cm.state.volume(vid).units} == {1, 3, 4, 6, 7, 8} for vid in vids)
+
+
+def test_a_roll_back_of_leftovers_leaves_a_creation_in_flight_alone(cm: Driver) -> None:
+    add_hosts(cm, 6)
+
+    async def scenario() -> None:
+        answering = asyncio.Event()
+        creator, transport = creator_over_fake_blobnodes(cm, answering=answering)
+        creating = asyncio.create_task(creator.create(CodeMode.EC3P3, cm.now))
+        while not cm.state.kv_list("volume_intent/"):  # its intent committed, its chunks being created
+            await asyncio.sleep(0)
+        await creator.roll_back_leftovers()
+        answering.set()
+        vid = await creating
+        assert cm.state.has_volume(vid) and not cm.state.kv_list("volume_intent/")
+        assert not any(r.url.endswith("/chunk/release") for r in transport.requests)
+
+    asyncio.run(scenario())
 
 
 def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_again(cm: Driver) -> None:

@@ -12,8 +12,9 @@ A volume is created in three steps, each durable before the next: (1) an intent 
 and its chosen units is committed to the kv, (2) the chunks are created on the blobnodes,
 (3) the volume is committed and the intent removed in order. If a step fails, or the leader dies
 between steps, the intent is rolled back: every chunk it names is released, and only once every
-blobnode has confirmed is the intent removed. The leader retries leftover intents every round,
-so a chunk on a node that was down is released when it returns: no half-created volume stays.
+blobnode has confirmed is the intent removed. The leader retries leftover intents every round (all but those of
+the creations it runs now), so a chunk on a node that was down is released when it returns: no half-created volume
+stays.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Collection
 from pydantic import BaseModel
 
 from blobstore_server.libs.ec import CodeMode, tactic
-from blobstore_server.libs.placement import PlacementError, candidates, place_volume
+from blobstore_server.libs.placement import Candidate, PlacementError, candidates, place_volume
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.proto.ids import Vuid
@@ -77,7 +78,7 @@ class VolumeCreator:
         self.reserve = reserve
         self.rng = random.Random()
         self._failed: dict[int, float] = {}  # disk id -> its last heartbeat when a chunk creation on it failed
-        self._lock = asyncio.Lock()
+        self._in_flight: set[int] = set()  # vids this leader is creating now: their intents are not leftovers
 
     def _usable(self, disk_id: int, last_heartbeat: float) -> bool:
         failed_at = self._failed.get(disk_id)
@@ -88,11 +89,8 @@ class VolumeCreator:
 
     async def create(self, mode: CodeMode, now: float, avoid_disks: Collection[int] = ()) -> int:
         """Create one volume of `mode`, on none of `avoid_disks`; returns its vid. Raises on failure after rolling
-        back. One creation or roll back at a time: a roll back of leftovers must never take an intent in flight."""
-        async with self._lock:
-            return await self._create(mode, now, avoid_disks)
-
-    async def _create(self, mode: CodeMode, now: float, avoid_disks: Collection[int]) -> int:
+        back. Creations may run side by side (the floor's, one for avoided disks); a roll back of leftovers leaves
+        their intents alone."""
         t = tactic(mode)
         disks = [d for d in self.state.disks()
                  if d.disk_id not in avoid_disks and self._usable(d.disk_id, d.last_heartbeat)]
@@ -100,6 +98,14 @@ class VolumeCreator:
         idcs = [idc for idc in self.idcs if any(c.idc == idc for c in pool)] if t.az_count > 1 else None
         placed = place_volume(t, pool, idcs=idcs, rng=self.rng)
         vid = (await self.propose(ScopeAlloc(name="vid", count=1))).start
+        self._in_flight.add(vid)
+        try:
+            return await self._create_on(mode, vid, placed)
+        finally:
+            self._in_flight.discard(vid)
+
+    async def _create_on(self, mode: CodeMode, vid: int, placed: list[Candidate]) -> int:
+        t = tactic(mode)
         intent = VolumeIntent(vid=vid, units=[Unit(vuid=Vuid.make(vid, i, 1), disk_id=c.disk_id, host=c.url)
                                               for i, c in enumerate(placed)])
         await self.propose(KvSet(key=f"{INTENT_PREFIX}{vid}", value=intent.model_dump_json()))
@@ -140,9 +146,11 @@ class VolumeCreator:
     async def roll_back_leftovers(self) -> None:
         """Finish every intent still present (a dead leader's, or one whose blobnode was down):
         roll it back, or, if its volume did commit, simply remove it."""
-        async with self._lock:
-            for key, raw in self.state.kv_list(INTENT_PREFIX).items():
-                try:
-                    await self.roll_back(VolumeIntent.model_validate_json(raw))
-                except RpcError as exc:
-                    log.warning("cannot roll back %s yet: %s", key, exc)
+        for key, raw in self.state.kv_list(INTENT_PREFIX).items():
+            intent = VolumeIntent.model_validate_json(raw)
+            if intent.vid in self._in_flight:
+                continue
+            try:
+                await self.roll_back(intent)
+            except RpcError as exc:
+                log.warning("cannot roll back %s yet: %s", key, exc)
