@@ -25,6 +25,7 @@ from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import failures, put_stream, read_back, success_rate, wait_for_put
+from tests.support.metrics import sample
 from tests.support.processes import BlobnodeFactory, LocalCluster, Service, wait_until
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -280,4 +281,7 @@ def test_two_hung_hosts_of_every_volume_get_a_volume_made_clear_of_them_at_once(
     print(f"first PUT after the hang acknowledged in {first_ok - stopped:.1f} s")
     assert first_ok - stopped < 8.0 and success_rate(late) >= 0.99, failures(late)
     assert made and all(not hung_hosts & {u.host for u in v.units} for v in made)
+    avoiding = sum(sample(cm.url, "blobstore_clustermgr_volumes_created_total", {"why": "avoiding"})
+                   for cm in cluster.clustermgr)
+    assert 1 <= avoiding <= len(made)  # counted where operators look for it
     assert read_back(access, stream.acked) == []

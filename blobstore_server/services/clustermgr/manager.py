@@ -56,7 +56,7 @@ from blobstore_server.services.clustermgr.commands import (
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 from blobstore_server.services.clustermgr.health import volume_health
 from blobstore_server.services.clustermgr.machine import ClusterMachine
-from blobstore_server.services.clustermgr.metrics import FENCED, PROPOSAL_SECONDS
+from blobstore_server.services.clustermgr.metrics import FENCED, PROPOSAL_SECONDS, VOLUMES_CREATED
 from blobstore_server.services.clustermgr.sessions import LoggedSession
 from blobstore_server.services.clustermgr.state import ClusterState
 from blobstore_server.services.clustermgr.volumes import VolumeCreator, volumes_short
@@ -233,6 +233,7 @@ class ClusterManager:
                 except Exception as exc:  # placement or a blobnode may fail; try again next round
                     self._creation_failed(policy.mode, f"cannot create a {policy.mode.name} volume yet: {exc}")
                     break
+                VOLUMES_CREATED.labels("floor").inc()
                 self._create_failure.pop(policy.mode, None)
 
     def _creation_failed(self, mode: CodeMode, why: str) -> None:
@@ -257,6 +258,7 @@ class ClusterManager:
         except (RpcError, PlacementError, OSError) as exc:
             self._creation_failed(mode, f"cannot create a {mode.name} volume clear of disks {alloc.avoid_disks}: {exc}")
             return leased
+        VOLUMES_CREATED.labels("avoiding").inc()
         more = await self.propose(alloc.model_copy(update={"count": short}))
         return VolumeList(volumes=[*leased.volumes, *more.volumes])
 

@@ -7,6 +7,10 @@ from prometheus_client import Counter, Histogram
 
 FENCED = Counter("blobstore_clustermgr_fenced_total",
                  "Commands refused because they were sent under a superseded lease epoch, by lease", ["key"])
+VOLUMES_CREATED = Counter("blobstore_clustermgr_volumes_created_total",
+                          "Volumes this replica created as leader, by why: `floor` (too few writable or unleased ones)"
+                          " or `avoiding` (none an allocator could lease kept clear of the disks its writers avoid:"
+                          " a sign of hosts that stopped answering before their heartbeats lapsed)", ["why"])
 PROPOSAL_SECONDS = Histogram("blobstore_clustermgr_proposal_seconds",
                              "From proposing a command to its result applied here, by command",
                              ["op"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
