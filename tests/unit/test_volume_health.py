@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from typing import Any
 
 import pytest
@@ -192,17 +193,22 @@ def test_the_floor_keeps_unleased_volumes_for_an_allocator_whose_peer_leased_eve
     assert short(cm, 3, 1) == 3  # an unwritable volume is neither writable nor leasable
 
 
-def creator_over_fake_blobnodes(cm: Driver, refusing: str = "", answering: asyncio.Event | None = None
-                                ) -> tuple[VolumeCreator, FakeTransport]:
+def creator_over_fake_blobnodes(cm: Driver, refusing: str = "", answering: asyncio.Event | None = None,
+                                hung: str = "", chunk_timeout: float = 5.0) -> tuple[VolumeCreator, FakeTransport]:
     """Volume creation by the leader over a fake blobnode transport (named so); the host `refusing` plays a node
-    killed moments ago, which clustermgr still counts as alive; with `answering`, chunk creations are answered
-    once it is set."""
+    killed moments ago, which clustermgr still counts as alive; the host `hung` one that accepts requests and never
+    answers (a SIGSTOPped process: the request times out); with `answering`, chunk creations are answered once it
+    is set."""
 
     async def blobnode(request: Request) -> FakeReply:
         if answering is not None and request.url.endswith("/chunk/create"):
             await answering.wait()
         if refusing and request.url.startswith(f"http://{refusing}/"):
             raise Unavailable("connection refused")
+        if hung and request.url.startswith(f"http://{hung}/"):
+            assert request.timeout is not None  # else a real transport waits its 30 s default
+            await asyncio.sleep(request.timeout)
+            raise Unavailable("timed out")
         vuid = json.loads(request.body or b"{}")["vuid"]
         return FakeReply.of(ChunkInfo(chunk_id="c", vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=1 << 20,
                                       created=0.0))
@@ -212,7 +218,8 @@ def creator_over_fake_blobnodes(cm: Driver, refusing: str = "", answering: async
 
     transport = FakeTransport(blobnode)
     return VolumeCreator(cm.state, propose, BlobnodeClient(HttpClient(transport)), idcs=["z0"], backend="isal",
-                         chunk_size=1 << 20, heartbeat_timeout=TIMEOUT, reserve=0), transport
+                         chunk_size=1 << 20, heartbeat_timeout=TIMEOUT, reserve=0,
+                         chunk_timeout=chunk_timeout), transport
 
 
 def test_a_volume_made_for_avoided_disks_has_none_of_them(cm: Driver) -> None:
@@ -259,3 +266,21 @@ def test_a_disk_whose_chunk_creation_failed_is_left_out_until_it_heartbeats_agai
     cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=100)]))  # it is back
     asyncio.run(create(1))
     assert tries_on_h3() == 2
+
+
+def test_a_hung_node_fails_a_creation_and_its_roll_back_within_the_chunk_timeout_and_is_left_out(cm: Driver) -> None:
+    add_hosts(cm, 7)
+    creator, transport = creator_over_fake_blobnodes(cm, hung="h3", chunk_timeout=0.2)
+    for _ in range(2):  # a first volume may leave h3 out: then h3 holds the fewest chunks and the next takes it
+        started = time.monotonic()
+        try:
+            asyncio.run(creator.create(CodeMode.EC3P3, cm.now))
+        except Unavailable:
+            break
+    else:
+        pytest.fail("no creation tried the hung node")
+    assert time.monotonic() - started < 2.0
+    vid = asyncio.run(creator.create(CodeMode.EC3P3, cm.now))
+    assert 3 not in {u.disk_id for u in cm.state.volume(vid).units}
+    assert sum(r.url == "http://h3/chunk/create" for r in transport.requests) == 1
+    assert cm.state.kv_list("volume_intent/")  # the hung node's chunk stays to release: a later round retries it

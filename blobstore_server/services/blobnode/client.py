@@ -187,16 +187,17 @@ class BlobnodeClient(ServiceClient):
 
     # chunks
 
-    async def create_chunk(self, host: str, disk_id: int, vuid: int, chunk_size: int | None = None) -> ChunkInfo:
+    async def create_chunk(self, host: str, disk_id: int, vuid: int, chunk_size: int | None = None,
+                           timeout: float | None = None) -> ChunkInfo:
         body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size)
-        return await self.http.call_route(api.CHUNK_CREATE, host, body=body)
+        return await self.http.call_route(api.CHUNK_CREATE, host, body=body, timeout=timeout)
 
     async def _chunk_op(self, host: str, route: Route[ChunkInfo], disk_id: int, vuid: int,
                         timeout: float | None = None) -> ChunkInfo:
         return await self.http.call_route(route, host, body=ChunkRef(disk_id=disk_id, vuid=vuid), timeout=timeout)
 
-    async def release_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
-        return await self._chunk_op(host, api.CHUNK_RELEASE, disk_id, vuid)
+    async def release_chunk(self, host: str, disk_id: int, vuid: int, timeout: float | None = None) -> ChunkInfo:
+        return await self._chunk_op(host, api.CHUNK_RELEASE, disk_id, vuid, timeout)
 
     async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True,
                                  timeout: float | None = None) -> ChunkInfo:

@@ -35,6 +35,9 @@ class ClusterMgrConfig(ServiceSettings):
     # operator or the blobnode marks a disk broken.
     disk_broken_after: float | None = Field(DEFAULT_BROKEN_AFTER, gt=0)
     repair_reserve_chunks: int = Field(2, ge=0)  # chunk slots per disk that volume creation leaves to repair
+    # Volume creation's chunk creations and releases (a file and a synced record each) take milliseconds: a node
+    # slower than this is hung, and its disk is left out of the next creations until it heartbeats again
+    chunk_request_timeout: float = Field(5.0, gt=0)
     # No volume is created before this many disks are registered: a launcher that starts N disks sets N,
     # so the first volumes spread over every host. Once any volume exists it no longer applies.
     first_volume_after_disks: int = Field(0, ge=0)

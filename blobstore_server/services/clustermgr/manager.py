@@ -96,7 +96,8 @@ class ClusterManager:
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
                                      heartbeat_timeout=config.disk_heartbeat_timeout,
-                                     reserve=config.repair_reserve_chunks)
+                                     reserve=config.repair_reserve_chunks,
+                                     chunk_timeout=config.chunk_request_timeout)
         self._create_failure: dict[CodeMode, str] = {}  # the last reason volume creation failed, per mode
         self._next_avoiding: dict[CodeMode, float] = {}  # monotonic time: no volume made for avoided disks before
         # heartbeats are idempotent: committed without a session, the batch being nobody's one command

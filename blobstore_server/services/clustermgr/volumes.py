@@ -6,7 +6,8 @@ Only volumes whose units are all on live, in-service disks count toward the floo
 new volumes are created on the disks still heard from. Creation never takes a disk's last
 `reserve` chunk slots: repair needs them to move units off a failed disk (CubeFS #3937). A disk whose
 chunk creation failed is left out until it heartbeats again, so a dead node that has not yet missed
-its heartbeat timeout does not fail every attempt.
+its heartbeat timeout does not fail every attempt; a hung one fails a creation (and a roll back) within
+`chunk_timeout`, not the blobnode client's 30 s.
 
 A volume is created in three steps, each durable before the next: (1) an intent naming the vid
 and its chosen units is committed to the kv, (2) the chunks are created on the blobnodes,
@@ -67,7 +68,8 @@ def volumes_short(state: ClusterState, rule: CodeModeRule, now: float, heartbeat
 
 class VolumeCreator:
     def __init__(self, state: ClusterState, propose: Proposer, blobnodes: BlobnodeClient, *,
-                 idcs: list[str], backend: str, chunk_size: int, heartbeat_timeout: float, reserve: int) -> None:
+                 idcs: list[str], backend: str, chunk_size: int, heartbeat_timeout: float, reserve: int,
+                 chunk_timeout: float) -> None:
         self.state = state
         self.propose = propose
         self.blobnodes = blobnodes
@@ -76,6 +78,7 @@ class VolumeCreator:
         self.chunk_size = chunk_size
         self.heartbeat_timeout = heartbeat_timeout
         self.reserve = reserve
+        self.chunk_timeout = chunk_timeout
         self.rng = random.Random()
         self._failed: dict[int, float] = {}  # disk id -> its last heartbeat when a chunk creation on it failed
         self._in_flight: set[int] = set()  # vids this leader is creating now: their intents are not leftovers
@@ -113,7 +116,8 @@ class VolumeCreator:
             # Wait for every create to settle before judging: a release racing a create still in
             # flight would leave that chunk behind.
             created = await asyncio.gather(
-                *(self.blobnodes.create_chunk(u.host, u.disk_id, u.vuid, self.chunk_size) for u in intent.units),
+                *(self.blobnodes.create_chunk(u.host, u.disk_id, u.vuid, self.chunk_size, self.chunk_timeout)
+                  for u in intent.units),
                 return_exceptions=True)
             for unit, result in zip(intent.units, created, strict=True):
                 if isinstance(result, BaseException):
@@ -135,7 +139,7 @@ class VolumeCreator:
         """Release every chunk an intent names, then drop the intent (idempotent)."""
         if not self.state.has_volume(intent.vid):
             results = await asyncio.gather(
-                *(self.blobnodes.release_chunk(u.host, u.disk_id, u.vuid) for u in intent.units),
+                *(self.blobnodes.release_chunk(u.host, u.disk_id, u.vuid, self.chunk_timeout) for u in intent.units),
                 return_exceptions=True)
             failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, NotFound)]
             if failed:
