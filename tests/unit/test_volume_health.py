@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from typing import Any
 
 import pytest
 
 from blobstore_server.libs.ec import CodeMode, tactic
+from blobstore_server.libs.placement import replacement_disk
 from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStatus
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import CodeModeRule, DiskAdd, DiskBeat, RetainItem
@@ -284,3 +286,24 @@ def test_a_hung_node_fails_a_creation_and_its_roll_back_within_the_chunk_timeout
     assert 3 not in {u.disk_id for u in cm.state.volume(vid).units}
     assert sum(r.url == "http://h3/chunk/create" for r in transport.requests) == 1
     assert cm.state.kv_list("volume_intent/")  # the hung node's chunk stays to release: a later round retries it
+
+
+def test_the_moves_of_a_lost_disk_reserved_before_any_heartbeat_spread_over_the_spare_disks(cm: Driver) -> None:
+    """The scheduler reserves a destination per unit of a lost disk within a round, before the disks' next
+    heartbeats report their chunks: each reservation counts at once, or every move goes to the disk that was the
+    emptiest at the last heartbeat."""
+    add_hosts(cm, 10)
+    cm(c.ScopeAlloc(name="vid", count=8))
+    for vid in range(1, 9):
+        create(cm, vid, [1, 2, 3, 4, 5, 6])
+    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=d, size=100, free=100, chunks=0 if d == 7 else 1)
+                                 for d in (7, 8, 9, 10)]))
+    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
+    rng = random.Random(5)
+    destinations = []
+    for vid in range(1, 9):
+        units = [cm.state.disk(u.disk_id) for u in cm.state.volume(vid).units]
+        disk_id = replacement_disk(tactic(CodeMode.EC3P3), units, 0, cm.state.disks(), cm.now, TIMEOUT, rng=rng)
+        destinations.append(cm(c.UnitAllocCmd(vid=vid, index=0, disk_id=disk_id)).disk_id)
+    assert max(destinations.count(d) for d in (7, 8, 9, 10)) <= 3  # before: all eight on disk 7
+    assert sorted(cm.state.disk(d).chunks for d in (7, 8, 9, 10)) == [2, 3, 3, 3]

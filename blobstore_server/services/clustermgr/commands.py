@@ -422,6 +422,9 @@ def volume_unit_alloc(s: ClusterState, batch: Batch, now: float, cmd: UnitAllocC
     unit = Unit(vuid=Vuid.make(cmd.vid, cmd.index, epoch), disk_id=cmd.disk_id, host=disk.host)
     volume.pending_units[cmd.index] = unit
     s.put_volume(batch, volume)
+    # Counted at once, as a volume's units are: the next reservations, made before the disk's next heartbeat
+    # reports its chunks, then go to other disks instead of piling every move of a lost disk onto one.
+    s.put_disk(batch, disk.model_copy(update={"chunks": disk.chunks + 1}))
     return unit
 
 
@@ -468,8 +471,6 @@ def volume_unit_update(s: ClusterState, batch: Batch, now: float, cmd: UnitUpdat
     volume.dropped_epochs.pop(cmd.index, None)  # below the live epoch now
     volume.under_spread = shares_a_host(s.disk(u.disk_id).machine for u in volume.units)
     s.put_volume(batch, volume)
-    new_disk = s.disk(cmd.disk_id)
-    s.put_disk(batch, new_disk.model_copy(update={"chunks": new_disk.chunks + 1}))
     return volume
 
 
