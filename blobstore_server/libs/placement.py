@@ -56,17 +56,21 @@ def shares_a_host(hosts: Iterable[str]) -> bool:
 
 def _pick(pool: Sequence[Candidate], taken: Iterable[Candidate], count: int, rng: random.Random) -> list[Candidate]:
     """Choose `count` disks from `pool`, each time the one whose host, then rack, holds the fewest
-    units so far, then the one on the host with the fewest chunks, then the disk with the fewest
+    units so far, then the one on the host with the fewest chunks per disk, then the disk with the fewest
     chunks, then the most free space; never a disk already taken. Taking the emptiest host every time
     gives the smallest possible largest share of any host; the chunk counts spread a burst of new
     volumes over every host (free space alone is equal on disks that share a filesystem, and would
-    send them all to the same hosts)."""
+    send them all to the same hosts). Per disk, not in all: a host whose broken disk is out of the pool
+    is no emptier for it, or every unit of that disk would move to its sibling disks."""
     taken = list(taken)
     racks = Counter(c.rack for c in taken)
     hosts = Counter(c.host for c in taken)
-    load: Counter[str] = Counter()
+    chunks: Counter[str] = Counter()
+    disks: Counter[str] = Counter()
     for c in pool:
-        load[c.host] += c.chunks
+        chunks[c.host] += c.chunks
+        disks[c.host] += 1
+    load = {host: chunks[host] / disks[host] for host in disks}
     used = {c.disk_id for c in taken}
     chosen: list[Candidate] = []
     for _ in range(count):

@@ -221,3 +221,20 @@ def test_the_machine_not_the_url_is_what_units_spread_over() -> None:
         assert all(c.url.startswith("http://10.0.0.") for c in placed)  # what a unit's chunk is created through
     lone = [d.model_copy(update={"hostname": ""}) for d in disks]  # unnamed: each URL stands for a host
     assert {c.host for c in candidates(lone, 1000.0, 10.0)} == {d.host for d in disks}
+
+
+def test_the_units_of_a_broken_disk_spread_over_hosts_not_onto_its_sibling_disk() -> None:
+    """Out of the pool, a broken disk must not make its host look emptier: by chunks in all, its sibling disk (half
+    its host's disks left) took every unit of it, one disk's bandwidth then bounding the whole rebuild."""
+    disks = {d.disk_id: d for d in topology(1, 1, 10, 2)}
+    for disk_id, disk in disks.items():
+        disks[disk_id] = Candidate(disk.disk_id, disk.host, disk.idc, disk.rack, disk.free, 5)
+    volume = [disks[d] for d in (1, 3, 5, 7, 9, 11)]  # unit 0 on disk 1, which broke; hosts 1-5 hold the rest
+    t = tactic(CodeMode.EC3P3)
+    chosen = []
+    for seed in range(4):
+        pool = [c for c in disks.values() if c.disk_id != 1]
+        new = replace_unit(t, volume, 0, pool, rng=random.Random(seed))
+        chosen.append(new.host)
+        disks[new.disk_id] = Candidate(new.disk_id, new.host, new.idc, new.rack, new.free, new.chunks + 1)
+    assert len(set(chosen)) == 4, chosen
