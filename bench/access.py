@@ -2,7 +2,8 @@
 
 Brings the default cluster up with the launcher (3 clustermgr, 6 blobnodes x 2 disks, two allocators, two
 access nodes, EC3P3, fsync on) in a temp dir and measures one access node, access1 (access2 idles), on the
-four workloads of issue 15: 10 KiB objects with 8 clients and 16 MiB objects with 2 clients, PUT then GET.
+four workloads of issue 15: 10 KiB objects with 8 clients and 16 MiB objects with 2 clients, PUT then GET, and
+the 16 MiB GETs again through the SDK, which reads the data shards from the blobnodes itself (a read plan).
 The baseline writes (with fdatasync) and reads the same bytes as
 plain files in the same temp dir with the same concurrency, in rounds alternating with the workload's (a third of
 the operations each, A B A B A B): the ratio is the median of the three rounds' ratios, so a spell when the noisy
@@ -32,6 +33,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_seconds, drive, summarize
+from blobstore import AsyncClient
 from blobstore_server.admin import launcher
 from blobstore_server.admin.launcher import ProcessRecord
 from blobstore_server.admin.plan import ClusterShape
@@ -48,10 +50,12 @@ class Workload:
     # Each object is read this many times: CPU is counted in 10 ms ticks per process, so 40 GETs of ~20 ms over
     # ~20 processes left the CPU per GET a few ms off either way; 200 cut that to a fifth.
     get_passes: int = 1
+    direct: bool = False  # also GET through the SDK, which reads the data shards from the blobnodes itself
 
 
 WORKLOADS = (Workload("10KiB", 10 << 10, 8, 3000, 0.10, 0.08),
-             Workload("16MiB", 16 << 20, 2, 40, 0.35, 0.12, get_passes=5))
+             Workload("16MiB", 16 << 20, 2, 40, 0.35, 0.12, get_passes=5, direct=True))
+OPS = {"put": "PUT", "get": "GET", "direct_get": "GET direct (SDK)"}
 
 
 ROUNDS = 3  # each workload's operations, a third at a time, alternate with the plain files' (A B A B A B)
@@ -117,7 +121,8 @@ async def bench_workload(url: str, files: Path, load: Workload, processes: list[
     data = os.urandom(load.size)
     tokens: dict[int, str] = {}
     connector = aiohttp.TCPConnector(limit=load.clients)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session, \
+            AsyncClient(url, timeout=600) as sdk:
 
         async def put(i: int) -> None:
             async with session.put(f"{url}/blob", data=data) as resp:
@@ -132,6 +137,12 @@ async def bench_workload(url: str, files: Path, load: Workload, processes: list[
                     got += len(chunk)
                 assert got == load.size
 
+        async def direct_get(i: int) -> None:
+            got = 0
+            async for piece in sdk.get_stream(tokens[i % load.count], chunk_size=None):
+                got += len(piece)
+            assert got == load.size
+
         def write(i: int) -> None:
             fd = os.open(files / f"obj{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -144,8 +155,11 @@ async def bench_workload(url: str, files: Path, load: Workload, processes: list[
             assert len((files / f"obj{i % load.count}").read_bytes()) == load.size
 
         results: dict[str, dict[str, object]] = {}
-        for name, ours, plain, ops in (("put", put, write, load.count),
-                                       ("get", get, read, load.count * load.get_passes)):
+        sides: list[tuple[str, Op, Callable[[int], None], int]] = [
+            ("put", put, write, load.count), ("get", get, read, load.count * load.get_passes)]
+        if load.direct:
+            sides.append(("direct_get", direct_get, read, load.count * load.get_passes))
+        for name, ours, plain, ops in sides:
             # Untimed, each side warms up first: the plain side's first round otherwise paid this process's
             # one-time page faults (16 MiB reads ran at ~340/s, then ~650/s), which flattered round 1's ratio.
             await drive(WARM_UP * load.clients, load.clients, ours)
@@ -186,10 +200,10 @@ def main() -> None:
                 # One access node's throughput, deliberately: the load goes through access1 alone (access_url),
                 # not spread over every access node (access_urls), so the figures compare with earlier runs.
                 measured = asyncio.run(bench_workload(info.access_url, files, load, info.processes))
-                for op, target, ops in (("put", load.target_put, load.count),
-                                        ("get", load.target_get, load.count * load.get_passes)):
-                    results[f"{load.name} {op.upper()} c={load.clients}"] = {
-                        "count": ops, "target_ratio": target, **measured[op]}
+                for op, row in measured.items():
+                    results[f"{load.name} {OPS[op]} c={load.clients}"] = {
+                        "count": load.count if op == "put" else load.count * load.get_passes,
+                        "target_ratio": load.target_put if op == "put" else load.target_get, **row}
         finally:
             launcher.down(root / "cluster")
     out = Path(args.out)

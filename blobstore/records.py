@@ -86,3 +86,24 @@ class Upload:
 
     def part_size(self, index: int) -> int:
         return min(self.blob_size, self.size - index * self.blob_size)
+
+
+READ_PLAN_TYPE = "application/vnd.blobstore.read-plan+json"  # a GET that accepts it may be answered a `ReadPlan`
+
+
+class ShardPiece(BaseModel):
+    """One request of a direct read: GET `url` with `headers` answers the next `size` bytes of the range."""
+
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)  # the request's signature when the cluster signs them
+    size: int = Field(ge=0)
+
+
+class ReadPlan(BaseModel):
+    """Where a large GET's bytes are: the data shards' ranges on blobnodes, in order, which the client reads itself
+    (and joins) instead of through access. Each signed request is good once and for a minute; a piece that fails
+    or is later than `piece_timeout` seconds is read through access instead, from that byte on."""
+
+    size: int = Field(ge=0)
+    pieces: list[ShardPiece]
+    piece_timeout: float = Field(gt=0)

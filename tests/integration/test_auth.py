@@ -22,6 +22,7 @@ import redis
 from typer.testing import CliRunner
 
 from blobstore import Client, NotFound
+from blobstore.records import READ_PLAN_TYPE, ReadPlan
 from blobstore_server.admin.cli import app
 from blobstore_server.admin.kafka_auth import kafka_user
 from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, down, restart, up
@@ -70,6 +71,32 @@ def test_keys_are_private_and_the_public_api_and_cli_work(cluster: ClusterInfo) 
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["disk", "list", "--json", "--dir", cluster.dir])
     assert result.exit_code == 0 and '"status": "normal"' in result.output
+
+
+def test_a_read_plan_allows_its_own_shard_reads_once_and_nothing_else(cluster: ClusterInfo) -> None:
+    data = os.urandom(5 << 20)
+    with Client(cluster.access_urls) as client:
+        location = client.put(data)
+    answer = httpx.get(f"{cluster.access_url}/blob/{location}", headers={"accept": READ_PLAN_TYPE})
+    assert answer.status_code == 200 and answer.headers["content-type"] == READ_PLAN_TYPE
+    plan = ReadPlan.model_validate_json(answer.content)
+    assert plan.size == len(data) and all(AUTH_HEADER in piece.headers for piece in plan.pieces)
+    first, second, third = plan.pieces[:3]
+    assert httpx.get(first.url, headers=first.headers).content == data[:first.size]
+    refused = [
+        httpx.get(first.url, headers=first.headers),  # again: its nonce was used
+        httpx.get(second.url.replace(f"size={second.size}", f"size={second.size + 1}"), headers=second.headers),
+        httpx.get(second.url.replace("/shard/get", "/shard/stat"), headers=second.headers),
+        httpx.post(f"{urlsplit(second.url).scheme}://{urlsplit(second.url).netloc}/shard/delete",
+                   headers=second.headers, json={}),
+        httpx.get(third.url),  # unsigned
+    ]
+    assert [r.status_code for r in refused] == [401] * len(refused), [r.text for r in refused]
+    assert httpx.get(second.url, headers=second.headers).content == data[first.size:first.size + second.size]
+    # Below `direct_reads_from` (4 MiB) the bytes come as ever.
+    small = httpx.get(f"{cluster.access_url}/blob/{location}",
+                      headers={"accept": READ_PLAN_TYPE, "range": "bytes=0-99"})
+    assert small.status_code == 206 and small.content == data[:100]
 
 
 def test_unsigned_bad_and_replayed_calls_to_every_mutating_route_are_401_and_change_nothing(

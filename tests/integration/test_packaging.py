@@ -30,6 +30,8 @@ with Client(sys.argv[1:]) as client:
     assert client.get(location, offset=4, size=4) == b"lean"
     assert client.stat(location).size == 4000
     client.delete(location)
+    large = bytes(range(256)) * (24 << 12)  # 6 MiB: read from the blobnodes through a read plan
+    assert client.get(client.put(large)) == large
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("blobstore_server", "fastapi", "numpy", "pyspark")))
 """
 # Outside the checkout and without its PYTHONPATH: only what the venv installed can be imported.

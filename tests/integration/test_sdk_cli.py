@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,7 @@ from blobstore_server.admin.cli import app
 from blobstore_server.admin.launcher import ClusterInfo, LauncherError, ProcessRecord, down, restart, up
 from blobstore_server.admin.plan import ClusterShape
 from blobstore_server.admin.procs import free_ports, poll
+from tests.support.metrics import sample
 
 MiB = 1 << 20
 SIZES = [0, 1, 5 * MiB + 1]
@@ -129,6 +131,45 @@ def test_ranges(client: Client) -> None:
     assert client.get(location, 3, 0) == b""
     with pytest.raises(RangeNotSatisfiable):
         client.get(location, len(data) + 10, 5)
+
+
+def _served(cluster: ClusterInfo) -> tuple[float, float]:
+    """Read plans handed out and body bytes sent by every access node."""
+    return (sum(sample(url, "blobstore_access_read_plans_total") for url in cluster.access_urls),
+            sum(sample(url, "blobstore_access_bytes_out_total") for url in cluster.access_urls))
+
+
+def test_a_large_get_reads_the_data_shards_itself_and_what_fails_through_access(cluster: ClusterInfo,
+                                                                              client: Client) -> None:
+    data = os.urandom(9 * MiB + 5)  # three blobs
+    location = client.put(data)
+    plans, sent = _served(cluster)
+    assert client.get(location) == data
+    assert client.get(location, 3 * MiB, 5 * MiB) == data[3 * MiB:8 * MiB]
+    assert b"".join(client.get_stream(location, 1, chunk_size=MiB)) == data[1:]
+    now_plans, now_sent = _served(cluster)
+    assert now_plans == plans + 3
+    assert now_sent - sent < MiB, "access sent the objects' bytes (27 MiB), not plans"  # and /metrics pages
+
+    # The blobnode of the first blob's second data shard stops answering: that piece times out, the rest of the
+    # object comes through access (which reads around the silent shard), and the bytes are still right. Access then
+    # reads that disk last for a while, so the next GET gets no plan: access reads around it from the start.
+    shards = json.loads(_cli(cluster, "blob", "shards", location, "--json").stdout)
+    first = min(s["bid"] for s in shards)
+    host = next(s["host"] for s in shards if s["bid"] == first and s["index"] == 1)
+    victim = next(p for p in ClusterInfo.load(Path(cluster.dir)).processes if p.url == host)
+    took = []
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        for _ in range(2):
+            with Client(cluster.access_url) as fresh:  # one access node: the one that learns the disk is silent
+                started = time.monotonic()
+                assert fresh.get(location) == data
+                took.append(time.monotonic() - started)
+    finally:
+        os.kill(victim.pid, signal.SIGCONT)
+    assert max(took) < 10, f"GETs took {took} s with one blobnode silent"
+    assert _served(cluster)[0] == now_plans + 1
 
 
 def test_streams_to_file_with_progress(client: Client, tmp_path: Path) -> None:

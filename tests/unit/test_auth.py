@@ -9,6 +9,7 @@ import pytest
 
 from blobstore_server.libs.proto.routes import CAPABILITIES, CATALOG
 from blobstore_server.libs.rpc.auth import (
+    AUTH_HEADER,
     MAX_GRANT,
     AuthConfig,
     Caller,
@@ -17,10 +18,12 @@ from blobstore_server.libs.rpc.auth import (
     Signer,
     Verifier,
     body_digest,
+    install,
     new_secret,
     required_capability,
     sign,
 )
+from blobstore_server.libs.rpc.client import presigned
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
 from blobstore_server.libs.rpc.routes import Capability
 
@@ -229,3 +232,20 @@ def test_signing_and_checking_keep_the_gil_while_another_thread_is_busy() -> Non
         stop.set()
         spinner.join()
     assert elapsed < 0.3, f"200 signed and checked requests took {elapsed:.2f} s beside a busy thread"
+
+
+def test_a_presigned_shard_read_passes_once_as_given_and_an_unsigning_process_gives_no_header() -> None:
+    url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4})
+    assert (url, headers) == ("http://h:1/shard/get?disk_id=1&vuid=2&bid=3&size=4", {})
+    install(signer(C.READ_SHARD))
+    try:
+        url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4})
+    finally:
+        install(None)
+    check = verifier((C.READ_SHARD,)).check
+    query = url.partition("?")[2]
+    with pytest.raises(Unauthorized, match="bad signature"):
+        check("GET", "/shard/get", query.replace("size=4", "size=5"), headers[AUTH_HEADER], b"", 0, "h:1")
+    assert check("GET", "/shard/get", query, headers[AUTH_HEADER], b"", 0, "h:1") == Caller(C.READ_SHARD)
+    with pytest.raises(Unauthorized, match="used before"):
+        check("GET", "/shard/get", query, headers[AUTH_HEADER], b"", 0, "h:1")

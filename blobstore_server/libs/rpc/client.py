@@ -237,6 +237,14 @@ def _sign(request: Request) -> None:
         request.headers[AUTH_HEADER] = signer.header(request.method, request.url, request.params, request.body)
 
 
+def presigned(method: str, url: str, params: Params | None) -> tuple[str, dict[str, str]]:
+    """A body-less request for another to send once: its URL (`params` in the query) and headers, signed by this
+    process if it signs. What the signature allows is that one request, within the verifier's window."""
+    request = Request(method, _with_params(url, params))
+    _sign(request)
+    return request.url, request.headers
+
+
 def _with_params(url: str, params: Params | None) -> str:
     """`url` with `params` urlencoded into its query: what is signed is then exactly what every transport sends."""
     if not params:

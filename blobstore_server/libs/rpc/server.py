@@ -329,10 +329,10 @@ async def read_exact_body(receive: Receive, size: int) -> memoryview:
 
 
 async def send_json(send: Send, status: int, payload: BaseModel | dict[str, object],
-                    headers: Mapping[str, str] | None = None) -> None:
+                    headers: Mapping[str, str] | None = None, content_type: str = "application/json") -> None:
     body = payload.model_dump_json().encode() if isinstance(payload, BaseModel) else json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
                             *((k.encode(), v.encode()) for k, v in (headers or {}).items())]})
     await send({"type": "http.response.body", "body": body})
 

@@ -1,5 +1,6 @@
 """Access HTTP routes: PUT /blob, POST /blob/alloc + PUT /blob/putat (multipart), GET|HEAD /blob/<location>,
-GET /blob/<location>/stat, DELETE. PUT /blob and GET /blob/<location> move the objects' bytes: they are
+GET /blob/<location>/stat, DELETE. A large GET that accepts `READ_PLAN_TYPE` may be answered a read plan instead of
+the bytes. PUT /blob and GET /blob/<location> move the objects' bytes: they are
 bare ASGI routes (FastAPI's machinery costs more than the rest of a small GET), the others FastAPI."""
 
 from __future__ import annotations
@@ -8,7 +9,15 @@ from collections.abc import Sequence
 
 from fastapi import Request, Response
 
-from blobstore.records import AllocRequest, AllocResult, DeleteResult, PutAtResult, PutResult, Stat
+from blobstore.records import (
+    READ_PLAN_TYPE,
+    AllocRequest,
+    AllocResult,
+    DeleteResult,
+    PutAtResult,
+    PutResult,
+    Stat,
+)
 from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.rpc.asgi import SPLICE
@@ -71,6 +80,11 @@ def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()
         if wanted is not None:
             status = 206
             headers["content-range"] = f"bytes {offset}-{offset + length - 1}/{location.size}"
+        if READ_PLAN_TYPE in (header(scope, b"accept") or ""):
+            plan = await store.read_plan(location, offset, length)
+            if plan is not None:
+                await send_json(send, 200, plan, _location_headers(location), READ_PLAN_TYPE)
+                return
         spliced = SPLICE in scope.get("extensions", {})  # the bytes may then stay in the blobnodes' answers
         await send_stream(send, length, store.read(location, offset, length, spliced), headers, status)
 

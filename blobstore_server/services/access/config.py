@@ -43,6 +43,11 @@ class AccessConfig(ServiceSettings):
     tail_hedge_min: float = Field(0.002, gt=0)
     tail_hedge_bytes: int = Field(256 << 10, ge=0)
     read_ahead: int = Field(2, ge=1, le=16)  # blobs of an object read from blobnodes ahead of the one being sent
+    # A GET of at least this many bytes whose client accepts a read plan (the SDK does) is answered with where the
+    # data shards' bytes are, signed for it to read them from the blobnodes itself, up to `direct_plan_bytes` a plan;
+    # 0: never (clients that cannot reach the blobnodes).
+    direct_reads_from: int = Field(4 << 20, ge=0)
+    direct_plan_bytes: int = Field(64 << 20, ge=1 << 20)
     put_tries: int = Field(3, ge=1)  # a blob that misses its quorum is tried on this many volumes in all
     put_retry_window: float = Field(20.0, gt=0)  # no new try of a blob once its first began this long ago
     disk_punish: float = Field(10.0, gt=0)  # seconds a failed disk is skipped by PUTs and read last

@@ -16,6 +16,8 @@ HEDGED_READS = Counter("blobstore_access_hedged_reads",
                        "Blob reads that also asked parity shards because a data shard was slower than hedge_after")
 TAIL_HEDGED_READS = Counter("blobstore_access_tail_hedged_reads", "Small blob reads that also asked other shards "
                             "because a data shard was slower than the recent tail of shard reads (tail_hedge_quantile)")
+READ_PLANS = Counter("blobstore_access_read_plans", "GETs answered with a read plan: the client read the data shards "
+                     "from the blobnodes itself")
 
 STANDBY_ALLOCATIONS = Counter("blobstore_access_standby_allocations",
                               "Objects (or retried blobs) given space from the standby stock: no allocator answered")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from isal import isal_zlib
 
+from blobstore.records import ReadPlan, ShardPiece
 from blobstore_server.libs.ec import CodeMode, codec_for, parse_code_mode, tactic
 from blobstore_server.libs.proto.allocator import BlobSlice
 from blobstore_server.libs.proto.blobnode import MAX_BATCH, MAX_BATCH_BYTES
@@ -34,13 +35,13 @@ from blobstore_server.services.access.blobs import (
     write_blob,
 )
 from blobstore_server.services.access.config import AccessConfig
-from blobstore_server.services.access.metrics import STANDBY_ALLOCATIONS, STANDBY_HELD, VOLUME_RETRIES
+from blobstore_server.services.access.metrics import READ_PLANS, STANDBY_ALLOCATIONS, STANDBY_HELD, VOLUME_RETRIES
 from blobstore_server.services.access.outbox import Outbox
 from blobstore_server.services.access.putplan import PutPlan, RetryRefused
 from blobstore_server.services.access.quorum import decide_put
 from blobstore_server.services.access.reserve import Reservations
 from blobstore_server.services.access.standby import Standby
-from blobstore_server.services.access.stripes import BlobRange, plan_range, plan_runs, split_object
+from blobstore_server.services.access.stripes import BlobRange, plan_range, plan_runs, shard_reads, split_object
 from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.clustermgr.client import VolumeCache
 from blobstore_server.services.mqproxy.client import MqProxyClient
@@ -352,6 +353,31 @@ class ObjectStore:
                 if task.done() and not task.cancelled() and task.exception() is None:
                     finish_bodies(task.result())
                 drop_task(task)
+
+    async def read_plan(self, location: Location, offset: int, length: int) -> ReadPlan | None:
+        """Bytes [offset, offset + length) as ranges of data shards, in order, each a request signed for the
+        client to send itself (at most `direct_plan_bytes` of them: the client asks again for the rest). None
+        when direct reads are off, the range is smaller than `direct_reads_from`, or a data shard it needs is on a
+        disk that failed or was slow lately: access then reads around it (degraded) as for any GET."""
+        config = self.config
+        if config.direct_reads_from == 0 or length < config.direct_reads_from:
+            return None
+        ids = list(location.blob_ids())
+        mode = tactic(location.code_mode)
+        now = time.monotonic()
+        pieces: list[ShardPiece] = []
+        for part in plan_range(location.size, location.blob_size, offset, min(length, config.direct_plan_bytes)):
+            vid, bid = ids[part.blob_index]
+            volume = await self.volumes.get(vid)
+            for read in shard_reads(mode, location.blob_len(part.blob_index), part.start, part.end):
+                unit = volume.units[read.shard_index]
+                if self.io.health.read_last(unit.disk_id, now):
+                    return None
+                url, headers = self.io.blobnodes.presigned_get(unit.host, unit.disk_id, unit.vuid, bid,
+                                                               read.offset, read.length)
+                pieces.append(ShardPiece(url=url, headers=headers, size=read.length))
+        READ_PLANS.inc()
+        return ReadPlan(size=sum(piece.size for piece in pieces), pieces=pieces, piece_timeout=config.hedge_after)
 
     def _blobs_per_run(self, location: Location) -> int:
         """Blobs read together: up to `read_ahead`, as many as one batched read per unit carries; one when shard

@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
+from blobstore.records import ReadPlan
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.clustermgr import DiskView
 from blobstore_server.libs.proto.location import Location
@@ -133,6 +134,9 @@ class Region:
 
     def read(self, location: Location, offset: int, length: int, deferred: bool = False) -> AsyncIterator[Sent]:
         return self.store_of(location.cluster_id).read(location, offset, length, deferred)
+
+    async def read_plan(self, location: Location, offset: int, length: int) -> ReadPlan | None:
+        return await self.store_of(location.cluster_id).read_plan(location, offset, length)
 
     async def delete(self, location: Location) -> int:
         return await self.store_of(location.cluster_id).delete(location)

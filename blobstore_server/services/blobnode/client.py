@@ -35,7 +35,7 @@ from blobstore_server.libs.proto.blobnode import (
     ShardStatusResult,
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
-from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient
+from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient, presigned
 from blobstore_server.libs.rpc.coalesce import Coalescer
 from blobstore_server.libs.rpc.errors import Internal, RpcError, Unavailable, Unreachable, error_from_response
 from blobstore_server.libs.rpc.lean import LeanTransport
@@ -283,6 +283,13 @@ class BlobnodeClient(ServiceClient):
         except BaseException:
             rest.finish()
             raise
+
+    def presigned_get(self, host: str, disk_id: int, vuid: int, bid: int, offset: int, size: int
+                      ) -> tuple[str, dict[str, str]]:
+        """A user read of a shard's range, signed for a client to send itself once (`ReadPlan`): its URL and
+        headers."""
+        return presigned(api.SHARD_GET.method, f"{host}{api.SHARD_GET.path}",
+                         self._get_params(disk_id, vuid, bid, offset, size, IOClass.USER))
 
     async def _get_one(self, host: str, read: _ShardGet) -> Payload:
         params = self._get_params(read.disk_id, read.vuid, read.bid, read.offset, read.size, read.io_class)
