@@ -204,13 +204,14 @@ def test_audit_log_has_a_line_per_request(cluster: ClusterInfo) -> None:
     with Client([_access1(cluster)]) as client:
         token = client.put(data)
         assert client.get(token, 10, 100) == data[10:110]
+        assert client.get(token) == data  # read from the blobnodes through a read plan
         client.stat(token)
         middle = len(token) // 2
         forged = token[:middle] + ("A" if token[middle] != "A" else "B") + token[middle + 1:]
         with pytest.raises(Forbidden):
             client.get(forged)
     location = Location.from_token(token, _secret(cluster))
-    wait_until(lambda: len(_audit_lines(path)) >= before + 4, 10, "the audit lines")
+    wait_until(lambda: len(_audit_lines(path)) >= before + 5, 10, "the audit lines")
     lines = _audit_lines(path)[before:]
     assert token not in path.read_text()
     assert all(line["path"] not in ("/metrics", "/health") for line in lines)
@@ -219,13 +220,15 @@ def test_audit_log_has_a_line_per_request(cluster: ClusterInfo) -> None:
     assert put["bytes_in"] == len(data) and put["vids"] == sorted({s.vid for s in location.blobs})
     assert put["cluster_id"] == location.cluster_id
     ranged = by_kind["GET", "/blob/{token}", 206]
-    assert ranged["bytes_out"] == 100 and ranged["vids"] == put["vids"]
+    assert ranged["bytes_out"] == 100 and ranged["vids"] == put["vids"] and ranged["bytes_planned"] == 0
+    planned = by_kind["GET", "/blob/{token}", 200]
+    assert planned["bytes_planned"] == len(data) and 0 < int(str(planned["bytes_out"])) < 64 << 10
     assert by_kind["GET", "/blob/{token}/stat", 200]["vids"] == put["vids"]
     refused = by_kind["GET", "/blob/{token}", 403]
     assert refused["vids"] is None and refused["cluster_id"] is None
     for line in lines:
-        assert set(line) == {"time", "method", "path", "status", "bytes_in", "bytes_out", "latency_ms", "client",
-                             "cluster_id", "vids"}
+        assert set(line) == {"time", "method", "path", "status", "bytes_in", "bytes_out", "bytes_planned",
+                             "latency_ms", "client", "cluster_id", "vids"}
         assert str(line["client"]).startswith("127.0.0.1:") and float(str(line["latency_ms"])) >= 0
         assert str(line["time"]).endswith("Z")
 

@@ -27,7 +27,7 @@ def test_lines_rotate_by_size_and_none_is_lost(tmp_path: Path) -> None:
     audit = AuditLog(path, max_bytes=4096, backups=3)
     location = Location(cluster_id=7, code_mode=1, size=6 << 20, blob_size=4 << 20, crc=0,
                         blobs=(SliceInfo(min_bid=1, vid=9, count=1), SliceInfo(min_bid=5, vid=3, count=1)))
-    count = 60  # ~190 bytes a line: ~3 files' worth, so it rotates twice but drops nothing
+    count = 50  # ~210 bytes a line: ~3 files' worth, so it rotates twice but drops nothing
     started = time.perf_counter()
     for i in range(count):
         audit.write(_exchange(i, location if i % 2 else None))
@@ -39,8 +39,8 @@ def test_lines_rotate_by_size_and_none_is_lost(tmp_path: Path) -> None:
     lines = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     assert [line["bytes_out"] for line in lines] == list(range(count))  # oldest file first, in order
     assert lines[1] == {"time": "2023-11-14T22:13:21.250Z", "method": "GET", "path": "/blob/{token}", "status": 200,
-                        "bytes_in": 0, "bytes_out": 1, "latency_ms": 4.2, "client": "127.0.0.1:40001",
-                        "cluster_id": 7, "vids": [3, 9]}
+                        "bytes_in": 0, "bytes_out": 1, "bytes_planned": 0, "latency_ms": 4.2,
+                        "client": "127.0.0.1:40001", "cluster_id": 7, "vids": [3, 9]}
     assert lines[0]["vids"] is None and lines[0]["cluster_id"] is None
     assert queued_in < 0.05  # the caller only queues: no file I/O or JSON on its thread
 

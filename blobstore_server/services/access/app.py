@@ -36,7 +36,7 @@ from blobstore_server.libs.rpc.server import (
     send_stream,
     with_fast_routes,
 )
-from blobstore_server.services.access.audit import note_location
+from blobstore_server.services.access.audit import note_location, note_plan
 from blobstore_server.services.access.region import Region
 from blobstore_server.services.access.stripes import parse_range
 
@@ -83,6 +83,7 @@ def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()
         if READ_PLAN_TYPE in (header(scope, b"accept") or ""):
             plan = await store.read_plan(location, offset, length)
             if plan is not None:
+                note_plan(scope, plan.size)
                 await send_json(send, 200, plan, _location_headers(location), READ_PLAN_TYPE)
                 return
         spliced = SPLICE in scope.get("extensions", {})  # the bytes may then stay in the blobnodes' answers

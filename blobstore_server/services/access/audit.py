@@ -6,8 +6,10 @@ path.1, ... path.N). Waking it per request cost two thread switches per request 
 futex calls on small PUTs). A line reads:
 
     {"time": "2026-11-22T10:00:00.123Z", "method": "GET", "path": "/blob/{token}", "status": 200,
-     "bytes_in": 0, "bytes_out": 10240, "latency_ms": 3.2, "client": "127.0.0.1:50312",
+     "bytes_in": 0, "bytes_out": 10240, "bytes_planned": 0, "latency_ms": 3.2, "client": "127.0.0.1:50312",
      "cluster_id": 1, "vids": [4]}
+
+`bytes_planned`: the bytes of a GET answered with a read plan (the client read them from the blobnodes).
 
 `path` is the route template: a location token is a capability to read the object, so it is never
 written down; the location's cluster and volumes say what was touched (null when the request named
@@ -30,6 +32,7 @@ from blobstore_server.libs.rpc.asgi import Scope
 from blobstore_server.libs.rpc.metrics import Exchange
 
 LOCATION_KEY = "blobstore.location"  # where a route leaves the location it served, in the request's scope
+PLANNED_KEY = "blobstore.planned"  # and the bytes it answered with a read plan
 UNAUDITED = frozenset({"/health", "/metrics"})  # probes and scrapes, not operations on objects
 FLUSH_EVERY = 0.05  # seconds between the writer's rounds: lines reach the file at most this late
 
@@ -38,6 +41,11 @@ def note_location(scope: Scope, location: Location) -> Location:
     """Tell the audit log which location this request (its ASGI scope) served."""
     scope[LOCATION_KEY] = location
     return location
+
+
+def note_plan(scope: Scope, size: int) -> None:
+    """Tell the audit log this request was answered with a read plan of `size` bytes."""
+    scope[PLANNED_KEY] = size
 
 
 def _iso(moment: float) -> str:
@@ -80,6 +88,7 @@ class AuditLog:
         self._queue.put({
             "time": exchange.started, "method": exchange.method, "path": exchange.route, "status": exchange.status,
             "bytes_in": exchange.bytes_in, "bytes_out": exchange.bytes_out,
+            "bytes_planned": exchange.scope.get(PLANNED_KEY, 0),
             "latency_ms": round(exchange.seconds * 1000, 3),
             "client": f"{client[0]}:{client[1]}" if client else None,
             "cluster_id": location.cluster_id if location else None,

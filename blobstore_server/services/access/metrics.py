@@ -18,6 +18,7 @@ TAIL_HEDGED_READS = Counter("blobstore_access_tail_hedged_reads", "Small blob re
                             "because a data shard was slower than the recent tail of shard reads (tail_hedge_quantile)")
 READ_PLANS = Counter("blobstore_access_read_plans", "GETs answered with a read plan: the client read the data shards "
                      "from the blobnodes itself")
+PLANNED_BYTES = Counter("blobstore_access_planned_bytes", "The objects' bytes of the GETs answered with a read plan")
 
 STANDBY_ALLOCATIONS = Counter("blobstore_access_standby_allocations",
                               "Objects (or retried blobs) given space from the standby stock: no allocator answered")

@@ -35,7 +35,13 @@ from blobstore_server.services.access.blobs import (
     write_blob,
 )
 from blobstore_server.services.access.config import AccessConfig
-from blobstore_server.services.access.metrics import READ_PLANS, STANDBY_ALLOCATIONS, STANDBY_HELD, VOLUME_RETRIES
+from blobstore_server.services.access.metrics import (
+    PLANNED_BYTES,
+    READ_PLANS,
+    STANDBY_ALLOCATIONS,
+    STANDBY_HELD,
+    VOLUME_RETRIES,
+)
 from blobstore_server.services.access.outbox import Outbox
 from blobstore_server.services.access.putplan import PutPlan, RetryRefused
 from blobstore_server.services.access.quorum import decide_put
@@ -376,8 +382,10 @@ class ObjectStore:
                 url, headers = self.io.blobnodes.presigned_get(unit.host, unit.disk_id, unit.vuid, bid,
                                                                read.offset, read.length)
                 pieces.append(ShardPiece(url=url, headers=headers, size=read.length))
+        plan = ReadPlan(size=sum(piece.size for piece in pieces), pieces=pieces, piece_timeout=config.hedge_after)
         READ_PLANS.inc()
-        return ReadPlan(size=sum(piece.size for piece in pieces), pieces=pieces, piece_timeout=config.hedge_after)
+        PLANNED_BYTES.inc(plan.size)
+        return plan
 
     def _blobs_per_run(self, location: Location) -> int:
         """Blobs read together: up to `read_ahead`, as many as one batched read per unit carries; one when shard
