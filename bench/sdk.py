@@ -5,7 +5,8 @@ then GETs 16 MiB objects with 2 clients and 10 KiB objects with 8, once with `bl
 application calls) and once with an aiohttp session sending the same requests and reading each answer whole: the
 floor a Python client on asyncio could reach. The two alternate in rounds (A B A B A B) in this one process, so
 the client CPU each spends is its own (`time.process_time` over its rounds). The figure that matters is the
-SDK's client CPU per operation against aiohttp's; the cluster's share is the same for both.
+SDK's client CPU per operation against aiohttp's; the cluster's share is the same for both. The SDK reads through
+access here, as aiohttp does (its direct reads from the blobnodes are bench/access.py's "GET direct").
 Writes JSON and prints one summary line.
 """
 
@@ -74,7 +75,7 @@ async def bench_workload(url: str, load: Workload) -> dict[str, dict[str, object
     data = os.urandom(load.size)
     locations: dict[str, dict[int, str]] = {"sdk": {}, "aiohttp": {}}
     connector = aiohttp.TCPConnector(limit=load.clients)
-    async with AsyncClient(url, timeout=600) as sdk, \
+    async with AsyncClient(url, timeout=600, direct_reads=False) as sdk, \
             aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
 
         async def sdk_put(i: int) -> None:
