@@ -34,6 +34,8 @@ from blobstore_server.admin.cli import app
 from blobstore_server.admin.launcher import ClusterInfo, LauncherError, ProcessRecord, down, restart, up
 from blobstore_server.admin.plan import ClusterShape
 from blobstore_server.admin.procs import free_ports, poll
+from blobstore_server.libs.proto.cluster import Unit
+from tests.support.damage import FLIPPED_AT, flip_a_byte
 from tests.support.metrics import sample
 
 MiB = 1 << 20
@@ -151,11 +153,21 @@ def test_a_large_get_reads_the_data_shards_itself_and_what_fails_through_access(
     assert now_plans == plans + 3
     assert now_sent - sent < MiB, "access sent the objects' bytes (27 MiB), not plans"  # and /metrics pages
 
+    # A flipped byte in the first blob's first data shard: its blobnode refuses the bytes, the SDK reads the rest
+    # through access, which rebuilds them from parity. Never the flipped byte.
+    shards = json.loads(_cli(cluster, "blob", "shards", location, "--json").stdout)
+    first = min(s["bid"] for s in shards)
+    rotten = next(s for s in shards if s["bid"] == first and s["index"] == 0)
+    flip_a_byte(Unit(vuid=rotten["vuid"], disk_id=rotten["disk_id"], host=rotten["host"]), first)
+    refused = sample(rotten["host"], "blobstore_blobnode_crc_failures_total")
+    assert client.get(location) == data
+    assert client.get(location, FLIPPED_AT - 3, 5 * MiB) == data[FLIPPED_AT - 3:FLIPPED_AT - 3 + 5 * MiB]
+    assert sample(rotten["host"], "blobstore_blobnode_crc_failures_total") > refused
+    now_plans += 2
+
     # The blobnode of the first blob's second data shard stops answering: that piece times out, the rest of the
     # object comes through access (which reads around the silent shard), and the bytes are still right. Access then
     # reads that disk last for a while, so the next GET gets no plan: access reads around it from the start.
-    shards = json.loads(_cli(cluster, "blob", "shards", location, "--json").stdout)
-    first = min(s["bid"] for s in shards)
     host = next(s["host"] for s in shards if s["bid"] == first and s["index"] == 1)
     victim = next(p for p in ClusterInfo.load(Path(cluster.dir)).processes if p.url == host)
     took = []
