@@ -19,6 +19,7 @@ from blobstore_server.libs.rpc.auth import (
     Verifier,
     body_digest,
     install,
+    installed,
     new_secret,
     required_capability,
     sign,
@@ -235,13 +236,15 @@ def test_signing_and_checking_keep_the_gil_while_another_thread_is_busy() -> Non
 
 
 def test_a_presigned_shard_read_passes_once_as_given_and_an_unsigning_process_gives_no_header() -> None:
-    url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4})
-    assert (url, headers) == ("http://h:1/shard/get?disk_id=1&vuid=2&bid=3&size=4", {})
-    install(signer(C.READ_SHARD))
+    before = installed()  # a test that launched a cluster left this process signing as the operator
     try:
+        install(None)
+        url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4})
+        assert (url, headers) == ("http://h:1/shard/get?disk_id=1&vuid=2&bid=3&size=4", {})
+        install(signer(C.READ_SHARD))
         url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4})
     finally:
-        install(None)
+        install(before)
     check = verifier((C.READ_SHARD,)).check
     query = url.partition("?")[2]
     with pytest.raises(Unauthorized, match="bad signature"):
