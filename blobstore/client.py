@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -41,7 +42,7 @@ from blobstore.records import READ_PLAN_TYPE, AllocRequest, AllocResult, PutResu
 
 CHUNK = 1 << 20
 DIRECT_WINDOW = 32 << 20  # bytes of a read plan being read from blobnodes at once
-DIRECT_PAUSE = 60.0  # seconds without direct reads after a blobnode could not be reached
+DIRECT_PAUSE = 60.0  # seconds a blobnode that could not be reached is read through access
 _ACCEPT_PLAN = f"{READ_PLAN_TYPE}, application/octet-stream"
 MAX_TRIES = 3  # hosts tried per request
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,512}")
@@ -211,7 +212,7 @@ class AsyncClient:
                  direct_reads: bool = True) -> None:
         self.hosts = _normalize_hosts(hosts)
         self._direct_reads = direct_reads
-        self._direct_paused_until = 0.0
+        self._unreachable: dict[str, float] = {}  # blobnode host:port -> until when its pieces go through access
         self._shards: aiohttp.ClientSession | None = None  # connections to blobnodes, made on the first direct read
         self._http = httpx.AsyncClient(transport=_Transport(),
                                        timeout=httpx.Timeout(timeout, connect=connect_timeout))
@@ -338,7 +339,7 @@ class AsyncClient:
             return
         total: int | None = size  # bytes to return; from the first answer when reading to the end
         done = 0
-        direct = self._direct_reads and time.monotonic() >= self._direct_paused_until
+        direct = self._direct_reads
         while total is None or done < total:
             headers = _range_header(offset + done, None if total is None else total - done)
             if direct:
@@ -392,9 +393,12 @@ class AsyncClient:
 
     async def _read_piece(self, piece: ShardPiece, timeout: float) -> list[bytes]:
         """One piece's bytes as received; `_DirectReadFailed` unless all of it came with no pause over `timeout`.
-        A blobnode that cannot be reached or answers too slowly pauses direct reads for `DIRECT_PAUSE` seconds
-        (clients outside the blobnodes' network). Straight on aiohttp: httpx's work per request, a dozen times per
-        16 MiB, cost more than the access relay it replaces."""
+        A blobnode that cannot be reached or answers too slowly is not asked again for `DIRECT_PAUSE` seconds: the
+        plans that need it are read through access from its first piece on. Straight on aiohttp: httpx's work per
+        request, a dozen times per 16 MiB, cost more than the access relay it replaces."""
+        blobnode = urlsplit(piece.url).netloc
+        if self._unreachable.get(blobnode, 0.0) > time.monotonic():
+            raise _DirectReadFailed(f"{blobnode} did not answer lately")
         if self._shards is None:
             self._shards = aiohttp.ClientSession(auto_decompress=False)
         try:
@@ -405,7 +409,7 @@ class AsyncClient:
                     raise _DirectReadFailed(f"{piece.url[:64]}: {response.status}")
                 received = [part async for part in response.content.iter_any()]
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._direct_paused_until = time.monotonic() + DIRECT_PAUSE
+            self._unreachable[blobnode] = time.monotonic() + DIRECT_PAUSE
             raise _DirectReadFailed(f"{piece.url[:64]}: {type(exc).__name__}") from exc
         if sum(len(part) for part in received) != piece.size:
             raise _DirectReadFailed(f"{piece.url[:64]}: not {piece.size} bytes")
