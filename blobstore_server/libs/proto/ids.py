@@ -18,6 +18,11 @@ MAX_INDEX = (1 << 8) - 1
 MAX_EPOCH = (1 << 24) - 1
 
 
+def epoch_of(vuid: int) -> int:
+    """The epoch of a vuid given as a plain int (no `Vuid` made: this is on every shard request's path)."""
+    return vuid & MAX_EPOCH
+
+
 class Vuid(int):
     """A vuid as an int with accessors; plain ints are accepted everywhere a vuid is."""
 
@@ -45,7 +50,7 @@ class Vuid(int):
         return (int(self) >> 24) & MAX_INDEX
 
     def epoch(self) -> int:
-        return int(self) & MAX_EPOCH
+        return epoch_of(self)
 
     def __repr__(self) -> str:
         return f"Vuid(vid={self.vid()}, index={self.index()}, epoch={self.epoch()})"

@@ -213,7 +213,7 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
         data = await request.body(size)
         async with node.background(disk_id, io_class):
             meta = await node.put_shard(disk_id, vuid, bid, data, io_class, expected_crc)
-        await respond.json(ShardPutResult(bid=bid, size=meta.size, crc=meta.crc))
+        await respond.json(ShardPutResult.model_construct(bid=bid, size=meta.size, crc=meta.crc))
 
     async def shard_get(request: Request, respond: Responder) -> None:
         if request.method != api.SHARD_GET.method:

@@ -35,7 +35,7 @@ from blobstore_server.libs.chunkfile import (
 )
 from blobstore_server.libs.kv import KVStore
 from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ChunkInfo, ChunkStat, ChunkStatus, DiskStat
-from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.ids import epoch_of
 from blobstore_server.libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
 from blobstore_server.services.blobnode.metrics import FSYNC_SECONDS
 from blobstore_server.services.blobnode.rwlock import RWLock
@@ -66,7 +66,7 @@ def delete_wait(marked_at: int, hold: float, now: float) -> float:
 def check_epoch(record: ChunkInfo, vuid: int, disk_id: int) -> None:
     """Whether the chunk `record` serves `vuid`: an older epoch means the caller's view of the volume is stale
     (409); a newer one means this disk never got that unit (404)."""
-    have, want = Vuid(record.vuid).epoch(), Vuid(vuid).epoch()
+    have, want = epoch_of(record.vuid), epoch_of(vuid)
     if want < have:
         raise StaleEpoch(f"vuid {vuid} has epoch {want}; the chunk on disk {disk_id} is at {have}")
     if want > have:

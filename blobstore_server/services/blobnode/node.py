@@ -17,7 +17,7 @@ import logging
 import posixpath
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -79,6 +79,7 @@ READ_PIECE = 4 << 20
 INLINE_READ_BYTES = READ_PIECE
 # I/O classes that skip the disk's background caps (urgent still runs on the background threads).
 UNCAPPED = frozenset({IOClass.USER, IOClass.URGENT})
+_PASS_THROUGH = nullcontext()  # what an uncapped request holds (reusable: it keeps no state)
 _STATUS_OPS = {ShardStatus.MARK_DELETED: "markdelete", ShardStatus.NORMAL: "unmarkdelete", None: "delete"}
 
 
@@ -231,16 +232,14 @@ class Blobnode:
         disk = self.disk(disk_id)
         return disk.executor if io_class is IOClass.USER else disk.background_executor
 
-    @asynccontextmanager
-    async def background(self, disk_id: int, io_class: IOClass) -> AsyncIterator[None]:
-        """Hold a background slot of the disk for a whole request (user and urgent I/O pass straight through)."""
+    def background(self, disk_id: int, io_class: IOClass) -> AbstractAsyncContextManager[object]:
+        """Hold a background slot of the disk for a whole request (user and urgent I/O pass straight through, with
+        no context of their own: this is on every shard request's path)."""
         self.disk(disk_id)
         if io_class in UNCAPPED:
-            yield
-            return
+            return _PASS_THROUGH
         self.background_rate.wake()
-        async with self.gates[disk_id].slot():
-            yield
+        return self.gates[disk_id].slot()
 
     def charge(self, disk_id: int, io_class: IOClass, amount: int) -> None:
         """Count bytes moved by a background request against the disk's rate."""
@@ -325,12 +324,11 @@ class Blobnode:
                 continue
             self.background_rate.user_request()
             try:
-                with _translated(disk.disk_id, self.faults):
-                    put = disk.stage_put(write.vuid, write.bid, write.data, blocking=False,
-                                         expected_crc=write.expected_crc)
-            except errors.RpcError as exc:
+                put = disk.stage_put(write.vuid, write.bid, write.data, blocking=False,
+                                     expected_crc=write.expected_crc)
+            except (errors.RpcError, chunkfile.ChunkError, OSError) as exc:
                 shard_op(disk.disk_id, "put", False).inc()
-                outcomes[i] = exc
+                outcomes[i] = _as_rpc_error(disk.disk_id, self.faults, exc)
                 continue
             if isinstance(put, StagedPut):
                 staged.setdefault(disk, []).append((i, put))

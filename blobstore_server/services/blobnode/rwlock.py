@@ -25,6 +25,9 @@ class RWLock:
     def acquire_shared(self, blocking: bool = True) -> bool:
         """Take a shared hold; without `blocking`, False instead of waiting."""
         with self._cond:
+            if not self._writer and not self._writers_waiting:  # the usual case, without wait_for's machinery
+                self._readers += 1
+                return True
             # Waiting writers go first so a stream of puts cannot starve compaction.
             if not self._cond.wait_for(lambda: not self._writer and not self._writers_waiting,
                                        None if blocking else 0):
@@ -35,7 +38,8 @@ class RWLock:
     def release_shared(self) -> None:
         with self._cond:
             self._readers -= 1
-            self._cond.notify_all()
+            if not self._readers:  # only a writer waits for readers, and only for the last to leave
+                self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
