@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from urllib.parse import urlencode
 
 import pytest
 
@@ -18,6 +19,7 @@ from blobstore_server.libs.rpc.auth import (
     Signer,
     Verifier,
     body_digest,
+    encode_query,
     install,
     installed,
     new_secret,
@@ -144,6 +146,17 @@ def test_shard_bodies_are_signed_by_length_and_crc() -> None:
     no_crc = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3", body=b"x" * 1000)
     with pytest.raises(Unauthorized, match="must sign the shard's CRC"):
         check("POST", "/shard/put", "bid=3", no_crc, None, 1000, "h")
+    only_alike = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?bid=3&xcrc=77", body=b"x" * 1000)
+    with pytest.raises(Unauthorized, match="must sign the shard's CRC"):
+        check("POST", "/shard/put", "bid=3&xcrc=77", only_alike, None, 1000, "h")
+    crc_first = signed(signer(C.WRITE_SHARD), "POST", "http://h/shard/put?crc=77&bid=3", body=b"x" * 1000)
+    assert check("POST", "/shard/put", "crc=77&bid=3", crc_first, None, 1000, "h")
+
+
+def test_queries_are_encoded_as_urlencode_does() -> None:
+    for params in ({"disk_id": "1", "vuid": "4294967297", "bid": "12.13.14", "crc": "77"},
+                   {"name": "a b/c", "é": "x&y=z", "t": "~_.-", "empty": ""}, {}):
+        assert encode_query(params) == urlencode(params)
 
 
 def test_disk_reports_carry_their_signers_identity_which_no_other_process_can_claim() -> None:

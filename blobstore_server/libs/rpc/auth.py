@@ -32,11 +32,12 @@ import itertools
 import math
 import os
 import secrets
+import string
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote_plus, urlsplit
 
 from pydantic import BaseModel, Field
 
@@ -166,6 +167,19 @@ def query_pairs(query: str) -> list[tuple[str, str]]:
     return [(name, value) for name, _, value in (piece.partition("=") for piece in query.split("&") if piece)]
 
 
+_UNQUOTED = frozenset(string.ascii_letters + string.digits + "_.-~")  # what `quote_plus` leaves as it is
+
+
+def encode_query(params: Mapping[str, str]) -> str:
+    """`urlencode(params)`, without quoting names and values that need none (the data path's are names, digits and
+    dots; urllib's quoting was ~5% of an access node's CPU per small PUT)."""
+    return "&".join(f"{_quoted(name)}={_quoted(value)}" for name, value in params.items())
+
+
+def _quoted(text: str) -> str:
+    return text if _UNQUOTED.issuperset(text) else quote_plus(text)
+
+
 def query_as_sent(url: str, params: Mapping[str, str] | None) -> str:
     """The query string a request to `url` with `params` carries: the URL's own, then `params` urlencoded, which
     is what every transport here sends (`libs.rpc.client` folds params into the URL before signing). The
@@ -173,7 +187,7 @@ def query_as_sent(url: str, params: Mapping[str, str] | None) -> str:
     query = urlsplit(url).query
     if not params:
         return query
-    return f"{query}&{urlencode(params)}" if query else urlencode(params)
+    return f"{query}&{encode_query(params)}" if query else encode_query(params)
 
 
 def sign(key: bytes, method: str, target: str, path: str, query: str, digest: str, ts: str, capability: Capability,
@@ -242,8 +256,8 @@ class Signer:
             key = self.keys[capability]
         else:
             raise Forbidden(f"{method} {parts.path} takes the {capability} capability, which this process lacks")
-        sig = sign(key, method, parts.netloc, parts.path, query_as_sent(url, params), digest, ts, capability, nonce,
-                   name)
+        query = query_as_sent(url, params) if params else parts.query
+        sig = sign(key, method, parts.netloc, parts.path, query, digest, ts, capability, nonce, name)
         extra = ("" if self.expires is None else f" exp={self.expires}") + (f" id={name}" if name else "")
         return f"v2 cap={capability} ts={ts} n={nonce}{extra} sig={sig}"
 

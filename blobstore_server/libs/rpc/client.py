@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, Self, TypeVar, runtime_checkable
-from urllib.parse import urlencode
 
 import aiohttp
 import yarl
@@ -250,7 +249,7 @@ def _with_params(url: str, params: Params | None) -> str:
     if not params:
         return url
     # int() first: int subclasses such as Vuid may print as something other than digits.
-    query = urlencode({k: str(int(v)) if isinstance(v, int) else v for k, v in params.items()})
+    query = auth.encode_query({k: str(int(v)) if isinstance(v, int) else v for k, v in params.items()})
     return f"{url}&{query}" if "?" in url else f"{url}?{query}"
 
 

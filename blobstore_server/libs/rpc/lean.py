@@ -19,10 +19,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from blobstore_server.libs.buffers import uninitialized
 from blobstore_server.libs.rpc import client
+from blobstore_server.libs.rpc.auth import encode_query
 from blobstore_server.libs.rpc.client import Payload, Request
 from blobstore_server.libs.rpc.errors import Internal, Unreachable
 from blobstore_server.libs.rpc.splice import SocketBody
@@ -295,7 +296,7 @@ class LeanTransport:
 
     async def _exchange(self, request: Request, defer: bool) -> tuple[_Peer, _Connection, tuple[int, memoryview]]:
         peer, host, path = self._peer(request.url)
-        target = f"{path}?{urlencode(request.params)}" if request.params else path
+        target = f"{path}?{encode_query(request.params)}" if request.params else path
         lines = [f"{request.method} {target} HTTP/1.1", f"host: {host}",
                  f"content-length: {0 if request.body is None else memoryview(request.body).nbytes}",
                  *(f"{k}: {v}" for k, v in request.headers.items())]
