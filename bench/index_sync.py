@@ -5,8 +5,8 @@ batch (the index: WAL write + WAL sync). This drives the real commit path (`Chun
 `GroupCommit.stored`) from `--threads` threads, 10 KiB shards into one chunk on this machine's disk, in three
 variants, alternated round by round so the noise of the box hits each alike:
 
-    both      chunk bytes and index synced: what runs
-    data      chunk bytes synced, index not: what a synced watermark with self-describing records would pay
+    both      chunk bytes and index synced: what ran until the watermark (libs/chunkfile/chunk.py)
+    data      chunk bytes synced, index not: what runs (plus a WAL sync a second)
     neither   nothing synced: the CPU floor of the path
 
 and reports, per variant, puts/s, CPU per put (all threads of this process) and the wall time per commit group
@@ -28,15 +28,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blobstore_server.libs.chunkfile import ChunkFile, GroupCommit, required_column_families
-from blobstore_server.libs.kv import KVStore
+from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.ids import ChunkId, Vuid
 
 VARIANTS = {"both": (True, True), "data": (True, False), "neither": (False, False)}  # (chunk sync, index sync)
 
 
+class SyncedIndex(KVStore):
+    """Every index batch synced, as the group commit wrote them before the watermark."""
+
+    def write(self, batch: Batch, *, sync: bool = True) -> None:
+        super().write(batch, sync=True)
+
+
 def one_round(root: Path, data_sync: bool, index_sync: bool, puts: int, threads: int, size: int) -> dict[str, float]:
     """`puts` shards of `size` bytes from `threads` threads into a fresh chunk; puts/s, groups, ms per group."""
-    kv = KVStore(root / "index", required_column_families(), sync=index_sync)
+    store = SyncedIndex if index_sync else KVStore
+    kv = store(root / "index", required_column_families(), sync=data_sync)
     groups = [0]
 
     def counted(_seconds: float) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from blobstore_server.libs.chunkfile import (
     Vuid,
     required_column_families,
 )
+from blobstore_server.libs.chunkfile.index import ShardIndex
 from blobstore_server.libs.kv import Batch, KVStore
 
 
@@ -28,9 +31,9 @@ class CountingStore(KVStore):
 
     writes = 0
 
-    def write(self, batch: Batch) -> None:
+    def write(self, batch: Batch, *, sync: bool = True) -> None:
         self.writes += 1
-        super().write(batch)
+        super().write(batch, sync=sync)
 
 
 class FailingSync(ChunkFile):
@@ -198,4 +201,53 @@ def test_a_put_submitted_after_close_still_commits(tmp_path: Path, kv: CountingS
     ended: list[BaseException | None] = []
     commits.submit([(staged(chunk, 2), ended.append)])  # led inline: a chunk's close would wait for it forever
     assert ended == [None] and chunk.read_shard(2) == b"shard bytes"
+    chunk.close()
+
+
+def test_a_shard_deleted_while_a_put_below_it_is_under_way_is_not_found_again_on_open(
+        tmp_path: Path, kv: KVStore) -> None:
+    """Open indexes again the complete shards past the watermark; a delete moves the watermark past its shard
+    first, which it can only do once the put below (still writing) has settled."""
+    commits = GroupCommit(kv)
+    chunk = make_chunk(tmp_path, kv, commits, 1)
+    below = staged(chunk, 1, b"put under way")
+    chunk.put_shard(2, chunk.chunk_id.vuid, b"deleted later")  # its group leaves the watermark at bid 1's offset
+    deleting = threading.Thread(target=chunk.delete_shard, args=(2,))
+    deleting.start()
+    deleting.join(0.3)
+    assert deleting.is_alive()  # waits for bid 1
+    commits.commit(below)
+    deleting.join(10)
+    assert not deleting.is_alive()
+    chunk.close()
+    again = ChunkFile.open(chunk.path, kv, chunk.chunk_id, commits=commits)
+    assert [m.bid for m in again.list_shards()] == [1]
+    assert again.read_shard(1) == b"put under way"
+    again.close()
+
+
+def test_shards_whose_index_entries_were_lost_are_indexed_again_on_open(tmp_path: Path, kv: KVStore) -> None:
+    """FAKE power cut: the index's log, copied as the disk holds it, cut back to its size at the last sync (no
+    power can be cut here). The chunk's own bytes were synced before each put was acknowledged."""
+    commits = GroupCommit(kv)
+    chunk = make_chunk(tmp_path, kv, commits, 1)
+    chunk.put_shard(1, chunk.chunk_id.vuid, b"indexed and synced")
+    kv.sync_wal()
+    wal = sorted(kv.path.glob("[0-9]*.log"))[-1]
+    synced = wal.stat().st_size
+    sizes = {bid: bid * 5000 for bid in range(2, 12)}
+    for bid, size in sizes.items():
+        chunk.put_shard(bid, chunk.chunk_id.vuid, bytes([bid]) * size)
+    assert wal.stat().st_size > synced  # their entries are in the log, not synced
+    image = tmp_path / "after-the-cut"
+    shutil.copytree(kv.path, image)
+    os.truncate(image / wal.name, synced)
+    with KVStore(image, required_column_families()) as cut:
+        assert ShardIndex(cut, chunk.chunk_id).get(5) is None  # the cut lost the entry
+        again = ChunkFile.open(chunk.path, cut, chunk.chunk_id)
+        assert again.read_shard(1) == b"indexed and synced"
+        for bid, size in sizes.items():
+            assert again.read_shard(bid) == bytes([bid]) * size
+        assert again.stats().shard_count == 11
+        again.close()
     chunk.close()

@@ -2,8 +2,11 @@
 
 Durability rule: shard bytes are made durable (fdatasync) before the index entry is written, so an
 index entry always points at complete bytes; concurrent writers to all chunks of a disk share one
-fdatasync per chunk and one synced index batch (`libs.chunkfile.commit`). On
-open, everything past the end of the last indexed shard is unacknowledged and is cut off.
+fdatasync per chunk and one index batch (`libs.chunkfile.commit`). That batch is not synced: a shard is
+durable once its bytes are, because it describes itself (header, block CRCs, footer). The chunk's watermark
+(`index.py`), written with each batch, says where shards whose entries a power cut may have lost can start; on
+open, the complete shards past it are indexed again and the torn tail after the last one is cut off. A delete
+first moves the watermark past its shard, in the same synced batch, so that no deleted shard is found again.
 
 Concurrency: the write offset is reserved under a short lock and the bytes are written
 with pwritev outside it, so concurrent puts overlap. Reads take no lock during I/O.
@@ -17,7 +20,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -173,7 +176,8 @@ class ChunkFile:
         self._index = ShardIndex(kv, chunk_id)
         self._cond = threading.Condition()  # guards everything below
         self._write_off = fmt.CHUNK_HEADER_SIZE
-        self._pending: set[int] = set()  # bids being written; a put of one waits on _cond
+        self._pending: dict[int, int] = {}  # bids being written -> their offsets; a put of one waits on _cond
+        self._watermark = fmt.CHUNK_HEADER_SIZE  # below it, every put but those of a committing group has settled
         self._inflight = 0  # physical bytes reserved by unfinished puts
         self._count = 0
         self._live = 0
@@ -201,6 +205,9 @@ class ChunkFile:
             if sync:
                 os.fsync(fd)
                 _fsync_dir(path.parent)
+            batch = kv.batch()
+            ShardIndex(kv, chunk_id).watermark_into(batch, fmt.CHUNK_HEADER_SIZE)
+            kv.write(batch)
         except BaseException:
             os.close(fd)
             with suppress(OSError):
@@ -238,29 +245,69 @@ class ChunkFile:
             raise
 
     def _recover(self) -> None:
-        """Rebuild counters from the index; drop entries past EOF; truncate the torn tail."""
+        """Rebuild counters from the index; drop entries past EOF; index again the complete shards past the
+        watermark (their entries were lost with the index's unsynced tail); truncate the torn tail."""
         file_size = os.fstat(self._fd).st_size
         end = fmt.CHUNK_HEADER_SIZE
-        lost: list[int] = []
+        batch = self.kv.batch()
         for meta in self._index.scan():
             phys = fmt.physical_size(meta.size)
             if meta.offset + phys > file_size or meta.offset < fmt.CHUNK_HEADER_SIZE:
-                lost.append(meta.bid)  # only possible if data was not synced (sync=False)
+                self._index.delete_into(batch, meta.bid)  # only possible if data was not synced (sync=False)
                 continue
-            self._count += 1
-            self._live += meta.size
-            self._live_phys += phys
+            self._count_in(meta)
             end = max(end, meta.offset + phys)
-        if lost:
-            batch = self.kv.batch()
-            for bid in lost:
-                self._index.delete_into(batch, bid)
-            self.kv.write(batch)
-        if file_size > end:
+        watermark = self._index.watermark()
+        if watermark is not None:
+            for meta in self._found_past(watermark, file_size).values():
+                if self._index.get(meta.bid) is None:
+                    self._index.put_into(batch, meta)
+                    self._count_in(meta)
+                    end = max(end, meta.offset + fmt.physical_size(meta.size))
+        if file_size > end:  # cut first: a watermark at `end` must never have bytes of a deleted shard past it
             os.ftruncate(self._fd, end)
             if self.sync:
                 os.fsync(self._fd)
-        self._write_off = end
+        if batch.count or watermark != end:  # one synced batch: from here on the watermark holds
+            self._index.watermark_into(batch, end)
+            self.kv.write(batch)
+        self._write_off = self._watermark = end
+
+    def _count_in(self, meta: ShardMeta) -> None:
+        self._count += 1
+        self._live += meta.size
+        self._live_phys += fmt.physical_size(meta.size)
+
+    def _found_past(self, start: int, file_size: int) -> dict[int, ShardMeta]:
+        """The complete shards starting at or past `start`, by bid (a bid found twice: the later one). Shards
+        start 4 KiB aligned; a page that starts none (a put that failed, a torn one) is stepped over."""
+        found: dict[int, ShardMeta] = {}
+        pos = fmt.align_up(max(start, fmt.CHUNK_HEADER_SIZE))
+        while pos + fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE <= file_size:
+            meta = self._shard_at(pos, file_size)
+            if meta is None:
+                pos += fmt.ALIGN
+                continue
+            found[meta.bid] = meta
+            pos += fmt.physical_size(meta.size)
+        return found
+
+    def _shard_at(self, pos: int, file_size: int) -> ShardMeta | None:
+        """The shard starting at `pos` if every part of it checks (header, each block's CRC, footer); else None."""
+        named = fmt.parse_shard_header(os.pread(self._fd, fmt.SHARD_HEADER_SIZE, pos))
+        if named is None or pos + fmt.encoded_size(named[2]) > file_size:
+            return None
+        bid, vuid, size = named
+        crc = fmt.footer_crc(os.pread(self._fd, fmt.SHARD_FOOTER_SIZE, pos + fmt.footer_pos(size)))
+        if crc is None:
+            return None
+        meta = ShardMeta(bid=bid, vuid=vuid, offset=pos, size=size, crc=crc, status=ShardStatus.NORMAL,
+                         written_at=int(time.time()))
+        try:
+            data = self._read_range(meta, 0, size)
+        except ShardCorrupted:
+            return None
+        return meta if crc32(data) == crc else None
 
     def close(self) -> None:
         """Wait for running operations, then close the file descriptor (idempotent)."""
@@ -339,7 +386,7 @@ class ChunkFile:
                 existing = self._index.get(bid)
                 if existing is None:
                     offset = self._reserve(phys, 1 if direct_fd is None else DIRECT_ALIGN)
-                    self._pending.add(bid)
+                    self._pending[bid] = offset
             if existing is not None:
                 return None if not blocking else self._same_or_exists(existing, vuid, view, crc)
             meta = ShardMeta(bid=bid, vuid=vuid, offset=offset, size=len(view), crc=crc,
@@ -389,6 +436,15 @@ class ChunkFile:
     def index_into(self, batch: Batch, meta: ShardMeta) -> None:
         self._index.put_into(batch, meta)
 
+    def watermark_into(self, batch: Batch, committing: Collection[int]) -> None:
+        """The watermark, into the batch that indexes `committing` (bids): past every put below it but those."""
+        with self._cond:
+            low = min((offset for bid, offset in self._pending.items() if bid not in committing),
+                      default=self._write_off)
+            self._watermark = max(self._watermark, low)
+            mark = self._watermark
+        self._index.watermark_into(batch, mark)
+
     def finish_put(self, staged: StagedPut, error: BaseException | None) -> None:
         """End a staged put: counted when its commit succeeded, else the chunk takes no more writes."""
         if error is not None:
@@ -423,7 +479,7 @@ class ChunkFile:
                 self._live_phys += phys
             elif self._write_off == meta.offset + phys:
                 self._write_off = meta.offset  # the failed shard was last: reuse its space
-            self._pending.discard(meta.bid)
+            self._pending.pop(meta.bid, None)
             self._cond.notify_all()
 
     def _same_or_exists(self, existing: ShardMeta, vuid: int, view: memoryview, crc: int) -> ShardMeta:
@@ -614,11 +670,20 @@ class ChunkFile:
         return self._set_status(bid, ShardStatus.NORMAL)
 
     def delete_shard(self, bid: int) -> None:
-        """Drop the index entry, then punch the extent. A crash between leaks space, never data."""
+        """Drop the index entry, then punch the extent. A crash between leaks space, never data. The watermark
+        moves past the shard in the same synced batch (once every put below its end has settled), so that `open`
+        never finds it again."""
         with self._use(), self._meta_lock:
             meta = self.stat_shard(bid)
-            self._index.delete(bid)
             phys = fmt.physical_size(meta.size)
+            with self._cond:
+                self._cond.wait_for(lambda: all(offset >= meta.offset + phys for offset in self._pending.values()))
+                self._watermark = max(self._watermark, min(self._pending.values(), default=self._write_off))
+                mark = self._watermark
+            batch = self.kv.batch()
+            self._index.delete_into(batch, bid)
+            self._index.watermark_into(batch, mark)
+            self.kv.write(batch)
             with self._cond:
                 self._count -= 1
                 self._live -= meta.size
@@ -631,8 +696,8 @@ class ChunkFile:
             batch = self.kv.batch()
             for meta in self._index.scan():
                 self._index.delete_into(batch, meta.bid)
-            if batch.count:
-                self.kv.write(batch)
+            self._index.watermark_into(batch, None)
+            self.kv.write(batch)
             with self._cond:
                 self._count = self._live = self._live_phys = 0
 
@@ -683,6 +748,7 @@ class ChunkFile:
                 for meta in moved:
                     new._index.put_into(batch, meta)
                     self._index.delete_into(batch, meta.bid)
+                self._index.watermark_into(batch, None)
                 if before_commit is not None:
                     before_commit(batch)
                 self.kv.write(batch)

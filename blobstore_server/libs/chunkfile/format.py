@@ -117,6 +117,16 @@ def pack_shard_header(bid: int, vuid: int, size: int) -> bytes:
     return _CRC.pack(crc32(memoryview(body)[4:])) + body[4:]
 
 
+def parse_shard_header(raw: memoryview | bytes) -> tuple[int, int, int] | None:
+    """(bid, vuid, size) of a valid shard header; None for any other bytes (too few, a wrong magic or CRC)."""
+    if len(raw) < SHARD_HEADER_SIZE:
+        return None
+    hcrc, magic, bid, vuid, size = _SHARD_HEADER.unpack_from(raw)
+    if magic != SHARD_MAGIC or hcrc != crc32(memoryview(raw)[4:SHARD_HEADER_SIZE]):
+        return None
+    return bid, vuid, size
+
+
 def check_shard_header(raw: memoryview | bytes, bid: int, vuid: int, size: int, where: str) -> None:
     """Raise ShardCorrupted unless `raw` is a valid header naming exactly this shard."""
     hcrc, magic, hbid, hvuid, hsize = _SHARD_HEADER.unpack_from(raw)
@@ -130,6 +140,14 @@ def check_shard_header(raw: memoryview | bytes, bid: int, vuid: int, size: int, 
 
 def pack_footer(shard_crc: int) -> bytes:
     return _FOOTER.pack(FOOTER_MAGIC, shard_crc)
+
+
+def footer_crc(raw: memoryview | bytes) -> int | None:
+    """The shard CRC a valid footer holds; None for any other bytes."""
+    if len(raw) < SHARD_FOOTER_SIZE:
+        return None
+    magic, crc = _FOOTER.unpack_from(raw)
+    return int(crc) if magic == FOOTER_MAGIC else None
 
 
 def check_footer(raw: memoryview | bytes, bid: int, shard_crc: int, where: str) -> None:

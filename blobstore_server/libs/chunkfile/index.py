@@ -5,6 +5,11 @@ the shard's physical offset, size, CRC, status and vuid, and (since value versio
 written and when it was marked deleted, in unix seconds: the offline inspection skips shards
 written too recently (a PUT may still be under way) and finds deletes that were never purged.
 Version-1 values still read, with both times 0 (unknown, i.e. old).
+
+A second column family holds each chunk's watermark (key = chunk id, value = u64 file offset): every put whose
+shard starts below it has settled, indexed or failed. The group commit writes shards' entries without syncing
+the index (the chunk bytes are synced): after a power cut, shards past the watermark are found again in the
+chunk file itself (`ChunkFile.open`).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.ids import ChunkId
 
 SHARD_CF = "shard"
+WATERMARK_CF = "watermark"
 
 _BID = struct.Struct(">Q")
+_OFFSET = struct.Struct("<Q")
 _VALUE_V1 = struct.Struct("<BQIIBQ")  # value version, offset, size, crc, status, vuid
 _VALUE = struct.Struct("<BQIIBQII")  # ... written at, marked deleted at (unix seconds, 0: unknown / not marked)
 _VALUE_VERSION = 2
@@ -28,7 +35,7 @@ _MAX_BID = (1 << 64) - 1
 
 def required_column_families() -> list[str]:
     """Column families the chunk file needs in the disk's KVStore."""
-    return [SHARD_CF]
+    return [SHARD_CF, WATERMARK_CF]
 
 
 class ShardStatus(IntEnum):
@@ -97,6 +104,18 @@ class ShardIndex:
 
     def delete_into(self, batch: Batch, bid: int) -> None:
         batch.delete(SHARD_CF, self.key(bid))
+
+    def watermark(self) -> int | None:
+        """The chunk's watermark; None for a chunk whose every index write was synced (made before watermarks)."""
+        raw = self.kv.get(WATERMARK_CF, self.prefix)
+        return None if raw is None else int(_OFFSET.unpack(raw)[0])
+
+    def watermark_into(self, batch: Batch, offset: int | None) -> None:
+        """Set the watermark in `batch`; None drops it (a chunk left without shards)."""
+        if offset is None:
+            batch.delete(WATERMARK_CF, self.prefix)
+        else:
+            batch.put(WATERMARK_CF, self.prefix, _OFFSET.pack(offset))
 
     def scan(self, start_bid: int = 0) -> Iterator[ShardMeta]:
         """Entries with bid >= start_bid, in bid order."""

@@ -128,14 +128,22 @@ class KVStore:
     def batch(self) -> Batch:
         return Batch(self)
 
-    def write(self, batch: Batch) -> None:
+    def write(self, batch: Batch, *, sync: bool = True) -> None:
+        """Apply `batch` atomically; durable on return when the store syncs and `sync` holds. Without the sync it
+        is in the WAL as the OS holds it: it survives the process, not a power cut, unless a later sync covers it
+        (the WAL is one sequence: syncing it makes every earlier write durable)."""
         if self._closed:
             raise KVError(f"store {self.path} is closed")
         self._db.write(batch._batch, self._write_opts)
-        if self._sync:
+        if self._sync and sync:
             self._db.flush_wal(True)
         for action in batch._written:
             action()
+
+    def sync_wal(self) -> None:
+        """Make every write so far durable (a no-op for a store that does not sync)."""
+        if self._sync and not self._closed:
+            self._db.flush_wal(True)
 
     def items(self, cf: str, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Pairs with start <= key < end, in key order."""
