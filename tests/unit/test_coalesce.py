@@ -116,3 +116,20 @@ def test_a_caller_cancelled_while_queued_leaves_the_batch() -> None:
         assert isinstance(results[2], asyncio.CancelledError)
 
     asyncio.run(scenario())
+
+
+def test_a_queued_call_times_out_on_its_own_and_leaves_the_batch() -> None:
+    async def scenario() -> None:
+        peer = Peer()
+        calls = Coalescer(peer.one, peer.many, size=lambda item: 1, in_flight=1, max_items=64, max_bytes=1 << 20,
+                          timeout=lambda item: 0.05 if item == 2 else None)
+        first = asyncio.create_task(calls.call("p", 1))
+        await settle()
+        late, patient = asyncio.create_task(calls.call("p", 2)), asyncio.create_task(calls.call("p", 3))
+        with pytest.raises(TimeoutError):
+            await late  # still queued behind the first after its 0.05 s
+        peer.gate.set()
+        assert await first == "p:1" and await patient == "p:3"
+        assert peer.requests == [("one", 1), ("one", 3)]  # the expired call was not sent
+
+    asyncio.run(scenario())

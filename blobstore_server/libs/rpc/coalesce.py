@@ -5,7 +5,8 @@ loaded peer sees no added wait. Otherwise it queues; each time a call to the pee
 `max_items` calls and `max_bytes`) goes out as one batch. Under load the peer then pays its request cycle once
 per batch instead of once per call: a blobnode's request cycle was ~0.35 of the ~0.5 ms of CPU a shard write
 cost it (issue 29's profile). Each caller still gets its own result or error, and a caller cancelled while its
-call waits in the queue takes it out of the next batch.
+call waits in the queue takes it out of the next batch. A queued call given a timeout (`timeout(item)`) fails with
+`TimeoutError` once it has waited that long, batch on its way or not; a call sent alone is bounded by `send_one`.
 """
 
 from __future__ import annotations
@@ -41,16 +42,22 @@ def take_batch(sizes: Sequence[int], max_items: int, max_bytes: int) -> int:
     return count
 
 
+def _expire(answer: asyncio.Future[Result]) -> None:
+    if not answer.done():
+        answer.set_exception(TimeoutError())
+
+
 class Coalescer(Generic[Item, Result]):
     """`call(peer, item)` through `send_one`, or together with others through `send_many`, which answers each
     item in order with its result or the error it alone met (an error it raises is every item's)."""
 
     def __init__(self, send_one: Callable[[str, Item], Awaitable[Result]],
                  send_many: Callable[[str, list[Item]], Awaitable[list[Result | BaseException]]], *,
-                 size: Callable[[Item], int], in_flight: int, max_items: int, max_bytes: int) -> None:
+                 size: Callable[[Item], int], in_flight: int, max_items: int, max_bytes: int,
+                 timeout: Callable[[Item], float | None] = lambda _: None) -> None:
         if in_flight < 1 or max_items < 2:
             raise ValueError("coalescing needs in_flight >= 1 and max_items >= 2")
-        self._send_one, self._send_many, self._size = send_one, send_many, size
+        self._send_one, self._send_many, self._size, self._timeout = send_one, send_many, size, timeout
         self._in_flight, self._max_items, self._max_bytes = in_flight, max_items, max_bytes
         self._lanes: dict[str, _Lane[Item, Result]] = {}
         self._sending: set[asyncio.Task[None]] = set()  # batches on their way (a task must be referenced)
@@ -66,9 +73,17 @@ class Coalescer(Generic[Item, Result]):
             finally:
                 lane.busy -= 1
                 self._next(peer, lane)
-        answer: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Result] = loop.create_future()
         lane.queue.append((item, answer))
-        return await answer
+        limit = self._timeout(item)
+        if limit is None:
+            return await answer
+        timer = loop.call_later(limit, _expire, answer)  # a timer: asyncio.timeout costs several times more
+        try:
+            return await answer
+        finally:
+            timer.cancel()
 
     def _next(self, peer: str, lane: _Lane[Item, Result]) -> None:
         while lane.busy < self._in_flight and lane.queue:

@@ -6,7 +6,6 @@ connection pool, because an access PUT fans out to N+M of them at once.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -86,12 +85,10 @@ def _longest(calls: Sequence[_ShardPut | _ShardGet]) -> float | None:
 
 
 async def _within(timeout: float | None, host: str, call: Awaitable[T]) -> T:
-    """`call` (a coalesced one, which may wait for a batch) given `timeout` seconds in all, as a plain call is."""
-    if timeout is None:
-        return await call
+    """`call`, a coalesced one, which fails within its `timeout` (the coalescer's timer while it waits for a batch,
+    the request's own once sent alone) as a plain call does."""
     try:
-        async with asyncio.timeout(timeout):
-            return await call
+        return await call
     except TimeoutError:
         raise Unreachable(f"{host}: no answer within {timeout} s") from None
 
@@ -176,9 +173,11 @@ class BlobnodeClient(ServiceClient):
         self._puts = self._gets = None
         if in_flight > 0:
             self._puts = Coalescer(self._put_one, self._put_many, size=lambda put: len(put.data),
-                                   in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES)
+                                   in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES,
+                                   timeout=lambda put: put.timeout)
             self._gets = Coalescer(self._get_one, self._get_many, size=lambda get: get.size or 0,
-                                   in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES)
+                                   in_flight=in_flight, max_items=MAX_BATCH, max_bytes=BATCH_BYTES,
+                                   timeout=lambda get: get.timeout)
         self.readers = BackgroundReaders(self.stat)
 
     async def close(self) -> None:
