@@ -1,9 +1,10 @@
 """access's audit log: one JSON line per request, written off the event loop and rotated by size.
 
 The event loop only builds a small dict and puts it on a queue; a writer thread wakes every
-`FLUSH_EVERY` seconds, turns what is queued into lines and hands them to a `RotatingFileHandler` (path,
-path.1, ... path.N). Waking it per request cost two thread switches per request (a fifth of access's
-futex calls on small PUTs). A line reads:
+`FLUSH_EVERY` seconds, turns what is queued into lines and writes them with one flush, rotating the file
+(`RotatingFileHandler`'s rollover: path, path.1, ... path.N) before a line that would take it past its size.
+Waking it per request cost two thread switches per request (a fifth of access's futex calls on small PUTs);
+a log record, a format and a flush per line cost 22 us of CPU a line, one write per round 8. A line reads:
 
     {"time": "2026-11-22T10:00:00.123Z", "method": "GET", "path": "/blob/{token}", "status": 200,
      "bytes_in": 0, "bytes_out": 10240, "bytes_planned": 0, "latency_ms": 3.2, "client": "127.0.0.1:50312",
@@ -19,13 +20,12 @@ no valid location). Health probes and metric scrapes are not operations on objec
 from __future__ import annotations
 
 import json
-import logging
 import queue
 import threading
 import time
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.rpc.asgi import Scope
@@ -52,9 +52,8 @@ def _iso(moment: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + f".{int(moment % 1 * 1000):03d}Z"
 
 
-def _line(entry: dict[str, Any]) -> logging.LogRecord:
-    line = {**entry, "time": _iso(entry["time"])}
-    return logging.makeLogRecord({"msg": json.dumps(line, separators=(",", ":"))})
+def _line(entry: dict[str, Any]) -> str:
+    return json.dumps({**entry, "time": _iso(entry["time"])}, separators=(",", ":")) + "\n"
 
 
 class AuditLog:
@@ -62,6 +61,7 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._max_bytes = max_bytes
         self._handler = RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         self._stopping = threading.Event()
         self._writer = threading.Thread(target=self._write_rounds, name="audit-log", daemon=True)
@@ -70,14 +70,34 @@ class AuditLog:
     def _write_rounds(self) -> None:
         while True:
             stopping = self._stopping.wait(FLUSH_EVERY)
+            lines = []
             while True:
                 try:
-                    entry = self._queue.get_nowait()
+                    lines.append(_line(self._queue.get_nowait()))
                 except queue.Empty:
                     break
-                self._handler.emit(_line(entry))  # one by one: rotation is checked before each line
+            if lines:
+                self._append(lines)
             if stopping:
                 return
+
+    def _append(self, lines: list[str]) -> None:
+        """Write `lines` (ASCII: JSON escapes the rest) and flush once; rotate before any that would not fit."""
+        stream = self._stream()
+        size = stream.tell()
+        for line in lines:
+            if size and size + len(line) > self._max_bytes:
+                stream.flush()
+                self._handler.doRollover()
+                stream, size = self._stream(), 0
+            stream.write(line)
+            size += len(line)
+        stream.flush()
+
+    def _stream(self) -> TextIO:
+        stream = self._handler.stream
+        assert stream is not None  # opened at once (no `delay`), and again by each rollover
+        return stream
 
     def write(self, exchange: Exchange) -> None:
         """Queue the line for one finished request (called on the event loop: no I/O, no JSON here)."""
