@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
-from blobstore_server.libs.ec import Codec, NotEnoughShards
+from blobstore_server.libs.ec import Codec, NotEnoughShards, Tactic
 from blobstore_server.libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
 from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
 from blobstore_server.libs.rpc.client import Payload
@@ -103,21 +103,23 @@ async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, da
     for index in sorted(skip):
         outcome.failed[index] = f"skipped: disk {volume.units[index].disk_id} is punished after failing"
     tasks = {asyncio.create_task(io.put(volume.vid, i, bid, shards[i])): i for i in range(len(shards)) if i not in skip}
-    pending = set(tasks)
+    stripe = _StripeWrite(codec.tactic, outcome, tasks)
     try:
-        while pending and not decide_put(codec.tactic, set(outcome.written)).ok:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            _note_puts(outcome, done, tasks)
-        if pending:
-            done, pending = await asyncio.wait(pending, timeout=io.put_grace)
-            _note_puts(outcome, done, tasks)
+        await stripe.quorum
+        if stripe.left:
+            timer = asyncio.get_running_loop().call_later(io.put_grace, stripe.give_up)
+            try:
+                await stripe.settled
+            finally:
+                timer.cancel()
     finally:
-        for task in pending:
-            task.cancel()
-    for task in pending:
-        index = tasks[task]
-        outcome.failed[index] = f"not written {io.put_grace} s after the put quorum held"
-        io.health.failed(volume.units[index].disk_id, time.monotonic())
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+    for index in tasks.values():
+        if index not in outcome.failed and index not in outcome.written:
+            outcome.failed[index] = f"not written {io.put_grace} s after the put quorum held"
+            io.health.failed(volume.units[index].disk_id, time.monotonic())
     outcome.written.sort()
     decision = decide_put(codec.tactic, set(outcome.written))
     outcome.missing = decision.missing
@@ -127,15 +129,45 @@ async def write_blob(io: ShardIO, codec: Codec, volume: VolumeInfo, bid: int, da
     return outcome
 
 
-def _note_puts(outcome: BlobWrite, done: Collection[asyncio.Task[int]], tasks: dict[asyncio.Task[int], int]) -> None:
-    for task in done:
-        index = tasks[task]
-        if (exc := task.exception()) is not None:
-            outcome.failed[index] = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, ShardExists):
-                outcome.conflicts.append(index)
+class _StripeWrite:
+    """A stripe's shard puts as they end, noted in `outcome` by a callback each (asyncio.wait re-armed a callback on
+    every pending put at each end): `quorum` resolves once the put quorum holds or every put ended, `settled` once
+    every put ended or `give_up` was called."""
+
+    def __init__(self, tactic: Tactic, outcome: BlobWrite, tasks: dict[asyncio.Task[int], int]) -> None:
+        self.tactic, self.outcome, self.tasks = tactic, outcome, tasks
+        loop = asyncio.get_running_loop()
+        self.quorum: asyncio.Future[None] = loop.create_future()
+        self.settled: asyncio.Future[None] = loop.create_future()
+        self.left = len(tasks)
+        if not tasks:
+            self.give_up()
+        for task in tasks:
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[int]) -> None:
+        if self.settled.done():
+            if not task.cancelled():
+                task.exception()  # taken: it ended after the grace, noted as not written
+            return
+        index = self.tasks[task]
+        exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self.outcome.written.append(index)
         else:
-            outcome.written.append(index)
+            self.outcome.failed[index] = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ShardExists):
+                self.outcome.conflicts.append(index)
+        self.left -= 1
+        if not self.left:
+            self.give_up()
+        elif not self.quorum.done() and decide_put(self.tactic, set(self.outcome.written)).ok:
+            self.quorum.set_result(None)
+
+    def give_up(self) -> None:
+        for future in (self.quorum, self.settled):
+            if not future.done():
+                future.set_result(None)
 
 
 class BlobWriteFailed(Unavailable):
