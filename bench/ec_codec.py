@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from blobstore_server.libs.buffers import tune_malloc  # noqa: E402
+from blobstore.memory import keep_freed_memory  # noqa: E402
 from blobstore_server.libs.ec import BACKENDS, Codec, CodeMode, parse_code_mode  # noqa: E402
 from blobstore_server.libs.ec.isal import library_path  # noqa: E402
 
@@ -104,7 +104,7 @@ def main() -> None:
         "runs": args.runs,
         "unit": "MB/s of blob bytes (10^6)",
         "isal_library": library_path(),
-        "malloc_tuned": tune_malloc(),
+        "malloc_tuned": keep_freed_memory(),
         "memcpy_mbps": round(memcpy, 1),
         "results": results,
     }
