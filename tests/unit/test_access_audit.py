@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging.config
 import time
 from pathlib import Path
 
@@ -51,3 +52,13 @@ def test_probes_and_scrapes_are_not_audited(tmp_path: Path) -> None:
         audit.write(Exchange({"method": "GET", "route": type("R", (), {"path": path})()}, started=0.0))
     audit.close()
     assert (tmp_path / "audit.jsonl").read_text() == ""
+
+
+def test_logging_reconfigured_after_start_does_not_stop_the_log(tmp_path: Path) -> None:
+    """uvicorn configures logging after the app is built, which closes every handler logging knows of."""
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog(path, max_bytes=1 << 20, backups=1)
+    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+    audit.write(_exchange(1, None))
+    audit.close()
+    assert [json.loads(line)["bytes_out"] for line in path.read_text().splitlines()] == [1]
