@@ -477,6 +477,31 @@ def test_torn_tail_is_cut_on_open(tmp_path: Path, kv: KVStore, chunk: ChunkFile,
     c.close()
 
 
+@pytest.mark.parametrize("other", [Vuid.make(8, 1, 1), Vuid.make(7, 2, 1)], ids=["other volume", "other unit"])
+def test_a_record_of_another_unit_inside_a_torn_put_is_not_indexed_on_open(kv: KVStore, chunk: ChunkFile,
+                                                                           other: Vuid) -> None:
+    """A put torn by a crash leaves its header and part of its payload, and a payload may hold a complete shard
+    record at a 4 KiB boundary of the file (a user storing a chunk file's bytes). Open indexes again the complete
+    records past the watermark: not one naming another unit."""
+    chunk.put_shard(1, VUID, payload(1, 10_000))
+    end = chunk.stats().write_offset
+    chunk.close()
+    inner, _, _ = fmt.encode_shard(99, other, memoryview(payload(99, 5_000)))
+    record = b"".join(bytes(b) for b in inner)
+    to_boundary = fmt.ALIGN - fmt.SHARD_HEADER_SIZE - fmt.BLOCK_CRC_SIZE  # the put's data starts after these
+    data = payload(2, to_boundary) + record + payload(3, 20_000)  # all in the put's first 64 KiB block
+    outer, _, _ = fmt.encode_shard(2, VUID, memoryview(data))
+    torn = b"".join(bytes(b) for b in outer)[:fmt.ALIGN + len(record) + 1_000]  # no footer: never acknowledged
+    with open(chunk.path, "ab") as f:
+        f.write(torn)
+    c = ChunkFile.open(chunk.path, kv, chunk.chunk_id)
+    try:
+        assert [m.bid for m in c.list_shards()] == [1]
+        assert os.path.getsize(c.path) == end  # the torn put cut off, the record inside it too
+    finally:
+        c.close()
+
+
 def test_index_entries_past_eof_are_dropped_on_open(kv: KVStore, chunk: ChunkFile) -> None:
     chunk.put_shard(1, VUID, payload(1, 10))
     m2 = chunk.put_shard(2, VUID, payload(2, 10))

@@ -5,8 +5,9 @@ index entry always points at complete bytes; concurrent writers to all chunks of
 fdatasync per chunk and one index batch (`libs.chunkfile.commit`). That batch is not synced: a shard is
 durable once its bytes are, because it describes itself (header, block CRCs, footer). The chunk's watermark
 (`index.py`), written with each batch, says where shards whose entries a power cut may have lost can start; on
-open, the complete shards past it are indexed again and the torn tail after the last one is cut off. A delete
-first moves the watermark past its shard, in the same synced batch, so that no deleted shard is found again.
+open, the complete shards of the chunk's unit past it are indexed again and the torn tail after the last one is
+cut off. A delete first moves the watermark past its shard, in the same synced batch, so that no deleted shard is
+found again.
 
 Concurrency: the write offset is reserved under a short lock and the bytes are written
 with pwritev outside it, so concurrent puts overlap. Reads take no lock during I/O.
@@ -279,8 +280,9 @@ class ChunkFile:
         self._live_phys += fmt.physical_size(meta.size)
 
     def _found_past(self, start: int, file_size: int) -> dict[int, ShardMeta]:
-        """The complete shards starting at or past `start`, by bid (a bid found twice: the later one). Shards
-        start 4 KiB aligned; a page that starts none (a put that failed, a torn one) is stepped over."""
+        """The complete shards of this chunk's unit starting at or past `start`, by bid (a bid found twice: the
+        later one). Shards start 4 KiB aligned; a page that starts none (a put that failed, a torn one) is stepped
+        over."""
         found: dict[int, ShardMeta] = {}
         pos = fmt.align_up(max(start, fmt.CHUNK_HEADER_SIZE))
         while pos + fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE <= file_size:
@@ -293,11 +295,15 @@ class ChunkFile:
         return found
 
     def _shard_at(self, pos: int, file_size: int) -> ShardMeta | None:
-        """The shard starting at `pos` if every part of it checks (header, each block's CRC, footer); else None."""
+        """The shard starting at `pos` if every part of it checks (header naming this chunk's unit, each block's
+        CRC, footer); else None. A torn put's payload may hold a complete record: one naming another unit is
+        refused, one naming this unit (any epoch) is not told from a shard here (a known limit)."""
         named = fmt.parse_shard_header(os.pread(self._fd, fmt.SHARD_HEADER_SIZE, pos))
         if named is None or pos + fmt.encoded_size(named[2]) > file_size:
             return None
         bid, vuid, size = named
+        if vuid >> 24 != self.chunk_id.vuid >> 24:  # another (volume, unit index): a record inside a torn put's bytes
+            return None
         crc = fmt.footer_crc(os.pread(self._fd, fmt.SHARD_FOOTER_SIZE, pos + fmt.footer_pos(size)))
         if crc is None:
             return None
