@@ -5,22 +5,40 @@ what the index wrote (the OS holds it), a power cut may not. The power-cut varia
 can be cut here: after the kill, the index's write-ahead log is cut back to what it held when the writer began
 (every index write of the run lost) or to a random byte between (a torn last record), which loses more than a real
 cut could (the group commit syncs the log every second). Every acknowledged shard must still be there.
+
+The tests at the end place the cut at one exact interleaving of a group commit and a delete, in one process: real
+threads, a group held at the start of its index write (a real store's `write`, the seam between computing the
+chunk's watermark and writing it), and the cut made in a copy of the index, its log cut back to its size at the
+last sync.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from blobstore_server.libs.chunkfile import ChunkFile, ChunkId, Vuid, required_column_families
-from blobstore_server.libs.kv import KVStore
+from blobstore_server.libs.chunkfile import (
+    ChunkFile,
+    ChunkId,
+    GroupCommit,
+    ShardNotFound,
+    Vuid,
+    commit,
+    required_column_families,
+)
+from blobstore_server.libs.chunkfile.index import ShardIndex
+from blobstore_server.libs.kv import Batch, KVStore
 
 ROOT = Path(__file__).resolve().parents[2]
 VUID = Vuid.make(3, 0, 1)
@@ -142,3 +160,153 @@ def test_kill_9_mid_stream_loses_no_acknowledged_shard(tmp_path: Path, power_cut
     # a second writer continues the recovered chunk and is killed again
     more = run_and_kill(tmp_path, cid, first=10**6, power_cut=power_cut)
     check_reopened(tmp_path, cid, acked | more, extra_bid=10**9 + 1)
+
+
+class HeldStore(KVStore):
+    """A real store that, once told, holds its next unsynced batch write (a group commit's index batch) at its
+    start until released, and notes the size of its log after each sync: where a power cut cuts it back to."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, required_column_families())
+        self.hold_next = False
+        self.held = threading.Event()  # the held write is waiting
+        self.release = threading.Event()
+        self.synced = self.wal().stat().st_size
+
+    def wal(self) -> Path:
+        return sorted(self.path.glob("[0-9]*.log"))[-1]
+
+    def write(self, batch: Batch, *, sync: bool = True) -> None:
+        if not sync and self.hold_next:
+            self.hold_next = False
+            self.held.set()
+            if not self.release.wait(30):
+                raise TimeoutError("the held index write was never released")
+        super().write(batch, sync=sync)
+        if sync:
+            self.synced = self.wal().stat().st_size
+
+    def sync_wal(self) -> None:
+        super().sync_wal()
+        self.synced = self.wal().stat().st_size
+
+
+def cut_power(kv: HeldStore, image: Path) -> Path:
+    """FAKE power cut: a copy of the index as the disk holds it, its log cut back to its size at the last sync."""
+    wal = kv.wal()
+    assert wal.stat().st_size > kv.synced  # an index write is not synced yet: the cut loses it
+    shutil.copytree(kv.path, image)
+    os.truncate(image / wal.name, kv.synced)
+    return image
+
+
+def test_a_delete_racing_a_group_commit_loses_no_acknowledged_shard_in_a_power_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 62 item 1: bid 2's group has computed its chunk's watermark (past bid 2) and is about to write its
+    unsynced index batch; a delete of bid 1, below it on the same chunk, writes its synced batch; then the power
+    is cut (FAKE, `cut_power`) before anything syncs the group's batch. The delete's watermark must not cover bid 2,
+    whose entry the cut may lose (it did: bid 2 read ShardNotFound)."""
+    monkeypatch.setattr(commit, "WAL_SYNC_EVERY", 3600.0)  # the group commit's own log sync stays out of the window
+    kv = HeldStore(tmp_path / "meta")
+    cid = ChunkId.new(VUID)
+    chunk = ChunkFile.create(tmp_path / "chunk", kv, cid, commits=GroupCommit(kv))
+    try:
+        chunk.put_shard(1, VUID, payload(1))
+        with ThreadPoolExecutor(2) as pool:
+            try:
+                kv.hold_next = True
+                putting = pool.submit(chunk.put_shard, 2, VUID, payload(2))
+                assert kv.held.wait(10)  # bid 2's group has its watermark and waits to write its batch
+                deleting = pool.submit(chunk.delete_shard, 1)
+                wait([deleting], timeout=0.5)  # time for the delete's synced batch to go first, if it can
+            finally:
+                kv.release.set()
+            putting.result(10)  # bid 2 acknowledged
+            deleting.result(10)
+        chunk.put_shard(3, VUID, payload(3))  # acknowledged after the last sync: the cut loses its entry
+        with KVStore(cut_power(kv, tmp_path / "after-the-cut"), required_column_families()) as cut:
+            assert ShardIndex(cut, cid).get(3) is None  # the cut happened
+            again = ChunkFile.open(chunk.path, cut, cid)
+            try:
+                for bid in (2, 3):
+                    assert again.read_shard(bid) == payload(bid), bid
+                with pytest.raises(ShardNotFound):
+                    again.read_shard(1)
+            finally:
+                again.close()
+    finally:
+        chunk.close()
+        kv.close()
+
+
+class FailingWrite(ChunkFile):
+    """FAKE fault: once armed, the next shard write waits until told, then fails with EIO having written nothing
+    (a disk failing one write while the others succeed cannot be produced for real here)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.armed = False
+        self.stalled = threading.Event()
+        self.fail = threading.Event()
+
+    def _write_at(self, offset: int, bufs: list[memoryview | bytes], phys: int, direct_fd: int | None) -> None:
+        if not self.armed:
+            return super()._write_at(offset, bufs, phys, direct_fd)
+        self.armed = False
+        self.stalled.set()
+        self.fail.wait(30)
+        raise OSError(errno.EIO, "injected: the shard write failed")
+
+
+def test_a_deleted_shard_stays_deleted_when_a_watermark_computed_earlier_is_written_later(tmp_path: Path) -> None:
+    """The index's watermark must never go down. Bid 10's write stalls; bid 11 lands past it (its group leaves the
+    watermark at bid 10, still pending below); bid 12's group computes that same watermark and is held before
+    writing its batch; bid 10's write fails, so nothing pends below bid 12 any more, and a delete of bid 11 moves the
+    watermark past bid 11. Were the group's lower watermark written after the delete's, a power cut that keeps every
+    index write but loses the hole punched for bid 11 would let open find bid 11 again. Two FAKE faults: the failed
+    write (`FailingWrite`) and the lost punch (the chunk file put back as it was before the delete)."""
+    kv = HeldStore(tmp_path / "meta")
+    cid = ChunkId.new(VUID)
+    chunk = FailingWrite.create(tmp_path / "chunk", kv, cid, commits=GroupCommit(kv))
+    before_punch = tmp_path / "before-the-punch"
+    try:
+        chunk.put_shard(1, VUID, payload(1))
+        with ThreadPoolExecutor(3) as pool:
+            try:
+                chunk.armed = True
+                failing = pool.submit(chunk.put_shard, 10, VUID, payload(10))
+                assert chunk.stalled.wait(10)
+                chunk.put_shard(11, VUID, payload(11))
+                kv.hold_next = True
+                putting = pool.submit(chunk.put_shard, 12, VUID, payload(12))
+                assert kv.held.wait(10)  # bid 12's group has its watermark and waits to write its batch
+                chunk.fail.set()
+                with pytest.raises(OSError, match="injected"):
+                    failing.result(10)
+                shutil.copyfile(chunk.path, before_punch)
+                deleted = chunk.stat_shard(11)
+                deleting = pool.submit(chunk.delete_shard, 11)
+                wait([deleting], timeout=0.5)  # time for the delete's batch to go first, if it can
+            finally:
+                chunk.fail.set()
+                kv.release.set()
+            putting.result(10)
+            deleting.result(10)
+        kv.sync_wal()  # every index write durable (the group commit's log sync a second later does it)
+        header = slice(deleted.offset, deleted.offset + 32)
+        assert chunk.path.read_bytes()[header] == bytes(32)  # punched...
+        assert before_punch.read_bytes()[header] != bytes(32)  # ... and FAKE power cut: the punch lost
+        chunk.close()
+        os.replace(before_punch, chunk.path)
+        again = ChunkFile.open(chunk.path, kv, cid)
+        try:
+            for bid in (10, 11):
+                with pytest.raises(ShardNotFound):
+                    again.read_shard(bid)
+            for bid in (1, 12):
+                assert again.read_shard(bid) == payload(bid), bid
+        finally:
+            again.close()
+    finally:
+        chunk.close()
+        kv.close()

@@ -9,6 +9,13 @@ open, the complete shards of the chunk's unit past it are indexed again and the 
 cut off. A delete first moves the watermark past its shard, in the same synced batch, so that no deleted shard is
 found again.
 
+The batches of groups and deletes land in the index's log in either order, and a power cut keeps a prefix of it.
+So a watermark is computed only from puts indexed by a batch already written (a committing group's puts pend until
+their batch is written: a delete's synced batch, written ahead of it, stays below them, else the cut that loses the
+group's entries would leave them under the delete's watermark, never found again), and the index's watermark never
+goes down (computed and written under one lock, `GroupCommit.write_marked`, never below the last one written: a
+lower one would have open find again a deleted shard whose hole punch the cut lost).
+
 Concurrency: the write offset is reserved under a short lock and the bytes are written
 with pwritev outside it, so concurrent puts overlap. Reads take no lock during I/O.
 """
@@ -26,6 +33,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
+from typing import Self
 
 from isal.isal_zlib import crc32
 
@@ -178,7 +186,7 @@ class ChunkFile:
         self._cond = threading.Condition()  # guards everything below
         self._write_off = fmt.CHUNK_HEADER_SIZE
         self._pending: dict[int, int] = {}  # bids being written -> their offsets; a put of one waits on _cond
-        self._watermark = fmt.CHUNK_HEADER_SIZE  # below it, every put but those of a committing group has settled
+        self._watermark = fmt.CHUNK_HEADER_SIZE  # the index's (the last one written); under commits' marking lock
         self._inflight = 0  # physical bytes reserved by unfinished puts
         self._count = 0
         self._live = 0
@@ -194,7 +202,7 @@ class ChunkFile:
     @classmethod
     def create(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, parent: ChunkId | None = None,
                sync: bool = True, max_size: int | None = None, on_sync: SyncObserver | None = None,
-               commits: GroupCommit | None = None) -> ChunkFile:
+               commits: GroupCommit | None = None) -> Self:
         """Make a new, empty chunk file; fails if the file exists or the index has entries for it."""
         path = Path(path)
         if next(ShardIndex(kv, chunk_id).scan(), None) is not None:
@@ -219,7 +227,7 @@ class ChunkFile:
     @classmethod
     def open(cls, path: Path, kv: KVStore, chunk_id: ChunkId, *, sync: bool = True,
              max_size: int | None = None, on_sync: SyncObserver | None = None,
-             commits: GroupCommit | None = None) -> ChunkFile:
+             commits: GroupCommit | None = None) -> Self:
         """Open an existing chunk, verify its header and cut off any unacknowledged tail."""
         path = Path(path)
         fd = os.open(path, os.O_RDWR)
@@ -399,12 +407,7 @@ class ChunkFile:
                              status=ShardStatus.NORMAL, written_at=int(time.time()))
             written = StagedPut(self, meta, phys)
             try:
-                if direct_fd is None:
-                    _pwritev_all(self._fd, bufs, offset)
-                else:
-                    image = _staging.image(bufs, _align_up(phys, DIRECT_ALIGN))
-                    if os.pwrite(direct_fd, image, offset) != len(image):
-                        raise OSError(errno.EIO, f"short direct write at offset {offset} of chunk {self.chunk_id}")
+                self._write_at(offset, bufs, phys, direct_fd)
             except BaseException:
                 self._settle(written, ok=False)
                 raise
@@ -413,6 +416,15 @@ class ChunkFile:
         finally:
             if staged is None:
                 self._leave()
+
+    def _write_at(self, offset: int, bufs: list[memoryview | bytes], phys: int, direct_fd: int | None) -> None:
+        """Write a shard's encoded bytes at its reserved offset; past the page cache through `direct_fd`."""
+        if direct_fd is None:
+            _pwritev_all(self._fd, bufs, offset)
+        else:
+            image = _staging.image(bufs, _align_up(phys, DIRECT_ALIGN))
+            if os.pwrite(direct_fd, image, offset) != len(image):
+                raise OSError(errno.EIO, f"short direct write at offset {offset} of chunk {self.chunk_id}")
 
     def _direct(self) -> int | None:
         """The chunk's O_DIRECT descriptor, opened once with the access mode of the chunk's own (a chunk opened
@@ -443,13 +455,20 @@ class ChunkFile:
         self._index.put_into(batch, meta)
 
     def watermark_into(self, batch: Batch, committing: Collection[int]) -> None:
-        """The watermark, into the batch that indexes `committing` (bids): past every put below it but those."""
+        """The watermark, into the batch that indexes `committing` (bids; `GroupCommit.write_marked` holds its lock
+        until the batch is written): where the first put not indexed by a written batch nor by this one starts, or
+        the next put would, but never below the index's. A committing group's puts pend until their batch is
+        written, so a delete's batch written ahead of it never covers them. The index's once `batch` is written."""
         with self._cond:
             low = min((offset for bid, offset in self._pending.items() if bid not in committing),
                       default=self._write_off)
-            self._watermark = max(self._watermark, low)
-            mark = self._watermark
+        mark = max(self._watermark, low)
         self._index.watermark_into(batch, mark)
+
+        def written() -> None:
+            self._watermark = mark
+
+        batch.on_written(written)
 
     def finish_put(self, staged: StagedPut, error: BaseException | None) -> None:
         """End a staged put: counted when its commit succeeded, else the chunk takes no more writes."""
@@ -677,19 +696,16 @@ class ChunkFile:
 
     def delete_shard(self, bid: int) -> None:
         """Drop the index entry, then punch the extent. A crash between leaks space, never data. The watermark
-        moves past the shard in the same synced batch (once every put below its end has settled), so that `open`
-        never finds it again."""
+        moves past the shard in the same synced batch (once every put below its end has settled: a put reserved
+        after that starts past the shard), so that `open` never finds it again."""
         with self._use(), self._meta_lock:
             meta = self.stat_shard(bid)
             phys = fmt.physical_size(meta.size)
             with self._cond:
                 self._cond.wait_for(lambda: all(offset >= meta.offset + phys for offset in self._pending.values()))
-                self._watermark = max(self._watermark, min(self._pending.values(), default=self._write_off))
-                mark = self._watermark
             batch = self.kv.batch()
             self._index.delete_into(batch, bid)
-            self._index.watermark_into(batch, mark)
-            self.kv.write(batch)
+            self.commits.write_marked(batch, [(self, ())], sync=True)
             with self._cond:
                 self._count -= 1
                 self._live -= meta.size

@@ -5,7 +5,9 @@ The index batch (each shard's entry and each chunk's watermark) is not synced: t
 they describe themselves, so a power cut that loses the index's unsynced tail loses no shard (`ChunkFile.open`
 finds them past the watermark). Syncing it cost a third of a group's time and 30-40 of the 90-135 us of CPU a
 10 KiB put cost (bench/index_sync.py). The index's WAL is still synced every `WAL_SYNC_EVERY` seconds while puts
-come, which bounds what an open after a power cut has to read again.
+come, which bounds what an open after a power cut has to read again. A chunk's watermark goes into the batch only
+from puts already indexed by a written batch, and never lower than the index holds (`write_marked`, which a
+delete's synced batch goes through too): `ChunkFile` says why.
 
 A put first writes its bytes (`ChunkFile.stage_put`), then joins the next group. Whoever finds no group
 being committed leads: it commits groups until none is waiting. A blocking caller leads in its own
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,7 +43,7 @@ class Committed(Protocol):
 
     def index_into(self, batch: Batch, meta: ShardMeta) -> None: ...
 
-    def watermark_into(self, batch: Batch, committing: Collection[int]) -> None: ...
+    def watermark_into(self, batch: Batch, committing: Collection[int]) -> None: ...  # under `write_marked`'s lock
 
     def finish_put(self, staged: StagedPut, error: BaseException | None) -> None: ...
 
@@ -66,6 +68,7 @@ class GroupCommit:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._wal_synced = time.monotonic()
+        self._marking = threading.Lock()  # held from computing watermarks to writing them: see `write_marked`
 
     def enqueue(self, staged: StagedPut, done: Done) -> bool:
         """Queue `staged`; `done` is called from the leading thread. True: the caller must run `lead`."""
@@ -146,6 +149,19 @@ class GroupCommit:
         self.commit(staged)
         return staged.meta
 
+    def write_marked(self, batch: Batch, marks: Iterable[tuple[Committed, Collection[int]]], *, sync: bool) -> None:
+        """Write `batch` with the watermark of each chunk in `marks` (with the bids `batch` indexes in it) computed
+        into it. One lock spans computing and writing, so each chunk's watermark in the index never goes down (two
+        writers computing in one order and writing in the other could lower it, and a lowered one lets an open
+        after a power cut find again a deleted shard whose hole punch the cut lost). `sync`: the batch is synced,
+        after the lock: no group waits for a delete's log sync."""
+        with self._marking:
+            for chunk, committing in marks:
+                chunk.watermark_into(batch, committing)
+            self.kv.write(batch, sync=False)
+        if sync:
+            self.kv.sync_wal()
+
     def _commit(self, group: list[tuple[StagedPut, Done]]) -> None:
         failed: dict[Committed, BaseException] = {}
         chunks = list(dict.fromkeys(staged.chunk for staged, _ in group))
@@ -161,10 +177,8 @@ class GroupCommit:
             for staged in indexed:
                 staged.chunk.index_into(batch, staged.meta)
                 committing.setdefault(staged.chunk, []).append(staged.meta.bid)
-            for chunk, bids in committing.items():
-                chunk.watermark_into(batch, bids)
             try:
-                self.kv.write(batch, sync=False)
+                self.write_marked(batch, committing.items(), sync=False)
                 if time.monotonic() - self._wal_synced >= WAL_SYNC_EVERY:
                     self.kv.sync_wal()
                     self._wal_synced = time.monotonic()

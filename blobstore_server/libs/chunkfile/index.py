@@ -7,9 +7,10 @@ written too recently (a PUT may still be under way) and finds deletes that were 
 Version-1 values still read, with both times 0 (unknown, i.e. old).
 
 A second column family holds each chunk's watermark (key = chunk id, value = u64 file offset): every put whose
-shard starts below it has settled, indexed or failed. The group commit writes shards' entries without syncing
-the index (the chunk bytes are synced): after a power cut, shards past the watermark are found again in the
-chunk file itself (`ChunkFile.open`).
+shard starts below it has settled, indexed (by the batch that writes the watermark or one before it) or failed.
+It never goes down but on open, to where the file was cut off (nothing is past it). The group commit writes
+shards' entries without syncing the index (the chunk bytes are synced): after a power cut, shards past the
+watermark are found again in the chunk file itself (`ChunkFile.open`).
 """
 
 from __future__ import annotations
