@@ -106,7 +106,7 @@ async def service_rates(cms: list[Service], clients: int, seconds: float) -> dic
 
         async def lease(w: int, i: int) -> int:
             holder = f"bench-{w}"
-            leased = await c.alloc_volumes(mode, holder, 1)
+            leased = (await c.alloc_volumes(mode, holder, 1)).volumes
             for volume in leased:
                 await c.release_volume(volume.vid, holder)
             return 1 + len(leased)

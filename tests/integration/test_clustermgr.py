@@ -70,8 +70,8 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
 
         # Leases are exclusive: a second holder never gets a leased volume.
         mode = int(CodeMode.EC3P3)
-        first = await c.alloc_volumes(mode, "alloc-a", 1)
-        second = await c.alloc_volumes(mode, "alloc-b", 5)
+        first = (await c.alloc_volumes(mode, "alloc-a", 1)).volumes
+        second = (await c.alloc_volumes(mode, "alloc-b", 5)).volumes
         assert {v.vid for v in first}.isdisjoint(v.vid for v in second)
         leased = first[0]
         retained = await c.retain_volumes("alloc-b", [RetainItem(vid=leased.vid)])

@@ -18,7 +18,7 @@ def pool_with(*volumes: LeasedVolume, bids: tuple[int, int] = (1, 100)) -> Volum
 
 
 def test_allocations_never_overlap_and_respect_capacity() -> None:
-    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_expiry=50))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_until=50))
     first = pool.allocate(MODE, 60, 10, now=0)
     second = pool.allocate(MODE, 40, 10, now=0)
     assert (first[0].min_bid, first[0].count) == (1, 6)
@@ -28,7 +28,7 @@ def test_allocations_never_overlap_and_respect_capacity() -> None:
 
 
 def test_a_volume_near_its_lease_end_is_not_used() -> None:
-    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_expiry=10))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_until=10))
     assert pool.allocate(MODE, 1, 10, now=7.9)[0].vid == 1
     with pytest.raises(PoolEmpty):
         pool.allocate(MODE, 1, 10, now=8.0)
@@ -37,8 +37,8 @@ def test_a_volume_near_its_lease_end_is_not_used() -> None:
 
 
 def test_other_code_modes_and_dropped_volumes_are_not_used() -> None:
-    pool = pool_with(LeasedVolume(vid=1, code_mode=13, capacity=100, used=0, lease_expiry=50),
-                     LeasedVolume(vid=2, code_mode=MODE, capacity=100, used=0, lease_expiry=50))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=13, capacity=100, used=0, lease_until=50),
+                     LeasedVolume(vid=2, code_mode=MODE, capacity=100, used=0, lease_until=50))
     assert pool.allocate(MODE, 5, 10, now=0)[0].vid == 2
     pool.drop(2)
     with pytest.raises(PoolEmpty):
@@ -46,7 +46,7 @@ def test_other_code_modes_and_dropped_volumes_are_not_used() -> None:
 
 
 def test_refusal_consumes_no_bids_and_zero_size_takes_one_bid() -> None:
-    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=10, used=0, lease_expiry=50), bids=(5, 6))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=10, used=0, lease_until=50), bids=(5, 6))
     with pytest.raises(PoolEmpty):
         pool.allocate(MODE, 11, 10, now=0)
     assert pool.bids.left == 2
@@ -67,7 +67,7 @@ def test_bid_runs_are_consecutive_and_skip_short_ranges() -> None:
 def leased(vid: int, disks: list[int], hosts: list[str] | None = None, free: int = 100,
            down: list[int] | None = None) -> LeasedVolume:
     hosts = hosts or [f"h{d}" for d in disks]
-    return LeasedVolume(vid=vid, code_mode=MODE, capacity=free, used=0, lease_expiry=50, disks=disks, hosts=hosts,
+    return LeasedVolume(vid=vid, code_mode=MODE, capacity=free, used=0, lease_until=50, disks=disks, hosts=hosts,
                         under_spread=len(set(hosts)) < len(hosts), writable=not down, down_units=down or [])
 
 
@@ -126,7 +126,7 @@ def test_a_returning_host_gets_writes_again_over_volumes_made_without_it() -> No
 
 
 def test_a_reservation_takes_its_bids_and_gets_unused_space_back() -> None:
-    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_expiry=50))
+    pool = pool_with(LeasedVolume(vid=1, code_mode=MODE, capacity=100, used=0, lease_until=50))
     reserved = pool.allocate(MODE, 40, 10, now=0, bids=16)
     assert (reserved[0].min_bid, reserved[0].count) == (1, 16)  # more bids than blobs of 40 bytes
     assert pool.volumes[1].used == 40

@@ -35,8 +35,10 @@ class AllocRequest(RequestBody):
 
 
 class BlobSlice(BaseModel):
-    """`count` consecutive bids from `min_bid`, all in volume `vid`, to be written within `usable_for` seconds
-    of the answer: until the allocator's lease on the volume ends, less its lease margin."""
+    """`count` consecutive bids from `min_bid`, all in volume `vid`, to be written within `usable_for` seconds:
+    until the allocator's lease on the volume ends, less its lease margin. A duration, not a time: the allocator
+    counts it on its own clock from when it asked clustermgr for the lease, access counts it down on its own from
+    when it sent the request, and no two hosts' clocks are ever compared."""
 
     vid: int
     min_bid: int
@@ -57,7 +59,7 @@ class LeasedVolume(VolumeHealth):
     code_mode: int
     capacity: int
     used: int
-    lease_expiry: float
+    lease_until: float  # on the holding allocator's monotonic clock, as its /stat's `now`
     disks: list[int] = Field(default_factory=list)  # of each unit, in unit order
     hosts: list[str] = Field(default_factory=list)
     under_spread: bool = False  # two units share a host
@@ -69,6 +71,7 @@ class LeasedVolume(VolumeHealth):
 
 class AllocatorStat(BaseModel):
     holder: str
+    now: float  # the allocator's monotonic clock as it answered: a volume's `lease_until - now` is its lease left
     bids_left: int
     volumes: list[LeasedVolume]
 

@@ -176,6 +176,10 @@ class VolumeList(BaseModel):
     volumes: list[VolumeView]
     # The Raft index the list reflects: a reader that keeps volumes asks with `since` set to it for what changed.
     revision: int = 0
+    # An answer to a lease request: seconds each lease lasts from when clustermgr granted it, after the request
+    # was sent. The holder counts that down on its own clock from when it sent the request: `lease_expiry` is on
+    # clustermgr's wall clock, which no other host's clock may be compared with.
+    lease_for: float = 0.0
 
 
 class RetainItem(RequestBody):
@@ -203,6 +207,7 @@ class Refused(BaseModel):
 class RetainResult(BaseModel):
     retained: list[Retained]
     refused: list[Refused]
+    lease_for: float  # seconds each renewed lease lasts from its renewal (see VolumeList.lease_for)
 
 
 class VolumeRef(RequestBody):

@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 LEASE_RETRY = 1.0  # seconds: after clustermgr had fewer volumes to lease than asked, ask again no sooner
 
 
-def _leased(volume: VolumeView) -> LeasedVolume:
+def _leased(volume: VolumeView, lease_until: float) -> LeasedVolume:
     return LeasedVolume(vid=volume.vid, code_mode=volume.code_mode, capacity=volume.capacity, used=volume.used,
-                        lease_expiry=volume.lease_expiry, disks=[u.disk_id for u in volume.units],
+                        lease_until=lease_until, disks=[u.disk_id for u in volume.units],
                         hosts=[u.host for u in volume.units], under_spread=volume.under_spread,
                         writable=volume.writable, why_not=volume.why_not, down_units=volume.down_units)
 
@@ -65,18 +65,19 @@ class Allocator:
         """Lease volumes until each mode has enough usable ones (and `extra` more, within the cap);
         fetch bids when running low."""
         async with self._lock:
-            now = time.time()
+            now = time.monotonic()
             for m in [mode] if mode is not None else self.modes:
                 held = len(self.pool.usable(int(m), now))
                 missing = min(self.pool.wanted(int(m), now, self.config.volumes_per_mode) + extra,
                               self.config.max_volumes_per_mode - held)
                 if missing > 0 and now >= self._short_until.get(m, 0.0):
+                    asked_at = time.monotonic()  # the leases begin later: counted from here, they end no later
                     leased = await self.cluster.alloc_volumes(int(m), self.holder, missing, avoid_disks,
                                                               reclaim=m not in self._leased_modes)
                     self._leased_modes.add(m)
-                    for volume in leased:
-                        self.pool.add(_leased(volume))
-                    if len(leased) < missing:  # clustermgr has no more to give: not again on every request
+                    for volume in leased.volumes:
+                        self.pool.add(_leased(volume, asked_at + leased.lease_for))
+                    if len(leased.volumes) < missing:  # clustermgr has no more to give: not again on every request
                         self._short_until[m] = now + LEASE_RETRY
             if self.pool.bids.left < max(self.config.bid_batch // 2, bids_wanted):
                 got = await self.cluster.alloc_scope("bid", max(self.config.bid_batch, bids_wanted))
@@ -87,9 +88,10 @@ class Allocator:
         if not self.pool.volumes:
             return
         items = [RetainItem(vid=v.vid, used=v.used) for v in self.pool.volumes.values()]
+        asked_at = time.monotonic()
         answer = await self.cluster.retain_volumes(self.holder, items)
         for kept in answer.retained:
-            self.pool.renewed(kept.vid, kept.lease_expiry, kept)
+            self.pool.renewed(kept.vid, asked_at + answer.lease_for, kept)
         for refused in answer.refused:
             log.warning("volume %s left the pool: %s", refused.vid, refused.reason)
             self.pool.drop(refused.vid)
@@ -104,15 +106,16 @@ class Allocator:
         excluded, avoided = set(exclude_vids), set(avoid_disks)
         for attempt in range(3):
             try:
-                return self.pool.allocate(int(code_mode), size, blob_size, time.time(), excluded, avoided, bids)
+                return self.pool.allocate(int(code_mode), size, blob_size, time.monotonic(), excluded, avoided,
+                                          bids)
             except PoolEmpty as exc:
                 if attempt == 2:
                     raise Unavailable(f"cannot allocate {size} bytes of {code_mode.name}: {exc}") from None
-                no_volume = not self.pool.choices(int(code_mode), size, time.time(), excluded, avoided)
+                no_volume = not self.pool.choices(int(code_mode), size, time.monotonic(), excluded, avoided)
                 await self.refill(code_mode, bids_wanted=max(-(-size // blob_size), bids or 0), extra=int(no_volume),
                                   avoid_disks=avoid_disks)
         raise AssertionError("unreachable")
 
     def stat(self) -> AllocatorStat:
-        return AllocatorStat(holder=self.holder, bids_left=self.pool.bids.left,
+        return AllocatorStat(holder=self.holder, now=time.monotonic(), bids_left=self.pool.bids.left,
                              volumes=list(self.pool.volumes.values()))

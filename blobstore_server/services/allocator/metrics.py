@@ -14,11 +14,11 @@ from blobstore_server.services.allocator.pool import VolumePool
 
 
 def pool_figures(pool: VolumePool, lease_margin: float) -> Iterator[Metric]:
-    now = time.time()
+    now = time.monotonic()
     leased: Counter[str] = Counter()
     free: Counter[str] = Counter()
     for volume in pool.volumes.values():
-        if volume.lease_expiry - lease_margin > now:
+        if volume.lease_until - lease_margin > now:
             mode = parse_code_mode(volume.code_mode).name
             leased[mode] += 1
             free[mode] += volume.free

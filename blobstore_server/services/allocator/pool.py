@@ -2,7 +2,9 @@
 
 A volume is allocated from only while its lease has at least `lease_margin` seconds left, so an
 allocation handed out can never outlive the lease it was made under; space handed out is
-recorded at once, so two requests never get the same bytes of a volume.
+recorded at once, so two requests never get the same bytes of a volume. Every time here is on the allocator's
+monotonic clock: a lease ends `lease_for` seconds (clustermgr's answer) after the allocator asked for it, and an
+allocation is usable for a duration, so neither clustermgr's wall clock nor access's is ever compared with ours.
 
 Which volume: never one access excluded (it just failed a write there); then the one whose units a
 writer should expect to miss the fewest of (down per clustermgr, or on a disk access avoids), then one
@@ -65,7 +67,7 @@ class VolumePool:
 
     def usable(self, code_mode: int, now: float) -> list[LeasedVolume]:
         return [v for v in self.volumes.values()
-                if v.code_mode == code_mode and v.free > 0 and v.lease_expiry - self.lease_margin > now]
+                if v.code_mode == code_mode and v.free > 0 and v.lease_until - self.lease_margin > now]
 
     def add(self, volume: LeasedVolume) -> None:
         self.volumes[volume.vid] = volume
@@ -73,10 +75,10 @@ class VolumePool:
     def drop(self, vid: int) -> None:
         self.volumes.pop(vid, None)
 
-    def renewed(self, vid: int, lease_expiry: float, health: VolumeHealth) -> None:
+    def renewed(self, vid: int, lease_until: float, health: VolumeHealth) -> None:
         volume = self.volumes.get(vid)
         if volume is not None:
-            volume.lease_expiry = lease_expiry
+            volume.lease_until = lease_until
             volume.writable, volume.why_not, volume.down_units = health.writable, health.why_not, health.down_units
 
     def choices(self, code_mode: int, size: int, now: float, exclude_vids: Collection[int] = (),
@@ -123,4 +125,4 @@ class VolumePool:
         first = self.bids.take(count)
         volume.used += size
         return [BlobSlice(vid=volume.vid, min_bid=first, count=count,
-                          usable_for=volume.lease_expiry - self.lease_margin - now)]
+                          usable_for=volume.lease_until - self.lease_margin - now)]

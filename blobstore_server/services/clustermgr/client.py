@@ -259,12 +259,12 @@ class ClusterClient(ServiceClient):
         return await self.call(api.VOLUME_LIST, params={"since": revision})
 
     async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1,
-                            avoid_disks: Sequence[int] = (), reclaim: bool = False) -> list[VolumeView]:
+                            avoid_disks: Sequence[int] = (), reclaim: bool = False) -> VolumeList:
         """Lease up to `count` volumes, those with every unit up and none on `avoid_disks` first; with `reclaim`,
-        also those `holder` leases already."""
+        also those `holder` leases already; each for the answer's `lease_for` seconds."""
         body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count, avoid_disks=list(avoid_disks),
                            reclaim=reclaim)
-        return (await self.call(api.VOLUME_ALLOC, body=body)).volumes
+        return await self.call(api.VOLUME_ALLOC, body=body)
 
     async def retain_volumes(self, holder: str, volumes: list[RetainItem]) -> RetainResult:
         body = VolumeRetain(holder=holder, volumes=volumes)

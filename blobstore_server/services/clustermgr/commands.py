@@ -316,7 +316,7 @@ def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd)
                                            "lease_expiry": now + cmd.lease_ttl})
         s.put_volume(batch, volume)
         leased.append(VolumeView(**volume.model_dump(), **health.model_dump()))
-    return VolumeList(volumes=leased)
+    return VolumeList(volumes=leased, lease_for=cmd.lease_ttl)
 
 
 def _leased(s: ClusterState, vid: int, holder: str, now: float) -> VolumeInfo:
@@ -340,7 +340,7 @@ class VolumeRetainCmd(Command[RetainResult]):
 @command(VolumeRetainCmd)
 def volume_retain(s: ClusterState, batch: Batch, now: float, cmd: VolumeRetainCmd) -> RetainResult:
     """Renew leases and tell the holder which volumes can take writes: it stops allocating from the others."""
-    result = RetainResult(retained=[], refused=[])
+    result = RetainResult(retained=[], refused=[], lease_for=cmd.lease_ttl)
     disks = {d.disk_id: d for d in s.disks()} if cmd.heartbeat_timeout is not None else {}
     for item in cmd.volumes:
         try:
