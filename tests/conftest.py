@@ -223,6 +223,7 @@ def _cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_
             service = launch("access", name, secret=LocalCluster.secret, clustermgr_hosts=cm_urls,
                              allocator_hosts=[a.url for a in allocs],
                              orphan_log=str(tmp_path / f"{name}-orphans.jsonl"),
+                             state_file=str(tmp_path / f"{name}-state.sqlite"),
                              audit_log=str(tmp_path / f"{name}-audit.jsonl"),
                              # No standby stock unless a test asks: these clusters' 10 s leases could not carry
                              # its 60 s, and what it holds would blur the allocators' accounting tests check.

@@ -289,7 +289,7 @@ def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboar
                  cluster_id=home, clustermgr_hosts=urls(home, "clustermgr"), allocator_hosts=urls(home, "allocator"),
                  mqproxy_hosts=urls(home, "mqproxy"), region=region, region_refresh=2.0, secret=s.location_secret,
                  redis_url=s.redis_url, default_code_mode=s.code_modes[0],
-                 orphan_log=str(p.workdir / "orphans.jsonl"),
+                 orphan_log=str(p.workdir / "orphans.jsonl"), state_file=str(p.workdir / "state.sqlite"),
                  audit_log=str(p.workdir / "audit.jsonl") if s.audit_log else ""))
              for p in access]
     scraped = [*(p for k in clusters for p in clusters[k]), *nodes]

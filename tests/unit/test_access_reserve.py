@@ -10,7 +10,7 @@ MODE = 11
 
 def held(ttl: float = 1.0) -> Reservations:
     reserved = Reservations(bids=3, bytes=1600, ttl=ttl)
-    reserved.add(MODE, BlobSlice(vid=5, min_bid=100, count=3), disks=[1, 2, 3], now=10.0)
+    reserved.add(MODE, BlobSlice(vid=5, min_bid=100, count=3, usable_for=8.0), disks=[1, 2, 3], asked_at=10.0)
     return reserved
 
 
@@ -44,6 +44,15 @@ def test_dropped_when_old_full_excluded_or_on_an_avoided_disk() -> None:
 def test_a_new_reservation_returns_the_last_ones_rest() -> None:
     reserved = held()
     reserved.take(MODE, 100, 10.0, (), ())
-    reserved.add(MODE, BlobSlice(vid=6, min_bid=200, count=3), disks=[4], now=10.2)
+    reserved.add(MODE, BlobSlice(vid=6, min_bid=200, count=3, usable_for=8.0), disks=[4], asked_at=10.2)
     assert reserved.returned() == [UnusedSpace(vid=5, size=1500)]
     assert reserved.take(MODE, 100, 10.3, (), ()) == BlobSlice(vid=6, min_bid=200, count=1)
+
+
+def test_used_no_longer_than_the_allocator_said_counted_from_the_ask() -> None:
+    """The allocator's `usable_for` is a duration from when access sent the request: a reservation asked for at
+    10.0 that the allocator says is usable for 0.4 s is done at 10.4, whenever the answer came, and before its ttl."""
+    reserved = Reservations(bids=3, bytes=1600, ttl=1.0)
+    reserved.add(MODE, BlobSlice(vid=5, min_bid=100, count=3, usable_for=0.4), disks=[1], asked_at=10.0)
+    assert reserved.take(MODE, 100, 10.39, (), ()) == BlobSlice(vid=5, min_bid=100, count=1)
+    assert reserved.take(MODE, 100, 10.4, (), ()) is None

@@ -191,3 +191,28 @@ def test_grants_too_short_to_ride_out_are_not_fetched_again_and_again() -> None:
     assert stock.returned() == [] and stock.held(25.0)[MODE][0] == 300
     assert stock.wanted([MODE], 30.0) == []
     assert len(stock.wanted([MODE], 35.5)) == 2  # after the backoff, asked again
+
+
+def test_what_changed_is_told_once_for_the_state_file_and_a_restored_grant_goes_on_from_its_next_bid() -> None:
+    """Each grant added or taken from comes out of `changes` as it stands (a copy), each one let go by its first bid;
+    a grant held again from the state file is not a change, and is taken from where it stood."""
+    stock = standby()
+    grant(stock, vid=1, first=1000, usable_for=50.0)
+    grant(stock, vid=2, first=5000, usable_for=40.0)
+    stock.take(MODE, 100, 2, 1.0, (), (), any_unit)  # from vid 2, nearest its end
+    kept, dropped = stock.changes()
+    assert sorted((mode, g.vid, g.next_bid, g.bids_left) for mode, g in kept) == [(MODE, 1, 1000, 100),
+                                                                                 (MODE, 2, 5002, 98)]
+    assert dropped == [] and stock.changes() == ([], [])
+    kept[1][1].next_bid = 0  # a copy: the stock is not touched
+    assert stock.take(MODE, 100, 1, 1.0, (), (), any_unit) == BlobSlice(vid=2, min_bid=5002, count=1,
+                                                                        usable_for=39.0)
+    assert stock.take(MODE, 100, 1, 40.0, (), (), any_unit).vid == 1  # type: ignore[union-attr]  # vid 2 ended
+    kept, dropped = stock.changes()
+    assert [(g.vid, g.next_bid) for _, g in kept] == [(1, 1001)] and dropped == [5000]
+
+    after_restart = standby()
+    after_restart.restore(MODE, kept[0][1])
+    assert after_restart.changes() == ([], [])
+    assert after_restart.take(MODE, 100, 1, 41.0, (), (), any_unit) == BlobSlice(vid=1, min_bid=1001, count=1,
+                                                                                 usable_for=9.0)

@@ -74,10 +74,11 @@ def test_the_default_plan_runs_two_allocators_and_two_access_nodes_each_given_bo
         assert config["allocator_hosts"] == allocator_urls
         assert config["bind_addr"] == named[name].url.removeprefix("http://")
         assert config["orphan_log"] == str(workdir / "orphans.jsonl")
+        assert config["state_file"] == str(workdir / "state.sqlite")  # one each: two processes never share one
         assert config["audit_log"] == str(workdir / "audit.jsonl")
         assert config["region"] == []
     assert access[0]["bind_addr"] != access[1]["bind_addr"]
-    alike = ("bind_addr", "orphan_log", "audit_log")
+    alike = ("bind_addr", "orphan_log", "state_file", "audit_log")
     assert {k: v for k, v in access[0].items() if k not in alike} == {
         k: v for k, v in access[1].items() if k not in alike}  # the same secret, keys and hosts
     assert access[0]["secret"] == "location-secret"

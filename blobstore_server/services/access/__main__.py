@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
@@ -23,6 +24,7 @@ from blobstore_server.services.access.metrics import count_bytes
 from blobstore_server.services.access.objects import ObjectStore
 from blobstore_server.services.access.outbox import Outbox
 from blobstore_server.services.access.region import Region
+from blobstore_server.services.access.statefile import StateFile, StateFileInUse
 from blobstore_server.services.access.tail import TailDelay
 from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -67,6 +69,10 @@ async def _last_flush(outbox: Outbox) -> None:
 
 
 def build(config: AccessConfig) -> tuple[ASGIApp, str]:
+    try:
+        state = StateFile(Path(config.state_file))
+    except StateFileInUse as exc:
+        sys.exit(f"access: refusing to start: {exc}")
     life = Lifecycle()
     redis = None
     if config.redis_url:
@@ -88,7 +94,7 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
         tail = TailDelay(config.tail_hedge_quantile, config.tail_hedge_min) if config.tail_hedge_quantile else None
         io = ShardIO(blobnodes, volumes, config.shard_timeout, health, config.put_grace, tail, config.tail_hedge_bytes)
-        store = stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, mq, hosts.cluster_id)
+        store = stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, state, mq, hosts.cluster_id)
         if store.outbox is not None:
             life.loop(store.outbox.run)
             life.close(partial(_last_flush, store.outbox))
@@ -97,6 +103,10 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         if config.standby_ride_out > 0:
             life.loop(_standby_loop(stores[hosts.cluster_id], config.standby_refill))
         life.close(cluster.close, allocator.close, mq.close)
+    unclaimed = state.unclaimed()
+    if unclaimed:
+        log.error("state file %s holds messages or grants of clusters %s, which this node no longer serves: left "
+                  "in it", config.state_file, unclaimed)
     region = Region(stores, managers, config.secret.encode())
 
     async def refresh_region() -> None:
@@ -111,6 +121,7 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         audit = AuditLog(Path(config.audit_log), config.audit_log_max_bytes, config.audit_log_backups)
         observers.append(audit.write)
         life.close(lambda: asyncio.to_thread(audit.close))
+    life.close(lambda: asyncio.to_thread(state.close))  # after the outboxes' last flush
     return build_app(region, life, observers), config.bind_addr
 
 

@@ -75,6 +75,9 @@ class AccessConfig(ServiceSettings):
     standby_refill: float = Field(2.0, gt=0)
     upload_ttl: float = Field(86400.0, gt=0, le=30 * 86400)  # seconds a multipart upload's tokens are valid
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
+    # What this node owes and holds (repair and delete messages not yet taken by mqproxy, the standby grants), kept
+    # across a crash and taken up again at start (services/access/statefile.py); one file per access node.
+    state_file: str = "access-state.sqlite"
     audit_log: str = "access-audit.jsonl"  # one JSON line per request; empty: no audit log
     audit_log_max_bytes: int = Field(64 << 20, ge=4096)  # then it rotates to audit_log.1, .2, ...
     audit_log_backups: int = Field(5, ge=1)

@@ -35,6 +35,7 @@ from blobstore_server.services.access.blobs import (
     write_blob,
 )
 from blobstore_server.services.access.config import AccessConfig
+from blobstore_server.services.access.deadlines import read_clocks
 from blobstore_server.services.access.metrics import (
     PLANNED_BYTES,
     READ_PLANS,
@@ -47,6 +48,7 @@ from blobstore_server.services.access.putplan import PutPlan, RetryRefused
 from blobstore_server.services.access.quorum import decide_put
 from blobstore_server.services.access.reserve import Reservations
 from blobstore_server.services.access.standby import Standby
+from blobstore_server.services.access.statefile import SavedGrant, Saving, StateFile, StateFileError, on_disk
 from blobstore_server.services.access.stripes import BlobRange, plan_range, plan_runs, shard_reads, split_object
 from blobstore_server.services.allocator.client import AllocatorClient
 from blobstore_server.services.clustermgr.client import VolumeCache
@@ -98,11 +100,13 @@ class BodyReader:
 
 class ObjectStore:
     def __init__(self, config: AccessConfig, io: ShardIO, volumes: VolumeCache, allocator: AllocatorClient,
-                 mq: MqProxyClient | None = None, cluster_id: int | None = None) -> None:
+                 state: StateFile, mq: MqProxyClient | None = None, cluster_id: int | None = None) -> None:
         self.config = config
         self.cluster_id = config.cluster_id if cluster_id is None else cluster_id
         self.mq = mq
-        self.outbox = Outbox(mq) if mq is not None else None  # repair and leftover-delete messages, kept till sent
+        self.state = state  # what this node owes and holds, kept across a crash (statefile.py)
+        # Repair and leftover-delete messages, kept till sent.
+        self.outbox = Outbox(mq, state, self.cluster_id) if mq is not None else None
         self.io = io
         self.volumes = volumes
         self.allocator = allocator
@@ -110,6 +114,9 @@ class ObjectStore:
         self.reserved = Reservations(config.reserve_bids, config.reserve_bytes, config.reserve_ttl)
         self.standby = Standby(config.standby_ride_out, config.standby_headroom, config.standby_min_bids,
                                config.standby_min_bytes, config.standby_max_bids, config.standby_max_bytes)
+        now, clocks = time.monotonic(), read_clocks()
+        for saved in state.grants(self.cluster_id):  # those whose time ran out go at the first look, bytes given back
+            self.standby.restore(saved.mode, saved.grant(now, clocks))
 
     def load_policy(self, raw: str | None) -> None:
         """Take the size policy clustermgr publishes (None: none published yet, keep the default)."""
@@ -175,14 +182,21 @@ class ObjectStore:
                                           ) from None
                 continue
             plan.written()
-            self._repair_unwritten(outcome)
+            await self._repair_unwritten(outcome)
             return outcome
 
-    def _repair_unwritten(self, outcome: BlobWrite) -> None:
+    async def _repair_unwritten(self, outcome: BlobWrite) -> None:
+        """Queue the repair of the shards a write left out, and wait until the message is in the state file: the
+        blob is acknowledged with its repair owed, which no crash of this node may forget."""
         if outcome.missing:
             log.warning("blob %d/%d written without shards %s", outcome.vid, outcome.bid, outcome.failed)
-            self._queue_repair(RepairIn(vid=outcome.vid, bid=outcome.bid, bad_indexes=list(outcome.missing),
-                                        reason="put could not write these shards"))
+            saving = self._queue_repair(RepairIn(vid=outcome.vid, bid=outcome.bid, bad_indexes=list(outcome.missing),
+                                                 reason="put could not write these shards"))
+            try:
+                if saving is not None:
+                    await on_disk(saving)
+            except StateFileError as exc:  # it is still sent from memory unless this node dies first
+                log.error("the repair of blob %d/%d is not kept across a crash: %s", outcome.vid, outcome.bid, exc)
 
     async def alloc(self, size: int, mode: CodeMode | None) -> tuple[Location, list[BlobToken]]:
         """Allocate a whole object for a multipart upload: its Location (CRC 0: the bytes are not seen
@@ -225,7 +239,7 @@ class ObjectStore:
                 raise Conflict(f"blob {blob.vid}/{blob.bid} was already uploaded with other bytes") from None
             self.io.health.punish_volume(blob.vid, time.monotonic())
             raise
-        self._repair_unwritten(outcome)
+        await self._repair_unwritten(outcome)
 
     async def _allocate_object(self, mode: CodeMode, size: int, blobs: int) -> list[BlobSlice]:
         """Space for a new object: a small one from the mode's reservation (a fresh one when it cannot serve)."""
@@ -235,12 +249,13 @@ class ObjectStore:
         excluded, avoided = self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now)
         taken = self.reserved.take(int(mode), size, now, excluded, avoided)
         if taken is None:
+            asked_at = time.monotonic()
             try:
                 fresh = await self._allocate(mode, self.config.reserve_bytes, self.config.reserve_bids)
             except Unavailable:  # no volume has a reservation's room left (this object may still fit), or no
                 return await self._allocate(mode, size, standby=True)  # allocator answers
             volume = await self.volumes.get(fresh[0].vid)
-            self.reserved.add(int(mode), fresh[0], [u.disk_id for u in volume.units], time.monotonic())
+            self.reserved.add(int(mode), fresh[0], [u.disk_id for u in volume.units], asked_at)
             taken = self.reserved.take(int(mode), size, time.monotonic(), excluded, avoided)
             if taken is None:  # its volume is on a disk access avoids: the allocator had nothing better
                 return await self._allocate(mode, size, standby=True)
@@ -264,8 +279,20 @@ class ObjectStore:
             if taken is None:
                 raise Unavailable(f"{exc}; this access node holds no space to ride that out",
                                   retry_after=RETRY_AFTER) from None
+            try:  # before a shard is written on them: a restart must not hand these bids out again
+                await on_disk(self._save_standby())
+            except StateFileError as not_kept:
+                raise Unavailable(f"{exc}; the bids this access node holds cannot be noted as taken: {not_kept}",
+                                  retry_after=RETRY_AFTER) from None
             STANDBY_ALLOCATIONS.inc()
             return [taken]
+
+    def _save_standby(self) -> Saving:
+        """Write what changed in the standby stock to the state file."""
+        kept, dropped = self.standby.changes()
+        now, clocks = time.monotonic(), read_clocks()
+        return self.state.save_grants(self.cluster_id, [SavedGrant.of(mode, grant, now, clocks)
+                                                        for mode, grant in kept], dropped)
 
     async def refill_standby(self) -> None:
         """Fetch the grants the standby stock misses (see standby.py); also how allocators that stopped
@@ -291,6 +318,7 @@ class ObjectStore:
         for held_mode, held in self.standby.held(time.monotonic()).items():
             for what, value in zip(("bids", "bytes", "seconds"), held, strict=True):
                 STANDBY_HELD.labels(parse_code_mode(held_mode).name, what).set(value)
+        self._save_standby()  # not waited for: a grant lost in a crash is only space the allocator gets back late
 
     def _discard(self, written: list[BlobWrite], reason: str) -> None:
         """Blobs no Location will name: note their shards in the orphan log and queue their deletion."""
@@ -404,7 +432,7 @@ class ObjectStore:
             await self.mq.send_delete(messages)
         return len(messages)
 
-    def _queue_repair(self, repair: RepairIn) -> None:
-        """Owed to the repair pipeline; a request never waits for it (the outbox sends it in the background)."""
-        if self.outbox is not None:
-            self.outbox.repair(repair)
+    def _queue_repair(self, repair: RepairIn) -> Saving | None:
+        """Owed to the repair pipeline; the outbox sends it in the background. None without an outbox; else
+        done once the message is in the state file."""
+        return self.outbox.repair(repair) if self.outbox is not None else None

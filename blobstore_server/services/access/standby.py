@@ -13,6 +13,8 @@ can and its other units still make the put quorum (a write skips punished disks'
 treats avoided disks: one punished disk among a volume's units is common (a unit moved just before the outage
 leaves access writing to its old place) and must not stop every PUT. The clustermgr lease must outlast
 `ride_out` plus the refill interval.
+What changed in the stock since the last look (`changes`) is for the shell to save (statefile.py), so that a
+restarted access node takes its grants up again (`restore`) and never writes a bid it took before.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from blobstore_server.libs.proto.allocator import BlobSlice, UnusedSpace
 
@@ -35,6 +37,7 @@ RATE_WINDOWS = (10.0, 60.0)  # seconds: the PUT rate is the higher of these wind
 class Grant:
     vid: int
     disks: tuple[int, ...]  # of the volume's units, in unit order
+    first_bid: int  # as granted: names the grant (no other grant of the cluster holds that bid)
     next_bid: int
     bids_left: int
     bytes_left: int
@@ -91,6 +94,7 @@ class Standby:
     _grants: dict[int, list[Grant]] = field(default_factory=dict, init=False)
     _unused: list[UnusedSpace] = field(default_factory=list, init=False)
     _short_until: dict[int, float] = field(default_factory=dict, init=False)
+    _changed: dict[int, tuple[int, Grant] | None] = field(default_factory=dict, init=False)  # by first bid
 
     def record(self, mode: int, bids: int, size: int, now: float) -> None:
         """A PUT allocated `bids` bids and `size` bytes of `mode`: what sizes the stock."""
@@ -124,16 +128,20 @@ class Standby:
         that are no longer good (the allocators answer: what they held is not needed); one already too short
         is only added, and no other is asked for during `SHORT_BACKOFF`."""
         bids, share_bytes = self.share(mode, asked_at)
-        grant = Grant(vid=granted.vid, disks=tuple(disks), next_bid=granted.min_bid, bids_left=granted.count,
-                      bytes_left=size, usable_until=asked_at + granted.usable_for)
+        grant = Grant(vid=granted.vid, disks=tuple(disks), first_bid=granted.min_bid, next_bid=granted.min_bid,
+                      bids_left=granted.count, bytes_left=size, usable_until=asked_at + granted.usable_for)
         held = self._grants.setdefault(mode, [])
         if not self._good(grant, bids, share_bytes, asked_at):
             self._short_until[mode] = asked_at + SHORT_BACKOFF
         else:
             for old in [g for g in held if not self._good(g, bids, share_bytes, asked_at)]:
-                held.remove(old)
-                self._give_back(old)
-        held.append(grant)
+                self._drop(mode, old)
+        self.restore(mode, grant)
+        self._changed[grant.first_bid] = (mode, grant)
+
+    def restore(self, mode: int, grant: Grant) -> None:
+        """Hold a grant as it was saved (its `usable_until` on this process's clock)."""
+        self._grants.setdefault(mode, []).append(grant)
 
     def take(self, mode: int, size: int, blobs: int, now: float, excluded_vids: Collection[int],
              avoided_disks: Collection[int], writable: Callable[[frozenset[int]], bool]) -> BlobSlice | None:
@@ -155,8 +163,9 @@ class Standby:
         grant.bids_left -= blobs
         grant.bytes_left -= size
         if grant.bids_left == 0:
-            self._grants[mode].remove(grant)
-            self._give_back(grant)
+            self._drop(mode, grant)
+        else:
+            self._changed[grant.first_bid] = (mode, grant)
         return BlobSlice(vid=grant.vid, min_bid=first, count=blobs, usable_for=grant.usable_until - now)
 
     def held(self, now: float) -> dict[int, tuple[int, int, float]]:
@@ -172,16 +181,24 @@ class Standby:
         unused, self._unused = self._unused, []
         return unused
 
+    def changes(self) -> tuple[list[tuple[int, Grant]], list[int]]:
+        """What changed since the last call (once): (mode, a copy of the grant) of each grant added or taken from,
+        and the first bids of the grants dropped."""
+        changed, self._changed = self._changed, {}
+        kept = [(held[0], replace(held[1])) for held in changed.values() if held is not None]
+        return kept, [first_bid for first_bid, held in changed.items() if held is None]
+
     def _good(self, grant: Grant, bids: int, size: int, now: float) -> bool:
         return (grant.usable_until >= now + self.ride_out and 2 * grant.bids_left >= bids
                 and 2 * grant.bytes_left >= size)
 
     def _expire(self, mode: int, now: float) -> None:
-        grants = self._grants.get(mode, [])
-        for grant in [g for g in grants if g.usable_until <= now]:
-            grants.remove(grant)
-            self._give_back(grant)
+        for grant in [g for g in self._grants.get(mode, []) if g.usable_until <= now]:
+            self._drop(mode, grant)
 
-    def _give_back(self, grant: Grant) -> None:
+    def _drop(self, mode: int, grant: Grant) -> None:
+        """Let a grant go, its unused bytes handed back to the allocator."""
+        self._grants[mode].remove(grant)
+        self._changed[grant.first_bid] = None
         if grant.bytes_left > 0:
             self._unused.append(UnusedSpace(vid=grant.vid, size=grant.bytes_left))
