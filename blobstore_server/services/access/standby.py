@@ -4,10 +4,11 @@ While allocators answer, every PUT is allocated by one, and this stock is not to
 keeps, per code mode in use, two grants (runs of consecutive bids and the bytes that go with them, in two
 volumes when the allocators have two) sized so that together they carry `ride_out` seconds of this node's
 recent PUT rate `headroom` times over. A grant is written to only until the allocator's lease on its volume
-ends, less the allocator's margin (`BlobSlice.usable_for`), so no blob lands in a volume clustermgr may have
-given away; a grant that can no longer cover `ride_out` seconds is replaced while the allocators answer,
-and its unused bytes go back to the allocator (`returned`). When no allocator answers, PUTs take from the
-stock, the grant nearest its end first, skipping (not dropping) grants whose volume a write just failed in.
+ends, less the allocator's margin (`BlobSlice.usable_for`, counted from when it was asked for), so no blob lands
+in a volume clustermgr may have given away; a grant that can no longer cover `ride_out` seconds is replaced while
+the allocators answer, and its unused bytes go back to the allocator (`returned`). When no allocator answers, PUTs
+take from the stock, the grant nearest its end first, skipping (not dropping) grants whose volume a write just
+failed in.
 Grants clear of the disks that failed lately come first; one with units on them serves only when no clear one
 can and its other units still make the put quorum (a write skips punished disks' shards then), as the allocator
 treats avoided disks: one punished disk among a volume's units is common (a unit moved just before the outage
@@ -136,7 +137,7 @@ class Standby:
         else:
             for old in [g for g in held if not self._good(g, bids, share_bytes, asked_at)]:
                 self._drop(mode, old)
-        self.restore(mode, grant)
+        held.append(grant)
         self._changed[grant.first_bid] = (mode, grant)
 
     def restore(self, mode: int, grant: Grant) -> None:
