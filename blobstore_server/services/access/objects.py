@@ -188,15 +188,17 @@ class ObjectStore:
     async def _repair_unwritten(self, outcome: BlobWrite) -> None:
         """Queue the repair of the shards a write left out, and wait until the message is in the state file: the
         blob is acknowledged with its repair owed, which no crash of this node may forget."""
-        if outcome.missing:
-            log.warning("blob %d/%d written without shards %s", outcome.vid, outcome.bid, outcome.failed)
-            saving = self._queue_repair(RepairIn(vid=outcome.vid, bid=outcome.bid, bad_indexes=list(outcome.missing),
-                                                 reason="put could not write these shards"))
-            try:
-                if saving is not None:
-                    await on_disk(saving)
-            except StateFileError as exc:  # it is still sent from memory unless this node dies first
-                log.error("the repair of blob %d/%d is not kept across a crash: %s", outcome.vid, outcome.bid, exc)
+        if not outcome.missing:
+            return
+        log.warning("blob %d/%d written without shards %s", outcome.vid, outcome.bid, outcome.failed)
+        saving = self._queue_repair(RepairIn(vid=outcome.vid, bid=outcome.bid, bad_indexes=list(outcome.missing),
+                                             reason="put could not write these shards"))
+        if saving is None:
+            return
+        try:
+            await on_disk(saving)
+        except StateFileError as exc:  # it is still sent from memory unless this node dies first
+            log.error("the repair of blob %d/%d is not kept across a crash: %s", outcome.vid, outcome.bid, exc)
 
     async def alloc(self, size: int, mode: CodeMode | None) -> tuple[Location, list[BlobToken]]:
         """Allocate a whole object for a multipart upload: its Location (CRC 0: the bytes are not seen
