@@ -1,7 +1,8 @@
 """clustermgr under a paused leader and lost replies, produced for real: SIGSTOP of the leader process
 (a long GC, a stalled disk, a cut that leaves it alive), kill -9 and restart of every replica, a wiped
 replica caught up by snapshot, and the `fault_hooks` switch cutting replies after their command
-committed. Clients ride out the pause, and every retried command applies exactly once."""
+committed. Clients ride out the pause, and every retried command applies exactly once; a volume creation whose
+outcome the leader never learned keeps its chunks."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ import pytest
 from pydantic import BaseModel
 
 from blobstore_server.libs.proto.clustermgr import (
+    POLICY_KEY,
     SESSION_HEADER,
+    CodeModePolicy,
+    CodeModeRule,
     DropReplies,
     KeyCas,
     KeyValue,
@@ -32,10 +36,14 @@ from blobstore_server.libs.proto.clustermgr import (
     MaybeValue,
     ScopeAlloc,
     ScopeRange,
+    VolumeView,
 )
+from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.rpc import errors
 from blobstore_server.libs.rpc.client import AiohttpTransport, HttpClient, Request, Response
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.clustermgr.volumes import INTENT_PREFIX, VolumeIntent
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service, eventually
 
@@ -303,3 +311,62 @@ def test_puts_ride_out_a_paused_clustermgr_leader(cluster_factory: ClusterFactor
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         for token, data in acked.items():
             assert client.get(f"/blob/{token}").content == data
+
+
+def test_a_volume_whose_creation_answer_was_lost_keeps_its_chunks(cluster_factory: ClusterFactory) -> None:
+    """The leader proposes a volume to followers that are stopped (their sockets still take its bytes), steps down
+    for want of a quorum and learns only "the outcome is unknown"; once the followers run again they hold the entry
+    and the next leader commits it. The leader that lost its answer must release nothing: the volume keeps every
+    chunk, takes a PUT, reads it back, and no intent is left behind.
+
+    A blobnode stopped while the leader creates the chunks holds the leader between the intent and the proposal,
+    so the followers are stopped before the volume is proposed. Slow elections (1.5-2.5 s) give the leader that
+    long to propose before it steps down."""
+    cluster = cluster_factory(min_volumes=0, clustermgr={"election_timeout_ms": [1500, 2500]})
+    cms, stalled = cluster.clustermgr, cluster.blobnodes[0]
+    one_volume = CodeModePolicy.dump([CodeModeRule(code_mode="EC3P3", min_volumes=1, min_idle_volumes=0)])
+
+    async def scenario() -> VolumeView:
+        async with ClusterClient([cm.url for cm in cms]) as c:
+            leader = await leader_of(c, cms)
+            followers = [cm for cm in cms if cm is not leader]
+            pause(stalled)
+            try:
+                await c.set_config(POLICY_KEY, one_volume)
+                intents = await eventually(lambda: c.kv_list(INTENT_PREFIX), 10, "the creation's intent")
+                for follower in followers:
+                    pause(follower)
+            finally:
+                resume(stalled)
+            try:
+                await eventually(lambda: _logged(leader, "volume_create: not committed"), 15,
+                                 "the leader to lose the answer to its volume_create")
+            finally:
+                for follower in followers:
+                    resume(follower)
+            vid = VolumeIntent.model_validate_json(next(iter(intents.values()))).vid
+            volume = await eventually(lambda: _volume_if_created(c, vid), 20, f"volume {vid} committed")
+            assert volume is not None
+            await eventually(lambda: _no_intent(c), 20, "the intent finished")
+            async with BlobnodeClient() as blobnodes:
+                for unit in volume.units:
+                    assert (await blobnodes.chunk_stat(unit.host, unit.disk_id, unit.vuid)).status == "normal"
+            return volume
+
+    volume = asyncio.run(scenario())
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        token = wait_for_put(client, b"into the volume whose answer was lost")
+        assert Location.from_token(token, LocalCluster.secret.encode()).blobs[0].vid == volume.vid
+        assert client.get(f"/blob/{token}").content == b"into the volume whose answer was lost"
+
+
+async def _logged(service: Service, text: str) -> bool:
+    return text in service.log_path.read_text()
+
+
+async def _volume_if_created(c: ClusterClient, vid: int) -> VolumeView | None:
+    return next((v for v in await c.list_volumes() if v.vid == vid), None)
+
+
+async def _no_intent(c: ClusterClient) -> bool:
+    return not await c.kv_list(INTENT_PREFIX)

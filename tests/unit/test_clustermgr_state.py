@@ -25,7 +25,7 @@ def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() ->
         "scope_alloc", "disk_add", "disk_heartbeat", "disk_set", "volume_create", "volume_alloc", "volume_retain",
         "volume_release", "volume_lock", "volume_unlock", "volume_unit_alloc", "volume_unit_update",
         "service_register", "service_heartbeat", "service_unregister", "config_set", "config_delete", "kv_set",
-        "kv_delete", "kv_cas", "volume_unit_release"}
+        "kv_delete", "kv_cas", "volume_unit_release", "volume_committed"}
     for op, entry in COMMANDS.items():
         assert entry.model.op == op and issubclass(entry.model.result_type, BaseModel)
 
@@ -122,6 +122,14 @@ def test_leases_are_exclusive_renewable_and_lapse(cm: Driver) -> None:
     assert alloc("a3", 1) == [1]
     cm(c.VolumeRelease(vid=1, holder="a3"))
     assert cm.state.volume(1).status == VolumeStatus.IDLE
+
+
+def test_whether_a_volume_was_created_is_read_in_log_order(cm: Driver) -> None:
+    add_disks(cm)
+    cm(c.ScopeAlloc(name="vid", count=1))
+    assert cm(c.VolumeCommitted(vid=1)).committed is False
+    create_volume(cm, 1)
+    assert cm(c.VolumeCommitted(vid=1)).committed is True
 
 
 def test_a_restarted_holder_reclaims_its_own_leases_and_nobody_elses(cm: Driver) -> None:

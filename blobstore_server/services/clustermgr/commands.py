@@ -271,6 +271,26 @@ def volume_create(s: ClusterState, batch: Batch, now: float, cmd: VolumeCreate) 
     return volume
 
 
+class VolumeOutcome(BaseModel):
+    vid: int
+    committed: bool
+
+
+class VolumeCommitted(Command[VolumeOutcome]):
+    """Was volume `vid` created? A read ordered through the log: answered after every entry before it, the
+    proposer's own pending `volume_create` included, it settles a creation whose outcome was unknown. Once it
+    says no, no creation of `vid` can still commit: one proposed before it would have been applied before it,
+    and a leader proposes a vid's creation once."""
+
+    op = "volume_committed"
+    vid: int
+
+
+@command(VolumeCommitted)
+def volume_committed(s: ClusterState, batch: Batch, now: float, cmd: VolumeCommitted) -> VolumeOutcome:
+    return VolumeOutcome(vid=cmd.vid, committed=s.has_volume(cmd.vid))
+
+
 class VolumeAllocCmd(Command[VolumeList]):
     op = "volume_alloc"
     code_mode: int

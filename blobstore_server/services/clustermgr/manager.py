@@ -183,21 +183,25 @@ class ClusterManager:
     # leader duties
 
     async def _leader_duties(self) -> None:
-        was_leader = False
+        """Each round while this node leads: finish leftover volume intents, keep the volume floors. Only once a
+        read-index in its term has applied everything committed before it (its own no-op of the term included):
+        a round judged on a state that lags would create volumes that exist already."""
+        fresh_term = 0  # the term in which this node last confirmed its lead with everything committed applied
         while True:
             await asyncio.sleep(self.config.volume_check_interval)
             try:
-                leader = self.is_leader()
-                if leader and not was_leader:
+                term = self.raft.node.term
+                if not self.is_leader():
+                    continue
+                if term != fresh_term:
                     await self.fresh()
                     await self.publish_defaults()
-                was_leader = leader
-                if leader:
-                    await self.volumes.roll_back_leftovers()
-                    await self.ensure_volumes()
+                    fresh_term = term
+                await self.volumes.roll_back_leftovers()
+                await self.ensure_volumes()
             except (NotLeader, Unavailable) as exc:
                 log.info("leader duty interrupted: %s", exc)
-                was_leader = False
+                fresh_term = 0
             except Exception:
                 log.exception("leader duty failed")
 

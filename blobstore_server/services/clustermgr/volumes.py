@@ -16,6 +16,11 @@ between steps, the intent is rolled back: every chunk it names is released, and 
 blobnode has confirmed is the intent removed. The leader retries leftover intents every round (all but those of
 the creations it runs now), so a chunk on a node that was down is released when it returns: no half-created volume
 stays.
+
+A failed step (3) may still have committed: the leader lost its leadership, or its answer timed out, after it
+proposed. So a roll back releases nothing before a `volume_committed` read through the log says the volume was
+not created (local state may lag, or not know yet); a node that cannot learn that (it no longer leads) releases
+nothing and leaves the intent to the next leader, whose own reading is ordered after every entry of earlier terms.
 """
 
 from __future__ import annotations
@@ -35,7 +40,14 @@ from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import NotFound, RpcError
 from blobstore_server.services.blobnode.client import BlobnodeClient
-from blobstore_server.services.clustermgr.commands import KvDelete, KvSet, Proposer, ScopeAlloc, VolumeCreate
+from blobstore_server.services.clustermgr.commands import (
+    KvDelete,
+    KvSet,
+    Proposer,
+    ScopeAlloc,
+    VolumeCommitted,
+    VolumeCreate,
+)
 from blobstore_server.services.clustermgr.health import unleased, volume_health
 from blobstore_server.services.clustermgr.state import ClusterState
 
@@ -127,17 +139,22 @@ class VolumeCreator:
                 raise failed
             await self.propose(VolumeCreate(vid=vid, code_mode=int(mode), backend=self.backend, units=intent.units,
                                             capacity=self.chunk_size * t.n))
-        except (RpcError, PlacementError, OSError):
+        except (RpcError, PlacementError, OSError) as exc:
             with contextlib.suppress(RpcError):  # a failed roll back is retried from the intent
-                await self.roll_back(intent)
+                if await self.roll_back(intent):
+                    log.info("created volume %d (%s): committed though its answer was lost (%s)", vid, mode.name, exc)
+                    return vid
             raise
         await self.propose(KvDelete(key=f"{INTENT_PREFIX}{vid}"))
         log.info("created volume %d (%s) on disks %s", vid, mode.name, [u.disk_id for u in intent.units])
         return vid
 
-    async def roll_back(self, intent: VolumeIntent) -> None:
-        """Release every chunk an intent names, then drop the intent (idempotent)."""
-        if not self.state.has_volume(intent.vid):
+    async def roll_back(self, intent: VolumeIntent) -> bool:
+        """Release every chunk an intent names unless its volume was committed, then drop the intent (idempotent).
+        Answers whether the volume was committed; raises, releasing nothing, when the log cannot say (this node no
+        longer leads)."""
+        committed = (await self.propose(VolumeCommitted(vid=intent.vid))).committed
+        if not committed:
             results = await asyncio.gather(
                 *(self.blobnodes.release_chunk(u.host, u.disk_id, u.vuid, self.chunk_timeout) for u in intent.units),
                 return_exceptions=True)
@@ -146,6 +163,7 @@ class VolumeCreator:
                 raise failed[0]
             log.warning("rolled back half-created volume %d", intent.vid)
         await self.propose(KvDelete(key=f"{INTENT_PREFIX}{intent.vid}"))
+        return committed
 
     async def roll_back_leftovers(self) -> None:
         """Finish every intent still present (a dead leader's, or one whose blobnode was down):
