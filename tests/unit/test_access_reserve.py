@@ -36,7 +36,7 @@ def test_dropped_when_old_full_excluded_or_on_an_avoided_disk() -> None:
     assert held().take(MODE, 100, 10.0, [5], ()) is None  # a blob missed its quorum in volume 5
     reserved = held()
     assert reserved.take(MODE, 100, 10.0, [6], [2]) is None  # disk 2 failed lately
-    assert reserved.returned() == [UnusedSpace(vid=5, size=1600)]
+    assert reserved.returned() == [UnusedSpace(vid=5, size=1600, bids=3)]
     assert reserved.take(MODE, 100, 10.0, [], []) is None  # dropped for good
     assert held().take(MODE, 100, 10.0, [6], [4]) == BlobSlice(vid=5, min_bid=100, count=1)
 
@@ -45,7 +45,7 @@ def test_a_new_reservation_returns_the_last_ones_rest() -> None:
     reserved = held()
     reserved.take(MODE, 100, 10.0, (), ())
     reserved.add(MODE, BlobSlice(vid=6, min_bid=200, count=3, usable_for=8.0), disks=[4], asked_at=10.2)
-    assert reserved.returned() == [UnusedSpace(vid=5, size=1500)]
+    assert reserved.returned() == [UnusedSpace(vid=5, size=1500, bids=2)]
     assert reserved.take(MODE, 100, 10.3, (), ()) == BlobSlice(vid=6, min_bid=200, count=1)
 
 

@@ -68,7 +68,7 @@ def test_two_grants_are_wanted_in_distinct_volumes_and_kept_while_good() -> None
     assert stock.wanted([MODE], 25.0) == []  # vid 1 can be written for 30 s more
     assert stock.wanted([MODE], 25.5) == [Want(MODE, 100, 10 * MiB, frozenset({2}))]  # no longer
     grant(stock, vid=3, at=25.5)  # vid 1 is no longer good: its bytes go back to the allocator
-    assert stock.returned() == [UnusedSpace(vid=1, size=10 * MiB)]
+    assert stock.returned() == [UnusedSpace(vid=1, size=10 * MiB, bids=100)]
     assert stock.wanted([MODE], 26.0) == []
 
 
@@ -123,7 +123,7 @@ def test_nothing_is_written_after_a_grant_ends_and_its_bytes_go_back() -> None:
     grant(stock, vid=1, usable_for=40.0)
     assert stock.take(MODE, 100, 1, 39.9, (), (), any_unit) is not None
     assert stock.take(MODE, 100, 1, 40.0, (), (), any_unit) is None
-    assert stock.returned() == [UnusedSpace(vid=1, size=10 * MiB - 100)]
+    assert stock.returned() == [UnusedSpace(vid=1, size=10 * MiB - 100, bids=99)]
     assert stock.held(40.0) == {MODE: (0, 0, 0.0)}
 
 

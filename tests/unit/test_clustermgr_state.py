@@ -25,7 +25,7 @@ def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() ->
         "scope_alloc", "disk_add", "disk_heartbeat", "disk_set", "volume_create", "volume_alloc", "volume_retain",
         "volume_release", "volume_lock", "volume_unlock", "volume_unit_alloc", "volume_unit_update",
         "service_register", "service_heartbeat", "service_unregister", "config_set", "config_delete", "kv_set",
-        "kv_delete", "kv_cas", "volume_unit_release", "volume_committed"}
+        "kv_delete", "kv_cas", "volume_unit_release", "volume_full", "volume_committed"}
     for op, entry in COMMANDS.items():
         assert entry.model.op == op and issubclass(entry.model.result_type, BaseModel)
 
@@ -122,6 +122,29 @@ def test_leases_are_exclusive_renewable_and_lapse(cm: Driver) -> None:
     assert alloc("a3", 1) == [1]
     cm(c.VolumeRelease(vid=1, holder="a3"))
     assert cm.state.volume(1).status == VolumeStatus.IDLE
+
+
+def test_a_volume_found_full_loses_its_lease_and_is_never_leased_again(cm: Driver) -> None:
+    add_disks(cm)
+    cm(c.ScopeAlloc(name="vid", count=3))
+    for vid in (1, 2, 3):
+        create_volume(cm, vid)
+
+    def alloc(holder: str) -> list[int]:
+        got = cm(c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10, min_free=4096))
+        return [v.vid for v in got.volumes]
+
+    assert alloc("a1") == [1, 2, 3]
+    full = cm(c.VolumeFull(vid=1))
+    assert (full.used, full.free, full.status, full.lease_holder) == (1 << 30, 0, VolumeStatus.IDLE, "")
+    assert cm(c.VolumeFull(vid=1)) == full  # idempotent
+    renewed = cm(c.VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1), RetainItem(vid=2)]))
+    assert [r.vid for r in renewed.refused] == [1] and [r.vid for r in renewed.retained] == [2]
+    assert alloc("a2") == []  # idle, but full
+    cm(c.VolumeLock(vid=3))
+    assert cm(c.VolumeFull(vid=3)).status == VolumeStatus.LOCK  # a unit moving keeps its lock
+    with pytest.raises(errors.NotFound):
+        cm(c.VolumeFull(vid=9))
 
 
 def test_whether_a_volume_was_created_is_read_in_log_order(cm: Driver) -> None:

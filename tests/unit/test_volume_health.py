@@ -175,6 +175,19 @@ def test_a_volume_on_an_out_of_service_disk_does_not_count_toward_the_floor(cm: 
     assert writable(cm) == 1
 
 
+def test_a_volume_without_room_for_the_smallest_blob_or_found_full_does_not_count_toward_the_floor(
+        cm: Driver) -> None:
+    add_hosts(cm, 7)
+    cm(c.ScopeAlloc(name="vid", count=2))
+    create(cm, 1, [1, 2, 3, 4, 5, 6])
+    create(cm, 2, [2, 3, 4, 5, 6, 7])
+    cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=2, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    cm(c.VolumeRetainCmd(holder="a", lease_ttl=10, volumes=[RetainItem(vid=1, used=(1 << 20) - 4095)]))
+    assert writable(cm) == 1  # 4095 bytes free: a blob's shard takes a page at least
+    cm(c.VolumeFull(vid=2))
+    assert writable(cm) == 0
+
+
 def test_the_floor_keeps_unleased_volumes_for_an_allocator_whose_peer_leased_every_one(cm: Driver) -> None:
     add_hosts(cm, 7)
     cm(c.ScopeAlloc(name="vid", count=3))

@@ -15,10 +15,11 @@ MAX_RESERVED_BIDS = 65536
 
 
 class UnusedSpace(BaseModel):
-    """Bytes of volume `vid` an earlier allocation reserved and no object used."""
+    """Bytes and bids of volume `vid` an earlier allocation reserved and no object used."""
 
     vid: int = Field(ge=0)
     size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
+    bids: int = Field(0, ge=0, le=MAX_RESERVED_BIDS)  # 0 from an access node that does not say: none refunded
 
 
 class AllocRequest(RequestBody):
@@ -32,6 +33,8 @@ class AllocRequest(RequestBody):
     # the small objects to come, and gives back what they did not use in `returned`.
     bids: int | None = Field(None, ge=1, le=MAX_RESERVED_BIDS)
     returned: list[UnusedSpace] = Field(default_factory=list, max_length=MAX_EXCLUDED)
+    # Volumes a blobnode answered ChunkFull for since access's last request: retired from allocation everywhere.
+    full_vids: list[int] = Field(default_factory=list, max_length=MAX_EXCLUDED)
 
 
 class BlobSlice(BaseModel):
@@ -52,8 +55,8 @@ class AllocResult(BaseModel):
 
 
 class LeasedVolume(VolumeHealth):
-    """A volume the allocator holds a lease on, with the space it has handed out, where its units are,
-    and its health as clustermgr last reported it."""
+    """A volume the allocator holds a lease on, with the space it has handed out (bytes on one unit, as its
+    capacity: libs/space.py), where its units are, and its health as clustermgr last reported it."""
 
     vid: int
     code_mode: int

@@ -436,6 +436,8 @@ VOLUME_LIST = Route("GET", "/volume/list", C.OBSERVE, VolumeList)
 VOLUME_ALLOC = Route("POST", "/volume/alloc", C.ALLOCATE, VolumeList, VolumeAlloc)
 VOLUME_RETAIN = Route("POST", "/volume/retain", C.ALLOCATE, RetainResult, VolumeRetain)
 VOLUME_RELEASE = Route("POST", "/volume/release", C.ALLOCATE, VolumeInfo, VolumeHolder)
+# A blobnode answered ChunkFull for one of the volume's shards: no room is left, whatever `used` says.
+VOLUME_FULL = Route("POST", "/volume/full", C.ALLOCATE, VolumeInfo, VolumeRef)
 VOLUME_LOCK = Route("POST", "/volume/lock", C.UNITS, VolumeInfo, VolumeRef)
 VOLUME_UNLOCK = Route("POST", "/volume/unlock", C.UNITS, VolumeInfo, VolumeRef)
 UNIT_ALLOC = Route("POST", "/volume/unit/alloc", C.UNITS, Unit, UnitAlloc)
@@ -458,6 +460,6 @@ STAT = Route("GET", "/stat", C.OBSERVE, ClusterStat)
 DROP_REPLY = Route("POST", "/fault/drop_reply", C.ADMIN, DropReplies, DropReplies)
 ROUTES = (RAFT_STATUS, RAFT_LEADER, RAFT_MEMBER_ADD, RAFT_MEMBER_REMOVE, DISK_ALLOC_ID, DISK_ADD, DISK_HEARTBEAT,
           DISK_SET, DISK_BROKEN, DISK_GET, DISK_LIST, VOLUME_GET, VOLUME_LIST, VOLUME_ALLOC, VOLUME_RETAIN,
-          VOLUME_RELEASE, VOLUME_LOCK, VOLUME_UNLOCK, UNIT_ALLOC, UNIT_RELEASE, UNIT_UPDATE, SCOPE_ALLOC,
+          VOLUME_RELEASE, VOLUME_FULL, VOLUME_LOCK, VOLUME_UNLOCK, UNIT_ALLOC, UNIT_RELEASE, UNIT_UPDATE, SCOPE_ALLOC,
           SERVICE_REGISTER, SERVICE_HEARTBEAT, SERVICE_UNREGISTER, SERVICE_LIST, CONFIG_GET, CONFIG_SET, CONFIG_LIST,
           KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST, STAT, DROP_REPLY)

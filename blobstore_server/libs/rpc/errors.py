@@ -231,6 +231,13 @@ class NoSpace(RpcError):
     status = 507
 
 
+class ChunkFull(NoSpace):
+    """The chunk has no room for the shard (the disk may have): its volume takes no more blobs."""
+
+    code = "chunk_full"
+    status = 507
+
+
 def _subclasses(cls: type[RpcError]) -> list[type[RpcError]]:
     found = [cls]
     for sub in cls.__subclasses__():

@@ -93,7 +93,8 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
         # Volume and disk ids are per cluster: so is what failed lately.
         health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)
         tail = TailDelay(config.tail_hedge_quantile, config.tail_hedge_min) if config.tail_hedge_quantile else None
-        io = ShardIO(blobnodes, volumes, config.shard_timeout, health, config.put_grace, tail, config.tail_hedge_bytes)
+        io = ShardIO(blobnodes, volumes, config.shard_timeout, health, config.put_grace, tail, config.tail_hedge_bytes,
+                     allocator.volume_full)
         store = stores[hosts.cluster_id] = ObjectStore(config, io, volumes, allocator, state, mq, hosts.cluster_id)
         if store.outbox is not None:
             life.loop(store.outbox.run)

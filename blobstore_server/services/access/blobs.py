@@ -18,7 +18,7 @@ from blobstore_server.libs.ec import Codec, NotEnoughShards, Tactic
 from blobstore_server.libs.proto.blobnode import NEEDS_REPAIR, ShardState, shard_state
 from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
 from blobstore_server.libs.rpc.client import Payload
-from blobstore_server.libs.rpc.errors import RpcError, ShardExists, Unavailable
+from blobstore_server.libs.rpc.errors import ChunkFull, RpcError, ShardExists, Unavailable
 from blobstore_server.libs.rpc.splice import BodySpan
 from blobstore_server.services.access.health import HealthTable
 from blobstore_server.services.access.metrics import DEGRADED_READS, HEDGED_READS, QUORUM_MISSES, TAIL_HEDGED_READS
@@ -53,8 +53,10 @@ class ShardIO:
     `health` how each disk answered."""
 
     def __init__(self, blobnodes: BlobnodeClient, volumes: VolumeCache, timeout: float, health: HealthTable,
-                 put_grace: float, tail: TailDelay | None = None, tail_bytes: int = 0) -> None:
+                 put_grace: float, tail: TailDelay | None = None, tail_bytes: int = 0,
+                 on_full: Callable[[int], None] = lambda vid: None) -> None:
         self.blobnodes = blobnodes
+        self.on_full = on_full  # told each vid whose blobnode answered ChunkFull: it is retired everywhere
         self.volumes = volumes
         self.timeout = timeout
         self.health = health
@@ -63,8 +65,13 @@ class ShardIO:
         self.tail_bytes = tail_bytes
 
     async def put(self, vid: int, index: int, bid: int, data: memoryview) -> int:
-        return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
-            u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout), read=False))
+        try:
+            return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.put_shard(
+                u.host, u.disk_id, u.vuid, bid, data, timeout=self.timeout), read=False))
+        except ChunkFull:
+            self.health.punish_volume(vid, time.monotonic())
+            self.on_full(vid)
+            raise
 
     async def get(self, vid: int, index: int, bid: int, offset: int, size: int) -> Payload:
         return await self.volumes.on_unit(vid, index, lambda u: self._noted(u, self.blobnodes.get_shard(

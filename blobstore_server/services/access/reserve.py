@@ -75,4 +75,4 @@ class Reservations:
     def _drop(self, mode: int) -> None:
         held = self._by_mode.pop(mode, None)
         if held is not None and held.bytes_left > 0:
-            self._unused.append(UnusedSpace(vid=held.vid, size=held.bytes_left))
+            self._unused.append(UnusedSpace(vid=held.vid, size=held.bytes_left, bids=held.bids_left))

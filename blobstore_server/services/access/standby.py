@@ -202,4 +202,4 @@ class Standby:
         self._grants[mode].remove(grant)
         self._changed[grant.first_bid] = None
         if grant.bytes_left > 0:
-            self._unused.append(UnusedSpace(vid=grant.vid, size=grant.bytes_left))
+            self._unused.append(UnusedSpace(vid=grant.vid, size=grant.bytes_left, bids=grant.bids_left))

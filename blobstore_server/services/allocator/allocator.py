@@ -7,11 +7,17 @@ it back as soon as the disk heartbeats again. The lease is kept meanwhile: such 
 fallback when no writable one is left (every volume of a 6-host EC3P3 cluster has a unit on a dead host).
 A restarted allocator first takes back the leases its previous run held (`reclaim`): otherwise it would have
 nothing to allocate from until they lapsed, when clustermgr keeps no spare volumes.
+
+A volume access reports full (a blobnode answered ChunkFull for one of its shards) leaves the pool at once and is
+reported to clustermgr right after the answer, and again every retain interval until clustermgr took it: clustermgr
+ends its lease, so the allocator that holds it drops it at its next renewal, and no allocator leases it again.
+Never inside the allocation: an allocation must not wait on clustermgr.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from blobstore_server.libs.ec import CodeMode, parse_code_mode
 from blobstore_server.libs.proto.allocator import AllocatorStat, BlobSlice, LeasedVolume, UnusedSpace
 from blobstore_server.libs.proto.clustermgr import RetainItem, VolumeView
-from blobstore_server.libs.rpc.errors import RpcError, Unavailable
+from blobstore_server.libs.rpc.errors import NotFound, RpcError, Unavailable
 from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.services.allocator.config import AllocatorConfig
 from blobstore_server.services.allocator.pool import PoolEmpty, VolumePool
@@ -46,9 +52,12 @@ class Allocator:
         self._lock = asyncio.Lock()  # one refill at a time
         self._short_until: dict[CodeMode, float] = {}  # clustermgr had no more volumes of the mode until then
         self._leased_modes: set[CodeMode] = set()  # leased before by this process: nothing left to reclaim
+        self._full: set[int] = set()  # vids reported full by access, not yet taken by clustermgr
+        self._full_reported = asyncio.Event()
         self.life = Lifecycle()
         self.life.loop(lambda: self._every(config.retain_interval, self.retain))
         self.life.loop(lambda: self._every(config.refill_interval, self.refill))
+        self.life.loop(self._report_full)
         self.life.close(self.cluster.close)
 
     @staticmethod
@@ -96,13 +105,38 @@ class Allocator:
             log.warning("volume %s left the pool: %s", refused.vid, refused.reason)
             self.pool.drop(refused.vid)
 
+    async def _report_full(self) -> None:
+        """Tell clustermgr the volumes access found full, at once and again until it took them."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._full_reported.wait(), self.config.retain_interval)
+            self._full_reported.clear()
+            for vid in sorted(self._full):
+                try:
+                    await self.cluster.volume_full(vid)
+                except NotFound:
+                    pass
+                except RpcError as exc:
+                    log.warning("cannot report volume %d full yet: %s", vid, exc)
+                    continue
+                log.info("volume %d is full: retired from allocation", vid)
+                self._full.discard(vid)
+
+    def volumes_full(self, vids: Sequence[int]) -> None:
+        """Volumes a blobnode answered ChunkFull for: out of the pool now, and reported to clustermgr."""
+        for vid in vids:
+            self.pool.drop(vid)
+            self._full.add(vid)
+        if vids:
+            self._full_reported.set()
+
     async def allocate(self, code_mode: CodeMode, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
                        avoid_disks: Sequence[int] = (), bids: int | None = None,
                        returned: Sequence[UnusedSpace] = ()) -> list[BlobSlice]:
         """Space in the best volume for access (see pool.py); when none fits, lease another one first.
         Space `returned` unused by earlier allocations is given back first."""
         for unused in returned:
-            self.pool.give_back(unused.vid, unused.size)
+            self.pool.give_back(unused.vid, unused.size, unused.bids)
         excluded, avoided = set(exclude_vids), set(avoid_disks)
         for attempt in range(3):
             try:
@@ -111,9 +145,8 @@ class Allocator:
             except PoolEmpty as exc:
                 if attempt == 2:
                     raise Unavailable(f"cannot allocate {size} bytes of {code_mode.name}: {exc}") from None
-                no_volume = not self.pool.choices(int(code_mode), size, time.monotonic(), excluded, avoided)
-                await self.refill(code_mode, bids_wanted=max(-(-size // blob_size), bids or 0), extra=int(no_volume),
-                                  avoid_disks=avoid_disks)
+                await self.refill(code_mode, bids_wanted=max(-(-size // blob_size), bids or 0),
+                                  extra=int(exc.no_volume), avoid_disks=avoid_disks)
         raise AssertionError("unreachable")
 
     def stat(self) -> AllocatorStat:

@@ -23,6 +23,7 @@ def build_app(allocator: Allocator) -> FastAPI:
             raise BadRequest(str(exc)) from None
         if mode not in allocator.modes:
             raise BadRequest(f"this allocator serves {[m.name for m in allocator.modes]}, not {mode.name}")
+        allocator.volumes_full(req.full_vids)
         blobs = await allocator.allocate(mode, req.size, req.blob_size, req.exclude_vids, req.avoid_disks, req.bids,
                                          req.returned)
         return AllocResult(code_mode=int(mode), blobs=blobs)

@@ -16,7 +16,8 @@ class AllocatorClient(ServiceClient):
     """Any allocator may serve any request: they are tried in random order, each for at most `attempt_timeout`
     seconds. One that does not answer at all is passed over for `punish` seconds, so while it is down no request
     waits on it; when every allocator is passed over, a request fails at once (access then rides on what it
-    holds) and a `probe` (access's background refill) is what finds them back."""
+    holds) and a `probe` (access's background refill) is what finds them back. The volumes found full
+    (`volume_full`) go with the next request that an allocator answers."""
 
     def __init__(self, hosts: Sequence[str], http: HttpClient | None = None, attempt_timeout: float = 1.0,
                  punish: float = 10.0) -> None:
@@ -27,10 +28,15 @@ class AllocatorClient(ServiceClient):
         self.attempt_timeout = attempt_timeout
         self.punish = punish
         self._unreachable_until: dict[str, float] = {}
+        self._full: set[int] = set()  # vids a blobnode answered ChunkFull for, not told to an allocator yet
 
     def _order(self, now: float, probe: bool) -> list[str]:
         hosts = random.sample(self.hosts, len(self.hosts))
         return hosts if probe else [h for h in hosts if self._unreachable_until.get(h, 0.0) <= now]
+
+    def volume_full(self, vid: int) -> None:
+        """A blobnode answered ChunkFull for a shard of volume `vid`: tell the allocators with the next request."""
+        self._full.add(vid)
 
     async def alloc(self, code_mode: int, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
                     avoid_disks: Sequence[int] = (), bids: int | None = None,
@@ -39,7 +45,8 @@ class AllocatorClient(ServiceClient):
         only when nothing else has room; `returned` is space earlier allocations did not use. `probe` tries the
         allocators passed over too."""
         body = AllocRequest(code_mode=code_mode, size=size, blob_size=blob_size, exclude_vids=list(exclude_vids),
-                            avoid_disks=list(avoid_disks), bids=bids, returned=list(returned))
+                            avoid_disks=list(avoid_disks), bids=bids, returned=list(returned),
+                            full_vids=sorted(self._full))
         failures: list[str] = []
         hosts = self._order(time.monotonic(), probe)
         for host in hosts:
@@ -54,6 +61,7 @@ class AllocatorClient(ServiceClient):
                 failures.append(str(exc))
                 continue
             self._unreachable_until.pop(host, None)
+            self._full.difference_update(body.full_vids)
             return result.blobs
         if not hosts:
             failures.append(f"none of {len(self.hosts)} answered lately")

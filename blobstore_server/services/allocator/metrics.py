@@ -24,7 +24,8 @@ def pool_figures(pool: VolumePool, lease_margin: float) -> Iterator[Metric]:
             free[mode] += volume.free
     yield gauge("blobstore_allocator_leased_volumes", "Volumes leased and allocatable, by code mode",
                 [((mode,), n) for mode, n in leased.items()], ["code_mode"])
-    yield gauge("blobstore_allocator_leased_free_bytes", "Free bytes in the leased volumes, by code mode",
+    yield gauge("blobstore_allocator_leased_free_bytes", "Free bytes on a unit of each leased volume, summed by code "
+                "mode (as shards take them on disk: a 1 KiB object takes 4 KiB)",
                 [((mode,), n) for mode, n in free.items()], ["code_mode"])
     yield gauge("blobstore_allocator_free_bids", "Blob ids fetched from clustermgr and not handed out yet",
                 pool.bids.left)

@@ -6,6 +6,9 @@ recorded at once, so two requests never get the same bytes of a volume. Every ti
 monotonic clock: a lease ends `lease_for` seconds (clustermgr's answer) after the allocator asked for it, and an
 allocation is usable for a duration, so neither clustermgr's wall clock nor access's is ever compared with ours.
 
+An allocation is charged what its shards take on one unit's chunk (libs/space.py), and a volume's capacity is
+counted in the same bytes. A volume access found full (a blobnode answered ChunkFull) leaves the pool at once.
+
 Which volume: never one access excluded (it just failed a write there); then the one whose units a
 writer should expect to miss the fewest of (down per clustermgr, or on a disk access avoids), then one
 with a unit on every host before an under-spread one (created while hosts were down: once they are
@@ -23,13 +26,18 @@ from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from blobstore_server.libs import space
 from blobstore_server.libs.ec import tactic
 from blobstore_server.libs.proto.allocator import BlobSlice, LeasedVolume
 from blobstore_server.libs.proto.cluster import VolumeHealth
 
 
 class PoolEmpty(Exception):
-    """No leased volume of the mode has room, or no bids are left: refill and retry."""
+    """No leased volume of the mode has room (`no_volume`), or no bids are left: refill and retry."""
+
+    def __init__(self, message: str, *, no_volume: bool = False) -> None:
+        super().__init__(message)
+        self.no_volume = no_volume
 
 
 @dataclass
@@ -81,13 +89,13 @@ class VolumePool:
             volume.lease_until = lease_until
             volume.writable, volume.why_not, volume.down_units = health.writable, health.why_not, health.down_units
 
-    def choices(self, code_mode: int, size: int, now: float, exclude_vids: Collection[int] = (),
+    def choices(self, code_mode: int, charge: int, now: float, exclude_vids: Collection[int] = (),
                 avoid_disks: Collection[int] = ()) -> list[LeasedVolume]:
-        """The volumes that may take `size` bytes, best first (see the module docstring)."""
+        """The volumes that may take an allocation charged `charge` bytes, best first (see the module docstring)."""
         slack = tactic(code_mode).put_slack
         ranked = []
         for volume in self.usable(code_mode, now):
-            if volume.free < size or volume.vid in exclude_vids:
+            if volume.free < charge or volume.vid in exclude_vids:
                 continue
             missing = set(volume.down_units) | {i for i, d in enumerate(volume.disks) if d in avoid_disks}
             if len(missing) <= slack:
@@ -106,11 +114,12 @@ class VolumePool:
         survives = all(any(v.hosts.count(h) <= slack for v in good) for h in hosts)
         return 0 if survives else 1
 
-    def give_back(self, vid: int, size: int) -> None:
-        """Space an allocation reserved and did not use (a volume no longer leased here is not ours to fix)."""
+    def give_back(self, vid: int, size: int, bids: int) -> None:
+        """`bids` bids and `size` bytes of a grant that went unused (a volume no longer leased here is not ours
+        to fix)."""
         volume = self.volumes.get(vid)
         if volume is not None:
-            volume.used = max(0, volume.used - size)
+            volume.used = max(0, volume.used - space.refund(volume.code_mode, size, bids))
 
     def allocate(self, code_mode: int, size: int, blob_size: int, now: float, exclude_vids: Collection[int] = (),
                  avoid_disks: Collection[int] = (), bids: int | None = None) -> list[BlobSlice]:
@@ -118,11 +127,13 @@ class VolumePool:
         objects of a reservation of `bids` bids): one volume, one bid run. Bids are taken only once a
         volume has room, so a refusal consumes nothing."""
         count = max(1, -(-size // blob_size), bids or 0)
-        options = self.choices(code_mode, size, now, exclude_vids, avoid_disks)
+        charge = space.charge(code_mode, size, blob_size, bids)
+        options = self.choices(code_mode, charge, now, exclude_vids, avoid_disks)
         if not options:
-            raise PoolEmpty(f"no leased volume of code mode {code_mode} that access may use has {size} bytes free")
+            raise PoolEmpty(f"no leased volume of code mode {code_mode} that access may use has {charge} bytes free"
+                            f" for {size} bytes", no_volume=True)
         volume = options[0]
         first = self.bids.take(count)
-        volume.used += size
+        volume.used += charge
         return [BlobSlice(vid=volume.vid, min_bid=first, count=count,
                           usable_for=volume.lease_until - self.lease_margin - now)]

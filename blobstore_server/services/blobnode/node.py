@@ -54,7 +54,7 @@ _CHUNK_ERRORS: dict[type[Exception], type[errors.RpcError]] = {
     chunkfile.ShardCorrupted: errors.ShardCorrupted,
     chunkfile.ShardMarkDeleted: errors.ShardDeleted,
     chunkfile.RangeError: errors.RangeNotSatisfiable,
-    chunkfile.ChunkFull: errors.NoSpace,
+    chunkfile.ChunkFull: errors.ChunkFull,
     chunkfile.ChunkCorrupted: errors.ShardCorrupted,
     chunkfile.ChunkReadOnly: errors.ChunkReadonly,
     chunkfile.CrcMismatch: errors.BadRequest,

@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
 
+from blobstore_server.libs import space
 from blobstore_server.libs.ec import UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
@@ -183,8 +184,9 @@ def build_app(cm: ClusterManager) -> ASGIApp:
 
     @serves(app, api.VOLUME_ALLOC)
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
-        alloc = cmd.VolumeAllocCmd(code_mode=_code_mode(req.code_mode), holder=req.holder, count=req.count,
-                                   lease_ttl=lease_ttl, heartbeat_timeout=heartbeat_timeout,
+        mode = _code_mode(req.code_mode)
+        alloc = cmd.VolumeAllocCmd(code_mode=mode, holder=req.holder, count=req.count, lease_ttl=lease_ttl,
+                                   min_free=space.blob_bytes(mode, 1), heartbeat_timeout=heartbeat_timeout,
                                    avoid_disks=req.avoid_disks, reclaim=req.reclaim)
         return await cm.lease_volumes(alloc, caller)
 
@@ -196,6 +198,10 @@ def build_app(cm: ClusterManager) -> ASGIApp:
 
     @serves(app, api.VOLUME_RELEASE)
     async def volume_release(req: cmd.VolumeRelease, caller: Caller) -> VolumeInfo:
+        return await cm.submit(req, caller)
+
+    @serves(app, api.VOLUME_FULL)
+    async def volume_full(req: cmd.VolumeFull, caller: Caller) -> VolumeInfo:
         return await cm.submit(req, caller)
 
     @serves(app, api.VOLUME_LOCK)

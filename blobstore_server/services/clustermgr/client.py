@@ -273,6 +273,10 @@ class ClusterClient(ServiceClient):
     async def release_volume(self, vid: int, holder: str) -> VolumeInfo:
         return await self.call(api.VOLUME_RELEASE, body=VolumeHolder(vid=vid, holder=holder))
 
+    async def volume_full(self, vid: int) -> VolumeInfo:
+        """The volume has no room left (a blobnode answered ChunkFull): retired from allocation (idempotent)."""
+        return await self.call(api.VOLUME_FULL, body=VolumeRef(vid=vid))
+
     async def lock_volume(self, vid: int) -> VolumeInfo:
         return await self.call(api.VOLUME_LOCK, body=VolumeRef(vid=vid))
 

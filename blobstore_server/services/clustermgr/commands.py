@@ -297,7 +297,7 @@ class VolumeAllocCmd(Command[VolumeList]):
     holder: str
     count: int
     lease_ttl: float
-    min_free: int = 1
+    min_free: int = 1  # bytes free on a unit: the smallest blob's (libs/space.py); 1 in logs written before that
     # Set: lease volumes whose units are all up (and off `avoid_disks`) first, well-spread before
     # under-spread, and never one that would miss its put quorum. None (logs written before health
     # existed): in vid order, as then.
@@ -386,6 +386,23 @@ def volume_release(s: ClusterState, batch: Batch, now: float, cmd: VolumeRelease
     if volume.status is VolumeStatus.ACTIVE and volume.lease_holder == cmd.holder:
         volume = volume.model_copy(update={"status": VolumeStatus.IDLE, "lease_holder": "", "lease_expiry": 0.0})
         s.put_volume(batch, volume)
+    return volume
+
+
+class VolumeFull(api.VolumeRef, Command[VolumeInfo]):
+    op = "volume_full"
+
+
+@command(VolumeFull)
+def volume_full(s: ClusterState, batch: Batch, now: float, cmd: VolumeFull) -> VolumeInfo:
+    """A blobnode refused a shard of the volume for want of room: it takes no more blobs, and its lease ends, so the
+    holder drops it at its next renewal and no allocator leases it again. A locked volume stays locked."""
+    volume = s.volume(cmd.vid)
+    update: dict[str, object] = {"used": max(volume.used, volume.capacity)}
+    if volume.status is VolumeStatus.ACTIVE:
+        update.update(status=VolumeStatus.IDLE, lease_holder="", lease_expiry=0.0)
+    volume = volume.model_copy(update=update)
+    s.put_volume(batch, volume)
     return volume
 
 

@@ -21,6 +21,8 @@ A failed step (3) may still have committed: the leader lost its leadership, or i
 proposed. So a roll back releases nothing before a `volume_committed` read through the log says the volume was
 not created (local state may lag, or not know yet); a node that cannot learn that (it no longer leads) releases
 nothing and leaves the intent to the next leader, whose own reading is ordered after every entry of earlier terms.
+
+A volume's capacity is the room its unit chunks have, in the bytes shards really take there (libs/space.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Collection
 
 from pydantic import BaseModel
 
+from blobstore_server.libs import space
 from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.placement import Candidate, PlacementError, candidates, place_volume
 from blobstore_server.libs.proto.cluster import Unit
@@ -63,13 +66,15 @@ class VolumeIntent(BaseModel):
 
 def volumes_short(state: ClusterState, rule: CodeModeRule, now: float, heartbeat_timeout: float) -> int:
     """How many volumes of the rule's mode to create so that `min_volumes` are writable and `min_idle_volumes` of
-    those unleased. Stops judging once both floors are met: a large cluster's every volume is not judged every
-    round."""
+    those unleased; one without room for the smallest blob is full. Stops judging once both floors are met: a
+    large cluster's every volume is not judged every round."""
     disks = {d.disk_id: d for d in state.disks()}
     idle_floor = min(rule.min_idle_volumes, rule.min_volumes)  # a mode kept at no volumes keeps no spare either
+    smallest = space.blob_bytes(rule.mode, 1)
     writable = idle = 0
     for volume in state.volumes():
-        if volume.code_mode != rule.mode or not volume_health(volume, disks, now, heartbeat_timeout).writable:
+        if (volume.code_mode != rule.mode or volume.free < smallest
+                or not volume_health(volume, disks, now, heartbeat_timeout).writable):
             continue
         writable += 1
         idle += unleased(volume, now)
@@ -120,7 +125,6 @@ class VolumeCreator:
             self._in_flight.discard(vid)
 
     async def _create_on(self, mode: CodeMode, vid: int, placed: list[Candidate]) -> int:
-        t = tactic(mode)
         intent = VolumeIntent(vid=vid, units=[Unit(vuid=Vuid.make(vid, i, 1), disk_id=c.disk_id, host=c.url)
                                               for i, c in enumerate(placed)])
         await self.propose(KvSet(key=f"{INTENT_PREFIX}{vid}", value=intent.model_dump_json()))
@@ -138,7 +142,7 @@ class VolumeCreator:
             if failed is not None:
                 raise failed
             await self.propose(VolumeCreate(vid=vid, code_mode=int(mode), backend=self.backend, units=intent.units,
-                                            capacity=self.chunk_size * t.n))
+                                            capacity=space.unit_capacity(self.chunk_size)))
         except (RpcError, PlacementError, OSError) as exc:
             with contextlib.suppress(RpcError):  # a failed roll back is retried from the intent
                 if await self.roll_back(intent):
