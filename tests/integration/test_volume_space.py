@@ -111,10 +111,10 @@ async def fill_chunk(blobnodes: BlobnodeClient, volume: VolumeInfo, index: int) 
 
 def test_a_volume_whose_chunk_is_full_on_one_unit_leaves_every_allocator_within_one_round(
         cluster_factory: ClusterFactory) -> None:
-    """A unit's chunk full (filled behind the volume's back here; in life a unit moved to a smaller chunk, or
-    accounting that was off): the blob written there still reaches its quorum, access tells its allocator, the
-    allocator tells clustermgr, and within one renewal round (2 s) no allocator holds the volume any more; the
-    floor makes a new one and PUTs go on."""
+    """A unit's chunk full while the volume's accounting has room (filled behind its back here; in life a volume
+    created before capacity counted what shards take, or a disk's chunks made smaller than clustermgr's): the blob
+    written there still reaches its quorum, access tells its allocator, the allocator tells clustermgr, and within
+    one renewal round (2 s) no allocator holds the volume any more; the floor makes a new one and PUTs go on."""
     retain_interval = 2.0  # the fixture's
     cluster = cluster_factory(clustermgr={"chunk_size": CHUNK, "code_modes": [
         {"code_mode": "EC3P3", "min_volumes": 2, "min_idle_volumes": 0}]}, allocators=2, **SMALL_RESERVATIONS)

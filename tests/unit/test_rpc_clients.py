@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from blobstore_server.libs.proto.allocator import AllocResult, BlobSlice
+from blobstore_server.libs.proto.allocator import AllocRequest, AllocResult, BlobSlice
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import SESSION_HEADER, LeaderView, MaybeValue, ScopeRange, VolumeView
 from blobstore_server.libs.rpc import errors
@@ -250,6 +250,31 @@ def test_an_allocator_that_answers_it_cannot_allocate_is_not_passed_over() -> No
         with pytest.raises(errors.Unavailable, match="no volume has room"):
             asyncio.run(client.alloc(1, 100, 4096))
     assert len(transport.requests) == 6
+
+
+def test_volumes_found_full_go_with_requests_until_an_allocator_answered_one() -> None:
+    granted = AllocResult(code_mode=1, blobs=[BlobSlice(vid=4, min_bid=7, count=1)])
+    answers: list[errors.RpcError | AllocResult] = [errors.Unreachable("connection refused"),
+                                                    errors.Unavailable("no volume has room"), granted, granted]
+    sent: list[list[int]] = []
+
+    async def handler(request: Request) -> FakeReply:
+        assert request.body is not None
+        sent.append(AllocRequest.model_validate_json(bytes(request.body)).full_vids)
+        answer = answers.pop(0)
+        if isinstance(answer, errors.Unreachable):
+            raise answer
+        return FakeReply.of(answer)
+
+    client = AllocatorClient(["http://a1"], http=fake(handler)[0], punish=0.0)
+    client.volume_full(3)
+    client.volume_full(3)
+    for _ in range(2):
+        with pytest.raises(errors.Unavailable):
+            asyncio.run(client.alloc(1, 100, 4096))
+    for _ in range(2):
+        asyncio.run(client.alloc(1, 100, 4096))
+    assert sent == [[3], [3], [3], []]  # told again until an allocator answered (it may take it twice)
 
 
 def test_an_unavailable_error_says_when_to_retry_in_its_header() -> None:
