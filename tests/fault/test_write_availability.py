@@ -16,6 +16,8 @@ import httpx
 from typer.testing import CliRunner
 
 from blobstore_server.admin.cli import app
+from blobstore_server.libs import space
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import VolumeView
 from blobstore_server.libs.proto.location import Location
@@ -144,7 +146,8 @@ def _wait_for_allocation(cluster: LocalCluster, before: dict[int, int]) -> int:
     grown: list[int] = []
 
     def allocated() -> bool:
-        grown[:] = [vid for vid, used in _volume_use(cluster).items() if used - before.get(vid, 0) >= 10 << 20]
+        charge = space.charge(CodeMode.EC3P3, 10 << 20, 4 << 20)  # what the object takes on a unit
+        grown[:] = [vid for vid, used in _volume_use(cluster).items() if used - before.get(vid, 0) >= charge]
         return bool(grown)
 
     wait_until(allocated, 20, "the object's allocation", interval=0.05)
