@@ -197,7 +197,7 @@ def test_small_objects_share_a_reservation_and_its_unused_bytes_go_back(cluster_
 
 
 def test_a_small_object_is_stored_when_no_volume_has_room_for_a_reservation(cluster_factory: ClusterFactory) -> None:
-    cluster = cluster_factory(clustermgr={"chunk_size": 4 << 20}, reserve_bytes=256 << 20)  # volumes of ~12 MiB
+    cluster = cluster_factory(clustermgr={"chunk_size": 4 << 20}, reserve_bytes=256 << 20)  # 4 MiB chunks
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         token = wait_for_put(client, b"small enough for any volume")
         assert client.get(f"/blob/{token}").content == b"small enough for any volume"
