@@ -114,12 +114,12 @@ class Allocator:
             for vid in sorted(self._full):
                 try:
                     await self.cluster.volume_full(vid)
+                    log.info("volume %d is full: retired from allocation", vid)
                 except NotFound:
-                    pass
+                    log.warning("access reported volume %d full, which clustermgr does not know", vid)
                 except RpcError as exc:
                     log.warning("cannot report volume %d full yet: %s", vid, exc)
                     continue
-                log.info("volume %d is full: retired from allocation", vid)
                 self._full.discard(vid)
 
     def volumes_full(self, vids: Sequence[int]) -> None:

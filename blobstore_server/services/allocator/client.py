@@ -46,7 +46,7 @@ class AllocatorClient(ServiceClient):
         allocators passed over too."""
         body = AllocRequest(code_mode=code_mode, size=size, blob_size=blob_size, exclude_vids=list(exclude_vids),
                             avoid_disks=list(avoid_disks), bids=bids, returned=list(returned),
-                            full_vids=sorted(self._full))
+                            full_vids=sorted(self._full)[:api.MAX_EXCLUDED])
         failures: list[str] = []
         hosts = self._order(time.monotonic(), probe)
         for host in hosts:
