@@ -9,7 +9,8 @@ cut could (the group commit syncs the log every second). Every acknowledged shar
 The tests at the end place the cut at one exact interleaving of a group commit and a delete, in one process: real
 threads, a group held at the start of its index write (a real store's `write`, the seam between computing the
 chunk's watermark and writing it), and the cut made in a copy of the index, its log cut back to its size at the
-last sync.
+last sync. The same cut then meets a put it tore (FAKE too: the pages such a put leaves, written behind the chunk's
+back) whose payload holds a crafted shard record.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from blobstore_server.libs.chunkfile import (
 )
 from blobstore_server.libs.chunkfile.index import ShardIndex
 from blobstore_server.libs.kv import Batch, KVStore
+from tests.support.chunk_records import make_version_1, record, torn_put_holding, version_1_shard_header
 
 ROOT = Path(__file__).resolve().parents[2]
 VUID = Vuid.make(3, 0, 1)
@@ -307,6 +309,84 @@ def test_a_deleted_shard_stays_deleted_when_a_watermark_computed_earlier_is_writ
                 assert again.read_shard(bid) == payload(bid), bid
         finally:
             again.close()
+    finally:
+        chunk.close()
+        kv.close()
+
+
+def cut_and_reopen_with_a_torn_put(kv: HeldStore, chunk: ChunkFile, crafted: bytes, image: Path) -> ChunkFile:
+    """Bid 1 acknowledged with its index entry synced, bid 2 acknowledged after the last sync; then a put of bid 3
+    torn by a power cut holding `crafted` (`torn_put_holding`), and the cut (`cut_power`), which loses bid 2's entry.
+    The chunk opened again on what the cut left."""
+    chunk.put_shard(1, VUID, payload(1))
+    kv.sync_wal()
+    chunk.put_shard(2, VUID, payload(2))
+    chunk.close()
+    with open(chunk.path, "ab") as f:
+        f.write(torn_put_holding(crafted, 3, VUID, chunk.tag))
+    cut = KVStore(cut_power(kv, image), required_column_families())
+    try:
+        assert ShardIndex(cut, chunk.chunk_id).get(1) is not None
+        assert ShardIndex(cut, chunk.chunk_id).get(2) is None  # the cut happened
+        return ChunkFile.open(chunk.path, cut, chunk.chunk_id)
+    except BaseException:
+        cut.close()
+        raise
+
+
+@pytest.mark.parametrize("crafted_bid", [99, 2], ids=["a new bid", "an acknowledged shard's bid"])
+def test_a_record_crafted_in_a_torn_put_is_not_indexed_after_a_power_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crafted_bid: int) -> None:
+    """Issue 62 item 1: a user's blob holds a complete shard record naming this chunk's own unit (the vid is in the
+    Location, the unit index a guess) at a 4 KiB boundary of a put that a power cut tears, and the same cut loses
+    bid 2's index entry. On open, the scan past the watermark finds bid 2 again, and must not index the crafted
+    record: neither as a new shard, nor as bid 2 (found later, it replaced the acknowledged one)."""
+    monkeypatch.setattr(commit, "WAL_SYNC_EVERY", 3600.0)  # the group commit's own log sync stays out of the window
+    kv = HeldStore(tmp_path / "meta")
+    cid = ChunkId.new(VUID)
+    chunk = ChunkFile.create(tmp_path / "chunk", kv, cid, commits=GroupCommit(kv))
+    try:
+        crafted = record(crafted_bid, VUID, b"forged" * 1000, 0)  # the tag unknown: the untagged layout
+        again = cut_and_reopen_with_a_torn_put(kv, chunk, crafted, tmp_path / "after-the-cut")
+        try:
+            for bid in (1, 2):
+                assert again.read_shard(bid) == payload(bid), bid
+            assert [m.bid for m in again.list_shards()] == [1, 2]
+            assert os.path.getsize(again.path) == again.stats().write_offset  # the torn put cut off
+        finally:
+            again.close()
+            again.kv.close()
+    finally:
+        chunk.close()
+        kv.close()
+
+
+def test_a_version_1_chunk_finds_its_shards_again_after_a_power_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk made before the tag (format version 1) recovers as it did: its shards (untagged) past the watermark
+    are indexed again, a record naming another unit inside a torn put is not; it stays version 1 and takes puts."""
+    monkeypatch.setattr(commit, "WAL_SYNC_EVERY", 3600.0)
+    kv = HeldStore(tmp_path / "meta")
+    cid = ChunkId.new(VUID)
+    ChunkFile.create(tmp_path / "chunk", kv, cid).close()
+    make_version_1(tmp_path / "chunk")
+    chunk = ChunkFile.open(tmp_path / "chunk", kv, cid, commits=GroupCommit(kv))
+    try:
+        assert chunk.tag == 0
+        crafted = record(99, Vuid.make(3, 1, 1), b"forged" * 1000, 0)  # another unit of the volume
+        again = cut_and_reopen_with_a_torn_put(kv, chunk, crafted, tmp_path / "after-the-cut")
+        try:
+            found = again.stat_shard(2)
+            with open(again.path, "rb") as f:
+                f.seek(found.offset)
+                assert f.read(32) == version_1_shard_header(2, VUID, len(payload(2)))
+            assert [m.bid for m in again.list_shards()] == [1, 2]
+            again.put_shard(4, VUID, payload(4))
+            for bid in (1, 2, 4):
+                assert again.read_shard(bid) == payload(bid), bid
+        finally:
+            again.close()
+            again.kv.close()
     finally:
         chunk.close()
         kv.close()

@@ -34,6 +34,7 @@ from blobstore_server.libs.chunkfile import (
 )
 from blobstore_server.libs.chunkfile import format as fmt
 from blobstore_server.libs.kv import KVStore
+from tests.support.chunk_records import make_version_1, record, torn_put_holding, version_1_shard_header
 
 VUID = Vuid.make(7, 1, 1)
 
@@ -399,6 +400,9 @@ def test_compaction_moves_live_shards(tmp_path: Path, kv: KVStore, chunk: ChunkF
     assert extra == [9]  # 4 puts + 4 deletes + the old chunk's watermark dropped, in the same batch
     assert new.parent == chunk.chunk_id
     assert [m.bid for m in new.list_shards()] == [1, 3, 4, 5]
+    assert new.tag not in (0, chunk.tag)  # a chunk's own, carried by the copies
+    for meta in new.list_shards():
+        assert header_at(new.path, meta.offset) == (meta.bid, VUID, meta.size, new.tag)
     assert chunk.list_shards() == []
     for bid in (1, 3, 5):
         assert new.read_shard(bid) == payload(bid, sizes[bid])
@@ -458,11 +462,7 @@ def test_torn_tail_is_cut_on_open(tmp_path: Path, kv: KVStore, chunk: ChunkFile,
     chunk.put_shard(2, VUID, payload(2, 10))
     end = chunk.stats().write_offset
     chunk.close()
-    if tail == "garbage":
-        junk = os.urandom(12_345)
-    else:
-        bufs, _, _ = fmt.encode_shard(3, VUID, memoryview(payload(3, 150_000)))
-        junk = b"".join(bytes(b) for b in bufs)[:150_000 // 2]
+    junk = os.urandom(12_345) if tail == "garbage" else record(3, VUID, payload(3, 150_000), chunk.tag)[:75_000]
     with open(chunk.path, "ab") as f:
         f.write(junk)
     c = ChunkFile.open(chunk.path, kv, chunk.chunk_id)
@@ -477,29 +477,89 @@ def test_torn_tail_is_cut_on_open(tmp_path: Path, kv: KVStore, chunk: ChunkFile,
     c.close()
 
 
-@pytest.mark.parametrize("other", [Vuid.make(8, 1, 1), Vuid.make(7, 2, 1)], ids=["other volume", "other unit"])
-def test_a_record_of_another_unit_inside_a_torn_put_is_not_indexed_on_open(kv: KVStore, chunk: ChunkFile,
-                                                                           other: Vuid) -> None:
-    """A put torn by a crash leaves its header and part of its payload, and a payload may hold a complete shard
-    record at a 4 KiB boundary of the file (a user storing a chunk file's bytes). Open indexes again the complete
-    records past the watermark: not one naming another unit."""
+def header_at(path: Path, offset: int) -> fmt.ShardHeader | None:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return fmt.parse_shard_header(f.read(fmt.SHARD_HEADER_SIZE))
+
+
+@pytest.mark.parametrize("vuid", [VUID, Vuid.make(7, 1, 2)], ids=["this vuid", "this unit, another epoch"])
+@pytest.mark.parametrize("guess", ["untagged", "one bit off"])
+def test_a_record_crafted_inside_a_torn_put_is_not_indexed_on_open(kv: KVStore, chunk: ChunkFile, vuid: Vuid,
+                                                                  guess: str) -> None:
+    """A put torn by a crash leaves its header and part of its payload, and a payload (user bytes) may hold a
+    complete shard record naming this very unit at a 4 KiB boundary of the file. Open indexes again the complete
+    records past the watermark: not that one, which cannot carry the chunk's tag (no user sees it)."""
     chunk.put_shard(1, VUID, payload(1, 10_000))
     end = chunk.stats().write_offset
     chunk.close()
-    inner, _, _ = fmt.encode_shard(99, other, memoryview(payload(99, 5_000)))
-    record = b"".join(bytes(b) for b in inner)
-    to_boundary = fmt.ALIGN - fmt.SHARD_HEADER_SIZE - fmt.BLOCK_CRC_SIZE  # the put's data starts after these
-    data = payload(2, to_boundary) + record + payload(3, 20_000)  # all in the put's first 64 KiB block
-    outer, _, _ = fmt.encode_shard(2, VUID, memoryview(data))
-    torn = b"".join(bytes(b) for b in outer)[:fmt.ALIGN + len(record) + 1_000]  # no footer: never acknowledged
+    tag = 0 if guess == "untagged" else chunk.tag ^ 1 << random.randrange(32)
+    crafted = record(99, vuid, payload(99, 5_000), tag)
     with open(chunk.path, "ab") as f:
-        f.write(torn)
+        f.write(torn_put_holding(crafted, 2, VUID, chunk.tag))
+    assert header_at(chunk.path, end + fmt.ALIGN) == (99, vuid, 5_000, tag)  # complete, valid, at the boundary
     c = ChunkFile.open(chunk.path, kv, chunk.chunk_id)
     try:
         assert [m.bid for m in c.list_shards()] == [1]
         assert os.path.getsize(c.path) == end  # the torn put cut off, the record inside it too
     finally:
         c.close()
+
+
+def test_a_record_of_another_chunk_at_an_indexed_offset_is_corruption_never_data(chunk: ChunkFile) -> None:
+    """A record that does not carry the chunk's tag (one copied from another chunk of the unit, or found where it
+    should not have been) is never served, though its own CRCs all hold."""
+    size = 100_000
+    meta = chunk.put_shard(5, VUID, payload(5, size))
+    other = fmt.pack_shard_header(5, VUID, size, chunk.tag ^ 1)
+    fd = os.open(chunk.path, os.O_RDWR)
+    try:
+        os.pwrite(fd, other, meta.offset)
+    finally:
+        os.close(fd)
+    for read in (lambda: chunk.read_shard(5), lambda: chunk.read_shard(5, 0, 1), lambda: chunk.verify_shard(5)):
+        with pytest.raises(ShardCorrupted, match="tag"):
+            read()
+
+
+def test_a_version_1_chunk_opens_reads_takes_puts_and_compacts_into_a_tagged_one(tmp_path: Path, kv: KVStore,
+                                                                                 cid: ChunkId) -> None:
+    """Chunks made before the tag stay as they are: untagged records (the layout before the tag, byte for byte) in
+    and out, and open keeps its rule for them (a record inside a torn put naming another unit is not indexed).
+    Compaction moves their shards into a chunk with a tag, which the copies carry."""
+    ChunkFile.create(tmp_path / "old", kv, cid).close()
+    make_version_1(tmp_path / "old")
+    old = ChunkFile.open(tmp_path / "old", kv, cid)
+    assert old.tag == 0
+    first = old.put_shard(1, VUID, payload(1, 70_000))
+    old.put_shard(2, VUID, payload(2, 10))
+    with open(old.path, "rb") as f:
+        f.seek(first.offset)
+        assert f.read(fmt.SHARD_HEADER_SIZE) == version_1_shard_header(1, VUID, 70_000)
+    end = old.stats().write_offset
+    old.close()
+    crafted = record(99, Vuid.make(7, 2, 1), payload(99, 5_000), 0)
+    with open(old.path, "ab") as f:
+        f.write(torn_put_holding(crafted, 3, VUID, 0))
+    old = ChunkFile.open(tmp_path / "old", kv, cid)
+    try:
+        assert [m.bid for m in old.list_shards()] == [1, 2]
+        assert os.path.getsize(old.path) == end
+        old.put_shard(3, VUID, payload(3, 200_000))
+        for bid, size in ((1, 70_000), (2, 10), (3, 200_000)):
+            assert old.read_shard(bid) == payload(bid, size)
+        assert fmt.ChunkHeader.unpack(old.path.read_bytes()[:fmt.CHUNK_HEADER_SIZE]).version == 1
+        new_id = ChunkId(VUID, cid.timestamp + 1)
+        new = old.compact_into(tmp_path / "new", new_id)
+    finally:
+        old.close()
+    try:
+        assert new.tag != 0
+        for meta in new.list_shards():
+            assert header_at(new.path, meta.offset) == (meta.bid, VUID, meta.size, new.tag)
+            assert new.read_shard(meta.bid) == payload(meta.bid, meta.size)
+    finally:
+        new.close()
 
 
 def test_index_entries_past_eof_are_dropped_on_open(kv: KVStore, chunk: ChunkFile) -> None:

@@ -5,9 +5,9 @@ index entry always points at complete bytes; concurrent writers to all chunks of
 fdatasync per chunk and one index batch (`libs.chunkfile.commit`). That batch is not synced: a shard is
 durable once its bytes are, because it describes itself (header, block CRCs, footer). The chunk's watermark
 (`index.py`), written with each batch, says where shards whose entries a power cut may have lost can start; on
-open, the complete shards of the chunk's unit past it are indexed again and the torn tail after the last one is
-cut off. A delete first moves the watermark past its shard, in the same synced batch, so that no deleted shard is
-found again.
+open, the complete shards past it that carry the chunk's tag (`format.py`: a record inside a put torn by the cut,
+user bytes, does not) are indexed again and the torn tail after the last one is cut off. A delete first moves the
+watermark past its shard, in the same synced batch, so that no deleted shard is found again.
 
 The batches of groups and deletes land in the index's log in either order, and a power cut keeps a prefix of it.
 So a watermark is computed only from puts indexed by a batch already written (a committing group's puts pend until
@@ -176,6 +176,7 @@ class ChunkFile:
         self.chunk_id = chunk_id
         self.parent: ChunkId | None = header.parent
         self.ctime = header.ctime
+        self.tag = header.tag  # every shard header of the chunk carries it
         self.sync = sync
         self.max_size = max_size
         self._fd = fd
@@ -207,7 +208,7 @@ class ChunkFile:
         path = Path(path)
         if next(ShardIndex(kv, chunk_id).scan(), None) is not None:
             raise ChunkError(f"index already holds shards of chunk {chunk_id}")
-        header = fmt.ChunkHeader(parent=parent, ctime=time.time_ns())
+        header = fmt.ChunkHeader(parent=parent, ctime=time.time_ns(), tag=fmt.new_tag())
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.pwrite(fd, header.pack(), 0)
@@ -288,9 +289,9 @@ class ChunkFile:
         self._live_phys += fmt.physical_size(meta.size)
 
     def _found_past(self, start: int, file_size: int) -> dict[int, ShardMeta]:
-        """The complete shards of this chunk's unit starting at or past `start`, by bid (a bid found twice: the
-        later one). Shards start 4 KiB aligned; a page that starts none (a put that failed, a torn one) is stepped
-        over."""
+        """The complete shards of this chunk starting at or past `start`, by bid (a bid found twice: the later one,
+        a retried put; a record inside user bytes never counts, see `_shard_at`). Shards start 4 KiB aligned; a
+        page that starts none (a put that failed, a torn one) is stepped over."""
         found: dict[int, ShardMeta] = {}
         pos = fmt.align_up(max(start, fmt.CHUNK_HEADER_SIZE))
         while pos + fmt.SHARD_HEADER_SIZE + fmt.SHARD_FOOTER_SIZE <= file_size:
@@ -303,14 +304,15 @@ class ChunkFile:
         return found
 
     def _shard_at(self, pos: int, file_size: int) -> ShardMeta | None:
-        """The shard starting at `pos` if every part of it checks (header naming this chunk's unit, each block's
-        CRC, footer); else None. A torn put's payload may hold a complete record: one naming another unit is
-        refused, one naming this unit (any epoch) is not told from a shard here (a known limit)."""
+        """The shard starting at `pos` if every part of it checks (header carrying this chunk's tag and naming its
+        unit, each block's CRC, footer); else None. A torn put's payload may hold a complete record (user bytes):
+        its tag is not the chunk's, which no user sees. A version-1 chunk has no tag (0, like any record a user
+        makes): there only the unit tells, and a record of this unit in a torn put is not told from a shard."""
         named = fmt.parse_shard_header(os.pread(self._fd, fmt.SHARD_HEADER_SIZE, pos))
-        if named is None or pos + fmt.encoded_size(named[2]) > file_size:
+        if named is None or pos + fmt.encoded_size(named.size) > file_size:
             return None
-        bid, vuid, size = named
-        if vuid >> 24 != self.chunk_id.vuid >> 24:  # another (volume, unit index): a record inside a torn put's bytes
+        bid, vuid, size, tag = named
+        if tag != self.tag or vuid >> 24 != self.chunk_id.vuid >> 24:  # not written for this chunk's (vid, index)
             return None
         crc = fmt.footer_crc(os.pread(self._fd, fmt.SHARD_FOOTER_SIZE, pos + fmt.footer_pos(size)))
         if crc is None:
@@ -384,7 +386,7 @@ class ChunkFile:
         pages, no writeback later, no cached pages pushed out. The padding to the next page is left unused."""
         check_bid(bid)
         view = memoryview(data).cast("B")
-        bufs, crc, phys = fmt.encode_shard(bid, vuid, view)
+        bufs, crc, phys = fmt.encode_shard(bid, vuid, view, self.tag)
         if expected_crc is not None and crc != expected_crc:
             raise CrcMismatch(f"bid {bid}: the bytes have CRC {crc}, the request said {expected_crc}")
         direct_fd = self._direct() if direct else None
@@ -625,7 +627,7 @@ class ChunkFile:
         if self._preadv(views, meta.offset + (0 if first == 0 else fmt.block_pos(first)), how) != want:
             raise ShardCorrupted(f"bid {meta.bid}: shard truncated at {where}")
         if first == 0:
-            fmt.check_shard_header(header, meta.bid, meta.vuid, size, where)
+            fmt.check_shard_header(header, meta.bid, meta.vuid, size, self.tag, where)
         for k, stored in enumerate(fmt.unpack_crcs(crcs)):
             block = data[k * fmt.BLOCK_SIZE:(k + 1) * fmt.BLOCK_SIZE]
             if crc32(block) != stored:
@@ -738,7 +740,8 @@ class ChunkFile:
 
     def compact_into(self, path: Path, new_id: ChunkId, *,
                      before_commit: Callable[[Batch], None] | None = None) -> ChunkFile:
-        """Copy every indexed shard (mark-deleted too) into a new chunk whose parent is this one.
+        """Copy every indexed shard (mark-deleted too) into a new chunk whose parent is this one (a version-2 chunk
+        with a tag of its own, which the copies carry).
 
         Writes to this chunk are refused from the start; each shard is re-verified while read.
         The new data is synced, then one KV batch moves all index entries (plus whatever
@@ -757,7 +760,7 @@ class ChunkFile:
                 moved: list[ShardMeta] = []
                 for meta in self._index.scan():
                     data = self._read_range(meta, 0, meta.size, _Read.DIRECT)
-                    bufs, crc, phys = fmt.encode_shard(meta.bid, meta.vuid, data)
+                    bufs, crc, phys = fmt.encode_shard(meta.bid, meta.vuid, data, new.tag)
                     if crc != meta.crc:
                         raise ShardCorrupted(f"bid {meta.bid}: shard crc mismatch against the index")
                     with new._cond:
