@@ -312,7 +312,7 @@ class ChunkFile:
         if named is None or pos + fmt.encoded_size(named.size) > file_size:
             return None
         bid, vuid, size, tag = named
-        if tag != self.tag or vuid >> 24 != self.chunk_id.vuid >> 24:  # not written for this chunk's (vid, index)
+        if tag != self.tag or vuid >> 24 != self.chunk_id.vuid >> 24:  # before reading it (`_read_range` checks tags)
             return None
         crc = fmt.footer_crc(os.pread(self._fd, fmt.SHARD_FOOTER_SIZE, pos + fmt.footer_pos(size)))
         if crc is None:
