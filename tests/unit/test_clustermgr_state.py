@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import DiskStatus, Unit, VolumeInfo, VolumeStatus
-from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem
+from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem, UndeleteSlice
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.clustermgr import commands as c
@@ -25,7 +25,7 @@ def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() ->
         "scope_alloc", "disk_add", "disk_heartbeat", "disk_set", "volume_create", "volume_alloc", "volume_retain",
         "volume_release", "volume_lock", "volume_unlock", "volume_unit_alloc", "volume_unit_update",
         "service_register", "service_heartbeat", "service_unregister", "config_set", "config_delete", "kv_set",
-        "kv_delete", "kv_cas", "volume_unit_release", "volume_full", "volume_committed"}
+        "kv_delete", "kv_cas", "volume_unit_release", "volume_full", "volume_committed", "undelete_add"}
     for op, entry in COMMANDS.items():
         assert entry.model.op == op and issubclass(entry.model.result_type, BaseModel)
 
@@ -244,6 +244,29 @@ def test_kv_listing_pages_in_key_order_and_stays_inside_the_prefix(cm: Driver) -
     assert seen == [f"task/{i:03d}" for i in range(25)]
     assert cm.state.kv_list("task/", "task/023") == {"task/024": "24"}
     assert cm.state.kv_list("task/", "zzz") == {}
+
+
+def test_undelete_records_cover_their_slices_and_are_collected_after_their_keep(cm: Driver) -> None:
+    def undelete(*slices: tuple[int, int, int], keep: float = 100.0) -> float:
+        pieces = [UndeleteSlice(vid=vid, min_bid=low, count=count) for vid, low, count in slices]
+        return float(cm(c.UndeleteAdd(slices=pieces, keep=keep)).at)
+
+    assert cm.state.undeleted_at(7, 10) is None
+    first = undelete((7, 10, 3), (70, 10, 1))
+    assert first == cm.now  # the leader's clock, as the log carries it
+    assert [cm.state.undeleted_at(7, bid) for bid in (9, 10, 12, 13)] == [None, first, first, None]
+    assert cm.state.undeleted_at(70, 10) == first and cm.state.undeleted_at(70, 11) is None
+    assert cm.state.undeleted_at(77, 10) is None  # another volume whose id starts the same
+    cm.now += 50
+    again = undelete((7, 10, 3))  # the same object again: its record moves on
+    assert cm.state.undeleted_at(7, 11) == again
+    cm.now += 60  # the first record of volume 70 is past its keep; the next undelete collects it
+    undelete((8, 0, 1))
+    assert set(cm.state.undelete_records()) == {"undelete/7/10", "undelete/8/0"}
+    cm.now += 1000
+    undelete((9, 5, 2), keep=10)
+    assert set(cm.state.undelete_records()) == {"undelete/9/5"}
+    assert cm.state.kv_list("undelete/").keys() == {"undelete/9/5"}  # plain kv, listed as any key
 
 
 def test_services_and_config(cm: Driver) -> None:

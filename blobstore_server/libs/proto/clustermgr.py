@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto.body import RequestBody
@@ -307,6 +307,56 @@ class KvItems(BaseModel):
 KV_PAGE = 1000  # the most keys one /kv/list answers
 
 
+# undelete records: tinker takes back every delete of a blob issued before the latest record covering it
+
+UNDELETE_PREFIX = "undelete/"  # kv keys undelete/<vid>/<min_bid>, each an `UndeleteRecord`
+# Seconds a delete may be stamped after an undelete (mqproxy's clock against clustermgr's) and still be taken back
+# by it: the clock difference signatures already allow (auth.skew). A DELETE sent this soon after an undelete of
+# the same object is taken back with the earlier ones.
+UNDELETE_MARGIN = 5.0
+
+
+def undelete_key(vid: int, min_bid: int) -> str:
+    return f"{UNDELETE_PREFIX}{vid}/{min_bid}"
+
+
+class UndeleteSlice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vid: int = Field(ge=1, lt=2**32)
+    min_bid: int = U64
+    count: int = Field(ge=1, lt=2**32)
+
+
+class Undelete(RequestBody):
+    """Take back every delete of these blobs stamped before now (clustermgr's clock, give or take
+    `UNDELETE_MARGIN`), queued or under way; the record is kept `keep` seconds, past which a delete message tinker
+    had still not finished would be carried out after all."""
+
+    slices: list[UndeleteSlice] = Field(min_length=1, max_length=4)  # a Location's (MAX_SLICES)
+    keep: float = Field(gt=0)  # seconds
+
+
+class UndeleteRecord(BaseModel):
+    """The value of undelete/<vid>/<min_bid>: `count` blobs from min_bid, undeleted `at`, forgotten after `until`."""
+
+    count: int = Field(ge=1)
+    at: float
+    until: float
+
+
+class UndeleteTaken(BaseModel):
+    """When an undelete took effect (clustermgr's clock): deletes stamped before it are taken back."""
+
+    at: float
+
+
+class Undeleted(BaseModel):
+    """When a blob was last undeleted (clustermgr's clock); None: no record of it is kept."""
+
+    at: float | None
+
+
 # raft
 
 
@@ -456,10 +506,12 @@ KV_SET = Route("POST", "/kv/set", C.KV, KeyValue, KeyValue)
 KV_CAS = Route("POST", "/kv/cas", C.KV, MaybeValue, KeyCas)
 KV_DELETE = Route("POST", "/kv/delete", C.KV, KeyRef, KeyRef)
 KV_LIST = Route("GET", "/kv/list", C.OBSERVE, KvItems)
+UNDELETE_ADD = Route("POST", "/undelete/add", C.CANCEL_DELETE, UndeleteTaken, Undelete)
+UNDELETE_GET = Route("GET", "/undelete/get", C.OBSERVE, Undeleted)
 STAT = Route("GET", "/stat", C.OBSERVE, ClusterStat)
 DROP_REPLY = Route("POST", "/fault/drop_reply", C.ADMIN, DropReplies, DropReplies)
 ROUTES = (RAFT_STATUS, RAFT_LEADER, RAFT_MEMBER_ADD, RAFT_MEMBER_REMOVE, DISK_ALLOC_ID, DISK_ADD, DISK_HEARTBEAT,
           DISK_SET, DISK_BROKEN, DISK_GET, DISK_LIST, VOLUME_GET, VOLUME_LIST, VOLUME_ALLOC, VOLUME_RETAIN,
           VOLUME_RELEASE, VOLUME_FULL, VOLUME_LOCK, VOLUME_UNLOCK, UNIT_ALLOC, UNIT_RELEASE, UNIT_UPDATE, SCOPE_ALLOC,
           SERVICE_REGISTER, SERVICE_HEARTBEAT, SERVICE_UNREGISTER, SERVICE_LIST, CONFIG_GET, CONFIG_SET, CONFIG_LIST,
-          KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST, STAT, DROP_REPLY)
+          KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST, UNDELETE_ADD, UNDELETE_GET, STAT, DROP_REPLY)

@@ -31,6 +31,8 @@ class Capability(StrEnum):
     TASK_CONTROL = "task-control"  # an operator migrating a unit or cancelling a task by hand (scheduler routes)
     QUEUE_REPAIR = "queue-repair"  # queueing shard repairs through mqproxy
     QUEUE_DELETE = "queue-delete"  # queueing blob deletes through mqproxy (access only)
+    UNDELETE = "undelete"  # taking a DELETE back through access (the operator; an SDK user by grant)
+    CANCEL_DELETE = "cancel-delete"  # recording an undelete in clustermgr, which tinker obeys (access only)
     REPAIR = "repair"  # asking a worker to repair a shard now (tinker)
     ADMIN = "admin"  # an operator changing the cluster: config, Raft membership, fault injection
     RAFT_MEMBER = "raft-member"  # the Raft transport between clustermgr replicas (not an HTTP route)

@@ -44,6 +44,8 @@ from blobstore_server.libs.proto.clustermgr import (
     ServiceList,
     ServiceRef,
     Session,
+    Undeleted,
+    UndeleteTaken,
     UnitAlloc,
     VolumeAlloc,
     VolumeList,
@@ -289,6 +291,14 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     async def kv_list(prefix: str = "", after: str = "", count: int = Query(KV_PAGE, ge=1, le=KV_PAGE)) -> KvItems:
         items = (await cm.fresh()).kv_list(prefix, after, count)
         return KvItems(items=items, next_after=next(reversed(items)) if len(items) == count else None)
+
+    @serves(app, api.UNDELETE_ADD)
+    async def undelete_add(req: cmd.UndeleteAdd, caller: Caller) -> UndeleteTaken:
+        return await cm.submit(req, caller)
+
+    @serves(app, api.UNDELETE_GET)
+    async def undelete_get(vid: int, bid: int) -> Undeleted:
+        return Undeleted(at=(await cm.fresh()).undeleted_at(vid, bid))
 
     @serves(app, api.STAT)
     async def stat() -> ClusterStat:

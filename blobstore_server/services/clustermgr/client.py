@@ -58,6 +58,8 @@ from blobstore_server.libs.proto.clustermgr import (
     ServiceRef,
     ServiceRegister,
     Session,
+    Undelete,
+    UndeleteSlice,
     UnitAlloc,
     UnitRelease,
     UnitUpdate,
@@ -351,6 +353,16 @@ class ClusterClient(ServiceClient):
     async def kv_page(self, prefix: str = "", after: str = "", count: int = KV_PAGE) -> KvItems:
         """One page of keys under `prefix`, past `after`, in key order."""
         return await self.call(api.KV_LIST, params={"prefix": prefix, "after": after, "count": count})
+
+    # undelete records
+
+    async def undelete(self, slices: list[UndeleteSlice], keep: float) -> float:
+        """Take back every delete of these blobs stamped before now; when (clustermgr's clock) it took effect."""
+        return (await self.call(api.UNDELETE_ADD, body=Undelete(slices=slices, keep=keep))).at
+
+    async def undeleted(self, vid: int, bid: int) -> float | None:
+        """When blob vid/bid was last undeleted (None: no record of it kept), read fresh from the leader."""
+        return (await self.call(api.UNDELETE_GET, params={"vid": vid, "bid": bid})).at
 
     # raft
 

@@ -43,9 +43,12 @@ from blobstore_server.libs.proto.clustermgr import (
     RetainResult,
     ScopeRange,
     ServiceRef,
+    UndeleteRecord,
+    UndeleteTaken,
     VolumeList,
     VolumeView,
     lease_epoch,
+    undelete_key,
 )
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import BadRequest, Conflict, Fenced, NotFound, RpcError, error_from_response
@@ -601,6 +604,27 @@ def kv_cas(s: ClusterState, batch: Batch, now: float, cmd: KvCas) -> MaybeValue:
         raise Conflict(f"kv {cmd.key!r} is {current!r}, expected {cmd.expected!r}")
     s.put_kv(batch, cmd.key, cmd.value)
     return MaybeValue(key=cmd.key, value=cmd.value)
+
+
+class UndeleteAdd(api.Undelete, Command[UndeleteTaken]):
+    op = "undelete_add"
+
+
+@command(UndeleteAdd)
+def undelete_add(s: ClusterState, batch: Batch, now: float, cmd: UndeleteAdd) -> UndeleteTaken:
+    """Record each slice as undeleted now, and forget the records past their time: they are collected as later
+    undeletes come, so no more are ever kept than the undeletes of one `keep` span made."""
+    kept = s.undelete_records()
+    for key, record in kept.items():
+        if record.until < now:
+            s.put_kv(batch, key, None)
+    for piece in cmd.slices:
+        key = undelete_key(piece.vid, piece.min_bid)
+        old = kept.get(key)
+        record = UndeleteRecord(count=max(piece.count, old.count if old else 0), at=now,
+                                until=max(now + cmd.keep, old.until if old else 0.0))
+        s.put_kv(batch, key, record.model_dump_json())
+    return UndeleteTaken(at=now)
 
 
 class Proposer(Protocol):

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.cluster import DiskInfo, ServiceInfo, VolumeInfo
+from blobstore_server.libs.proto.clustermgr import UNDELETE_PREFIX, UndeleteRecord
 from blobstore_server.libs.rpc.errors import NotFound
 from blobstore_server.services.clustermgr import sessions
 
@@ -175,6 +176,16 @@ class ClusterState:
         """Keys under `prefix` in order, past `after`, at most `limit` of them."""
         items = self.kv.prefix_items(KV, prefix.encode(), after.encode())
         return {k.decode(): v.decode() for k, v in itertools.islice(items, limit)}
+
+    def undelete_records(self, vid: int | None = None) -> dict[str, UndeleteRecord]:
+        """The undelete records kept (of volume `vid`), by their kv key."""
+        prefix = UNDELETE_PREFIX if vid is None else f"{UNDELETE_PREFIX}{vid}/"
+        return {key: UndeleteRecord.model_validate_json(raw) for key, raw in self.kv_list(prefix).items()}
+
+    def undeleted_at(self, vid: int, bid: int) -> float | None:
+        """When blob vid/bid was last undeleted, by the records kept (a volume holds few: a scan of its own)."""
+        return max((record.at for key, record in self.undelete_records(vid).items()
+                    if (low := int(key.rsplit("/", 1)[1])) <= bid < low + record.count), default=None)
 
     def sessions(self) -> int:
         return sessions.count(self.kv)
