@@ -15,7 +15,7 @@ from blobstore.errors import (
     Unavailable,
     UploadIncomplete,
 )
-from blobstore.records import Slice, Stat, Upload
+from blobstore.records import Slice, Stat, UndeleteResult, Upload
 
 if typing.TYPE_CHECKING:
     from blobstore.client import AsyncClient, Client, Progress
@@ -33,6 +33,7 @@ __all__ = [
     "Slice",
     "Stat",
     "Unavailable",
+    "UndeleteResult",
     "Upload",
     "UploadIncomplete",
 ]

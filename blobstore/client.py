@@ -39,7 +39,19 @@ from blobstore.errors import (
     UploadIncomplete,
     error_from_answer,
 )
-from blobstore.records import READ_PLAN_TYPE, AllocRequest, AllocResult, PutResult, ReadPlan, ShardPiece, Stat, Upload
+from blobstore.records import (
+    READ_PLAN_TYPE,
+    AllocRequest,
+    AllocResult,
+    PutResult,
+    ReadPlan,
+    ShardPiece,
+    Stat,
+    UndeleteRequest,
+    UndeleteResult,
+    Upload,
+)
+from blobstore.signing import AUTH_HEADER, Grant
 
 CHUNK = 1 << 20
 DIRECT_WINDOW = 32 << 20  # bytes of a read plan being read from blobnodes at once
@@ -212,13 +224,17 @@ class AsyncClient:
     `keep_freed_memory`: the process's malloc keeps freed memory for reuse (`blobstore.memory`; glibc only, for
     the whole process, from the first client on): received bytes come in fresh buffers of up to 256 KiB, and with
     glibc's defaults their pages were faulted in and zeroed again and again (a 16 MiB GET at 0.6x the rate). The
-    process may then hold up to 256 MiB of freed memory; False leaves malloc as it is."""
+    process may then hold up to 256 MiB of freed memory; False leaves malloc as it is.
+
+    `grant`: a grant of the `undelete` capability (`blobstore auth grant undelete` prints one), which `undelete`
+    signs with; without one it is sent unsigned, which only a cluster run without auth takes."""
 
     def __init__(self, hosts: str | Iterable[str], *, timeout: float = 60.0, connect_timeout: float = 3.0,
-                 direct_reads: bool = True, keep_freed_memory: bool = True) -> None:
+                 direct_reads: bool = True, keep_freed_memory: bool = True, grant: str | None = None) -> None:
         if keep_freed_memory:
             memory.keep_freed_memory()
         self.hosts = _normalize_hosts(hosts)
+        self._grant = Grant.from_token(grant) if grant is not None else None
         self._direct_reads = direct_reads
         self._unreachable: dict[str, float] = {}  # blobnode host:port -> until when its pieces go through access
         self._shards: aiohttp.ClientSession | None = None  # connections to blobnodes, made on the first direct read
@@ -238,14 +254,17 @@ class AsyncClient:
 
     @contextlib.asynccontextmanager
     async def _exchange(self, method: str, path: str, headers: dict[str, str] | None = None,
-                        upload: _Upload | None = None) -> AsyncIterator[httpx.Response]:
-        """One request, tried on up to MAX_TRIES random hosts; yields the streaming 2xx response."""
+                        upload: _Upload | None = None, signed: bytes | None = None) -> AsyncIterator[httpx.Response]:
+        """One request, tried on up to MAX_TRIES random hosts; yields the streaming 2xx response. `signed`: the
+        request's body, signed with the client's grant for each host (a signature names the host it is sent to)."""
         what = f"{method} {path[:48]}"
         failures: list[str] = []
         for host in random.sample(self.hosts, min(MAX_TRIES, len(self.hosts))):
             if upload is not None and not upload.replayable:
                 break
             content = upload.content() if upload is not None else None
+            if signed is not None and self._grant is not None:
+                headers = {**(headers or {}), AUTH_HEADER: self._grant.header(method, host + path, signed)}
             request = self._http.build_request(method, host + path, headers=headers, content=content)
             try:
                 response = await self._http.send(request, stream=True)
@@ -458,6 +477,17 @@ class AsyncClient:
         async with self._exchange("DELETE", _blob_path(location)):
             pass
 
+    async def undelete(self, location: str) -> UndeleteResult:
+        """Take back the DELETE of the object at `location` within its safe delay: it reads back, whole or with its
+        lost shards being repaired (`degraded`); an object never deleted comes back as it was. After the delay:
+        `NotFound` (code "purged"). Signed with the client's `grant`."""
+        _blob_path(location)  # refused here if it is not a location token
+        request = UndeleteRequest(location=location).model_dump_json().encode()
+        headers = {"content-length": str(len(request)), "content-type": "application/json"}
+        async with self._exchange("POST", "/undelete", headers, _Upload(request, None, None), signed=request) as answer:
+            await answer.aread()
+        return UndeleteResult.model_validate_json(answer.content)
+
 
 class _LoopThread:
     """A private event loop in a daemon thread, so blocking callers can drive the async core."""
@@ -496,9 +526,9 @@ class Client:
     """
 
     def __init__(self, hosts: str | Iterable[str], *, timeout: float = 60.0, connect_timeout: float = 3.0,
-                 direct_reads: bool = True, keep_freed_memory: bool = True) -> None:
+                 direct_reads: bool = True, keep_freed_memory: bool = True, grant: str | None = None) -> None:
         self._core = AsyncClient(hosts, timeout=timeout, connect_timeout=connect_timeout, direct_reads=direct_reads,
-                                 keep_freed_memory=keep_freed_memory)
+                                 keep_freed_memory=keep_freed_memory, grant=grant)
         self._loop = _LoopThread()
 
     @property
@@ -542,4 +572,7 @@ class Client:
 
     def delete(self, location: str) -> None:
         self._loop.run(self._core.delete(location))
+
+    def undelete(self, location: str) -> UndeleteResult:
+        return self._loop.run(self._core.undelete(location))
 

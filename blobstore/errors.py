@@ -26,7 +26,8 @@ class BadRequest(BlobstoreError):
 
 
 class Forbidden(BlobstoreError):
-    """The location was altered or forged: its signature does not match the cluster's secret."""
+    """The location was altered or forged (its signature does not match the cluster's secret), or the request needs
+    a grant the client does not hold (an undelete)."""
 
 
 class Conflict(BlobstoreError):
@@ -59,6 +60,7 @@ class UploadIncomplete(Unavailable):
 
 _BY_STATUS: dict[int, type[BlobstoreError]] = {
     400: BadRequest,
+    401: Forbidden,
     403: Forbidden,
     404: NotFound,
     409: Conflict,

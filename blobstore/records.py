@@ -45,6 +45,30 @@ class DeleteResult(BaseModel):
     queued_blobs: int
 
 
+class UndeleteRequest(BaseModel):
+    """Take back the DELETE of the object at `location` (POST /undelete, signed with the `undelete` capability)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    location: str = Field(pattern=r"^[A-Za-z0-9_-]{1,512}$")
+
+
+class UndeleteResult(BaseModel):
+    """An undelete that succeeded: the object reads back, and no delete of it issued before is carried out. An
+    object that was never deleted (or whose delete tinker had not reached yet) answers with nothing unmarked."""
+
+    model_config = ConfigDict(frozen=True)
+
+    blobs: int
+    unmarked: int  # shards whose delete mark was lifted
+    missing: int  # shards already gone (purged, or never written): it decodes from the others; repairs are queued
+    unreachable: int  # shards on blobnodes that did not answer: tinker lifts a mark left on one once it answers
+
+    @property
+    def degraded(self) -> bool:
+        return self.missing > 0
+
+
 class AllocRequest(BaseModel):
     """A multipart upload: allocate the whole object's blobs at once."""
 

@@ -224,6 +224,28 @@ def test_a_grant_cannot_be_stretched_forged_or_pushed_past_the_limit() -> None:
         Signer(AuthConfig.for_capabilities(SECRET, [C.WRITE_SHARD]).keys).grant(C.READ_SHARD, 60)
 
 
+def test_an_sdk_grant_token_signs_the_undelete_and_nothing_else() -> None:
+    """The SDK signs with a grant token (blobstore.signing) in the servers' own scheme: access takes it for its one
+    signed route, with the undelete capability only; its other routes stay public (the Location is the capability)."""
+    access = verifier((C.UNDELETE,))
+    operator = Signer(AuthConfig.for_capabilities(SECRET, Capability).keys, clock=lambda: NOW)
+    token = operator.grant(C.UNDELETE, 3600).to_token()
+    body = b'{"location":"abc"}'
+    header = Grant.from_token(token).header("POST", "http://h:1/undelete", body, now=NOW)
+    assert access.check("POST", "/undelete", "", header, body, len(body), "h:1") == Caller(C.UNDELETE)
+    with pytest.raises(Unauthorized, match="bad signature"):  # the location changed on the way
+        access.check("POST", "/undelete", "", Grant.from_token(token).header("POST", "http://h:1/undelete", body,
+                                                                             now=NOW), b'{"location":"abd"}', 18, "h:1")
+    reader = Grant.from_token(operator.grant(C.READ_SHARD, 3600).to_token())
+    with pytest.raises(Forbidden, match="takes the undelete capability"):
+        verifier((C.UNDELETE, C.READ_SHARD)).check("POST", "/undelete", "", reader.header(
+            "POST", "http://h:1/undelete", body, now=NOW), body, len(body), "h:1")
+    assert required_capability("/undelete", public=True) is C.UNDELETE
+    assert required_capability("/blob/abc", public=True) is None and required_capability("/blob/abc") is C.ADMIN
+    with pytest.raises(ValueError, match="not a grant"):
+        Grant.from_token(token[:-1])
+
+
 def test_signing_and_checking_keep_the_gil_while_another_thread_is_busy() -> None:
     """A process whose other threads are busy (codec, disk) pays the interpreter's 5 ms switch interval for each
     call that gives up the GIL: hmac.digest and os.urandom did, once per signature and once per check."""

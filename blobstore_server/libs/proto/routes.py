@@ -3,11 +3,11 @@ a path (one path may be served by several services, e.g. `/stat`, always for the
 
 from __future__ import annotations
 
-from blobstore_server.libs.proto import allocator, blobnode, clustermgr, mqproxy, scheduler, tinker, worker
+from blobstore_server.libs.proto import access, allocator, blobnode, clustermgr, mqproxy, scheduler, tinker, worker
 from blobstore_server.libs.rpc.routes import Capability, Route
 
 CATALOG: tuple[Route, ...] = (*clustermgr.ROUTES, *blobnode.ROUTES, *allocator.ROUTES, *scheduler.ROUTES,
-                              *worker.ROUTES, *mqproxy.ROUTES, *tinker.ROUTES)
+                              *worker.ROUTES, *mqproxy.ROUTES, *tinker.ROUTES, *access.ROUTES)
 
 
 def _capabilities(routes: tuple[Route, ...]) -> dict[str, Capability]:

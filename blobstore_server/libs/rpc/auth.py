@@ -35,18 +35,18 @@ import secrets
 import string
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote_plus, urlsplit
 
 from pydantic import BaseModel, Field
 
+from blobstore.signing import AUTH_HEADER, Grant, auth_header, grant_text, signed_text
 from blobstore_server.libs.mac import hmac_sha256
 from blobstore_server.libs.proto.routes import CAPABILITIES, STREAMED
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
 from blobstore_server.libs.rpc.routes import Capability
 
-AUTH_HEADER = "x-blobstore-auth"
 SECRET_ENV = "BLOBSTORE_SECRET"  # the cluster secret, for an operator's command pointed at a cluster by URL
 Buffer = bytes | bytearray | memoryview
 UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: their length, and their CRC in the query
@@ -59,11 +59,12 @@ CRC_PARAM = "crc"
 MAX_GRANT = 7 * 86400.0  # a grant may not reach further ahead than this
 
 
-def required_capability(path: str) -> Capability | None:
-    """The capability a route takes; None for an open route. Undeclared routes take `admin`."""
+def required_capability(path: str, public: bool = False) -> Capability | None:
+    """The capability a route takes; None for an open route. Undeclared routes take `admin`, or nothing in a
+    service whose API is `public` (access, where the Location is the capability)."""
     if path in PUBLIC:
         return None
-    return CAPABILITIES.get(path, Capability.ADMIN)
+    return CAPABILITIES.get(path) if public else CAPABILITIES.get(path, Capability.ADMIN)
 
 
 def capability_key(secret: str, capability: Capability) -> str:
@@ -84,20 +85,7 @@ def new_secret() -> str:
 
 
 def _grant_key(key: bytes, expires: int) -> bytes:
-    return hmac_sha256(key, f"grant {expires}".encode())
-
-
-@dataclass(frozen=True)
-class Grant:
-    """`capability` until `expires` (unix seconds), without its key; picklable, its key kept out of reprs."""
-
-    capability: Capability
-    expires: int
-    key: str = field(repr=False)  # hex
-
-    @classmethod
-    def of(cls, capability: Capability, key: bytes, expires: int) -> Grant:
-        return cls(capability, expires, _grant_key(key, expires).hex())
+    return hmac_sha256(key, grant_text(expires))
 
 
 class Identity(BaseModel):
@@ -193,8 +181,7 @@ def query_as_sent(url: str, params: Mapping[str, str] | None) -> str:
 def sign(key: bytes, method: str, target: str, path: str, query: str, digest: str, ts: str, capability: Capability,
          nonce: str, identity: str) -> str:
     """The signature of a request to `target` (the host:port it is sent to, as its Host header says)."""
-    text = "\n".join(("v2", method.upper(), target.lower(), path, query, digest, ts, capability, nonce, identity))
-    return hmac_sha256(key, text.encode()).hex()
+    return hmac_sha256(key, signed_text(method, target, path, query, digest, ts, capability, nonce, identity)).hex()
 
 
 class _Nonces:
@@ -234,7 +221,7 @@ class Signer:
 
     @classmethod
     def from_grant(cls, grant: Grant, clock: Callable[[], float] = time.time) -> Signer:
-        return cls({grant.capability: grant.key}, clock, grant.expires)
+        return cls({Capability(grant.capability): grant.key}, clock, grant.expires)
 
     def grant(self, capability: Capability, ttl: float) -> Grant:
         """`capability` handed on for `ttl` seconds; KeyError if this signer does not hold it."""
@@ -258,8 +245,7 @@ class Signer:
             raise Forbidden(f"{method} {parts.path} takes the {capability} capability, which this process lacks")
         query = query_as_sent(url, params) if params else parts.query
         sig = sign(key, method, parts.netloc, parts.path, query, digest, ts, capability, nonce, name)
-        extra = ("" if self.expires is None else f" exp={self.expires}") + (f" id={name}" if name else "")
-        return f"v2 cap={capability} ts={ts} n={nonce}{extra} sig={sig}"
+        return auth_header(capability, ts, nonce, sig, self.expires, name)
 
 
 class NonceCache:

@@ -24,9 +24,10 @@ class TLSConfig(BaseModel):
 
 
 class ServiceSettings(BaseModel):
-    """What every service's config has: signing keys (with `auth` set, the service signs what it sends and,
-    unless its API is public, checks what it serves), per-request limits, and optional TLS. A service without
-    `auth` refuses to start unless `insecure` is true, so running every route open is never an accident."""
+    """What every service's config has: signing keys (with `auth` set, the service signs what it sends and
+    checks what it serves, if its API is public only its declared routes), per-request limits, and optional TLS.
+    A service without `auth` refuses to start unless `insecure` is true, so running every route open is never an
+    accident."""
 
     auth: AuthConfig | None = None
     insecure: bool = False  # no auth on purpose: every route open, nothing signed (logged, shown in /health)

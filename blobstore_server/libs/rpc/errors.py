@@ -81,6 +81,13 @@ class ShardDeleted(NotFound):
     status = 404
 
 
+class Purged(NotFound):
+    """The object's shards were removed for good (its delete's safe delay passed): an undelete cannot bring it back."""
+
+    code = "purged"
+    status = 404
+
+
 class ChunkNotFound(NotFound):
     """No chunk for that vuid on the disk."""
 

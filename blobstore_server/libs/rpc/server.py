@@ -393,8 +393,10 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
                 public: bool = False) -> None:
     """The `python -m services.<name> -c conf.json` entry point of every service: parse the flag,
     load and validate the config, set up logging, build the app and serve it on its address. With `auth` in
-    the config, every request the service makes is signed and, unless its API is `public`, every request it
-    serves is checked (`authenticated`); the config's `limits` apply to every request (`libs.rpc.limits`).
+    the config, every request the service makes is signed and every request it serves is checked
+    (`authenticated`), in a service whose API is `public` (access: the Location is the capability) only those to
+    the routes declared in libs/proto (access's undelete); the config's `limits` apply to every request
+    (`libs.rpc.limits`).
     Without `auth` the service exits unless the config says `insecure: true` (then it warns and /health says so).
     The soft open-file limit is lifted to the hard one (`libs.openfiles`)."""
     global _insecure
@@ -422,26 +424,26 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
         trust(settings.tls.ca_file)
     lift_open_file_limit()
     app, bind_addr = build(config)
-    verifier = Verifier(settings.auth) if settings.auth is not None and not public else None
+    verifier = Verifier(settings.auth) if settings.auth is not None else None
     names = frozenset(n.lower() for n in settings.auth.names) if settings.auth is not None else frozenset()
     admission = Admission(settings.limits)
-    lean = Site(app.routes, admission, verifier, names) if isinstance(app, WithLeanRoutes) else None
+    lean = Site(app.routes, admission, None if public else verifier, names) if isinstance(app, WithLeanRoutes) else None
     if verifier is not None:
-        app = authenticated(app, verifier, names=names)
+        app = authenticated(app, verifier, names=names, public=public)
     serve(limited(app, admission, _send_error), bind_addr, settings.tls, lean)
 
 
 def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_BODY,
-                  names: Iterable[str] = ()) -> ASGIApp:
+                  names: Iterable[str] = (), public: bool = False) -> ASGIApp:
     """`app` behind signature checks, made before the body reaches a route: the body is read (at most
     `max_body` bytes) to check its digest, then handed on; a streamed shard body is not read here. A request's
     Host must be the address it arrived at or one of `names` (host:port others reach this service by), so a
-    request signed for one service is refused by every other."""
+    request signed for one service is refused by every other. `public`: only declared routes are checked."""
     names = frozenset(n.lower() for n in names)
 
     async def guard(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or required_capability(path) is None:
+        if scope["type"] != "http" or required_capability(path, public) is None:
             await app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", []) if k in _GUARDED}

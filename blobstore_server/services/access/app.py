@@ -1,7 +1,8 @@
 """Access HTTP routes: PUT /blob, POST /blob/alloc + PUT /blob/putat (multipart), GET|HEAD /blob/<location>,
-GET /blob/<location>/stat, DELETE. A large GET that accepts `READ_PLAN_TYPE` may be answered a read plan instead of
-the bytes. PUT /blob and GET /blob/<location> move the objects' bytes: they are
-bare ASGI routes (FastAPI's machinery costs more than the rest of a small GET), the others FastAPI."""
+GET /blob/<location>/stat, DELETE, and POST /undelete (signed: services/access/undelete.py). A large GET that
+accepts `READ_PLAN_TYPE` may be answered a read plan instead of the bytes. PUT /blob and GET /blob/<location> move
+the objects' bytes: they are bare ASGI routes (FastAPI's machinery costs more than the rest of a small GET), the
+others FastAPI."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from blobstore.records import (
     PutAtResult,
     PutResult,
     Stat,
+    UndeleteRequest,
+    UndeleteResult,
 )
 from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.proto import access as api
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.rpc.asgi import SPLICE
 from blobstore_server.libs.rpc.errors import BadRequest, LengthRequired
@@ -34,6 +38,7 @@ from blobstore_server.libs.rpc.server import (
     header,
     send_json,
     send_stream,
+    serves,
     with_fast_routes,
 )
 from blobstore_server.services.access.audit import note_location, note_plan
@@ -113,5 +118,9 @@ def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()
     @app.delete("/blob/{token}", status_code=202)
     async def delete_blob(token: str, request: Request) -> DeleteResult:
         return DeleteResult(queued_blobs=await store.delete(note_location(request.scope, store.parse(token))))
+
+    @serves(app, api.UNDELETE)
+    async def undelete_blob(req: UndeleteRequest, request: Request) -> UndeleteResult:
+        return await store.undelete(note_location(request.scope, store.parse(req.location)))
 
     return with_fast_routes(app, {"PUT /blob": put_blob, "GET /blob/{token}": get_blob})

@@ -74,6 +74,13 @@ class AccessConfig(ServiceSettings):
     standby_max_bytes: int = Field(512 << 20, ge=1)
     standby_refill: float = Field(2.0, gt=0)
     upload_ttl: float = Field(86400.0, gt=0, le=30 * 86400)  # seconds a multipart upload's tokens are valid
+    # tinker's delete_safe_delay (`cluster up` and `deploy render` set both): seconds within which an undelete can
+    # take a DELETE back; only said in an undelete's answer once the shards are gone
+    delete_safe_delay: float = Field(4 * 3600.0, ge=0)
+    # Seconds an undelete's record stays in clustermgr past the safe delay (services/access/undelete.py): a delete
+    # message tinker had still not finished by then (retried that long: a blobnode away for over a week) would be
+    # carried out after all. Past Kafka's default retention (7 days): a message nobody consumed is gone by then.
+    undelete_keep: float = Field(8 * 86400.0, gt=0, le=180 * 86400)
     orphan_log: str = "access-orphans.jsonl"  # shards a failed PUT left behind, for the delete pipeline
     # What this node owes and holds (repair and delete messages not yet taken by mqproxy, the standby grants), kept
     # across a crash and taken up again at start (services/access/statefile.py); one file per access node.

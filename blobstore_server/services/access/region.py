@@ -1,8 +1,8 @@
 """A region (as in CubeFS BlobStore): one access layer in front of several clusters.
 
 A PUT goes to a cluster drawn at random weighted by the free space of its writable disks, so clusters
-fill evenly; a cluster without writable space (full, read-only or unheard from) gets none. GET, DELETE
-and stat go to the cluster the Location names; an upload token names its cluster too. With one cluster
+fill evenly; a cluster without writable space (full, read-only or unheard from) gets none. GET, DELETE,
+undelete and stat go to the cluster the Location names; an upload token names its cluster too. With one cluster
 this is a plain pass-through.
 """
 
@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from blobstore.records import ReadPlan
+from blobstore.records import ReadPlan, UndeleteResult
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.clustermgr import DiskView
 from blobstore_server.libs.proto.location import Location
@@ -23,6 +23,7 @@ from blobstore_server.libs.rpc.errors import NotFound, RpcError, Unavailable
 from blobstore_server.services.access.blobs import Sent
 from blobstore_server.services.access.metrics import REGION_FREE
 from blobstore_server.services.access.objects import ObjectStore
+from blobstore_server.services.access.undelete import undelete
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 log = logging.getLogger(__name__)
@@ -140,3 +141,6 @@ class Region:
 
     async def delete(self, location: Location) -> int:
         return await self.store_of(location.cluster_id).delete(location)
+
+    async def undelete(self, location: Location) -> UndeleteResult:
+        return await undelete(self.store_of(location.cluster_id), self.managers[location.cluster_id], location)
