@@ -3,7 +3,8 @@ from __future__ import annotations
 import itertools
 
 from blobstore_server.libs.proto.blobnode import ShardState
-from blobstore_server.services.tinker.rules import RetryPolicy, UploadVerdict, delete_due, upload_verdict
+from blobstore_server.libs.proto.clustermgr import UNDELETE_MARGIN
+from blobstore_server.services.tinker.rules import RetryPolicy, UploadVerdict, delete_due, taken_back, upload_verdict
 
 
 def test_backoff_doubles_and_caps() -> None:
@@ -17,6 +18,15 @@ def test_delete_waits_out_the_safe_delay_and_the_marks_granularity() -> None:
     assert delete_due(100.0, 30.0, now=130.5) == 0.5
     assert delete_due(100.0, 30.0, now=131.0) == 0.0
     assert delete_due(100.0, 0.0, now=100.0) == 0.0  # no delay: at once, as the blobnodes' zero hold
+
+
+def test_an_undelete_takes_back_the_deletes_stamped_before_it_and_no_later_one() -> None:
+    assert not taken_back(100.0, None)  # no undelete kept: the delete stands
+    assert taken_back(100.0, 100.0) and taken_back(50.0, 100.0)  # issued before it
+    # mqproxy's clock may run ahead of clustermgr's by the margin: a delete stamped just after is taken back too
+    assert taken_back(100.0 + UNDELETE_MARGIN, 100.0)
+    assert not taken_back(100.0 + UNDELETE_MARGIN + 0.001, 100.0)  # a DELETE sent again afterwards stands
+    assert not taken_back(110.0, 100.0, margin=0.0) and taken_back(100.0, 100.0, margin=0.0)
 
 
 def _brute_verdict(blobs: list[tuple[ShardState, ...]], n: int) -> UploadVerdict:

@@ -13,6 +13,7 @@ class PipelineStats(BaseModel):
     done: int = 0
     failed: int = 0
     retried: int = 0
+    undeleted: int = 0  # deletes an undelete took back (some blob of the message was left as it was)
     paused: bool = False  # its task switch is off: nothing new is fetched, nothing is worked on
     lag: dict[str, dict[int, int]] = Field(default_factory=dict)  # topic -> partition -> messages
 

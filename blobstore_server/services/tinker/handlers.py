@@ -5,23 +5,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from blobstore_server.libs.ec import tactic
 from blobstore_server.libs.proto.blobnode import IOClass, ShardInfo, ShardState, ShardStatusResult, shard_state
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.messages import DeleteMsg, RepairMsg
-from blobstore_server.libs.rpc.errors import NotFound, ShardNotFound, Unavailable
+from blobstore_server.libs.rpc.errors import NotFound, RpcError, ShardNotFound, Unavailable
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient, VolumeCache
-from blobstore_server.services.tinker.rules import UploadVerdict, upload_verdict
+from blobstore_server.services.tinker.rules import UploadVerdict, taken_back, upload_verdict
 from blobstore_server.services.worker.client import WorkerClient
 
+log = logging.getLogger(__name__)
 UNITS_TTL = 30.0  # deletes come in runs over the same volumes
 ShardOp = Callable[[str, int, int, int, IOClass], Awaitable[ShardStatusResult]]
+Blob = tuple[int, int]  # vid, bid
 
 
 class RepairHandler:
@@ -39,9 +42,12 @@ class RepairHandler:
 
 class DeleteHandler:
     """Mark-delete every shard at once (reads then fail, and it can still be undone), and remove the
-    shards for good only once the safe delay after the DELETE has passed."""
+    shards for good only once the safe delay after the DELETE has passed. An undelete takes the delete back: its
+    record in clustermgr is read fresh before marking, after marking and before purging, and a blob it covers is
+    left as it was, its marks lifted (services/access/undelete.py)."""
 
     def __init__(self, cluster: ClusterClient, blobnodes: BlobnodeClient, delete_log: Path) -> None:
+        self.cluster = cluster
         self.volumes = VolumeCache(cluster, UNITS_TTL)
         self.blobnodes = blobnodes
         self.delete_log = delete_log
@@ -54,16 +60,43 @@ class DeleteHandler:
             return  # no such volume: nothing to delete
         await self.volumes.on_units(vid, lambda unit: self._each(op, unit, bid))
 
-    async def mark(self, msg: DeleteMsg) -> None:
-        for vid, bid in msg.blob_ids():
-            await self._on_every_shard(self.blobnodes.mark_delete_shard, vid, bid)
+    async def _standing(self, msg: DeleteMsg, blobs: Iterable[Blob]) -> list[Blob]:
+        """The blobs whose delete no undelete took back; those it did have their marks lifted (a failure raises: the
+        message is retried, and taken back again then, until every mark is gone)."""
+        standing: list[Blob] = []
+        back: list[Blob] = []
+        for vid, bid in blobs:
+            (back if taken_back(msg.time, await self.cluster.undeleted(vid, bid)) else standing).append((vid, bid))
+        for vid, bid in back:
+            await self._on_every_shard(self.blobnodes.unmark_delete_shard, vid, bid)
+        return standing
 
-    async def purge(self, msg: DeleteMsg) -> None:
-        for vid, bid in msg.blob_ids():
-            await self._on_every_shard(self.blobnodes.delete_shard, vid, bid)
+    async def mark(self, msg: DeleteMsg) -> list[Blob]:
+        """Mark every shard of the blobs no undelete took back; the blobs marked. An undelete that lands meanwhile
+        is found by the look after marking, and its marks are lifted at once."""
+        blobs = await self._standing(msg, msg.blob_ids())
+        for vid, bid in blobs:
+            await self._on_every_shard(self.blobnodes.mark_delete_shard, vid, bid)
+        return await self._standing(msg, blobs)
+
+    async def purge(self, msg: DeleteMsg, blobs: list[Blob]) -> list[Blob]:
+        """Remove for good every shard of the marked `blobs` no undelete took back since; the blobs purged. A
+        blobnode refuses to remove a shard whose mark was lifted: an undelete that landed after the look, found by
+        the look after the refusal (without one the refusal stands, and the message is retried)."""
+        purged = []
+        for vid, bid in await self._standing(msg, blobs):
+            try:
+                await self._on_every_shard(self.blobnodes.delete_shard, vid, bid)
+            except RpcError:
+                if await self._standing(msg, [(vid, bid)]):
+                    raise
+                log.info("blob %d/%d was undeleted while it was being purged: left as it was", vid, bid)
+                continue
             entry = {"vid": vid, "bid": bid, "deleted_at": msg.time, "purged_at": time.time()}
-            with self.delete_log.open("a") as log:
-                log.write(json.dumps(entry) + "\n")
+            with self.delete_log.open("a") as delete_log:
+                delete_log.write(json.dumps(entry) + "\n")
+            purged.append((vid, bid))
+        return purged
 
     async def upload_finished(self, msg: DeleteMsg) -> bool:
         """Whether every blob of a multipart upload was written (then its reclaim does nothing); raises

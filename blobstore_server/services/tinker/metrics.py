@@ -34,7 +34,8 @@ class TinkerFigures:
         pipelines = self.tinker.pipelines.items()
         for field, doc in (("messages_in", "Messages consumed"), ("done", "Messages whose work is done"),
                            ("failed", "Messages whose work failed (handed on to the failed topic)"),
-                           ("retried", "Messages handed on for a later retry")):
+                           ("retried", "Messages handed on for a later retry"),
+                           ("undeleted", "Deletes an undelete took back before their purge")):
             yield counter(f"blobstore_tinker_{field}", f"{doc}, by pipeline",
                           [((name, ), getattr(p.stats, field)) for name, p in pipelines], ["pipeline"])
         yield counter("blobstore_tinker_messages_forged", "Messages skipped, unacted upon, for a missing or wrong "

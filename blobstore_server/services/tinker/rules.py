@@ -1,6 +1,6 @@
 """Tinker's decisions, free of I/O: when a failed message is retried, when a deleted blob may be
-removed for good, and whether a multipart upload was finished. (Which offsets may be committed is
-`libs.mq.offsets.OffsetTracker`.)"""
+removed for good, whether an undelete took a delete back, and whether a multipart upload was finished.
+(Which offsets may be committed is `libs.mq.offsets.OffsetTracker`.)"""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ShardState
+from blobstore_server.libs.proto.clustermgr import UNDELETE_MARGIN
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,13 @@ def delete_due(marked_at: float, safe_delay: float, now: float) -> float:
     its blobnodes refuse it before their `delete_hold` (the same delay) has passed since the end of the whole
     second they keep as the mark's time."""
     return 0.0 if safe_delay <= 0 else max(0.0, marked_at + MARK_GRANULARITY + safe_delay - now)
+
+
+def taken_back(deleted_at: float, undeleted_at: float | None, margin: float = UNDELETE_MARGIN) -> bool:
+    """Whether the latest undelete of a blob (`undeleted_at`, clustermgr's clock; None: none kept) takes back its
+    delete stamped `deleted_at` (mqproxy's clock): every delete issued before the undelete, and, as the two clocks
+    may differ by `margin`, those stamped up to `margin` after it. A later delete stands."""
+    return undeleted_at is not None and deleted_at <= undeleted_at + margin
 
 
 class UploadVerdict(StrEnum):

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,7 +26,7 @@ from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.tinker.config import TinkerConfig
-from blobstore_server.services.tinker.handlers import DeleteHandler, RepairHandler
+from blobstore_server.services.tinker.handlers import Blob, DeleteHandler, RepairHandler
 from blobstore_server.services.tinker.pipeline import Pipeline, sleep_until
 from blobstore_server.services.tinker.rules import RetryPolicy, delete_due
 from blobstore_server.services.worker.client import WorkerClient
@@ -137,19 +137,32 @@ class Tinker:
                 pipeline.stats.done += 1
                 return
             log.info("reclaiming the unfinished upload from blob %d/%d", msg.vid, msg.bid)
-        marked_at = 0.0
-        for step, wait in ((self.delete.mark, False), (self.delete.purge, True)):
-            if wait:
-                await asyncio.sleep(delete_due(marked_at, self.config.delete_safe_delay, now=time.time()))
-            await self.switches.wait_on(TaskType.BLOB_DELETE)
-            async with pipeline.slots:
-                try:
-                    await step(msg)
-                except Exception as exc:
-                    await pipeline.hand_on(retry_topic, msg, self.policy, f"{type(exc).__name__}: {exc}")
-                    return
+        marked = await self._delete_step(pipeline, msg, retry_topic, lambda: self.delete.mark(msg))
+        if marked is None:
+            return
+        purged: list[Blob] = []
+        if marked:
             marked_at = time.time()
+            await asyncio.sleep(delete_due(marked_at, self.config.delete_safe_delay, now=time.time()))
+            done = await self._delete_step(pipeline, msg, retry_topic, lambda: self.delete.purge(msg, marked))
+            if done is None:
+                return
+            purged = done
+        if len(purged) < len(msg.blob_ids()):
+            pipeline.stats.undeleted += 1
         pipeline.stats.done += 1
+
+    async def _delete_step(self, pipeline: Pipeline, msg: DeleteMsg, retry_topic: Topic,
+                           step: Callable[[], Awaitable[list[Blob]]]) -> list[Blob] | None:
+        """One step of a delete, in a slot and while deletes are switched on: the blobs it went on with; None when
+        it failed and the message was handed on for a retry (from the start)."""
+        await self.switches.wait_on(TaskType.BLOB_DELETE)
+        async with pipeline.slots:
+            try:
+                return await step()
+            except Exception as exc:
+                await pipeline.hand_on(retry_topic, msg, self.policy, f"{type(exc).__name__}: {exc}")
+                return None
 
     def _parse(self, model: type[Msg], record: Record) -> Msg | None:
         """A message that is not one of ours (malformed, another cluster's, or not sealed by our producers) is
