@@ -222,7 +222,7 @@ def _cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_
             name = f"access{len(fronts)}"
             service = launch("access", name, secret=LocalCluster.secret, clustermgr_hosts=cm_urls,
                              allocator_hosts=[a.url for a in allocs],
-                             orphan_log=str(tmp_path / f"{name}-orphans.jsonl"),
+                             orphan_log=str(tmp_path / f"{name}-orphans.jsonl"), delete_safe_delay=safe_delay,
                              state_file=str(tmp_path / f"{name}-state.sqlite"),
                              audit_log=str(tmp_path / f"{name}-audit.jsonl"),
                              # No standby stock unless a test asks: these clusters' 10 s leases could not carry

@@ -36,6 +36,7 @@ from blobstore_server.admin.cli_common import (
     kafka_bootstrap,
     kafka_login,
     on_cluster,
+    operator_grant,
     out,
     sub_app,
     tinker_url,
@@ -57,11 +58,13 @@ from blobstore_server.libs.proto.cluster import DiskStatus, VolumeStatus
 from blobstore_server.libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from blobstore_server.libs.proto.tinker import TinkerStats
 from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.tinker.client import TinkerClient
 
 COUNTERS = ("messages_in", "done", "failed", "retried")
+GRANT_TTL = 300.0  # seconds the operator's undelete grant lasts (each request's signature: a minute)
 app = typer.Typer(cls=CommandGroup, help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 cluster_app, blob_app = sub_app("Run a local cluster."), sub_app("Look inside stored objects.")
 config_app = sub_app("Cluster configuration.")
@@ -261,6 +264,26 @@ def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_D
             return [asdict(r) for r in await inspect_shards(info, cm, blobnodes)]
 
     emit(on_cluster(dir, clustermgr, run), as_json, title=f"{info.code_mode} shards")
+
+
+@blob_app.command("undelete")
+def blob_undelete(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
+    """Take a DELETE back within its safe delay: the object reads back (its lost shards, if any, are repaired).
+    After the delay it answers not found (purged). Signed with the cluster secret, as the operator."""
+    with Client(access_urls(dir, access), grant=operator_grant(dir, Capability.UNDELETE, GRANT_TTL)) as client:
+        result = client.undelete(location)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    if not result.unmarked and not result.missing:
+        out.print("undeleted: no delete had reached its shards yet; any delete of it issued so far is taken back")
+        return
+    shown = f"undeleted: {result.unmarked} shard(s) of {result.blobs} blob(s) unmarked"
+    if result.missing:
+        shown += f"; {result.missing} already gone, repairs queued (it reads back meanwhile)"
+    if result.unreachable:
+        shown += f"; {result.unreachable} on blobnodes that did not answer (tinker unmarks them once they do)"
+    out.print(shown)
 
 
 # disks, volumes, config

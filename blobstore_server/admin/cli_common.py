@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -18,11 +18,13 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from blobstore.errors import BlobstoreError
+from blobstore.signing import Grant
 from blobstore_server.admin.kafka_auth import kafka_user
-from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, LauncherError, sign_as_operator
+from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, LauncherError, cluster_secret, sign_as_operator
 from blobstore_server.libs.mq.settings import KafkaAuth
-from blobstore_server.libs.rpc.auth import SECRET_ENV
+from blobstore_server.libs.rpc.auth import SECRET_ENV, capability_key
 from blobstore_server.libs.rpc.errors import RpcError
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 T = TypeVar("T")
@@ -89,13 +91,22 @@ def kafka_login(root: Path, kafka: str, user: str) -> KafkaAuth | None:
     user = user or ("" if kafka else "backlog")
     if not user:
         return None
-    secret = os.environ.get(SECRET_ENV) or (
-        (root / SECRET_FILE).read_text().strip() if (root / SECRET_FILE).exists() else "")
+    secret = cluster_secret(root)
     if not secret:
         if kafka:
             raise ValueError(f"--kafka-user {user} needs the cluster secret: ${SECRET_ENV} or {root}/{SECRET_FILE}")
         return None  # a cluster folder without a secret was started before Kafka had users
     return kafka_user(secret, user)
+
+
+def operator_grant(root: Path, capability: Capability, ttl: float) -> str | None:
+    """A grant of `capability` for `ttl` seconds, as the SDK takes it (`Client(grant=)`), from $BLOBSTORE_SECRET or
+    the cluster folder's secret; None without one (a cluster run without auth takes unsigned requests)."""
+    secret = cluster_secret(root)
+    if not secret:
+        return None
+    key = bytes.fromhex(capability_key(secret, capability))
+    return Grant.of(capability, key, int(time.time() + ttl)).to_token()
 
 
 def tinker_url(root: Path, tinker: str) -> str:

@@ -174,13 +174,18 @@ def _clear_stopped(root: Path, say: Say) -> None:
     say(f"wiped the stopped cluster's data in {root}/")
 
 
-def sign_as_operator(root: Path | None) -> bool:
-    """Sign every request of this process with every role (the operator's CLI, a test, a benchmark), the
-    secret read from $BLOBSTORE_SECRET or the cluster folder; whether one was found."""
+def cluster_secret(root: Path | None) -> str | None:
+    """The cluster secret of $BLOBSTORE_SECRET, else of the cluster folder `root`; None without either."""
     secret = os.environ.get(SECRET_ENV)
     if secret is None and root is not None and (root / SECRET_FILE).exists():
         secret = (root / SECRET_FILE).read_text()
-    signer = operator_signer(secret)
+    return None if secret is None else secret.strip()
+
+
+def sign_as_operator(root: Path | None) -> bool:
+    """Sign every request of this process with every role (the operator's CLI, a test, a benchmark), the
+    secret read from $BLOBSTORE_SECRET or the cluster folder; whether one was found."""
+    signer = operator_signer(cluster_secret(root))
     if signer is None:
         return False
     auth.install(signer)

@@ -185,11 +185,12 @@ class Settings:
 # disk's owner; blobnodes also check read-shard grants (the inspection's executors).
 C = Capability
 CAPABILITIES: dict[str, tuple[Capability, ...]] = {
-    "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.ALLOCATE, C.UNITS, C.KV, C.ADMIN, C.CHUNK,
-                   C.RAFT_MEMBER),
+    "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.ALLOCATE, C.UNITS, C.KV, C.CANCEL_DELETE, C.ADMIN,
+                   C.CHUNK, C.RAFT_MEMBER),
     "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.DISCARD_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE,
                  C.QUEUE_REPAIR),
-    "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE),
+    "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE, C.UNDELETE,
+               C.CANCEL_DELETE),
     "allocator": (C.ALLOCATE, C.OBSERVE),
     "mqproxy": (C.QUEUE_REPAIR, C.QUEUE_DELETE, C.REGISTER, C.OBSERVE),
     "scheduler": (C.OBSERVE, C.REGISTER, C.KV, C.UNITS, C.DISK_STATUS, C.TASKS, C.TASK_CONTROL, C.QUEUE_REPAIR,
@@ -288,7 +289,7 @@ def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboar
     nodes = [_service(p, s, AccessConfig(
                  cluster_id=home, clustermgr_hosts=urls(home, "clustermgr"), allocator_hosts=urls(home, "allocator"),
                  mqproxy_hosts=urls(home, "mqproxy"), region=region, region_refresh=2.0, secret=s.location_secret,
-                 redis_url=s.redis_url, default_code_mode=s.code_modes[0],
+                 redis_url=s.redis_url, default_code_mode=s.code_modes[0], delete_safe_delay=s.delete_delay,
                  orphan_log=str(p.workdir / "orphans.jsonl"), state_file=str(p.workdir / "state.sqlite"),
                  audit_log=str(p.workdir / "audit.jsonl") if s.audit_log else ""))
              for p in access]
