@@ -63,7 +63,7 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.tinker.client import TinkerClient
 
-COUNTERS = ("messages_in", "done", "failed", "retried")
+COUNTERS = ("messages_in", "done", "failed", "retried", "undeleted")
 GRANT_TTL = 300.0  # seconds the operator's undelete grant lasts (each request's signature: a minute)
 app = typer.Typer(cls=CommandGroup, help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 cluster_app, blob_app = sub_app("Run a local cluster."), sub_app("Look inside stored objects.")

@@ -35,6 +35,8 @@ from blobstore_server.admin.launcher import ClusterInfo, LauncherError, ProcessR
 from blobstore_server.admin.plan import ClusterShape
 from blobstore_server.admin.procs import free_ports, poll
 from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.tinker import PipelineStats
+from blobstore_server.services.tinker.client import TinkerClient
 from tests.support.damage import FLIPPED_AT, flip_a_byte
 from tests.support.metrics import sample
 
@@ -81,7 +83,7 @@ def test_public_api_is_exactly_all() -> None:
     assert public == set(blobstore.__all__)
     assert sorted(blobstore.__all__) == ["AsyncClient", "BadRequest", "BlobstoreError", "Client", "Conflict",
                                          "Forbidden", "NotFound", "Progress", "RangeNotSatisfiable", "Slice", "Stat",
-                                         "Unavailable", "Upload", "UploadIncomplete"]
+                                         "Unavailable", "UndeleteResult", "Upload", "UploadIncomplete"]
     # The servers import the records and errors: the clients and their HTTP stack load on first use.
     loaded = subprocess.run([sys.executable, "-c", "import sys, blobstore.records; print(sorted(sys.modules))"],
                             capture_output=True, text=True, check=True).stdout
@@ -337,6 +339,32 @@ def test_cli_delete_and_queue_stats(cluster: ClusterInfo, client: Client) -> Non
     assert set(stats["delete"]["lag"]["blob_delete"]) == {"0", "1"}
     assert stats["delete"]["failed"] == 0
     assert "consumer lag" in _cli(cluster, "queue", "stats").stdout
+    gone = CliRunner().invoke(app, ["blob", "undelete", location, "--dir", cluster.dir])  # past the delay
+    assert gone.exit_code == 1 and "404 purged" in gone.stderr and "safe delay (1 s)" in gone.stderr, gone.output
+
+
+def test_cli_undelete_takes_a_queued_delete_back(cluster: ClusterInfo, client: Client) -> None:
+    tinker = next(p.url for p in ClusterInfo.load(Path(cluster.dir)).processes if p.role == "tinker")
+
+    def deletes() -> PipelineStats:
+        async def stats() -> PipelineStats:
+            async with TinkerClient() as tinkers:
+                return (await tinkers.stats(tinker)).pipelines["delete"]
+
+        return asyncio.run(stats())
+
+    data = os.urandom(100_000)
+    location = client.put(data)
+    taken_back = deletes().undeleted
+    _cli(cluster, "task", "switch", "blob_delete", "off")  # tinker leaves the delete in Kafka
+    try:
+        assert poll(lambda: deletes().paused, 10.0, interval=0.25), "tinker did not pause its deletes"
+        client.delete(location)
+        assert "no delete had reached its shards yet" in _cli(cluster, "blob", "undelete", location).stdout
+    finally:
+        _cli(cluster, "task", "switch", "blob_delete", "on")
+    assert poll(lambda: deletes().undeleted == taken_back + 1, 20.0, interval=0.25), "tinker did not take it back"
+    assert client.get(location) == data
 
 
 def _machines(cluster: ClusterInfo) -> dict[str, str]:
