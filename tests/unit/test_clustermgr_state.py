@@ -10,7 +10,14 @@ from pydantic import BaseModel, ValidationError
 
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import DiskStatus, Unit, VolumeInfo, VolumeStatus
-from blobstore_server.libs.proto.clustermgr import DiskAdd, DiskBeat, RetainItem, UndeleteSlice
+from blobstore_server.libs.proto.clustermgr import (
+    DiskAdd,
+    DiskBeat,
+    RetainItem,
+    UndeleteSlice,
+    parse_undelete_looks,
+    undelete_looks,
+)
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.clustermgr import commands as c
@@ -267,6 +274,11 @@ def test_undelete_records_cover_their_slices_and_are_collected_after_their_keep(
     undelete((9, 5, 2), keep=10)
     assert set(cm.state.undelete_records()) == {"undelete/9/5"}
     assert cm.state.kv_list("undelete/").keys() == {"undelete/9/5"}  # plain kv, listed as any key
+    blobs = [(9, 5), (9, 6), (1, 2)]
+    assert parse_undelete_looks(**undelete_looks(blobs)) == blobs  # what /undelete/get asks, and how it is read
+    for vids, bids in (("9.9", "5"), ("9", "x"), ("", "5"), (".".join(["1"] * 257), ".".join(["1"] * 257))):
+        with pytest.raises(errors.BadRequest):
+            parse_undelete_looks(vids, bids)
 
 
 def test_services_and_config(cm: Driver) -> None:

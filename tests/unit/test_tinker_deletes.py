@@ -10,7 +10,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -52,7 +52,8 @@ class Cluster:
         if path == "/volume/get":
             return FakeReply.of(VolumeView(vid=VID, code_mode=1, backend="isal", units=UNITS, capacity=1))
         if path == "/undelete/get":
-            return FakeReply.of(Undeleted(at=self.undeleted_at))
+            asked = parse_qs(urlsplit(request.url).query)["bids"][0].split(".")
+            return FakeReply.of(Undeleted(at=[self.undeleted_at] * len(asked)))
         vuid = json.loads(bytes(request.body or b"{}"))["vuid"]
         if vuid not in self.shards:
             return FakeReply.of(errors.ShardNotFound("no such shard"))

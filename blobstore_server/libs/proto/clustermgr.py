@@ -7,6 +7,7 @@ size policy, which clustermgr publishes and access reads, is here too.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -22,6 +23,7 @@ from blobstore_server.libs.proto.cluster import (
     VolumeInfo,
     VolumeStatus,
 )
+from blobstore_server.libs.rpc.errors import BadRequest
 from blobstore_server.libs.rpc.routes import Capability as C
 from blobstore_server.libs.rpc.routes import Route
 
@@ -352,9 +354,27 @@ class UndeleteTaken(BaseModel):
 
 
 class Undeleted(BaseModel):
-    """When a blob was last undeleted (clustermgr's clock); None: no record of it is kept."""
+    """When each blob asked about was last undeleted (clustermgr's clock), in the order asked; None: no record of it
+    is kept."""
 
-    at: float | None
+    at: list[float | None]
+
+
+MAX_UNDELETE_LOOKS = 256  # blobs one /undelete/get asks about
+
+
+def undelete_looks(blobs: Sequence[tuple[int, int]]) -> dict[str, str]:
+    """The query of an /undelete/get about `blobs` (vid, bid): both lists joined by "." (never escaped)."""
+    return {"vids": ".".join(str(vid) for vid, _ in blobs), "bids": ".".join(str(bid) for _, bid in blobs)}
+
+
+def parse_undelete_looks(vids: str, bids: str) -> list[tuple[int, int]]:
+    """The blobs an /undelete/get asks about; BadRequest unless both lists hold as many integers (at most the max)."""
+    vid_list, bid_list = vids.split("."), bids.split(".")
+    if len(vid_list) != len(bid_list) or len(vid_list) > MAX_UNDELETE_LOOKS or not all(
+            piece.isdigit() for piece in vid_list + bid_list):
+        raise BadRequest(f"vids and bids must list as many integers, separated by '.', at most {MAX_UNDELETE_LOOKS}")
+    return [(int(vid), int(bid)) for vid, bid in zip(vid_list, bid_list, strict=True)]
 
 
 # raft

@@ -51,6 +51,7 @@ from blobstore_server.libs.proto.clustermgr import (
     VolumeList,
     VolumeRetain,
     VolumeView,
+    parse_undelete_looks,
 )
 from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY, parse_broken_after
 from blobstore_server.libs.proto.switches import SWITCH_PREFIX, parse_switch
@@ -297,8 +298,10 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return await cm.submit(req, caller)
 
     @serves(app, api.UNDELETE_GET)
-    async def undelete_get(vid: int, bid: int) -> Undeleted:
-        return Undeleted(at=(await cm.fresh()).undeleted_at(vid, bid))
+    async def undelete_get(vids: str, bids: str) -> Undeleted:
+        blobs = parse_undelete_looks(vids, bids)
+        state = await cm.fresh()
+        return Undeleted(at=[state.undeleted_at(vid, bid) for vid, bid in blobs])
 
     @serves(app, api.STAT)
     async def stat() -> ClusterStat:

@@ -69,6 +69,7 @@ from blobstore_server.libs.proto.clustermgr import (
     VolumeRef,
     VolumeRetain,
     VolumeView,
+    undelete_looks,
 )
 from blobstore_server.libs.rpc.client import HttpClient, Params, ServiceClient
 from blobstore_server.libs.rpc.errors import NotFound, NotLeader, RpcError, Unavailable
@@ -360,9 +361,10 @@ class ClusterClient(ServiceClient):
         """Take back every delete of these blobs stamped before now; when (clustermgr's clock) it took effect."""
         return (await self.call(api.UNDELETE_ADD, body=Undelete(slices=slices, keep=keep))).at
 
-    async def undeleted(self, vid: int, bid: int) -> float | None:
-        """When blob vid/bid was last undeleted (None: no record of it kept), read fresh from the leader."""
-        return (await self.call(api.UNDELETE_GET, params={"vid": vid, "bid": bid})).at
+    async def undeleted(self, blobs: Sequence[tuple[int, int]]) -> list[float | None]:
+        """When each blob (vid, bid; at most MAX_UNDELETE_LOOKS) was last undeleted (None: no record of it kept),
+        read fresh from the leader."""
+        return (await self.call(api.UNDELETE_GET, params=undelete_looks(blobs))).at
 
     # raft
 

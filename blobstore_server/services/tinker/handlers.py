@@ -14,7 +14,9 @@ from pathlib import Path
 from blobstore_server.libs.ec import tactic
 from blobstore_server.libs.proto.blobnode import IOClass, ShardInfo, ShardState, ShardStatusResult, shard_state
 from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.clustermgr import MAX_UNDELETE_LOOKS
 from blobstore_server.libs.proto.messages import DeleteMsg, RepairMsg
+from blobstore_server.libs.rpc.coalesce import Coalescer
 from blobstore_server.libs.rpc.errors import NotFound, RpcError, ShardNotFound, Unavailable
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient, VolumeCache
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 UNITS_TTL = 30.0  # deletes come in runs over the same volumes
 ShardOp = Callable[[str, int, int, int, IOClass], Awaitable[ShardStatusResult]]
 Blob = tuple[int, int]  # vid, bid
+CLUSTERMGR = "clustermgr"  # the one peer undelete looks go to (its client follows the leader)
 
 
 class RepairHandler:
@@ -51,6 +54,17 @@ class DeleteHandler:
         self.volumes = VolumeCache(cluster, UNITS_TTL)
         self.blobnodes = blobnodes
         self.delete_log = delete_log
+        # Each look is a fresh (read-index) read on clustermgr's leader, three per deleted blob: those asked while one
+        # is on its way go together in the next (0.65-0.85 ms of leader CPU a request, measured on a loaded machine).
+        self._looks: Coalescer[Blob, float | None] = Coalescer(
+            self._look_one, self._look_many, size=lambda _: 1, in_flight=1, max_items=MAX_UNDELETE_LOOKS,
+            max_bytes=MAX_UNDELETE_LOOKS)
+
+    async def _look_one(self, _: str, blob: Blob) -> float | None:
+        return (await self.cluster.undeleted([blob]))[0]
+
+    async def _look_many(self, _: str, blobs: list[Blob]) -> list[float | BaseException | None]:
+        return [*await self.cluster.undeleted(blobs)]
 
     async def _on_every_shard(self, op: ShardOp, vid: int, bid: int) -> None:
         """Apply `op` to the blob's shard on every unit (refetching the volume if a unit moved)."""
@@ -63,12 +77,14 @@ class DeleteHandler:
     async def _standing(self, msg: DeleteMsg, blobs: Iterable[Blob]) -> list[Blob]:
         """The blobs whose delete no undelete took back; those it did have their marks lifted (a failure raises: the
         message is retried, and taken back again then, until every mark is gone)."""
+        blobs = list(blobs)
+        looks = await asyncio.gather(*(self._looks.call(CLUSTERMGR, blob) for blob in blobs))
         standing: list[Blob] = []
-        back: list[Blob] = []
-        for vid, bid in blobs:
-            (back if taken_back(msg.time, await self.cluster.undeleted(vid, bid)) else standing).append((vid, bid))
-        for vid, bid in back:
-            await self._on_every_shard(self.blobnodes.unmark_delete_shard, vid, bid)
+        for (vid, bid), undeleted_at in zip(blobs, looks, strict=True):
+            if not taken_back(msg.time, undeleted_at):
+                standing.append((vid, bid))
+            else:
+                await self._on_every_shard(self.blobnodes.unmark_delete_shard, vid, bid)
         return standing
 
     async def mark(self, msg: DeleteMsg) -> list[Blob]:
