@@ -96,6 +96,7 @@ def test_the_epoch_grows_with_each_takeover_and_only_then() -> None:
     me, other = Election("a", ttl=6.0), Election("b", ttl=6.0)
     claim = me.decide(None, 0.0)
     assert claim is not None and claim.record.epoch == 1
+    me.won(claim, 0.0)
     renewal = me.decide(claim.record, 2.0)
     assert renewal is not None and (renewal.record.term, renewal.record.epoch) == (2, 1)
     assert other.decide(renewal.record, 3.0) is None  # seen: the clock starts

@@ -194,19 +194,19 @@ def test_one_holder_at_a_time_and_a_standby_waits_a_whole_ttl_of_silence() -> No
     a, b = Election("a", 6.0), Election("b", 6.0)
     claim = a.decide(None, 0.0)
     assert claim is not None and claim.record == LeaderRecord(host="a", term=1)
-    a.won(0.0)
+    a.won(claim, 0.0)
     record = claim.record
     assert b.decide(record, 1.0) is None and not b.active(1.0)
     renewal = a.decide(record, 2.0)
     assert renewal is not None and renewal.record.term == 2
-    a.won(2.0)
+    a.won(renewal, 2.0)
     record = renewal.record
     assert b.decide(record, 3.0) is None  # changed: b starts counting again
     assert b.decide(record, 8.9) is None
     assert a.active(7.9) and not a.active(8.0)  # a's own deadline passes before b may claim
     takeover = b.decide(record, 9.0)
     assert takeover is not None and takeover == type(takeover)(record, LeaderRecord(host="b", term=3, epoch=2))
-    b.won(9.0)
+    b.won(takeover, 9.0)
     assert b.active(9.5) and b.leader == "b"
     assert a.decide(takeover.record, 9.6) is None and not a.active(9.6) and a.leader == "b"
 

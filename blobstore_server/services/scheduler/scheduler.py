@@ -101,7 +101,7 @@ class Scheduler:
                         log.warning("%s is now the active scheduler (epoch %d)", self.me, claim.record.epoch)
                         self.epoch = claim.record.epoch
                         self.cluster.fence(Fence(key=LEADER_KEY, epoch=self.epoch))
-                    self.election.won(started)
+                    self.election.won(claim, started)
             except Conflict:
                 self.election.lost()
             except RpcError as exc:
