@@ -51,17 +51,49 @@ class ChunkStatus(StrEnum):
     RELEASED = "released"
 
 
+class TaskFence(StrEnum):
+    """Which task token a chunk takes with a destructive call (`/shard/discard`): a task's destination is filled
+    under the token of the hand-out that holds it, so a worker that lost its task can destroy nothing there."""
+
+    NONE = "none"  # never a task's destination: no token taken (a repair's discards carry none)
+    OPEN = "open"  # being filled by a task: only its current token (`task_token`) is taken, a call without none
+    CLOSED = "closed"  # the task ended and the chunk is about to become (or is) a live unit: no token, ever again
+
+
 class ChunkRef(RequestBody):
     disk_id: int = U32
     vuid: int = U64
 
 
-class ChunkCreate(ChunkRef):
+class ChunkChange(ChunkRef):
+    """A chunk state change (create, read-only, read-write, release). A scheduler sends the epoch of its lease:
+    each disk keeps the highest it has seen and refuses an older one (`Fenced`), so a superseded scheduler
+    changes no chunk of a disk its successor has addressed. None: not a scheduler's call (clustermgr creating a
+    volume's chunks or rolling them back: Raft orders those, and they name units of a volume no scheduler moves)."""
+
+    scheduler_epoch: int | None = Field(None, ge=1)
+
+
+class ChunkCreate(ChunkChange):
     chunk_size: int | None = Field(None, ge=1 << 20)
+
+
+class TaskFenceChange(ChunkRef):
+    """Open the chunk's task fence at `token` (each hand-out of the task a larger one), or with None close it
+    for good: the chunk is about to become a live unit. Only a scheduler sends it, under its lease's epoch."""
+
+    scheduler_epoch: int = Field(ge=1)
+    token: int | None = Field(None, ge=1)
 
 
 class ShardRef(ChunkRef):
     bid: int = U64
+
+
+class ShardDiscard(ShardRef):
+    """`task_token`: a task's worker filling the chunk sends the token of its hand-out (`TaskFence`)."""
+
+    task_token: int | None = Field(None, ge=1)
 
 
 class ChunkInfo(BaseModel):
@@ -72,6 +104,8 @@ class ChunkInfo(BaseModel):
     status: ChunkStatus
     chunk_size: int
     created: float
+    task_fence: TaskFence = TaskFence.NONE
+    task_token: int = 0  # the last token the task fence was opened at (0: never)
 
 
 class ChunkList(BaseModel):
@@ -176,6 +210,7 @@ class DiskStat(BaseModel):
     chunks: int
     max_chunks: int
     readonly_chunks: int
+    scheduler_epoch: int = 0  # the highest scheduler lease epoch the disk has seen: chunk changes under older refused
     scrub: ScrubStat | None = None  # in a blobnode's /stat and /disk/stat
 
 
@@ -262,9 +297,10 @@ class ExportResult(BaseModel):
 STAT = Route("GET", "/stat", C.OBSERVE, NodeStat)
 DISK_STAT = Route("GET", "/disk/stat", C.OBSERVE, DiskStat)
 CHUNK_CREATE = Route("POST", "/chunk/create", C.CHUNK, ChunkInfo, ChunkCreate)
-CHUNK_RELEASE = Route("POST", "/chunk/release", C.CHUNK, ChunkInfo, ChunkRef)
-CHUNK_READONLY = Route("POST", "/chunk/readonly", C.CHUNK, ChunkInfo, ChunkRef)
-CHUNK_READWRITE = Route("POST", "/chunk/readwrite", C.CHUNK, ChunkInfo, ChunkRef)
+CHUNK_RELEASE = Route("POST", "/chunk/release", C.CHUNK, ChunkInfo, ChunkChange)
+CHUNK_READONLY = Route("POST", "/chunk/readonly", C.CHUNK, ChunkInfo, ChunkChange)
+CHUNK_READWRITE = Route("POST", "/chunk/readwrite", C.CHUNK, ChunkInfo, ChunkChange)
+CHUNK_TASK_FENCE = Route("POST", "/chunk/fence", C.CHUNK, ChunkInfo, TaskFenceChange)
 CHUNK_COMPACT = Route("POST", "/chunk/compact", C.CHUNK, ChunkInfo, ChunkRef)
 CHUNK_LIST = Route("GET", "/chunk/list", C.READ_SHARD, ChunkList)
 CHUNK_STAT = Route("GET", "/chunk/stat", C.READ_SHARD, ChunkStat)
@@ -279,10 +315,10 @@ SHARD_GET_BATCH = Route[BaseModel]("GET", "/shard/get_batch", C.READ_SHARD)
 SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
 SHARD_UNMARK_DELETE = Route("POST", "/shard/unmarkdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
 SHARD_DELETE = Route("POST", "/shard/delete", C.DELETE_SHARD, ShardStatusResult, ShardRef)
-SHARD_DISCARD = Route("POST", "/shard/discard", C.DISCARD_SHARD, ShardStatusResult, ShardRef)
+SHARD_DISCARD = Route("POST", "/shard/discard", C.DISCARD_SHARD, ShardStatusResult, ShardDiscard)
 SHARD_STAT = Route("GET", "/shard/stat", C.READ_SHARD, ShardInfo)
 SHARD_LIST = Route("GET", "/shard/list", C.READ_SHARD, ShardList)
 INSPECT_EXPORT = Route("POST", "/inspect/export", C.EXPORT, ExportResult, ExportRequest)
-ROUTES = (STAT, DISK_STAT, CHUNK_CREATE, CHUNK_RELEASE, CHUNK_READONLY, CHUNK_READWRITE, CHUNK_COMPACT, CHUNK_LIST,
-          CHUNK_STAT, SHARD_PUT, SHARD_PUT_BATCH, SHARD_GET, SHARD_GET_BATCH, SHARD_MARK_DELETE, SHARD_UNMARK_DELETE,
-          SHARD_DELETE, SHARD_DISCARD, SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)
+ROUTES = (STAT, DISK_STAT, CHUNK_CREATE, CHUNK_RELEASE, CHUNK_READONLY, CHUNK_READWRITE, CHUNK_TASK_FENCE,
+          CHUNK_COMPACT, CHUNK_LIST, CHUNK_STAT, SHARD_PUT, SHARD_PUT_BATCH, SHARD_GET, SHARD_GET_BATCH,
+          SHARD_MARK_DELETE, SHARD_UNMARK_DELETE, SHARD_DELETE, SHARD_DISCARD, SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)

@@ -17,6 +17,7 @@ from blobstore_server.libs.proto.blobnode import (
     IO_CLASS_PARAM,
     MAX_BATCH,
     MAX_BATCH_BYTES,
+    ChunkChange,
     ChunkCreate,
     ChunkInfo,
     ChunkList,
@@ -28,6 +29,7 @@ from blobstore_server.libs.proto.blobnode import (
     ExportResult,
     IOClass,
     NodeStat,
+    ShardDiscard,
     ShardFailure,
     ShardGetBatchHead,
     ShardInfo,
@@ -38,6 +40,7 @@ from blobstore_server.libs.proto.blobnode import (
     ShardReadOutcome,
     ShardRef,
     ShardStatusResult,
+    TaskFenceChange,
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.errors import BadRequest, RpcError, TooLarge
@@ -137,17 +140,21 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
 
     @serves(app, api.CHUNK_CREATE)
     async def chunk_create(req: ChunkCreate) -> ChunkInfo:
-        return await node.create_chunk(req.disk_id, req.vuid, req.chunk_size)
+        return await node.create_chunk(req.disk_id, req.vuid, req.chunk_size, req.scheduler_epoch)
 
     def chunk_status_route(route: Route, status: ChunkStatus) -> None:
-        async def set_status(req: ChunkRef) -> ChunkInfo:
-            return await node.set_chunk_status(req.disk_id, req.vuid, status)
+        async def set_status(req: ChunkChange) -> ChunkInfo:
+            return await node.set_chunk_status(req.disk_id, req.vuid, status, req.scheduler_epoch)
 
         serves(app, route)(set_status)
 
     chunk_status_route(api.CHUNK_RELEASE, ChunkStatus.RELEASED)
     chunk_status_route(api.CHUNK_READONLY, ChunkStatus.READONLY)
     chunk_status_route(api.CHUNK_READWRITE, ChunkStatus.NORMAL)
+
+    @serves(app, api.CHUNK_TASK_FENCE)
+    async def chunk_task_fence(req: TaskFenceChange) -> ChunkInfo:
+        return await node.set_task_fence(req.disk_id, req.vuid, req.scheduler_epoch, req.token)
 
     @serves(app, api.CHUNK_COMPACT)
     async def chunk_compact(req: ChunkRef) -> ChunkInfo:
@@ -174,9 +181,9 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     shard_status_route(api.SHARD_DELETE, None)
 
     @serves(app, api.SHARD_DISCARD)
-    async def shard_discard(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+    async def shard_discard(req: ShardDiscard, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
         async with node.background(req.disk_id, io_class):
-            await node.discard_shard(req.disk_id, req.vuid, req.bid, io_class)
+            await node.discard_shard(req.disk_id, req.vuid, req.bid, io_class, req.task_token)
         return ShardStatusResult(bid=req.bid, status="deleted")
 
     @serves(app, api.SHARD_STAT)

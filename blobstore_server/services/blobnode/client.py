@@ -18,6 +18,7 @@ from blobstore_server.libs.proto.blobnode import (
     BATCH_SEPARATOR,
     IO_CLASS_PARAM,
     MAX_BATCH,
+    ChunkChange,
     ChunkCreate,
     ChunkInfo,
     ChunkRef,
@@ -27,11 +28,13 @@ from blobstore_server.libs.proto.blobnode import (
     ExportResult,
     IOClass,
     NodeStat,
+    ShardDiscard,
     ShardFailure,
     ShardGetBatchHead,
     ShardInfo,
     ShardRef,
     ShardStatusResult,
+    TaskFenceChange,
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient, presigned
@@ -186,25 +189,36 @@ class BlobnodeClient(ServiceClient):
 
     # chunks
 
+    # A scheduler names the epoch of its lease (`scheduler_epoch`) in every chunk state change it sends: each disk
+    # refuses one older than the newest it has seen (`ChunkChange`).
+
     async def create_chunk(self, host: str, disk_id: int, vuid: int, chunk_size: int | None = None,
-                           timeout: float | None = None) -> ChunkInfo:
-        body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size)
+                           timeout: float | None = None, scheduler_epoch: int | None = None) -> ChunkInfo:
+        body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size, scheduler_epoch=scheduler_epoch)
         return await self.http.call_route(api.CHUNK_CREATE, host, body=body, timeout=timeout)
 
-    async def _chunk_op(self, host: str, route: Route[ChunkInfo], disk_id: int, vuid: int,
+    async def _chunk_op(self, host: str, route: Route[ChunkInfo], body: ChunkRef,
                         timeout: float | None = None) -> ChunkInfo:
-        return await self.http.call_route(route, host, body=ChunkRef(disk_id=disk_id, vuid=vuid), timeout=timeout)
+        return await self.http.call_route(route, host, body=body, timeout=timeout)
 
-    async def release_chunk(self, host: str, disk_id: int, vuid: int, timeout: float | None = None) -> ChunkInfo:
-        return await self._chunk_op(host, api.CHUNK_RELEASE, disk_id, vuid, timeout)
+    async def release_chunk(self, host: str, disk_id: int, vuid: int, timeout: float | None = None,
+                            scheduler_epoch: int | None = None) -> ChunkInfo:
+        body = ChunkChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch)
+        return await self._chunk_op(host, api.CHUNK_RELEASE, body, timeout)
 
     async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True,
-                                 timeout: float | None = None) -> ChunkInfo:
-        return await self._chunk_op(host, api.CHUNK_READONLY if readonly else api.CHUNK_READWRITE, disk_id, vuid,
-                                    timeout)
+                                 timeout: float | None = None, scheduler_epoch: int | None = None) -> ChunkInfo:
+        body = ChunkChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch)
+        return await self._chunk_op(host, api.CHUNK_READONLY if readonly else api.CHUNK_READWRITE, body, timeout)
+
+    async def set_task_fence(self, host: str, disk_id: int, vuid: int, scheduler_epoch: int, token: int | None,
+                             timeout: float | None = None) -> ChunkInfo:
+        """Open the chunk's task fence at `token` (a task's hand-out), or close it for good (None): `TaskFence`."""
+        body = TaskFenceChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch, token=token)
+        return await self._chunk_op(host, api.CHUNK_TASK_FENCE, body, timeout)
 
     async def compact_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:
-        return await self._chunk_op(host, api.CHUNK_COMPACT, disk_id, vuid)
+        return await self._chunk_op(host, api.CHUNK_COMPACT, ChunkRef(disk_id=disk_id, vuid=vuid))
 
     async def list_chunks(self, host: str, disk_id: int) -> list[ChunkInfo]:
         return (await self.http.call_route(api.CHUNK_LIST, host, params={"disk_id": disk_id})).chunks
@@ -306,29 +320,31 @@ class BlobnodeClient(ServiceClient):
         return self.http.stream(f"{host}{api.SHARD_GET.path}",
                                 params=self._get_params(disk_id, vuid, bid, offset, size, io_class))
 
-    async def _shard_op(self, host: str, route: Route[ShardStatusResult], disk_id: int, vuid: int, bid: int,
+    async def _shard_op(self, host: str, route: Route[ShardStatusResult], body: ShardRef,
                         io_class: IOClass) -> ShardStatusResult:
-        body = ShardRef(disk_id=disk_id, vuid=vuid, bid=bid)
-        return await self.http.call_route(route, host, body=body,
-                                    params=_with_class({}, io_class))
+        return await self.http.call_route(route, host, body=body, params=_with_class({}, io_class))
 
     async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                                 io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        return await self._shard_op(host, api.SHARD_MARK_DELETE, disk_id, vuid, bid, io_class)
+        return await self._shard_op(host, api.SHARD_MARK_DELETE, ShardRef(disk_id=disk_id, vuid=vuid, bid=bid),
+                                    io_class)
 
     async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                                   io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        return await self._shard_op(host, api.SHARD_UNMARK_DELETE, disk_id, vuid, bid, io_class)
+        return await self._shard_op(host, api.SHARD_UNMARK_DELETE, ShardRef(disk_id=disk_id, vuid=vuid, bid=bid),
+                                    io_class)
 
     async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                            io_class: IOClass = IOClass.USER) -> ShardStatusResult:
         """Delete for good a shard marked deleted at least the blobnode's `delete_hold` ago (Conflict otherwise)."""
-        return await self._shard_op(host, api.SHARD_DELETE, disk_id, vuid, bid, io_class)
+        return await self._shard_op(host, api.SHARD_DELETE, ShardRef(disk_id=disk_id, vuid=vuid, bid=bid), io_class)
 
     async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                            io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        """Delete a shard at once: a repair or migration making room for the right bytes (discard-shard)."""
-        return await self._shard_op(host, api.SHARD_DISCARD, disk_id, vuid, bid, io_class)
+                            io_class: IOClass = IOClass.USER, task_token: int | None = None) -> ShardStatusResult:
+        """Delete a shard at once: a repair or migration making room for the right bytes (discard-shard). A task's
+        worker names the token of its hand-out: the chunk's task fence refuses a stale one (`TaskFence`)."""
+        body = ShardDiscard(disk_id=disk_id, vuid=vuid, bid=bid, task_token=task_token)
+        return await self._shard_op(host, api.SHARD_DISCARD, body, io_class)
 
     async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int,
                          io_class: IOClass = IOClass.USER) -> ShardInfo:

@@ -16,10 +16,11 @@ import shutil
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, overload
+from typing import Literal, TypeVar, overload
 
 from blobstore_server.libs.chunkfile import (
     ChunkError,
@@ -37,11 +38,15 @@ from blobstore_server.libs.kv import KVStore
 from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from blobstore_server.libs.proto.ids import epoch_of
 from blobstore_server.libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
+from blobstore_server.services.blobnode.fence import check_scheduler_epoch, check_task_token, fenced_for_task
 from blobstore_server.services.blobnode.metrics import FSYNC_SECONDS
 from blobstore_server.services.blobnode.rwlock import RWLock
 
 CHUNK_CF = "chunk"
+FENCE_CF = "fence"
+SCHEDULER_EPOCH_KEY = b"scheduler_epoch"  # in FENCE_CF: the highest scheduler lease epoch seen (8 bytes, big-endian)
 FORMAT_VERSION = 1
+T = TypeVar("T")
 
 
 class DiskFormatError(Exception):
@@ -140,7 +145,9 @@ class Disk:
         self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix=f"disk{disk_id}")
         self.background_executor = ThreadPoolExecutor(background_threads, thread_name_prefix=f"disk{disk_id}-bg",
                                                       initializer=_lower_priority, initargs=(background_nice,))
-        self.kv = KVStore(path / "meta", [CHUNK_CF, *required_column_families()], sync=sync)
+        self.kv = KVStore(path / "meta", [CHUNK_CF, FENCE_CF, *required_column_families()], sync=sync)
+        self._scheduler_lock = threading.Lock()  # one scheduler's change at a time: checked and applied together
+        self.scheduler_epoch = int.from_bytes(self.kv.get(FENCE_CF, SCHEDULER_EPOCH_KEY) or b"", "big")
         self.commits = GroupCommit(self.kv)
         self._lock = threading.Lock()  # guards the chunk tables
         self._records: dict[bytes, ChunkInfo] = {}
@@ -242,6 +249,32 @@ class Disk:
             self.kv.put(CHUNK_CF, key, _record_bytes(record))
             return record
 
+    def scheduler_change(self, epoch: int | None, change: Callable[[], T]) -> T:
+        """Apply `change`, a chunk state change a scheduler sent under its lease's `epoch`, unless the disk has seen
+        a newer epoch (`fence.check_scheduler_epoch`); a newer one is made durable first. None: not a scheduler's
+        (clustermgr's, for a volume it creates), applied as is."""
+        with self._scheduler_lock:
+            if epoch is not None:
+                check_scheduler_epoch(self.scheduler_epoch, epoch, self.disk_id)
+                if epoch > self.scheduler_epoch:
+                    self.kv.put(FENCE_CF, SCHEDULER_EPOCH_KEY, epoch.to_bytes(8, "big"))
+                    self.scheduler_epoch = epoch
+            return change()
+
+    def set_task_fence(self, vuid: int, token: int | None) -> ChunkInfo:
+        """Open the chunk's task fence at `token`, or close it (None): `fence.fenced_for_task`. It waits for the
+        unit's discards under way, so none checked against the fence before it changed runs after."""
+        key = unit_key(vuid)
+        with self.unit_lock(vuid).exclusive(), self._lock:
+            record = self._record(vuid)
+            if record.vuid != vuid:
+                raise StaleEpoch(f"vuid {vuid} is not the chunk's current vuid {record.vuid}")
+            updated = fenced_for_task(record, token)
+            if updated is not record:
+                self.kv.put(CHUNK_CF, key, _record_bytes(updated))
+                self._records[key] = updated
+            return updated
+
     def _move_to_trash(self, chunk_id: str) -> None:
         src = self._data_path(chunk_id)
         if src.exists():
@@ -256,8 +289,7 @@ class Disk:
             old = self.chunk_for(vuid, write=False)
             record = self._records[key]
             new_id = ChunkId(vuid, time.time_ns())
-            updated = ChunkInfo(chunk_id=str(new_id), vuid=vuid, status=record.status, chunk_size=record.chunk_size,
-                                created=time.time())
+            updated = record.model_copy(update={"chunk_id": str(new_id), "created": time.time()})
             new = old.compact_into(self._data_path(str(new_id)), new_id,
                                    before_commit=lambda batch: batch.put(CHUNK_CF, key, _record_bytes(updated)))
             with self._lock:
@@ -332,9 +364,12 @@ class Disk:
                 return chunk.mark_delete(bid)
             return chunk.unmark_delete(bid)
 
-    def discard_shard(self, vuid: int, bid: int) -> None:
+    def discard_shard(self, vuid: int, bid: int, task_token: int | None = None) -> None:
+        """Delete a shard at once, if the chunk's task fence takes `task_token` (`fence.check_task_token`)."""
         with self.unit_lock(vuid).shared():
-            self.chunk_for(vuid, write=False).delete_shard(bid)
+            chunk = self.chunk_for(vuid, write=False)
+            check_task_token(self._records[unit_key(vuid)], task_token)
+            chunk.delete_shard(bid)
 
     def stored_bytes(self) -> int:
         """Data bytes of the shards indexed on the disk (mark-deleted ones too): what a scrub pass reads, about."""
@@ -351,4 +386,5 @@ class Disk:
         chunks = self.list_chunks()
         return DiskStat(disk_id=self.disk_id, path=str(self.path), size=usage.total, free=usage.free,
                         used=usage.used, chunks=len(chunks), max_chunks=self.max_chunks,
-                        readonly_chunks=sum(r.status is ChunkStatus.READONLY for r in chunks))
+                        readonly_chunks=sum(r.status is ChunkStatus.READONLY for r in chunks),
+                        scheduler_epoch=self.scheduler_epoch)

@@ -272,12 +272,24 @@ class Blobnode:
 
     # chunks
 
-    async def create_chunk(self, disk_id: int, vuid: int, chunk_size: int | None) -> ChunkInfo:
+    async def create_chunk(self, disk_id: int, vuid: int, chunk_size: int | None,
+                           scheduler_epoch: int | None = None) -> ChunkInfo:
         size = chunk_size or self.config.default_chunk_size
-        return await self._run(disk_id, self.disk(disk_id).create_chunk, vuid, size)
+        disk = self.disk(disk_id)
+        return await self._run(disk_id, disk.scheduler_change, scheduler_epoch,
+                               functools.partial(disk.create_chunk, vuid, size))
 
-    async def set_chunk_status(self, disk_id: int, vuid: int, status: ChunkStatus) -> ChunkInfo:
-        return await self._run(disk_id, self.disk(disk_id).set_chunk_status, vuid, status)
+    async def set_chunk_status(self, disk_id: int, vuid: int, status: ChunkStatus,
+                               scheduler_epoch: int | None = None) -> ChunkInfo:
+        disk = self.disk(disk_id)
+        return await self._run(disk_id, disk.scheduler_change, scheduler_epoch,
+                               functools.partial(disk.set_chunk_status, vuid, status))
+
+    async def set_task_fence(self, disk_id: int, vuid: int, scheduler_epoch: int, token: int | None) -> ChunkInfo:
+        """Open the chunk's task fence at `token` or close it (None), as the scheduler of `scheduler_epoch` asks."""
+        disk = self.disk(disk_id)
+        return await self._run(disk_id, disk.scheduler_change, scheduler_epoch,
+                               functools.partial(disk.set_task_fence, vuid, token))
 
     async def compact_chunk(self, disk_id: int, vuid: int) -> ChunkInfo:
         """Background work by nature: it rewrites the whole chunk, and the bytes it read and wrote count against
@@ -488,9 +500,11 @@ class Blobnode:
         return await self._shard_op(_STATUS_OPS[status], disk_id, io_class, self.disk(disk_id).shard_status, vuid,
                                     bid, status, self.config.delete_hold)
 
-    async def discard_shard(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER) -> None:
-        """Delete a shard at once, to write the right bytes in its place (repair, migration)."""
-        await self._shard_op("discard", disk_id, io_class, self.disk(disk_id).discard_shard, vuid, bid)
+    async def discard_shard(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER,
+                            task_token: int | None = None) -> None:
+        """Delete a shard at once, to write the right bytes in its place (repair, migration); a task's worker names
+        its token (the chunk's task fence refuses a stale one)."""
+        await self._shard_op("discard", disk_id, io_class, self.disk(disk_id).discard_shard, vuid, bid, task_token)
 
     async def export(self, req: ExportRequest) -> list[DiskExport]:
         """Write the shard index and chunk list of each disk under `req.target` (all disks at once), each bounded

@@ -1,0 +1,51 @@
+"""The blobnode's fences, free of I/O: which scheduler may still change a disk's chunks, and which task may
+still destroy shards on a chunk it fills (`disk.py` applies them under its locks).
+
+- Scheduler epoch: every chunk state change a scheduler sends carries the epoch of its lease; a disk keeps
+  the highest it has seen (persisted) and refuses an older one. A superseded scheduler that wakes up (a pause,
+  a partition) thus cannot reopen a sealed source or release a chunk on a disk its successor has addressed.
+  Its successor addresses every source it relies on when it takes over (it seals them again).
+- Task fence (`TaskFence`): a task's destination takes a destructive call (discard) only with the token of
+  the task's current hand-out; once closed (before the switch to it) with none, so a worker that lost its
+  task (paused past its lease, its task finished by another) cannot discard a shard a PUT acknowledged on
+  the new live unit. A call without a token (a repair of a live unit) is taken where no task fills the chunk.
+"""
+
+from __future__ import annotations
+
+from blobstore_server.libs.proto.blobnode import ChunkInfo, TaskFence
+from blobstore_server.libs.rpc.errors import Conflict, Fenced
+
+
+def check_scheduler_epoch(highest: int, epoch: int, disk_id: int) -> None:
+    """Refuse a change sent under scheduler lease `epoch` when the disk has seen a newer one (`highest`)."""
+    if epoch < highest:
+        raise Fenced(f"scheduler epoch {epoch} is superseded: disk {disk_id} has seen epoch {highest}; nothing changed",
+                     epoch=highest)
+
+
+def fenced_for_task(record: ChunkInfo, token: int | None) -> ChunkInfo:
+    """The chunk's record with its task fence opened at `token`, or closed (None). A closed fence stays closed (a
+    live unit never becomes a task's destination again); a token older than the last one opened is refused (a
+    hand-out given up on, whose request arrived late). Conflict, not Fenced: the scheduler sending it is not
+    superseded, it has a stale view of this chunk."""
+    closed = record.task_fence is TaskFence.CLOSED
+    if token is None:
+        return record if closed else record.model_copy(update={"task_fence": TaskFence.CLOSED})
+    if closed:
+        raise Conflict(f"the chunk of vuid {record.vuid} is live: its task fence closed at token {record.task_token}")
+    if token < record.task_token:
+        raise Conflict(f"task token {token} is older than the chunk's {record.task_token}: not opened")
+    return record.model_copy(update={"task_fence": TaskFence.OPEN, "task_token": token})
+
+
+def check_task_token(record: ChunkInfo, token: int | None) -> None:
+    """Refuse a destructive call carrying task `token` (None: not a task's call) that the chunk's fence does not
+    take: a token other than the open one, any token where no task fills the chunk, and no token where one does."""
+    fence, current = record.task_fence, record.task_token
+    if fence is TaskFence.OPEN and token != current:
+        held = f"task token {token} is not" if token is not None else "a call without a task token is not"
+        raise Fenced(f"{held} the one the chunk of vuid {record.vuid} is being filled under ({current}): refused")
+    if fence is not TaskFence.OPEN and token is not None:
+        why = "is live: its task fence closed" if fence is TaskFence.CLOSED else "is filled by no task"
+        raise Fenced(f"task token {token} refused: the chunk of vuid {record.vuid} {why}")

@@ -1,0 +1,166 @@
+"""The blobnode's fences (services/blobnode/fence.py, applied by disk.py): a chunk state change sent under a
+scheduler epoch older than the newest a disk has seen changes nothing, whatever the disk went through since
+(a restart included); a chunk filled by a task takes destructive calls only under its current task token, and
+none once its fence closed (the chunk is live), while a call without a token (a repair of a live unit) works
+where no task fills the chunk."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from itertools import product
+from pathlib import Path
+
+import pytest
+
+from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStatus, TaskFence
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import errors
+from blobstore_server.services.blobnode.config import BlobnodeConfig
+from blobstore_server.services.blobnode.fence import check_scheduler_epoch, check_task_token, fenced_for_task
+from blobstore_server.services.blobnode.node import Blobnode
+
+VUID = Vuid.make(9, 2, 3)
+
+
+def record(fence: TaskFence = TaskFence.NONE, token: int = 0) -> ChunkInfo:
+    return ChunkInfo(chunk_id="c", vuid=VUID, status=ChunkStatus.NORMAL, chunk_size=1 << 20, created=0.0,
+                     task_fence=fence, task_token=token)
+
+
+def test_an_older_scheduler_epoch_is_refused_an_equal_or_newer_one_taken() -> None:
+    for highest, epoch in product(range(4), range(1, 5)):
+        if epoch < highest:
+            with pytest.raises(errors.Fenced, match=f"epoch {epoch} is superseded: disk 7 has seen epoch {highest}"):
+                check_scheduler_epoch(highest, epoch, 7)
+        else:
+            check_scheduler_epoch(highest, epoch, 7)
+
+
+def test_every_fence_state_and_token_takes_exactly_the_calls_it_should() -> None:
+    """Every state against no token, the current one, an older and a newer one."""
+    for fence, current in product(TaskFence, (0, 1, 5)):
+        chunk = record(fence, current)
+        for token in (None, current + 1, *(t for t in (current, current - 1) if t >= 1)):
+            takes = (fence is TaskFence.OPEN and token == current) or (fence is not TaskFence.OPEN and token is None)
+            if takes:
+                check_task_token(chunk, token)
+            else:
+                with pytest.raises(errors.Fenced, match="refused"):
+                    check_task_token(chunk, token)
+
+
+def test_a_fence_opens_at_ever_newer_tokens_and_once_closed_stays_closed() -> None:
+    opened = fenced_for_task(record(), 1)
+    assert (opened.task_fence, opened.task_token) == (TaskFence.OPEN, 1)
+    assert fenced_for_task(opened, 1) == opened  # the same hand-out asked again
+    reopened = fenced_for_task(opened, 4)
+    assert reopened.task_token == 4
+    with pytest.raises(errors.Conflict, match="task token 3 is older than the chunk's 4") as late:
+        fenced_for_task(reopened, 3)  # a hand-out given up on, whose request came late
+    assert not isinstance(late.value, errors.Fenced)  # the scheduler is not superseded for it
+    closed = fenced_for_task(reopened, None)
+    assert (closed.task_fence, closed.task_token) == (TaskFence.CLOSED, 4)
+    assert fenced_for_task(closed, None) is closed
+    for token in (4, 5, 100):
+        with pytest.raises(errors.Conflict, match="is live: its task fence closed at token 4"):
+            fenced_for_task(closed, token)
+    assert fenced_for_task(record(), None).task_fence is TaskFence.CLOSED  # a unit switched to without a hand-out
+
+
+def make_node(tmp_path: Path) -> Blobnode:
+    return Blobnode(BlobnodeConfig(disks=[{"path": str(tmp_path / "d1"), "disk_id": 1}]))
+
+
+def test_a_disk_remembers_the_newest_scheduler_epoch_across_a_restart(tmp_path: Path) -> None:
+    async def before_restart(node: Blobnode) -> None:
+        await node.create_chunk(1, VUID, None, scheduler_epoch=3)
+        await node.set_chunk_status(1, VUID, ChunkStatus.READONLY, scheduler_epoch=4)
+        with pytest.raises(errors.Fenced, match="epoch 3 is superseded"):
+            await node.set_chunk_status(1, VUID, ChunkStatus.NORMAL, scheduler_epoch=3)
+
+    async def after_restart(node: Blobnode) -> None:
+        assert (await node.disk_stat(1)).scheduler_epoch == 4
+        for change in (node.set_chunk_status(1, VUID, ChunkStatus.NORMAL, scheduler_epoch=3),
+                       node.set_chunk_status(1, VUID, ChunkStatus.RELEASED, scheduler_epoch=2),
+                       node.set_task_fence(1, VUID, 1, 1), node.create_chunk(1, Vuid.make(9, 3, 2), None, 3)):
+            with pytest.raises(errors.Fenced):
+                await change
+        assert [(c.vuid, c.status) for c in await node.list_chunks(1)] == [(VUID, ChunkStatus.READONLY)]
+        # clustermgr's calls carry no epoch (a volume it creates or rolls back): taken as before
+        await node.create_chunk(1, Vuid.make(10, 0, 1), None)
+        await node.set_chunk_status(1, Vuid.make(10, 0, 1), ChunkStatus.RELEASED)
+        reopened = await node.set_chunk_status(1, VUID, ChunkStatus.NORMAL, scheduler_epoch=5)
+        assert reopened.status is ChunkStatus.NORMAL
+        assert (await node.disk_stat(1)).scheduler_epoch == 5
+
+    for scenario in (before_restart, after_restart):
+        node = make_node(tmp_path)
+        try:
+            asyncio.run(scenario(node))
+        finally:
+            node.close()
+
+
+def test_a_task_fence_guards_discards_and_survives_compaction_and_restart(tmp_path: Path) -> None:
+    async def filling(node: Blobnode) -> None:
+        await node.create_chunk(1, VUID, None, scheduler_epoch=1)
+        for bid in range(1, 6):
+            await node.put_shard(1, VUID, bid, memoryview(b"shard %d" % bid))
+        await node.discard_shard(1, VUID, 1)  # no task fills it yet: a repair's discard works
+        with pytest.raises(errors.Fenced, match="filled by no task"):
+            await node.discard_shard(1, VUID, 2, task_token=1)
+        await node.set_task_fence(1, VUID, 1, 1)
+        await node.set_task_fence(1, VUID, 1, 2)  # handed out again
+        with pytest.raises(errors.Fenced, match=r"task token 1 is not the one .* being filled under \(2\)"):
+            await node.discard_shard(1, VUID, 2, task_token=1)
+        with pytest.raises(errors.Fenced, match="without a task token"):
+            await node.discard_shard(1, VUID, 2)
+        await node.discard_shard(1, VUID, 2, task_token=2)
+        await node.compact_chunk(1, VUID)
+        assert (await node.chunk_stat(1, VUID)).task_token == 2
+
+    async def live(node: Blobnode) -> None:
+        stat = await node.chunk_stat(1, VUID)
+        assert (stat.task_fence, stat.task_token, stat.shard_count) == (TaskFence.OPEN, 2, 3)
+        await node.set_task_fence(1, VUID, 1, None)  # before the switch: the chunk becomes the live unit
+        for token in (1, 2, 3):
+            with pytest.raises(errors.Fenced, match="is live: its task fence closed"):
+                await node.discard_shard(1, VUID, 3, task_token=token)
+        with pytest.raises(errors.Conflict, match="is live"):
+            await node.set_task_fence(1, VUID, 1, 3)
+        await node.discard_shard(1, VUID, 3)  # a repair of the live unit
+        assert [m.bid for m in await node.list_shards(1, VUID, 0, None, None)] == [4, 5]
+
+    for scenario in (filling, live):
+        node = make_node(tmp_path)
+        try:
+            asyncio.run(scenario(node))
+        finally:
+            node.close()
+
+
+def test_closing_a_fence_waits_for_the_discards_it_lets_through(tmp_path: Path) -> None:
+    """A discard checked against the open fence runs before the close returns, never after: the chunk's unit
+    lock, which every discard holds shared, is taken alone by a fence change."""
+    node = make_node(tmp_path)
+    try:
+        async def scenario() -> None:
+            await node.create_chunk(1, VUID, None, scheduler_epoch=1)
+            await node.put_shard(1, VUID, 1, memoryview(b"x"))
+            await node.set_task_fence(1, VUID, 1, 1)
+            disk = node.disk(1)
+            lock = disk.unit_lock(VUID)
+            lock.acquire_shared()  # a discard under way, past its check
+            closed = threading.Event()
+            closing = asyncio.get_running_loop().run_in_executor(
+                None, lambda: (disk.set_task_fence(VUID, None), closed.set()))
+            await asyncio.sleep(0.2)
+            assert not closed.is_set()
+            lock.release_shared()
+            await closing
+            assert disk.list_chunks()[0].task_fence is TaskFence.CLOSED
+
+        asyncio.run(scenario())
+    finally:
+        node.close()
