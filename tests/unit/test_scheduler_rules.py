@@ -17,6 +17,7 @@ from blobstore_server.libs.proto.scheduler import (
     parse_broken_after,
 )
 from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.libs.rpc import errors
 from blobstore_server.services.scheduler import rules
 from blobstore_server.services.scheduler.election import Election
 from blobstore_server.services.scheduler.rules import BadTransition, Lease
@@ -188,6 +189,25 @@ def test_only_the_holder_of_the_current_units_passes_the_fence() -> None:
     assert "is work_completed" in (rules.fence(t.model_copy(update={"state": TaskState.WORK_COMPLETED}), ref, None, 5.0)
                                    or "")
     assert "no task" in (rules.fence(None, ref, None, 5.0) or "")
+
+
+def test_a_hand_out_superseded_by_a_later_one_fails_the_fence_even_with_the_same_units_and_worker() -> None:
+    """Two runners of one worker share its name: only the token tells the hand-outs apart."""
+    t = task(state=TaskState.PREPARED, destination=DEST).model_copy(update={"token": 3})
+    ref = TaskRef(task_type=t.task_type, task_id=t.task_id, worker="w1", source_vuid=t.source_vuid,
+                  destination_vuid=DEST.vuid, token=3)
+    assert rules.fence(t, ref, Lease("w1", 10.0), 5.0) is None
+    for token in (0, 2, 4):
+        why = rules.fence(t, ref.model_copy(update={"token": token}), Lease("w1", 10.0), 5.0) or ""
+        assert f"was handed out again (token 3, not {token})" in why
+
+
+def test_only_a_node_that_beat_lately_and_could_not_be_reached_keeps_its_destination() -> None:
+    for error, heard_from in itertools.product(
+            (errors.Unavailable("timeout"), errors.Unreachable("refused"), errors.ChunkNotFound("gone"),
+             errors.DiskNotFound("gone"), errors.Conflict("live"), errors.Internal("disk I/O failed")), (True, False)):
+        keeps = isinstance(error, errors.Unavailable) and heard_from
+        assert rules.gives_up_destination(error, heard_from) is not keeps, (error, heard_from)
 
 
 def test_one_holder_at_a_time_and_a_standby_waits_a_whole_ttl_of_silence() -> None:

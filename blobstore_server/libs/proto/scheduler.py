@@ -64,6 +64,9 @@ class TaskRecord(BaseModel):
     avoid_disks: list[int] = Field(default_factory=list)  # destinations that failed: never chosen again
     redo: int = Field(0, ge=0)  # destinations given up on so far
     worker: str = ""  # the last worker handed the task
+    # Hand-outs so far: each takes the next token, saved before the destination's task fence is opened at it and
+    # before the worker hears of it, so a worker handed the task earlier holds a token the destination refuses.
+    token: int = Field(0, ge=0)
     reason: str = ""  # why it finished in advance, or what the last failure was
     ctime: float = Field(ge=0)
     mtime: float = Field(ge=0)  # the last change of state or progress
@@ -90,12 +93,13 @@ def task_key(task_type: TaskType, task_id: str) -> str:
 
 
 # The worker task protocol (scheduler API). Every call after acquire names the task's source and
-# destination units; the scheduler refuses (409 Conflict) a call whose units or lease no longer match,
-# so a worker that lost its task can never report progress for it or complete it.
+# destination units and the hand-out's token; the scheduler refuses (409 Conflict) a call whose units, token or
+# lease no longer match, so a worker that lost its task can never report progress for it or complete it. The
+# worker's discards on the destination carry the token too, which the destination's blobnode checks.
 
 
 class TaskRef(RequestBody):
-    """What a worker holds: the task, and the units it was handed (the fencing token)."""
+    """What a worker holds: the task, the units it was handed and the token of the hand-out (fencing tokens)."""
 
     task_type: TaskType
     task_id: str = Field(min_length=1)
@@ -103,6 +107,7 @@ class TaskRef(RequestBody):
     source_vuid: int = Field(ge=0, lt=2**64)
     destination_vuid: int = Field(ge=0, lt=2**64)
     epoch: int = Field(0, ge=0)  # of the scheduler lease it was handed out under: a newer holder refuses it
+    token: int = Field(0, ge=0)  # of the hand-out (`TaskRecord.token`): a later hand-out supersedes it
 
 
 class AcquireRequest(RequestBody):
@@ -113,8 +118,9 @@ class AcquireRequest(RequestBody):
 
 class WorkTask(BaseModel):
     """A task handed to a worker: move unit `unit_index` of volume `vid` from `source` to `destination`
-    (a chunk the scheduler already created), rebuilding from the other units what `source` cannot
-    give. `lease_ttl` seconds without a renew and the task goes back to the queue."""
+    (a chunk the scheduler already created, its task fence open at `ref.token`), rebuilding from the other
+    units what `source` cannot give. `lease_ttl` seconds without a renew and the task goes back to the queue;
+    the worker stops touching it well before (its own deadline, from its last renewal)."""
 
     ref: TaskRef
     vid: int = Field(ge=1, lt=2**32)

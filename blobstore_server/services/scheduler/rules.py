@@ -12,6 +12,7 @@ from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import URGENT_MARGIN, TaskRecord, TaskRef, TaskState
 from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.libs.rpc.errors import RpcError, Unavailable
 
 # Which state a task may move to next; anything else is a bug in the caller.
 TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
@@ -184,9 +185,10 @@ def to_hand_out(tasks: Iterable[TaskRecord], leases: Mapping[str, Lease], held_b
 
 
 def fence(task: TaskRecord | None, ref: TaskRef, lease: Lease | None, now: float) -> str | None:
-    """Why a worker's call about `ref` is refused, or None. The units are the fencing token: a worker
-    handed an older destination, or another worker's task, can never report or commit. A task with no
-    lease in memory (the scheduler that granted it has gone) is taken back by the worker holding its units."""
+    """Why a worker's call about `ref` is refused, or None. The units and the hand-out's token are the fencing
+    tokens: a worker handed an older destination, another worker's task, or the same task before it was handed
+    out again, can never report or commit. A task with no lease in memory is taken back by the worker holding its
+    units and token."""
     if task is None or task.task_type != ref.task_type:
         return f"no task {ref.task_type}/{ref.task_id}"
     if task.state is not TaskState.PREPARED:
@@ -195,7 +197,16 @@ def fence(task: TaskRecord | None, ref: TaskRef, lease: Lease | None, now: float
         return f"task {ref.task_id} moves {task.source_vuid} -> {task.destination and task.destination.vuid} now"
     if lease is not None and lease.worker != ref.worker and lease.expires > now:
         return f"task {ref.task_id} is held by {lease.worker}"
+    if task.token != ref.token:
+        return f"task {ref.task_id} was handed out again (token {task.token}, not {ref.token})"
     return None
+
+
+def gives_up_destination(error: RpcError, heard_from: bool) -> bool:
+    """Whether a task fence the destination's blobnode could not set means the destination is gone (the task
+    is redone on another disk) rather than out of reach for a moment (tried again in a later round): only an
+    unreachable node that beat lately gets another chance."""
+    return not (isinstance(error, Unavailable) and heard_from)
 
 
 def prunable(task: TaskRecord, now: float, keep_finished: float) -> bool:

@@ -3,8 +3,15 @@ tasks to workers under leases and switches the volume's unit once a worker is do
 `rules.py`; this module reads, writes and calls.
 
 Only the elected instance works; the task records (`task/<type>/<id>`) are loaded when it takes over, and
-every change is written through before it is answered. Worker leases live in memory only: after a
-takeover, a worker renewing a task whose units match is given the lease back (the units are the fence).
+every change is written through before it is answered. Worker leases live in memory only; a takeover bumps the
+lease epoch, so workers holding tasks of the old one are refused and acquire them again.
+
+Fencing, besides clustermgr's check of the epoch on every change this instance asks of it: the chunk state
+changes it sends to blobnodes carry the epoch too (each disk refuses an older one than it has seen), and on
+taking over it seals again the source of every task past preparation, so a superseded instance that wakes up
+cannot reopen one. Each hand-out of a task takes a new token, saved, then set as the destination chunk's task
+fence before the worker hears of it; the fence is closed before the unit is switched to the destination, so a
+worker that lost the task can discard nothing on the destination, live or not.
 """
 
 from __future__ import annotations
@@ -166,6 +173,11 @@ class Scheduler:
                 log.error("unreadable task record %s", key)
                 continue
             self.tasks[task.task_id] = task
+        # The sources this instance relies on staying sealed learn its epoch before it hands any task out: a
+        # superseded instance can no longer reopen them.
+        self.disks = {d.disk_id: d for d in await self.cluster.list_disks()}
+        sealed = [t for t in self.tasks.values() if t.state in (TaskState.PREPARED, TaskState.WORK_COMPLETED)]
+        await asyncio.gather(*(self._seal_source(task, readonly=True) for task in sealed))
         self.loaded = True
         log.info("loaded %d task records (%d open)", len(self.tasks), sum(t.open for t in self.tasks.values()))
 
@@ -282,11 +294,16 @@ class Scheduler:
             await self._seal_source(task, readonly=True)
             destination = await self.cluster.alloc_unit(task.vid, task.unit_index, disk_id=task.target_disk,
                                                         avoid=[task.disk_id, *task.avoid_disks])
+        except Fenced:
+            raise
         except RpcError as exc:
             self._hold_back(task, f"cannot reserve a destination: {exc}")
             return
         try:
-            await self.blobnodes.create_chunk(destination.host, destination.disk_id, destination.vuid)
+            await self.blobnodes.create_chunk(destination.host, destination.disk_id, destination.vuid,
+                                              scheduler_epoch=self.epoch)
+        except Fenced:
+            raise
         except RpcError as exc:
             self._hold_back(task, f"cannot create the chunk on disk {destination.disk_id}: {exc}")
             if task.target_disk is None:
@@ -297,24 +314,34 @@ class Scheduler:
                  task.disk_id, destination.disk_id)
 
     async def _seal_source(self, task: TaskRecord, readonly: bool) -> None:
-        """Best effort: the task's source chunk read-only (or writable again), if its node beat lately."""
-        if self._heard_from(task.disk_id):
-            with contextlib.suppress(RpcError):
-                await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid, readonly,
-                                                        timeout=READONLY_TIMEOUT)
+        """Best effort: the task's source chunk read-only (or writable again), if its node beat lately; a disk
+        that has seen a newer scheduler epoch refuses it (Fenced: superseded)."""
+        if not self._heard_from(task.disk_id):
+            return
+        try:
+            await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid, readonly,
+                                                    timeout=READONLY_TIMEOUT, scheduler_epoch=self.epoch)
+        except Fenced:
+            raise
+        except RpcError as exc:
+            log.info("chunk %d on disk %d not made %s: %s", task.source_vuid, task.disk_id,
+                     "read-only" if readonly else "writable", exc)
 
     def _hold_back(self, task: TaskRecord, reason: str) -> None:
         log.warning("task %s: %s", task.task_id, reason)
         self.held_back[task.task_id] = time.monotonic() + max(self.config.cancel_hold, self.config.round_interval)
 
     async def _finish(self, task: TaskRecord) -> None:
-        """Switch the volume's unit to the destination, release the old chunk, unlock; FINISHED. A refused
-        switch (the reservation was superseded) sends the task back to be prepared again."""
+        """Close the destination's task fence, switch the volume's unit to it, release the old chunk, unlock;
+        FINISHED. A refused switch (the reservation was superseded) sends the task back to be prepared again; a
+        fence that cannot be closed holds the switch for a later round (or, the destination gone, redoes the task)."""
         assert task.destination is not None
         destination, now = task.destination, time.time()
         volume = await self.cluster.get_volume(task.vid)
         current = volume.units[task.unit_index]
         if current.vuid == task.source_vuid:
+            if not await self._fence_destination(task, None):
+                return
             try:
                 await self.cluster.update_unit(task.vid, task.unit_index, destination.vuid, destination.disk_id)
             except Fenced:
@@ -335,12 +362,41 @@ class Scheduler:
         log.info("task %s finished: volume %d unit %d now %d on disk %d", task.task_id, task.vid, task.unit_index,
                  destination.vuid, destination.disk_id)
 
+    async def _fence_destination(self, task: TaskRecord, token: int | None) -> bool:
+        """Open the task fence of the task's destination chunk at `token` (a hand-out), or close it (None: before the
+        switch to it); False if the blobnode could not, and the task (saved) is held back for a while, or redone on
+        another disk when the destination is gone (`rules.gives_up_destination`)."""
+        assert task.destination is not None
+        destination = task.destination
+        try:
+            await self.blobnodes.set_task_fence(destination.host, destination.disk_id, destination.vuid, self.epoch,
+                                                token, timeout=READONLY_TIMEOUT)
+        except Fenced:
+            raise
+        except RpcError as exc:
+            what = f"cannot {'open' if token else 'close'} the task fence on disk {destination.disk_id}: {exc}"
+            if rules.gives_up_destination(exc, self._heard_from(destination.disk_id)):
+                await self._save(await self._redo_elsewhere(task, what))
+            else:
+                self._hold_back(task, what)
+            return False
+        return True
+
+    async def _redo_elsewhere(self, task: TaskRecord, reason: str) -> TaskRecord:
+        """The task back to inited after its destination failed: that chunk released, its disk never tried again
+        (unless an operator chose it)."""
+        assert task.destination is not None
+        await self._release(task.destination.host, task.destination.disk_id, task.destination.vuid)
+        avoid = task.avoid_disks if task.target_disk else [*task.avoid_disks, task.destination.disk_id]
+        return advance(task, TaskState.INITED, time.time(), destination=None, avoid_disks=avoid, redo=task.redo + 1,
+                       reason=reason)
+
     async def _release(self, host: str, disk_id: int, vuid: int) -> None:
         """Best effort: a chunk on a dead disk goes with the disk. clustermgr first confirms, in the log's order
         and under this scheduler's fence, that the unit is no volume's live unit."""
         try:
             await self.cluster.release_unit(Vuid(vuid).vid(), vuid)
-            await self.blobnodes.release_chunk(host, disk_id, vuid)
+            await self.blobnodes.release_chunk(host, disk_id, vuid, scheduler_epoch=self.epoch)
         except Fenced:
             raise  # superseded: stand by (see `_changing`), release nothing
         except RpcError as exc:
@@ -351,6 +407,8 @@ class Scheduler:
             return
         try:
             await self.cluster.unlock_volume(task.vid)
+        except Fenced:
+            raise
         except Conflict as exc:  # not locked (any more), or another move pending
             log.info("volume %d stays as it is: %s", task.vid, exc)
 
@@ -383,23 +441,29 @@ class Scheduler:
     # the worker protocol
 
     async def acquire(self, req: AcquireRequest) -> AcquireResult:
+        """Hand the next task out under a new token: saved first, then set as its destination's task fence (the
+        task is not handed out if the fence cannot be), then leased to the worker."""
         self.require_active()
         async with self._changing():
             states = {task_type: self.switches.is_on(task_type) for task_type in TaskType}
-            mono = time.monotonic()
-            task = rules.to_hand_out(self.tasks.values(), self.leases, self.held_back, states, req.task_types, mono,
-                                     self.margins, req.urgent_only)
+            task = rules.to_hand_out(self.tasks.values(), self.leases, self.held_back, states, req.task_types,
+                                     time.monotonic(), self.margins, req.urgent_only)
             if task is None or task.destination is None:
                 return AcquireResult()
-            self.leases[task.task_id] = Lease(req.worker, mono + self.config.task_lease_ttl)
-            await self._save(task.model_copy(update={"worker": req.worker, "mtime": time.time()}))
+            destination = task.destination
+            task = task.model_copy(update={"worker": req.worker, "token": task.token + 1, "mtime": time.time()})
+            await self._save(task)
+            if not await self._fence_destination(task, task.token):
+                return AcquireResult()
+            self.leases[task.task_id] = Lease(req.worker, time.monotonic() + self.config.task_lease_ttl)
         source_disk = self.disks.get(task.disk_id)
         readable = source_disk is not None and source_disk.status not in UNREADABLE
         ref = TaskRef(task_type=task.task_type, task_id=task.task_id, worker=req.worker,
-                      source_vuid=task.source_vuid, destination_vuid=task.destination.vuid, epoch=self.epoch)
+                      source_vuid=task.source_vuid, destination_vuid=destination.vuid, epoch=self.epoch,
+                      token=task.token)
         log.info("task %s handed to %s", task.task_id, req.worker)
         return AcquireResult(task=WorkTask(ref=ref, vid=task.vid, unit_index=task.unit_index, source=task.source,
-                                           destination=task.destination, source_readable=readable,
+                                           destination=destination, source_readable=readable,
                                            urgent=rules.is_urgent(task, self.margins),
                                            lease_ttl=self.config.task_lease_ttl, done_bytes=task.done_bytes,
                                            done_shards=task.done_shards))
@@ -459,10 +523,7 @@ class Scheduler:
             if volume.units[task.unit_index].vuid != task.source_vuid:
                 task = advance(task, TaskState.FINISHED_IN_ADVANCE, now, reason=f"the unit moved: {req.reason}")
             elif req.destination_failed and task.destination is not None:
-                await self._release(task.destination.host, task.destination.disk_id, task.destination.vuid)
-                avoid = task.avoid_disks if task.target_disk else [*task.avoid_disks, task.destination.disk_id]
-                task = advance(task, TaskState.INITED, now, destination=None, avoid_disks=avoid, redo=task.redo + 1,
-                               reason=req.reason)
+                task = await self._redo_elsewhere(task, req.reason)
             else:
                 self.held_back[task.task_id] = time.monotonic() + self.config.cancel_hold
                 task = task.model_copy(update={"reason": req.reason, "mtime": now})
