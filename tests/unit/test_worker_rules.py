@@ -5,7 +5,8 @@ from itertools import product
 import pytest
 
 from blobstore_server.libs.proto.blobnode import ShardState
-from blobstore_server.services.worker.rules import RepairPlan, plan_repair
+from blobstore_server.services.worker.config import WorkerConfig
+from blobstore_server.services.worker.rules import LeaseDeadline, LeaseLapsed, RepairPlan, plan_repair
 
 P, M, C, D, U = (ShardState.PRESENT, ShardState.MISSING, ShardState.CORRUPT, ShardState.DELETED,
                  ShardState.UNREACHABLE)
@@ -38,3 +39,29 @@ def test_every_combination_of_three_shards_keeps_the_rules() -> None:
 def test_a_shard_index_outside_the_volume_is_refused() -> None:
     with pytest.raises(ValueError, match="no shard index"):
         plan_repair({7}, [P] * 6)
+
+
+def test_the_local_deadline_counts_from_the_last_renewal_sent_and_keeps_a_margin() -> None:
+    lease = LeaseDeadline(ttl=10.0, margin=2.0, since=100.0)
+    assert lease.deadline == 108.0
+    lease.check(107.99)
+    with pytest.raises(LeaseLapsed, match=r"in the last 8\.0 s \(10 s lease, 2 s kept in hand\)"):
+        lease.check(108.0)
+    lease.renewed(105.0)
+    lease.check(112.9)
+    lease.renewed(103.0)  # an older renewal's answer, arriving late, moves nothing back
+    assert lease.deadline == 113.0
+
+
+def test_one_lost_renewal_is_ridden_out_two_in_a_row_are_not() -> None:
+    """With the default margin, a task survives one renewal that does not go through (a scheduler changing hands,
+    a slow answer), and is given up during the second."""
+    ttl = 10.0
+    margin = ttl * WorkerConfig.model_fields["lease_margin"].default
+    lease = LeaseDeadline(ttl, margin, since=0.0)
+    every = lease.renew_interval
+    lease.check(2 * every)  # the first renewal lost: the second is sent in time
+    lease.renewed(2 * every)
+    lease.check(4 * every)  # the third lost; the fourth too:
+    with pytest.raises(LeaseLapsed):
+        lease.check(5 * every)

@@ -38,6 +38,8 @@ class MigrateStats(BaseModel):
     left_shards: int = 0  # never written: being deleted, or on no other unit
     lost_shards: int = 0  # never written: fewer than N shards of the blob exist anywhere (logged as LOST)
     written_bytes: int = 0
+    lapsed_tasks: int = 0  # tasks given up unfinished: no renewal went through in time (the lease may have lapsed)
+    fenced_tasks: int = 0  # tasks given up unfinished: the scheduler or the destination refused this worker's hold
 
 
 # Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).

@@ -36,8 +36,10 @@ def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
     register_collector(lambda: migrate_figures(migrator.stats))
     scheduler = SchedulerClient(cluster)
     life.close(scheduler.close)
-    runner = TaskRunner(scheduler, migrator, config.advertised_host, config.task_poll)
-    urgent = TaskRunner(scheduler, migrator, config.advertised_host, config.task_poll, urgent_only=True)
+    runner = TaskRunner(scheduler, migrator, config.advertised_host, config.task_poll,
+                        lease_margin=config.lease_margin)
+    urgent = TaskRunner(scheduler, migrator, config.advertised_host, config.task_poll, urgent_only=True,
+                        lease_margin=config.lease_margin)
     for _ in range(config.task_runners):
         life.loop(runner.run)
     for _ in range(config.urgent_runners):

@@ -38,6 +38,9 @@ class WorkerConfig(ServiceSettings):
     # runners that take only repairs of volumes one loss from losing blobs, so those never wait behind a
     # long ordinary move
     urgent_runners: int = Field(1, ge=0, le=4)
+    # Part of a task's lease kept in hand: once (1 - lease_margin) x the lease has passed since the last renewal
+    # that went through was sent, the worker stops touching the task (the scheduler may hand it out again at 1 x).
+    lease_margin: float = Field(0.2, gt=0, lt=1)
 
     @property
     def advertised_host(self) -> str:

@@ -24,3 +24,6 @@ def migrate_figures(stats: MigrateStats) -> Iterator[Metric]:
                    (("resumed",), stats.resumed_shards), (("left",), stats.left_shards),
                    (("lost",), stats.lost_shards)], ["how"])
     yield counter("blobstore_worker_migrated_bytes", "Bytes written onto new units", stats.written_bytes)
+    yield counter("blobstore_worker_tasks_given_up", "Tasks this worker stopped touching unfinished, by why: its "
+                  "lease may have lapsed (no renewal in time), or its hold was refused (fenced)",
+                  [(("lapsed",), stats.lapsed_tasks), (("fenced",), stats.fenced_tasks)], ["why"])

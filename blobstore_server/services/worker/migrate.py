@@ -6,6 +6,10 @@ of bounded size, a few at a time, all as background I/O, and each written shard'
 the end the destination's whole shard list is checked against what should be there (size AND CRC).
 Progress goes to `report` every few seconds and at the end; `report` raising (the task was fenced)
 stops the run. `migrate_mb_per_sec` caps what all of the worker's migrations write together.
+
+Every call that changes the destination is preceded by `guard()`, which raises once the task may no longer be
+ours (`rules.LeaseDeadline`), and a discard there names the hand-out's token, which the destination's task
+fence checks (a refusal, `Fenced`, stops the run: the task is another worker's now).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from blobstore_server.libs.ratelimit import Pacer
 from blobstore_server.libs.rpc.client import Payload
 from blobstore_server.libs.rpc.errors import (
     Conflict,
+    Fenced,
     NotFound,
     RpcError,
     ShardDeleted,
@@ -39,10 +44,16 @@ from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.worker.config import WorkerConfig
 from blobstore_server.services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_bid, plan_unit
 from blobstore_server.services.worker.rebuild import RepairFailed, rebuild_shards
+from blobstore_server.services.worker.rules import LeaseLapsed
 
 log = logging.getLogger(__name__)
 
 Report = Callable[[TaskProgress], Awaitable[None]]
+Guard = Callable[[], None]  # raises when the task may no longer be ours: called before each change of the destination
+
+
+def _unguarded() -> None:
+    """The guard of a run no lease times (a test, a tool)."""
 
 
 class DestinationFailed(Unavailable):
@@ -90,7 +101,7 @@ class UnitMigrator:
         rate = config.migrate_mb_per_sec and config.migrate_mb_per_sec * (1 << 20)
         self.pacer = Pacer(rate, burst=rate / 4) if rate else None  # shared by every task of this worker
 
-    async def migrate(self, task: WorkTask, report: Report) -> TaskProgress:
+    async def migrate(self, task: WorkTask, report: Report, guard: Guard = _unguarded) -> TaskProgress:
         """Bring every live shard of the task's unit onto its destination; the final progress."""
         volume = await self.cluster.get_volume(task.vid)
         units = list(volume.units)
@@ -114,7 +125,7 @@ class UnitMigrator:
             async with limit:
                 if pacer is not None:
                     await pacer.wait()
-                crc = await self._move(task, units, codec, move)
+                crc = await self._move(task, units, codec, move, guard)
                 if pacer is not None:
                     pacer.charge(move.size)
             if crc is None:
@@ -130,7 +141,7 @@ class UnitMigrator:
                         group.create_task(one(move))
             except ExceptionGroup as failures:
                 raise _telling(failures) from None
-        await self._settle(task, units, {m.bid: m for m in moves}, written, progress)
+        await self._settle(task, units, {m.bid: m for m in moves}, written, progress, guard)
         final = progress.snapshot()
         await report(final)
         log.info("migrated volume %d unit %d to disk %d: %d shards, %d bytes (%s)", task.vid, task.unit_index,
@@ -145,7 +156,7 @@ class UnitMigrator:
             for i, unit in enumerate(units)))
 
     async def _settle(self, task: WorkTask, units: list[Unit], moves: dict[int, BidMove],
-                      written: dict[int, tuple[int, int]], progress: _Progress) -> None:
+                      written: dict[int, tuple[int, int]], progress: _Progress, guard: Guard) -> None:
         """Take off the destination every shard of a blob deleted meanwhile (the plan's rule on fresh lists:
         the new unit must not keep a shard of a blob that is gone), then check that every other shard that
         should be there is, normal, with the size and CRC it was written with (the blobnode computed each CRC
@@ -156,9 +167,12 @@ class UnitMigrator:
         for bid in list(held):
             if plan_bid(bid, task.unit_index, listings, held).action is not Action.LEFT:
                 continue
+            guard()
             try:
                 with contextlib.suppress(ShardNotFound):
-                    await self.blobnodes.discard_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=io_class)
+                    await self._discard(task, bid, io_class)
+            except Fenced:
+                raise
             except RpcError as exc:
                 raise DestinationFailed(f"destination disk {dest.disk_id}: {exc}") from exc
             del held[bid]
@@ -194,7 +208,8 @@ class UnitMigrator:
         except RpcError as exc:
             return exc
 
-    async def _move(self, task: WorkTask, units: list[Unit], codec: Codec, move: BidMove) -> int | None:
+    async def _move(self, task: WorkTask, units: list[Unit], codec: Codec, move: BidMove, guard: Guard
+                    ) -> int | None:
         """Copy or rebuild one shard onto the destination; its CRC there, or None if the blob turned out
         deleted meanwhile, or lost."""
         data: Payload | None = None
@@ -227,18 +242,27 @@ class UnitMigrator:
                 return None
             data = rebuilt[task.unit_index]
             self.stats.rebuilt_shards += 1
-        crc = await self._write(task.destination, move, data, io_class)
+        crc = await self._write(task, move, data, io_class, guard)
         self.stats.written_bytes += len(data)
         return crc
 
-    async def _write(self, unit: Unit, move: BidMove, data: bytes, io_class: IOClass) -> int:
+    async def _discard(self, task: WorkTask, bid: int, io_class: IOClass) -> None:
+        """Discard a shard on the destination, under the hand-out's token (none for a task the scheduler did not
+        hand out: a test's, on a chunk no task fence guards)."""
+        dest = task.destination
+        await self.blobnodes.discard_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=io_class,
+                                           task_token=task.ref.token or None)
+
+    async def _write(self, task: WorkTask, move: BidMove, data: bytes, io_class: IOClass, guard: Guard) -> int:
         want = isal_zlib.crc32(data)
-        host, disk, vuid = unit.host, unit.disk_id, unit.vuid
+        host, disk, vuid = task.destination.host, task.destination.disk_id, task.destination.vuid
         try:
             if move.replace:
+                guard()
                 with contextlib.suppress(NotFound):
-                    await self.blobnodes.discard_shard(host, disk, vuid, move.bid, io_class=io_class)
+                    await self._discard(task, move.bid, io_class)
             for attempt in (1, 2):  # a put whose answer was lost is safe to repeat: same bytes, same shard
+                guard()
                 try:
                     crc = await self.blobnodes.put_shard(host, disk, vuid, move.bid, data,
                                                          timeout=self.config.shard_timeout, io_class=io_class)
@@ -248,6 +272,8 @@ class UnitMigrator:
                         raise
         except ShardExists as exc:
             raise DestinationFailed(f"destination disk {disk} holds other bytes under bid {move.bid}") from exc
+        except Fenced:
+            raise
         except RpcError as exc:
             raise DestinationFailed(f"destination disk {disk}: {exc}") from exc
         if crc != want:
@@ -265,9 +291,11 @@ async def _nothing() -> Listing | None:
 
 
 def _telling(failures: ExceptionGroup) -> Exception:
-    """The one failure of a piece to raise: a failed destination first (the task is reclaimed elsewhere)."""
+    """The one failure of a piece to raise: the task no longer ours first (nothing more is said about it), then a
+    failed destination (the task is reclaimed elsewhere)."""
     leaves = list(_leaves(failures))
-    return next((e for e in leaves if isinstance(e, DestinationFailed)), leaves[0])
+    return next((e for e in leaves if isinstance(e, LeaseLapsed | Fenced)),
+                next((e for e in leaves if isinstance(e, DestinationFailed)), leaves[0]))
 
 
 def _leaves(group: BaseExceptionGroup) -> Iterator[Exception]:
