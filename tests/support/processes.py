@@ -143,6 +143,37 @@ class Service:
             self.kill9()
 
 
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of `pid` (R running, S sleeping, T stopped by a signal, ...)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2:].split()[0]
+
+
+class Pauses:
+    """SIGSTOP and SIGCONT services by PID, each pause counted only once the kernel shows the process stopped;
+    whatever is still stopped is let go on leaving, also when the test fails."""
+
+    def __init__(self) -> None:
+        self.stopped: list[Service] = []
+
+    def stop(self, service: Service) -> None:
+        os.kill(service.pid, signal.SIGSTOP)
+        self.stopped.append(service)
+        wait_until(lambda: process_state(service.pid) == "T", 5, f"{service.module} {service.pid} stopped")
+
+    def cont(self, service: Service) -> None:
+        os.kill(service.pid, signal.SIGCONT)
+        self.stopped.remove(service)
+        wait_until(lambda: process_state(service.pid) != "T", 5, f"{service.module} {service.pid} running again")
+
+    def __enter__(self) -> Pauses:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for service in list(self.stopped):
+            self.cont(service)
+
+
 def start_all(services: Sequence[Service], timeout: float = 30.0) -> None:
     """Spawn every service, then wait for each: they import and start side by side."""
     for service in services:
