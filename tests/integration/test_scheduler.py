@@ -234,9 +234,10 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
 
 def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFactory) -> None:
     """The active scheduler SIGSTOPped for three leases mid-repair: the standby takes over (a new epoch), the
-    worker's task of the old epoch is refused (fenced) and handed out again, resuming where it stopped (no
-    shard moved twice), the repair finishes; woken up, the old scheduler stands by and nothing it does takes
-    effect: every shard stays on a live unit. (A scheduler killed -9 is the same takeover without the wake-up.)"""
+    worker gives its task of the old epoch up (its own deadline passes; the new scheduler would refuse it) and it
+    is handed out again, resuming where it stopped (no shard moved twice), the repair finishes; woken up, the old
+    scheduler stands by and nothing it does takes effect: every shard stays on a live unit. (A scheduler killed -9
+    is the same takeover without the wake-up.)"""
     slow = {**WORKER, "task_runners": 1, "migrate_mb_per_sec": 0.25, "migrate_concurrency": 1}
     ttl = 3.0
     cluster = cluster_factory(blobnodes=8, disks=1, min_volumes=4, schedulers=2, worker=slow,
@@ -266,10 +267,15 @@ def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFac
                 await until(taken_over, 10 * ttl, "the standby scheduler taking over")
                 new = LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
 
-                async def fenced(url: str) -> float:
-                    return _sample((await http.get(f"{url}/metrics")).text, "blobstore_scheduler_fenced_total")
+                async def let_go() -> bool:
+                    """The worker gave its task of the old epoch up: by its own deadline, its renewals going
+                    unanswered (what it does, the paused scheduler answering nothing), or refused by the new one."""
+                    worker = (await http.get(f"{cluster.background['worker'].url}/metrics")).text
+                    scheduler = (await http.get(f"{new.host}/metrics")).text
+                    return (_sample(worker, 'blobstore_worker_tasks_given_up_total{why="lapsed"}') > 0
+                            or _sample(scheduler, "blobstore_scheduler_fenced_total") > 0)
 
-                await until(lambda: fenced(new.host), 30, "the worker's task of the old epoch refused")
+                await until(let_go, 30, "the worker's task of the old epoch given up")
                 await asyncio.sleep(max(0.0, paused_at + 3 * ttl - time.monotonic()))  # three leases at least
             finally:
                 os.kill(paused.pid, signal.SIGCONT)
