@@ -24,7 +24,15 @@ from blobstore_server.libs.rpc.testing import FakeReply, FakeTransport
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.blobnode.figures import scrub_figures
 from blobstore_server.services.blobnode.node import Blobnode
-from blobstore_server.services.blobnode.scrub import MAX_OWED, ScrubFinding, ScrubRecord, ScrubState, pause
+from blobstore_server.services.blobnode.scrub import (
+    MAX_OWED,
+    ScrubFinding,
+    ScrubPace,
+    ScrubRecord,
+    ScrubState,
+    pause,
+    scrub_pace,
+)
 from blobstore_server.services.blobnode.scrubber import DiskScrubber, Scrubber, load_record
 from blobstore_server.services.dashboard.overview import scrub_view
 from blobstore_server.services.dashboard.scrape import Scrape
@@ -38,20 +46,64 @@ DAY = 86400.0
 # the pacing rule
 
 
+def read_pass(stored: int, period: float, cap: float, shard: int = MB, read_seconds: float = 0.0) -> float:
+    """Seconds a pass over `stored` bytes of `shard`-byte shards takes, each read taking `read_seconds`."""
+    remaining, elapsed = stored, 0.0
+    while remaining > 0:
+        pace = scrub_pace(remaining, period - elapsed, cap)
+        elapsed += read_seconds + pause(shard, pace, spent=read_seconds)
+        remaining -= shard
+    return elapsed
+
+
 def test_a_pass_is_spread_over_the_period() -> None:
-    sizes = [MB] * 100  # 100 MiB stored, a day's period: far below the cap
-    assert sum(pause(s, 100 * MB, DAY, 8 * MB) for s in sizes) == pytest.approx(DAY)
+    assert read_pass(100 * MB, DAY, 8 * MB) == pytest.approx(DAY)  # 100 MiB a day: far below the cap
 
 
-def test_the_cap_bounds_the_pace() -> None:
+def test_a_pass_slowed_down_catches_up_within_its_period() -> None:
+    # each read itself takes a while (the disk is busy, background I/O yields to users): the rests shrink to fit
+    assert read_pass(100 * MB, DAY, 8 * MB, read_seconds=300.0) == pytest.approx(DAY)
+    # half the period gone with a quarter read: the rest is read half again as fast as the steady pace
+    assert scrub_pace(75 * MB, DAY / 2, 8 * MB).rate == pytest.approx(1.5 * 100 * MB / DAY)
+
+
+def test_the_cap_bounds_the_pace_and_says_how_late_the_pass_ends() -> None:
     stored = 100 << 30  # 100 GiB over one hour would be 28 MiB/s: the cap (8 MiB/s) wins
-    assert pause(8 * MB, stored, 3600.0, 8 * MB) == pytest.approx(1.0)
-    assert sum(pause(64 * MB, stored, 3600.0, 8 * MB) for _ in range(stored // (64 * MB))) == pytest.approx(
-        stored / (8 * MB))
+    assert scrub_pace(stored, 3600.0, 8 * MB) == ScrubPace(rate=8 * MB, late=stored / (8 * MB) - 3600.0)
+    assert read_pass(stored, 3600.0, 8 * MB, shard=64 * MB) == pytest.approx(stored / (8 * MB))
+    # the issue's disk: 16 TB at 80 % in a 14-day period at 8 MiB/s takes 17.7 days: 3.7 days late
+    assert scrub_pace(int(0.8 * 16e12), 14 * DAY, 8 * MB).late / DAY == pytest.approx(3.66, abs=0.01)
 
 
-def test_a_shard_larger_than_what_was_counted_stored_does_not_stall_the_pass() -> None:
-    assert pause(4 * MB, 0, 100.0, 8 * MB) == pytest.approx(100.0)  # read as if the disk held just it
+@pytest.mark.parametrize(("remaining", "left", "rate", "late"), [
+    (0, DAY, 0.0, 0.0),  # nothing left to read
+    (0, -DAY, 0.0, 0.0),  # nothing left, however overdue
+    (86400 * MB, DAY, MB, 0.0),  # just what the period allows
+    (86400 * MB, 2 * DAY, MB / 2, 0.0),  # ahead of time: slower
+    (3 * 86400 * MB, DAY, 2 * MB, DAY / 2),  # half again what the cap reads in the period: half a day late
+    (86400 * MB, 0.0, 2 * MB, DAY / 2),  # the period is over: at the cap, and late by the read
+    (86400 * MB, -DAY, 2 * MB, DAY / 2 + DAY),  # overdue for a day already: that day too
+])
+def test_the_pace_table(remaining: int, left: float, rate: float, late: float) -> None:
+    assert scrub_pace(remaining, left, cap=2 * MB) == ScrubPace(rate=pytest.approx(rate), late=pytest.approx(late))
+
+
+def test_a_rest_is_what_the_read_left_of_its_share() -> None:
+    assert pause(MB, ScrubPace(rate=MB / 10, late=0.0), spent=4.0) == 6.0
+    assert pause(MB, ScrubPace(rate=MB / 10, late=0.0), spent=12.0) == 0.0  # a slow read: no rest at all
+    assert pause(0, scrub_pace(MB, 1.0, MB)) == 0.0  # an empty shard
+    assert pause(MB, ScrubPace(rate=0.0, late=0.0)) == 0.0  # nothing was left to read
+
+
+def test_between_passes_the_next_one_is_judged_over_a_whole_period() -> None:
+    state = ScrubState(ScrubRecord())
+    assert state.pace(30 * DAY * MB, period=14 * DAY, cap=2 * MB, now=0.0) == ScrubPace(rate=2 * MB, late=DAY)
+    state.begin(0.0)  # a pass running: judged by what its period has left
+    assert state.pace(30 * DAY * MB, period=14 * DAY, cap=2 * MB, now=7 * DAY).late == pytest.approx(8 * DAY)
+    stat = state.stat(30 * DAY * MB, period=14 * DAY, cap=2 * MB, now=7 * DAY)
+    assert (stat.rate, stat.late_s) == (2 * MB, pytest.approx(8 * DAY))
+    off = state.stat(30 * DAY * MB, period=0.0, cap=2 * MB, now=7 * DAY)  # scrubbing off: nothing promised
+    assert (off.enabled, off.rate, off.late_s) == (False, 0.0, 0.0)
 
 
 # the pass
@@ -63,7 +115,7 @@ def test_a_pass_begins_at_once_then_a_period_after_the_last_began() -> None:
     state.begin(1000.0)
     assert state.wait(now=1000.0, period=60.0) == 0.0  # running
     state.scrubbed(Vuid.make(1, 0, 1), 5, 100, ShardState.PRESENT, 1001.0)
-    assert state.progress(stored=400) == 0.25
+    assert state.progress(remaining=300) == 0.25
     state.finish(1010.0)
     assert state.record.last_full_pass == 1010.0 and state.record.passes == 1 and state.progress(400) == 1.0
     assert state.wait(now=1010.0, period=60.0) == 50.0
@@ -75,7 +127,7 @@ def test_a_pass_over_an_empty_disk_waits_a_period() -> None:
     state.begin(0.0)
     state.finish(0.0)
     assert state.wait(now=0.0, period=14 * DAY) == 14 * DAY
-    stat = state.stat(stored=0, period=14 * DAY)
+    stat = state.stat(remaining=0, period=14 * DAY, cap=8 * MB, now=0.0)
     assert (stat.passes, stat.shards, stat.progress, stat.last_full_pass) == (1, 0, 1.0, None)
 
 
@@ -255,6 +307,54 @@ def test_the_dashboard_shows_a_disks_scrub_from_its_blobnodes_metrics(tmp_path: 
         assert scrub_view(scrape, 1, now=1070.0) == ScrubView(progress=1.0, last_pass_age_s=60.0, corrupt=1,
                                                               repairs_owed=1)
         assert scrub_view(scrape, 2, now=1070.0) is None and scrub_view(None, 1, now=1070.0) is None
+    finally:
+        node.close()
+
+
+def test_a_disk_its_cap_cannot_cover_in_a_period_says_by_how_much_its_pass_is_late(tmp_path: Path) -> None:
+    # 1 MB stored, 1 s per pass, at most 0.25 MiB/s: a pass takes ~3.8 s, ~2.8 s late; the metric says the same
+    node = make_node(tmp_path, scrub_period=1.0, scrub_mb_per_sec=0.25)
+
+    async def scenario() -> None:
+        await fill(node)
+        scrubber = Scrubber(node, None)
+        scrub = scrubber.disks[1]
+        task = asyncio.create_task(scrub.run())
+        try:
+            await until(lambda: scrub.state.record.pass_shards >= 2)
+        finally:
+            task.cancel()
+        stat = scrub.stat()
+        assert stat.running and stat.rate == 0.25 * MB
+        assert 2.0 < stat.late_s < 3.0  # ~0.8 MB left to read at 0.25 MiB/s, with under a second of period left
+        registry = CollectorRegistry()
+        registry.register(Figures(scrubber))
+        text = generate_latest(registry).decode()
+        assert 'blobstore_blobnode_scrub_late_seconds{disk_id="1"} 2.' in text
+        assert f'blobstore_blobnode_scrub_rate_bytes{{disk_id="1"}} {0.25 * MB}' in text
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        node.close()
+
+
+def test_a_disk_its_cap_covers_is_on_time(tmp_path: Path) -> None:
+    node = make_node(tmp_path, scrub_period=1.0, scrub_mb_per_sec=8)
+
+    async def scenario() -> None:
+        await fill(node)
+        scrub = Scrubber(node, None).disks[1]
+        task = asyncio.create_task(scrub.run())
+        try:
+            await until(lambda: scrub.state.record.pass_shards >= 2)
+        finally:
+            task.cancel()
+        stat = scrub.stat()  # ~0.8 MB left in under a second: well under the cap
+        assert stat.late_s == 0.0 and 0 < stat.rate < 8 * MB
+
+    try:
+        asyncio.run(scenario())
     finally:
         node.close()
 

@@ -199,6 +199,10 @@ class ScrubStat(BaseModel):
     corrupt: int  # shards found corrupt or unreadable, ever
     repairs_queued: int  # repairs mqproxy took for them
     repairs_owed: int  # findings mqproxy has not taken yet (kept, and sent again)
+    rate: float = 0.0  # bytes per second the pass reads at: what it has left over what its period has left, capped
+    # seconds past the end of its period the current (or next) pass ends even at scrub_mb_per_sec: the cap cannot
+    # cover the disk's bytes in one period (0: on time)
+    late_s: float = 0.0
 
 
 class DiskStat(BaseModel):

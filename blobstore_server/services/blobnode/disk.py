@@ -371,10 +371,11 @@ class Disk:
             check_task_token(self._records[unit_key(vuid)], task_token)
             chunk.delete_shard(bid)
 
-    def stored_bytes(self) -> int:
-        """Data bytes of the shards indexed on the disk (mark-deleted ones too): what a scrub pass reads, about."""
+    def stored_bytes(self, from_vuid: int = 0) -> int:
+        """Data bytes of the shards indexed on the disk (mark-deleted ones too) in the chunks of units `from_vuid`
+        and up: what a scrub pass reads (from there on), about."""
         with self._lock:
-            chunks = list(self._chunks.values())
+            chunks = [chunk for key, chunk in self._chunks.items() if self._records[key].vuid >= from_vuid]
         total = 0
         for chunk in chunks:
             with contextlib.suppress(ChunkError):  # released or compacted away meanwhile

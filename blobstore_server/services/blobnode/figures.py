@@ -52,6 +52,10 @@ SCRUB_FIGURES = (
     ("corrupt", counter, "Shards the disk's scrub found corrupt or unreadable", "corrupt"),
     ("repairs_queued", counter, "Repairs of scrub findings mqproxy took", "repairs_queued"),
     ("repairs_owed", gauge, "Scrub findings whose repair mqproxy has not taken yet", "repairs_owed"),
+    ("rate_bytes", gauge, "Bytes per second the disk's scrub reads at: what its pass has left over what its period "
+     "has left, at most scrub_mb_per_sec", "rate"),
+    ("late_seconds", gauge, "Seconds past the end of its period the disk's current (or next) scrub pass ends even at "
+     "scrub_mb_per_sec (0: on time); above 0, raise the cap or the period", "late_s"),
 )
 
 

@@ -4,13 +4,18 @@ Latent errors (bit rot, a lost sector) sit unseen until a repair needs those byt
 short of one more shard than anyone knew. So each disk re-reads every normal shard once per `period`,
 checking every 64 KiB block's CRC and the whole shard's, and owes a repair for each shard that fails.
 
-The pace spreads a pass over the period (stored bytes / period), never above the cap; a pass that finds the
-disk empty ends at once, and the next one begins a period after it began. The `ScrubRecord` is what the disk
+The pace reads what the pass has left within what is left of its period (remaining bytes / remaining time), so a
+pass slowed down (background I/O yields to users), restarted or grown by new shards catches up; never above the
+cap. When even the cap cannot end the pass within its period (a big, full disk), the pace says by how many seconds
+it will be late, and the blobnode shows it (its stat, metrics, heartbeat: `disk list`, the dashboard). A pass that
+finds the disk empty ends at once, and the next one begins a period after it began. The `ScrubRecord` is what the disk
 keeps across restarts (`services/blobnode/scrubber.py` writes it under the disk's path): a restart resumes the
 pass at its cursor, and findings mqproxy has not taken yet are still owed.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
@@ -58,11 +63,26 @@ class ScrubRecord(BaseModel):
     owed: list[ScrubFinding] = Field(default_factory=list)
 
 
-def pause(size: int, stored: int, period: float, cap: float) -> float:
-    """Seconds to rest after reading `size` bytes so that a pass over `stored` bytes takes `period`, reading at
-    most `cap` bytes per second."""
-    rate = min(cap, max(stored, size, 1) / period)
-    return size / rate
+@dataclass(frozen=True)
+class ScrubPace:
+    """How fast a disk's scrub reads, and whether its pass ends within its period at that speed."""
+
+    rate: float  # bytes per second (0: nothing left to read)
+    late: float  # seconds past the end of its period the pass ends, even at the cap (0: on time)
+
+
+def scrub_pace(remaining: int, left: float, cap: float) -> ScrubPace:
+    """Read `remaining` bytes in the `left` seconds the period has left (none or less: overdue), at most `cap`
+    bytes per second."""
+    if remaining <= 0:
+        return ScrubPace(rate=0.0, late=0.0)
+    rate = cap if left <= 0 else min(cap, remaining / left)
+    return ScrubPace(rate=rate, late=max(0.0, remaining / cap - left))
+
+
+def pause(size: int, pace: ScrubPace, spent: float = 0.0) -> float:
+    """Seconds to rest after reading `size` bytes at `pace`, the read itself having taken `spent` seconds."""
+    return max(0.0, size / pace.rate - spent) if size and pace.rate else 0.0
 
 
 class ScrubState:
@@ -122,17 +142,26 @@ class ScrubState:
         self.record.owed = [f for f in self.record.owed if (f.vuid, f.bid) not in done]
         self.record.repairs_queued += len(taken)
 
-    def progress(self, stored: int) -> float:
-        """The fraction of the current pass read, of `stored` bytes; 1.0 between passes once one ended."""
+    def pace(self, remaining: int, period: float, cap: float, now: float) -> ScrubPace:
+        """The pace of the current pass, with `remaining` bytes left to read; between passes, of the next one over
+        `remaining` bytes (it will have a whole period)."""
+        r = self.record
+        return scrub_pace(remaining, r.pass_started + period - now if r.running else period, cap)
+
+    def progress(self, remaining: int) -> float:
+        """The fraction of the current pass read, `remaining` bytes still to read; 1.0 between passes once one
+        ended."""
         r = self.record
         if not r.running:
             return 1.0 if r.passes else 0.0
-        return min(1.0, r.pass_bytes / stored) if stored else 0.0
+        total = r.pass_bytes + remaining
+        return r.pass_bytes / total if total else 0.0
 
-    def stat(self, stored: int, period: float) -> ScrubStat:
-        """What the blobnode shows of the disk's scrub; `stored`: the bytes a pass covers now."""
+    def stat(self, remaining: int, period: float, cap: float, now: float) -> ScrubStat:
+        """What the blobnode shows of the disk's scrub; `remaining`: as for `pace`."""
         r = self.record
-        return ScrubStat(enabled=period > 0, running=r.running, progress=self.progress(stored),
+        pace = self.pace(remaining, period, cap, now) if period > 0 else ScrubPace(rate=0.0, late=0.0)
+        return ScrubStat(enabled=period > 0, running=r.running, progress=self.progress(remaining),
                          pass_started=r.pass_started, last_full_pass=r.last_full_pass or None, passes=r.passes,
                          shards=r.shards, bytes=r.bytes, corrupt=r.corrupt, repairs_queued=r.repairs_queued,
-                         repairs_owed=len(r.owed))
+                         repairs_owed=len(r.owed), rate=pace.rate, late_s=pace.late)

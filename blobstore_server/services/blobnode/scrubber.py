@@ -1,6 +1,7 @@
 """Scrubbing's async shell (the decisions are `services/blobnode/scrub.py`): one loop per disk reads its shards
 as background I/O of the disk, at the pace `scrub.pause` sets, and keeps its record in `<disk>/.sys/scrub.json`;
-one loop hands the findings' repairs to mqproxy, again and again until it takes them.
+one loop hands the findings' repairs to mqproxy, again and again until it takes them. Between passes it looks at
+the disk's stored bytes now and then, so what it shows of the next pass (is the cap enough?) follows the disk.
 
 A read goes through the blobnode's own shard read in the background class: it waits for a background slot of
 the disk and is charged against the disk's background rate, on the disk's background threads, so user I/O never
@@ -32,6 +33,7 @@ RECORD = Path(".sys") / "scrub.json"
 PAGE = 1000  # shards listed per trip to the disk
 SAVE_EVERY = 10.0  # seconds between saves of the cursor while a pass reads (a restart re-reads at most this much)
 FIRST_RETRY, LAST_RETRY = 1.0, 60.0  # pauses after mqproxy refused, or a pass failed
+FORECAST_EVERY = 60.0  # seconds between looks at the disk's stored bytes while the next pass waits
 BACKGROUND = IOClass.BACKGROUND
 MB = 1 << 20
 
@@ -59,7 +61,7 @@ class DiskScrubber:
         self.state = ScrubState(load_record(self.path))
         self.owed = owed  # set when findings wait for mqproxy
         self.room = asyncio.Event()  # set when mqproxy took findings
-        self.stored = 0  # bytes a pass covers, as of the last chunk begun
+        self.remaining = 0  # bytes the pass has left to read (between passes: the next one's), as last seen
         self._saved = 0.0
 
     def save(self) -> None:
@@ -72,7 +74,8 @@ class DiskScrubber:
         self._saved = time.monotonic()
 
     def stat(self) -> ScrubStat:
-        return self.state.stat(self.stored, self.node.config.scrub_period)
+        config = self.node.config
+        return self.state.stat(self.remaining, config.scrub_period, config.scrub_mb_per_sec * MB, time.time())
 
     async def run(self) -> None:
         """Pass after pass; a pass that fails (the disk refused a listing) resumes at its cursor a little later."""
@@ -84,8 +87,13 @@ class DiskScrubber:
                 self.save()
                 await asyncio.sleep(LAST_RETRY)
 
+    async def _stored(self, from_vuid: int = 0) -> int:
+        return await asyncio.to_thread(self.node.disk(self.disk_id).stored_bytes, from_vuid)
+
     async def _one_pass(self) -> None:
-        await asyncio.sleep(self.state.wait(time.time(), self.node.config.scrub_period))
+        while (wait := self.state.wait(time.time(), self.node.config.scrub_period)) > 0:
+            self.remaining = await self._stored()
+            await asyncio.sleep(min(wait, FORECAST_EVERY))
         self.state.begin(time.time())
         self.save()
         for chunk in sorted(await self.node.list_chunks(self.disk_id), key=lambda c: c.vuid):
@@ -100,7 +108,8 @@ class DiskScrubber:
 
     async def _chunk(self, vuid: int, start: int) -> None:
         config = self.node.config
-        self.stored = await asyncio.to_thread(self.node.disk(self.disk_id).stored_bytes)
+        ahead = await self._stored(vuid)  # this chunk's bytes and the later chunks'
+        read = 0
         while True:
             try:
                 async with self.node.background(self.disk_id, BACKGROUND):
@@ -112,7 +121,11 @@ class DiskScrubber:
                 while self.state.full:
                     self.room.clear()
                     await self.room.wait()
+                self.remaining = max(ahead - read, meta.size)
+                began = time.time()
+                pace = self.state.pace(self.remaining, config.scrub_period, config.scrub_mb_per_sec * MB, began)
                 found = await self._read(vuid, meta.bid)
+                read += meta.size
                 finding = self.state.scrubbed(vuid, meta.bid, meta.size, found, time.time())
                 if finding is not None:
                     log.error("disk %d: scrub found shard %d of vuid %d %s: repair owed", self.disk_id, meta.bid,
@@ -120,7 +133,7 @@ class DiskScrubber:
                     self.owed.set()
                 if finding is not None or time.monotonic() - self._saved > SAVE_EVERY:
                     self.save()
-                await asyncio.sleep(pause(meta.size, self.stored, config.scrub_period, config.scrub_mb_per_sec * MB))
+                await asyncio.sleep(pause(meta.size, pace, time.time() - began))
             if len(shards) < PAGE:
                 break
             start = shards[-1].bid + 1
