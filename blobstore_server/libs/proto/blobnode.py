@@ -215,6 +215,9 @@ class DiskStat(BaseModel):
     max_chunks: int
     readonly_chunks: int
     scheduler_epoch: int = 0  # the highest scheduler lease epoch the disk has seen: chunk changes under older refused
+    # chunk files in the disk's .trash/ (released or compacted away, kept trash_hold seconds), and what they occupy
+    trash_files: int = 0
+    trash_bytes: int = 0
     scrub: ScrubStat | None = None  # in a blobnode's /stat and /disk/stat
 
 

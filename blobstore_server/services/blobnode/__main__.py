@@ -14,6 +14,7 @@ from blobstore_server.services.blobnode.figures import disk_figures, scrub_figur
 from blobstore_server.services.blobnode.node import Blobnode
 from blobstore_server.services.blobnode.reader_process import ReaderForks, ReaderProcess
 from blobstore_server.services.blobnode.scrubber import Scrubber
+from blobstore_server.services.blobnode.upkeep import Upkeep
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
 
@@ -35,7 +36,7 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
         mq = MqProxyClient(cluster=link.cluster)  # any live mqproxy clustermgr knows
     scrubber = Scrubber(node, mq)
     register_collector(lambda: scrub_figures(scrubber))
-    return build_app(node, link, scrubber, ReaderProcess(config, forks)), config.bind_addr
+    return build_app(node, link, scrubber, ReaderProcess(config, forks), Upkeep(node)), config.bind_addr
 
 
 async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:

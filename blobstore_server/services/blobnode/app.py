@@ -51,6 +51,7 @@ from blobstore_server.services.blobnode.cluster import ClusterLink
 from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, ready, shard_info
 from blobstore_server.services.blobnode.reader_process import ReaderProcess
 from blobstore_server.services.blobnode.scrubber import Scrubber
+from blobstore_server.services.blobnode.upkeep import Upkeep
 
 JOIN_BELOW = 1 << 20  # a batched answer this small goes out joined: one send beats a copy of so few bytes
 
@@ -109,8 +110,8 @@ def _read_outcome(read: memoryview | RpcError) -> ShardReadOutcome:
 
 
 def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None,
-              reader: ReaderProcess | None = None) -> WithLeanRoutes:
-    lives = [x.life for x in (scrubber, link) if x is not None]
+              reader: ReaderProcess | None = None, upkeep: Upkeep | None = None) -> WithLeanRoutes:
+    lives = [x.life for x in (scrubber, link, upkeep) if x is not None]
 
     async def start() -> None:
         for life in lives:

@@ -1,9 +1,9 @@
 """One disk of a blobnode: its on-disk layout, its chunks, and the thread pool its I/O runs in.
 
 Layout (docs/architecture.md, "On disk"): `.sys/format.json` names the disk; `meta/` is the disk's RocksDB
-(chunk records and the shard index); `data/<chunk_id>` are chunk files; `.trash/` holds released
-or compacted-away chunk files until they are removed. Every method here blocks; `DiskStore`
-callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself; background
+(chunk records and the shard index); `data/<chunk_id>` are chunk files; `.trash/` holds released or
+compacted-away chunk files until their hold is over (services/blobnode/trash.py). Every method here blocks;
+`DiskStore` callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself; background
 I/O runs in `self.background_executor`, so user I/O never waits behind it in a queue.
 """
 
@@ -34,13 +34,14 @@ from blobstore_server.libs.chunkfile import (
     StagedPut,
     required_column_families,
 )
-from blobstore_server.libs.kv import KVStore
+from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from blobstore_server.libs.proto.ids import epoch_of
 from blobstore_server.libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
 from blobstore_server.services.blobnode.fence import check_scheduler_epoch, check_task_token, fenced_for_task
 from blobstore_server.services.blobnode.metrics import FSYNC_SECONDS
 from blobstore_server.services.blobnode.rwlock import RWLock
+from blobstore_server.services.blobnode.trash import TRASH_DIR, TrashEntry, TrashReason, trash_entry, trash_name
 
 CHUNK_CF = "chunk"
 FENCE_CF = "fence"
@@ -104,7 +105,7 @@ def format_disk(path: Path, disk_id: int, cluster_id: int) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, sys_dir / "format.json")
-    for sub in ("meta", "data", ".trash"):
+    for sub in ("meta", "data", TRASH_DIR):
         (path / sub).mkdir(exist_ok=True)
 
 
@@ -153,6 +154,7 @@ class Disk:
         self._records: dict[bytes, ChunkInfo] = {}
         self._chunks: dict[bytes, ChunkFile] = {}
         self._unit_locks: dict[bytes, RWLock] = {}
+        self._copying: set[bytes] = set()  # units whose chunk a compaction copies: their reads need not wait
         for key, raw in self.kv.items(CHUNK_CF):
             record = ChunkInfo.model_validate_json(raw)
             self._records[key] = record
@@ -275,29 +277,42 @@ class Disk:
                 self._records[key] = updated
             return updated
 
-    def _move_to_trash(self, chunk_id: str) -> None:
+    def _move_to_trash(self, chunk_id: str, why: TrashReason = TrashReason.RELEASED) -> None:
         src = self._data_path(chunk_id)
         if src.exists():
-            shutil.move(src, self.path / ".trash" / chunk_id)
+            os.replace(src, self.path / TRASH_DIR / trash_name(chunk_id, why, time.time()))
 
     def compact_chunk(self, vuid: int) -> ChunkInfo:
-        """Rewrite the chunk without its deleted shards; writes to it wait meanwhile. The new chunk
-        record and the moved shard index commit in one batch. A stream still reading the old chunk
-        fails after this (its reader falls back to other shards), it never reads the wrong bytes."""
+        """Rewrite the chunk without its deleted shards; writes, marks and deletes on it wait meanwhile, reads go on
+        from the old file until the new one is committed. The new chunk record and the moved shard index commit in
+        one batch. A stream still reading the old chunk fails after this (its reader falls back to other shards),
+        it never reads the wrong bytes."""
         key = unit_key(vuid)
-        with self.unit_lock(vuid).exclusive():
-            old = self.chunk_for(vuid, write=False)
-            record = self._records[key]
-            new_id = ChunkId(vuid, time.time_ns())
-            updated = record.model_copy(update={"chunk_id": str(new_id), "created": time.time()})
-            new = old.compact_into(self._data_path(str(new_id)), new_id,
-                                   before_commit=lambda batch: batch.put(CHUNK_CF, key, _record_bytes(updated)))
+        lock = self.unit_lock(vuid)
+        with self._lock:  # already while the lock is awaited: reads that would queue behind it go on
+            self._copying.add(key)
+        try:
+            with lock.exclusive():
+                old = self.chunk_for(vuid, write=False)
+                record = self._records[key]
+                new_id = ChunkId(vuid, time.time_ns())
+                updated = record.model_copy(update={"chunk_id": str(new_id), "created": time.time()})
+
+                def before_commit(batch: Batch) -> None:
+                    with self._lock:  # reads from here on wait for the new chunk
+                        self._copying.discard(key)
+                    batch.put(CHUNK_CF, key, _record_bytes(updated))
+
+                new = old.compact_into(self._data_path(str(new_id)), new_id, before_commit=before_commit)
+                with self._lock:
+                    self._records[key] = updated
+                    self._chunks[key] = new
+        finally:
             with self._lock:
-                self._records[key] = updated
-                self._chunks[key] = new
-            old.close()
-            self._move_to_trash(record.chunk_id)
-            return updated
+                self._copying.discard(key)
+        old.close()  # once the reads still on it are done
+        self._move_to_trash(record.chunk_id, TrashReason.COMPACTED)
+        return updated
 
     def list_chunks(self) -> list[ChunkInfo]:
         with self._lock:
@@ -307,6 +322,14 @@ class Disk:
         record = self._record(vuid)
         stats = self._chunks[unit_key(vuid)].stats()
         return ChunkStat(**record.model_dump(), **asdict(stats), disk_id=self.disk_id)
+
+    def chunk_stats(self) -> list[ChunkStat]:
+        """Every live chunk's stat (one released or compacted away meanwhile is left out)."""
+        found = []
+        for record in self.list_chunks():
+            with contextlib.suppress(ChunkError, ChunkNotFound, StaleEpoch):
+                found.append(self.chunk_stat(record.vuid))
+        return found
 
     # shards
 
@@ -335,11 +358,18 @@ class Disk:
     def read_chunk(self, vuid: int, blocking: bool) -> ChunkFile | None: ...
 
     def read_chunk(self, vuid: int, blocking: bool = True) -> ChunkFile | None:
-        """The chunk to read from; a compaction swapping it waits for reads started under the lock. Without
-        `blocking`, None rather than wait for a compaction."""
+        """The chunk to read from. While a compaction copies it, the old one (its shards stay where they are until
+        the copy commits); once the copy commits, the new one, after the swap. Without `blocking`, None rather than
+        wait for that swap."""
         lock = self.unit_lock(vuid)
-        if not lock.acquire_shared(blocking):
-            return None
+        if not lock.acquire_shared(False):
+            with self._lock:
+                copying = unit_key(vuid) in self._copying
+            if copying:
+                return self.chunk_for(vuid, write=False)
+            if not blocking:
+                return None
+            lock.acquire_shared()
         try:
             return self.chunk_for(vuid, write=False)
         finally:
@@ -382,10 +412,31 @@ class Disk:
                 total += chunk.stats().live_bytes
         return total
 
+    def trash(self) -> list[TrashEntry]:
+        """What `.trash/` holds now."""
+        found = []
+        with os.scandir(self.path / TRASH_DIR) as files:
+            for file in files:
+                with contextlib.suppress(FileNotFoundError):  # purged, or taken out by hand, meanwhile
+                    info = file.stat(follow_symlinks=False)
+                    found.append(trash_entry(file.name, info.st_size, info.st_blocks * 512, info.st_ctime))
+        return found
+
+    def cut_trash(self, name: str, size: int) -> None:
+        """Cut a file in `.trash/` down to `size` bytes, or (0) remove it; one taken out meanwhile is left alone."""
+        path = self.path / TRASH_DIR / name
+        with contextlib.suppress(FileNotFoundError):
+            if size:
+                os.truncate(path, size)
+            else:
+                path.unlink()
+
     def stat(self) -> DiskStat:
         usage = shutil.disk_usage(self.path)
         chunks = self.list_chunks()
+        trash = self.trash()
         return DiskStat(disk_id=self.disk_id, path=str(self.path), size=usage.total, free=usage.free,
                         used=usage.used, chunks=len(chunks), max_chunks=self.max_chunks,
                         readonly_chunks=sum(r.status is ChunkStatus.READONLY for r in chunks),
-                        scheduler_epoch=self.scheduler_epoch)
+                        scheduler_epoch=self.scheduler_epoch, trash_bytes=sum(e.disk_bytes for e in trash),
+                        trash_files=len(trash))

@@ -1,4 +1,5 @@
-"""The blobnode's figures read at scrape time: each disk's space, chunks, queued I/O, background I/O and scrub."""
+"""The blobnode's figures read at scrape time: each disk's space, trash, chunks, queued I/O, background I/O and
+scrub."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ def disk_figures(node: Blobnode) -> Iterator[Metric]:
         "size_bytes": ("Capacity of the disk's filesystem", [s.size for s in stats]),
         "used_bytes": ("Bytes used on the disk's filesystem", [s.used for s in stats]),
         "free_bytes": ("Bytes free on the disk's filesystem", [s.free for s in stats]),
+        "trash_bytes": ("Bytes on disk of the chunk files in the disk's .trash/ (released or compacted away, "
+                        "removed trash_hold seconds after)", [s.trash_bytes for s in stats]),
+        "trash_files": ("Chunk files in the disk's .trash/", [s.trash_files for s in stats]),
         "chunks": ("Chunks on the disk", [s.chunks for s in stats]),
         "readonly_chunks": ("Read-only chunks on the disk", [s.readonly_chunks for s in stats]),
         "io_pending": ("Disk operations queued or running on the disk's I/O threads",
