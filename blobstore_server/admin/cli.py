@@ -291,9 +291,11 @@ def blob_undelete(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT
 
 @disk_app.command("list")
 def disk_list(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
-    """Every disk clustermgr knows, with whether its blobnode heartbeats."""
+    """Every disk clustermgr knows, with whether its blobnode heartbeats, its free bytes, the bytes in its trash
+    (released or compacted away, removed after the blobnode's trash_hold), and by how many seconds its scrub pass
+    ends late even at scrub_mb_per_sec (above 0: raise the cap or the scrub period)."""
     disks = on_cluster(dir, clustermgr, lambda cm: cm.list_disks())
-    keys = {"disk_id", "host", "path", "status", "readonly", "alive", "chunks", "free"}
+    keys = {"disk_id", "host", "path", "status", "readonly", "alive", "chunks", "free", "trash_bytes", "scrub_late_s"}
     emit([d.model_dump(mode="json", include=None if as_json else keys) for d in disks], as_json)
 
 

@@ -77,6 +77,8 @@ def test_disk_status_follows_the_transition_table(cm: Driver) -> None:
     cm.now = 2000.0
     cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=42)]))
     assert (cm.state.disk(3).free, cm.state.disk(3).last_heartbeat) == (42, 2000.0)
+    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=40, trash_bytes=9, scrub_late_s=3600.0)]))
+    assert (cm.state.disk(3).trash_bytes, cm.state.disk(3).scrub_late_s) == (9, 3600.0)
 
 
 def test_volume_create_refuses_bad_placements(cm: Driver) -> None:

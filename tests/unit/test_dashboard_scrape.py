@@ -167,3 +167,20 @@ def test_disks_at_reduced_redundancy_show_their_countdown_or_eta_and_volumes_the
     assert overview.problems[0] == "1 volume(s) at margin 0: the next loss loses blobs"
     off = build_overview(states, [silent], "", None, [], 2.0, [], now=1000.0, broken_after=None)
     assert off.blobnodes[0].disks[0].repair is not None and off.blobnodes[0].disks[0].repair.starts_in_s is None
+
+
+def test_a_disk_shows_its_trash_and_a_scrub_its_cap_cannot_keep_is_a_problem() -> None:
+    scrub = ('blobstore_blobnode_scrub_enabled{disk_id="1"} 1\nblobstore_blobnode_scrub_progress{disk_id="1"} 0.5\n'
+             'blobstore_blobnode_scrub_late_seconds{disk_id="1"} 316800\n'
+             'blobstore_blobnode_scrub_enabled{disk_id="2"} 1\nblobstore_blobnode_scrub_progress{disk_id="2"} 0.5\n'
+             'blobstore_blobnode_scrub_late_seconds{disk_id="2"} 0\n')
+    states = [_state("cm1", "clustermgr", LEADER), _state("bn1", "blobnode", scrub)]
+    disks = [_disk(1, "http://bn1").model_copy(update={"trash_bytes": 7 << 30, "scrub_late_s": 316800.0}),
+             _disk(2, "http://bn1")]
+    overview = build_overview(states, disks, "", None, [], 2.0, now=10.0)
+    rows = {d.disk_id: d for d in overview.blobnodes[0].disks}
+    assert rows[1].trash_bytes == 7 << 30 and rows[2].trash_bytes == 0
+    assert rows[1].scrub is not None and rows[1].scrub.late_s == 316800.0
+    assert rows[2].scrub is not None and rows[2].scrub.late_s == 0.0
+    assert overview.problems == ["disk 1 on bn1: its scrub pass ends 3.7 days past its period even at "
+                                 "scrub_mb_per_sec (raise the cap or the period)"]

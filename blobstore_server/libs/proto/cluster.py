@@ -42,6 +42,11 @@ class DiskInfo(BaseModel):
     free: int = Field(0, ge=0)
     max_chunks: int = Field(1024, ge=0)
     chunks: int = Field(0, ge=0)
+    # bytes its blobnode holds in the disk's .trash/ (chunk files released or compacted away, kept trash_hold)
+    trash_bytes: int = Field(0, ge=0)
+    # seconds past the end of its scrub period the disk's current (or next) scrub pass ends even at the blobnode's
+    # scrub_mb_per_sec: above 0, the cap cannot read the disk's bytes once per period
+    scrub_late_s: float = Field(0.0, ge=0)
     last_heartbeat: float = 0.0
 
     @property

@@ -123,6 +123,8 @@ class DiskBeat(RequestBody):
     size: int = Field(ge=0)
     free: int = Field(ge=0)
     chunks: int = Field(0, ge=0)
+    trash_bytes: int = Field(0, ge=0)  # see DiskInfo
+    scrub_late_s: float = Field(0.0, ge=0)
 
 
 class DiskHeartbeat(RequestBody):

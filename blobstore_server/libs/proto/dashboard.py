@@ -24,6 +24,7 @@ class ScrubView(BaseModel):
     last_pass_age_s: float | None  # since the last full pass ended; None: none yet
     corrupt: int  # shards found corrupt or unreadable, since the blobnode's record began
     repairs_owed: int  # findings mqproxy has not taken yet
+    late_s: float = 0.0  # past its period the pass ends even at the blobnode's cap (0: on time)
 
 
 class RepairView(BaseModel):
@@ -44,6 +45,7 @@ class DiskRow(BaseModel):
     alive: bool  # its blobnode heartbeats
     size: int
     free: int
+    trash_bytes: int = 0  # in its .trash/, removed after its blobnode's trash_hold
     chunks: int
     scrub: ScrubView | None = None  # None: its blobnode was not scraped, or does not scrub
     repair: RepairView | None = None  # None: heard from and normal

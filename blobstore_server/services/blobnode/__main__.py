@@ -24,18 +24,15 @@ OTHER_OPEN_FILES = 1024
 
 def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
     lift_open_file_limit(sum(d.max_chunks for d in config.disks) + OTHER_OPEN_FILES)  # every chunk file stays open
-    link = None
     if config.clustermgr_hosts:
         config = asyncio.run(_with_disk_ids(config))
     forks = ReaderForks.start() if config.background_reader else None  # before the node's threads start
     node = Blobnode(config)
     register_collector(lambda: disk_figures(node))
-    mq = None
-    if config.clustermgr_hosts:
-        link = ClusterLink(node, ClusterClient(config.clustermgr_hosts), config.heartbeat_interval)
-        mq = MqProxyClient(cluster=link.cluster)  # any live mqproxy clustermgr knows
-    scrubber = Scrubber(node, mq)
+    cluster = ClusterClient(config.clustermgr_hosts) if config.clustermgr_hosts else None
+    scrubber = Scrubber(node, None if cluster is None else MqProxyClient(cluster=cluster))  # any live mqproxy
     register_collector(lambda: scrub_figures(scrubber))
+    link = None if cluster is None else ClusterLink(node, cluster, config.heartbeat_interval, scrubber)
     return build_app(node, link, scrubber, ReaderProcess(config, forks), Upkeep(node)), config.bind_addr
 
 

@@ -1,4 +1,5 @@
-"""The blobnode's link to clustermgr: disk ids for new disks, registration, heartbeats."""
+"""The blobnode's link to clustermgr: disk ids for new disks, registration, heartbeats (each disk's space, chunks,
+trash, and whether its scrub keeps its period)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.blobnode.disk import read_format
 from blobstore_server.services.blobnode.node import Blobnode
+from blobstore_server.services.blobnode.scrubber import Scrubber
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 log = logging.getLogger(__name__)
@@ -31,9 +33,10 @@ async def assign_disk_ids(config: BlobnodeConfig, cluster: ClusterClient) -> Blo
 
 
 class ClusterLink:
-    def __init__(self, node: Blobnode, cluster: ClusterClient, interval: float) -> None:
+    def __init__(self, node: Blobnode, cluster: ClusterClient, interval: float, scrubber: Scrubber) -> None:
         self.node = node
         self.cluster = cluster
+        self.scrubber = scrubber
         self.interval = interval
         self.reported: set[int] = set()
         self.life = Lifecycle()
@@ -74,7 +77,8 @@ class ClusterLink:
         beats = []
         for disk_id in self.node.disks:
             stat = await self.node.disk_stat(disk_id)
-            beats.append(DiskBeat(disk_id=disk_id, size=stat.size, free=stat.free, chunks=stat.chunks))
+            beats.append(DiskBeat(disk_id=disk_id, size=stat.size, free=stat.free, chunks=stat.chunks,
+                                  trash_bytes=stat.trash_bytes, scrub_late_s=self.scrubber.stat(disk_id).late_s))
         await self.cluster.disk_heartbeat(beats)
 
     async def _loop(self) -> None:

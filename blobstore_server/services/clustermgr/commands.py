@@ -215,7 +215,8 @@ def disk_heartbeat(s: ClusterState, batch: Batch, now: float, cmd: DiskHeartbeat
     for beat in cmd.disks:
         info = s.disk(beat.disk_id)
         s.put_disk(batch, info.model_copy(update={"size": beat.size, "free": beat.free, "chunks": beat.chunks,
-                                                   "last_heartbeat": now}))
+                                                   "trash_bytes": beat.trash_bytes,
+                                                   "scrub_late_s": beat.scrub_late_s, "last_heartbeat": now}))
     return DiskIds(disks=[beat.disk_id for beat in cmd.disks])
 
 

@@ -38,6 +38,7 @@ from blobstore_server.services.dashboard.scrape import (
     SCRUB_CORRUPT,
     SCRUB_ENABLED,
     SCRUB_LAST_PASS,
+    SCRUB_LATE,
     SCRUB_PROGRESS,
     SCRUB_REPAIRS_OWED,
     VOLUMES,
@@ -104,7 +105,8 @@ def scrub_view(scrape: Scrape | None, disk_id: int, now: float) -> ScrubView | N
     last = scrape.value(SCRUB_LAST_PASS, disk_id=disk) or 0.0
     return ScrubView(progress=progress, last_pass_age_s=round(max(0.0, now - last), 1) if last else None,
                      corrupt=int(scrape.total(SCRUB_CORRUPT, disk_id=disk)),
-                     repairs_owed=int(scrape.total(SCRUB_REPAIRS_OWED, disk_id=disk)))
+                     repairs_owed=int(scrape.total(SCRUB_REPAIRS_OWED, disk_id=disk)),
+                     late_s=scrape.value(SCRUB_LATE, disk_id=disk) or 0.0)
 
 
 def repair_view(disk: DiskView, tasks: Sequence[TaskRecord], broken_after: float | None,
@@ -140,7 +142,8 @@ def blobnode_views(states: Sequence[TargetState], disks: Sequence[DiskView], now
     for state in states:
         host = state.target.url.rstrip("/")
         rows = [DiskRow(disk_id=d.disk_id, path=d.path, status=d.status.value, readonly=d.readonly, alive=d.alive,
-                        size=d.size, free=d.free, chunks=d.chunks, scrub=scrub_view(state.latest, d.disk_id, now),
+                        size=d.size, free=d.free, trash_bytes=d.trash_bytes, chunks=d.chunks,
+                        scrub=scrub_view(state.latest, d.disk_id, now),
                         repair=repair_view(d, tasks, broken_after, now))
                 for d in sorted(by_host.get(host, []), key=lambda d: d.disk_id)]
         views.append(BlobnodeView(name=state.target.name, host=host, up=state.up, disks=rows))
@@ -177,10 +180,16 @@ def volumes_by_margin(schedulers: Sequence[TargetState]) -> dict[str, int]:
     return {}
 
 
+def duration(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} days"
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
 def problems(processes: Sequence[ProcessView], replicas: Sequence[ReplicaView], blobnodes: Sequence[BlobnodeView],
              cluster_error: str, margins: Mapping[str, int] | None = None) -> list[str]:
     """What is wrong, most pressing first: volumes one loss from losing blobs, processes down, no Raft leader,
-    disks not normal or silent."""
+    disks not normal or silent, disks whose scrub cannot keep its period."""
     found = [f"{n} volume(s) at margin {margin}: " + ("the next loss loses blobs" if margin == "0" else
                                                        "one loss from margin 0")
              for margin, n in sorted((margins or {}).items()) if int(margin) <= URGENT_MARGIN and n]
@@ -195,6 +204,9 @@ def problems(processes: Sequence[ProcessView], replicas: Sequence[ReplicaView], 
                 found.append(f"disk {disk.disk_id} on {node.name} is {disk.status}")
             elif not disk.alive:
                 found.append(f"disk {disk.disk_id} on {node.name} misses its heartbeats")
+    found += [f"disk {disk.disk_id} on {node.name}: its scrub pass ends {duration(disk.scrub.late_s)} past its "
+              "period even at scrub_mb_per_sec (raise the cap or the period)"
+              for node in blobnodes for disk in node.disks if disk.scrub is not None and disk.scrub.late_s > 0]
     return found
 
 

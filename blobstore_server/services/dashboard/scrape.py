@@ -37,13 +37,14 @@ SCRUB_ENABLED = "blobstore_blobnode_scrub_enabled"
 SCRUB_LAST_PASS = "blobstore_blobnode_scrub_last_pass_timestamp_seconds"
 SCRUB_CORRUPT = "blobstore_blobnode_scrub_corrupt_total"
 SCRUB_REPAIRS_OWED = "blobstore_blobnode_scrub_repairs_owed"
+SCRUB_LATE = "blobstore_blobnode_scrub_late_seconds"
 PIPELINE_COUNTERS = {field: f"blobstore_tinker_{field}_total" for field in ("messages_in", "done", "failed", "retried")}
 SCHEDULER_ACTIVE = "blobstore_scheduler_active"
 VOLUMES_AT_MARGIN = "blobstore_scheduler_volumes_at_margin"
 _BY_ROLE: dict[str, tuple[str, ...]] = {
     "access": (LATENCY_BUCKETS,),
     "clustermgr": (RAFT_ROLE, RAFT_TERM, RAFT_COMMIT, RAFT_APPLIED, VOLUMES),
-    "blobnode": (SCRUB_PROGRESS, SCRUB_ENABLED, SCRUB_LAST_PASS, SCRUB_CORRUPT, SCRUB_REPAIRS_OWED),
+    "blobnode": (SCRUB_PROGRESS, SCRUB_ENABLED, SCRUB_LAST_PASS, SCRUB_CORRUPT, SCRUB_REPAIRS_OWED, SCRUB_LATE),
     "tinker": tuple(PIPELINE_COUNTERS.values()),
     "scheduler": (SCHEDULER_ACTIVE, VOLUMES_AT_MARGIN),
 }

@@ -81,13 +81,15 @@ function ago(seconds) {
   return `${n.toFixed(0)} ${unit}`;
 }
 
-// A disk's scrub: its current pass, how long since the last full one, and what it found.
+// A disk's scrub: its current pass, how long since the last full one, what it found, and whether its cap keeps
+// the period.
 function scrubCell(s) {
   if (!s) return el("td", { class: "scrub", text: "no scrub" });
   const last = s.last_pass_age_s === null ? "no full pass yet" : `last pass ${ago(s.last_pass_age_s)} ago`;
   const owed = s.repairs_owed ? `, ${s.repairs_owed} repairs not yet queued` : "";
   return el("td", { class: "scrub" }, `scrub ${(100 * s.progress).toFixed(0)} % · ${last}`,
-    s.corrupt ? " · " : null, s.corrupt ? badge(`${s.corrupt} corrupt${owed}`, s.repairs_owed ? "bad" : "warn") : null);
+    s.corrupt ? " · " : null, s.corrupt ? badge(`${s.corrupt} corrupt${owed}`, s.repairs_owed ? "bad" : "warn") : null,
+    s.late_s > 0 ? " · " : null, s.late_s > 0 ? badge(`pass ${ago(s.late_s)} late at the cap`, "warn") : null);
 }
 
 // A disk at reduced redundancy: how long until its unattended repair starts, or how much of it is left.
@@ -110,9 +112,9 @@ function renderBlobnodes(o) {
         el("td", { text: `disk ${d.disk_id}` }),
         el("td", { class: "status" }, badge(d.status, d.status === "normal" ? "ok" : "bad")),
         el("td", {}, d.alive ? badge("alive", "ok") : badge("silent", "bad")),
-        el("td", { title: `${bytes(d.size - d.free)} used of ${bytes(d.size)}` },
+        el("td", { title: `${bytes(d.size - d.free)} used of ${bytes(d.size)}, ${bytes(d.trash_bytes)} of it in trash` },
           el("span", { class: "space" }, el("span", { style: `width:${(used * 100).toFixed(1)}%` })),
-          ` ${bytes(d.free)} free`),
+          ` ${bytes(d.free)} free`, d.trash_bytes ? ` · ${bytes(d.trash_bytes)} in trash` : null),
         el("td", { text: `${d.chunks} chunks${d.readonly ? ", read-only" : ""}` }), scrubCell(d.scrub),
         repairCell(d.repair));
     });
