@@ -41,11 +41,15 @@ class DiskUpkeep:
         self.label = str(disk_id)
 
     async def run(self) -> None:
+        """Round after round; a round that fails is logged and the next one tries again (a loop that died would
+        leave the trash to grow unseen)."""
         while True:
             try:
                 await self.round(time.time())
             except (RpcError, OSError) as exc:
                 log.warning("disk %d: upkeep round failed, trying again next round: %s", self.disk_id, exc)
+            except Exception:
+                log.exception("disk %d: upkeep round failed unexpectedly, trying again next round", self.disk_id)
             await asyncio.sleep(self.node.config.upkeep_interval)
 
     async def round(self, now: float) -> None:
