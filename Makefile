@@ -13,9 +13,11 @@ PYTEST_ARGS ?=
 # Debian packages, as command:package[,package...]: redis-server (the volume cache), a JDK and Maven (Kafka and
 # Spark run on Java 17; Maven fetches their jars), chromium with a font and chromium-driver (the dashboard test's
 # headless browser), prometheus (scrapes a cluster in one test), iproute2 and nftables (hosts as network
-# namespaces, `cluster up --hosts`, and cutting links between them). Only what is missing is installed.
+# namespaces, `cluster up --hosts`, and cutting links between them), e2fsprogs and mount (a test's disks of a fixed
+# size: loop-mounted ext4 images). Only what is missing is installed.
 DEBIAN_TOOLS := redis-server:redis-server java:openjdk-17-jre-headless mvn:maven \
-	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus ip:iproute2 nft:nftables
+	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus ip:iproute2 nft:nftables \
+	mkfs.ext4:e2fsprogs losetup:mount
 
 # Then the jars (Kafka's broker, Spark's Kafka source) into ~/.cache/blobstore, once: nothing downloads at run time.
 setup: .venv/.installed

@@ -183,11 +183,12 @@ def _cluster_factory(request: pytest.FixtureRequest, tmp_path: Path, clustermgr_
               tinker: dict[str, object] | None = None, clustermgr: dict[str, object] | None = None,
               schedulers: int = 0, scheduler: dict[str, object] | None = None,
               worker: dict[str, object] | None = None, blobnode: dict[str, object] | None = None,
-              **access_overrides: object) -> LocalCluster:
-        cms = clustermgr_factory(**{"volume_check_interval": 0.2, "disk_heartbeat_timeout": 10, "volume_lease_ttl": 10,
-                                    "chunk_size": 256 << 20, "first_volume_after_disks": blobnodes * disks,
-                                    "code_modes": [{"code_mode": code_mode, "min_volumes": min_volumes}],
-                                    **(clustermgr or {})})
+              clustermgrs: int = 3, **access_overrides: object) -> LocalCluster:
+        cms = clustermgr_factory(clustermgrs, **{"volume_check_interval": 0.2, "disk_heartbeat_timeout": 10,
+                                                 "volume_lease_ttl": 10, "chunk_size": 256 << 20,
+                                                 "first_volume_after_disks": blobnodes * disks,
+                                                 "code_modes": [{"code_mode": code_mode, "min_volumes": min_volumes}],
+                                                 **(clustermgr or {})})
         cm_urls = [cm.url for cm in cms]
         node_config = {"delete_hold": safe_delay, **(blobnode or {})}  # tinker's safe delay, as `cluster up` sets
         nodes = [blobnode_factory(f"bn{i}", disks=disks, clustermgr=cms, wait=False, **node_config)
