@@ -223,6 +223,17 @@ def test_a_chunk_mostly_deleted_is_compacted_and_its_old_file_purged_after_the_h
     asyncio.run(scenario())
 
 
+def test_a_disk_without_its_trash_folder_shows_none_and_makes_it_again(node: Blobnode) -> None:
+    async def scenario() -> None:
+        await fill(node, A, 2)
+        (node.disk(1).path / ".trash").rmdir()
+        assert (await node.disk_stat(1)).trash_files == 0
+        await node.set_chunk_status(1, A, ChunkStatus.RELEASED)
+        assert len(trash_of(node)) == 1
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("node", [{"auto_compact": False}], indirect=True)
 def test_auto_compact_off_leaves_chunks_alone(node: Blobnode) -> None:
     async def scenario() -> None:

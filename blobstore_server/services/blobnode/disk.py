@@ -280,6 +280,7 @@ class Disk:
     def _move_to_trash(self, chunk_id: str, why: TrashReason = TrashReason.RELEASED) -> None:
         src = self._data_path(chunk_id)
         if src.exists():
+            (self.path / TRASH_DIR).mkdir(exist_ok=True)
             os.replace(src, self.path / TRASH_DIR / trash_name(chunk_id, why, time.time()))
 
     def compact_chunk(self, vuid: int) -> ChunkInfo:
@@ -413,9 +414,9 @@ class Disk:
         return total
 
     def trash(self) -> list[TrashEntry]:
-        """What `.trash/` holds now."""
-        found = []
-        with os.scandir(self.path / TRASH_DIR) as files:
+        """What `.trash/` holds now (nothing, if someone removed the folder: the next move there makes it again)."""
+        found: list[TrashEntry] = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.path / TRASH_DIR) as files:
             for file in files:
                 with contextlib.suppress(FileNotFoundError):  # purged, or taken out by hand, meanwhile
                     info = file.stat(follow_symlinks=False)
