@@ -96,3 +96,50 @@ def test_a_marked_shard_is_deletable_only_its_hold_after_the_mark() -> None:
     assert delete_wait(marked_at=1000, hold=0, now=1000) == 0  # no hold: at once
     assert delete_wait(marked_at=1000, hold=60, now=900) == 161  # a clock stepped back waits on
     assert delete_wait(marked_at=0, hold=60, now=1000) == 0  # marked before marks were timed: no record to hold
+
+
+def test_a_seal_during_a_compaction_is_kept_and_the_record_names_the_new_file(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk sealed read-only while a compaction copies it: the compaction commits the record it read at its start
+    unless the seal waits for it; the seal must hold afterwards, and the record (also after a restart) must name the
+    compacted file, not the old one now in the trash."""
+    from blobstore_server.libs.chunkfile import ChunkFile
+    from blobstore_server.libs.proto.blobnode import ChunkStatus
+
+    copying, go_on = threading.Event(), threading.Event()
+    compact_into = ChunkFile.compact_into
+
+    def held_compaction(self: ChunkFile, *args: object, **kwargs: object) -> ChunkFile:
+        copying.set()
+        assert go_on.wait(10)
+        return compact_into(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ChunkFile, "compact_into", held_compaction)
+    vuid = Vuid.make(7, 0, 1)
+    node = make_node(tmp_path, disks=1)
+    disk = node.disk(1)
+    try:
+        disk.create_chunk(vuid, 1 << 20)
+        disk.put_shard(vuid, 1, b"kept" * 100)
+        compaction = threading.Thread(target=disk.compact_chunk, args=(vuid,))
+        compaction.start()
+        assert copying.wait(10)
+        seal = threading.Thread(target=disk.set_chunk_status, args=(vuid, ChunkStatus.READONLY))
+        seal.start()
+        seal.join(0.3)
+        go_on.set()
+        compaction.join(10)
+        seal.join(10)
+        record = next(r for r in disk.list_chunks() if r.vuid == vuid)
+        assert record.status is ChunkStatus.READONLY
+    finally:
+        go_on.set()
+        node.close()
+    node = make_node(tmp_path, disks=1)
+    try:
+        disk = node.disk(1)
+        record = next(r for r in disk.list_chunks() if r.vuid == vuid)
+        assert record.status is ChunkStatus.READONLY
+        assert bytes(disk.read_chunk(vuid).read_shard(1)) == b"kept" * 100
+    finally:
+        node.close()

@@ -237,8 +237,10 @@ class Disk:
             return record
 
     def set_chunk_status(self, vuid: int, status: ChunkStatus) -> ChunkInfo:
+        """Under the unit's lock: a compaction under way (it holds the lock) would otherwise commit the record it
+        read at its start over this change, or this one the old chunk's record over the compaction's."""
         key = unit_key(vuid)
-        with self._lock:
+        with self.unit_lock(vuid).exclusive(), self._lock:
             record = self._record(vuid)
             if record.vuid != vuid:
                 raise StaleEpoch(f"vuid {vuid} is not the chunk's current vuid {record.vuid}")
