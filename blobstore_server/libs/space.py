@@ -4,7 +4,8 @@ allocator (what it charges an allocation) and the tests share.
 A blob puts one shard of `shard_size(len)` bytes (the code mode's stripe rule, at least 2 KiB) on every unit of
 its volume, and a shard takes its header, block CRCs and footer, padded to 4 KiB (libs/chunkfile/format.py), so a
 1 KiB object takes 4 KiB on each unit. A volume's capacity and `used` are counted per unit in these bytes: the
-room its chunks have past their header. Counted in logical bytes (`chunk_size x N`), chunks of small objects
+room its chunks have past their header; a volume is full once it has less room than the largest blob its
+writers ask for takes (`is_full`). Counted in logical bytes (`chunk_size x N`), chunks of small objects
 filled up at ~8% "used" and then failed every PUT sent to them.
 
 An allocation of known blobs is charged exactly. A grant of `bids` bids sharing `size` bytes (access reserves
@@ -29,6 +30,14 @@ from blobstore_server.libs.ec import CodeMode, tactic
 # The most one shard can take beyond its share of the data: header, footer, one more block CRC and a ceiling's
 # byte than the data's own share, and a page of padding less one byte (4140 bytes).
 _SHARD_OVERHEAD = SHARD_HEADER_SIZE + SHARD_FOOTER_SIZE + BLOCK_CRC_SIZE + 1 + ALIGN - 1
+
+
+def is_full(mode: CodeMode | int, free: int, largest_blob: int) -> bool:
+    """Whether a volume with `free` bytes left on each unit is full for a writer whose blobs are at most
+    `largest_blob` long: it has less room than such a blob takes. The rest (less than one blob's shard a unit)
+    stays unused: counted as room, a volume only small objects still fit was held, leased and counted writable on,
+    and once every volume an allocator held was such a one, larger objects found none."""
+    return free < blob_bytes(mode, largest_blob)
 
 
 def unit_capacity(chunk_size: int) -> int:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from blobstore_server.libs import space
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import VolumeInfo
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.rpc.errors import ChunkFull
@@ -155,3 +156,29 @@ def test_a_volume_whose_chunk_is_full_on_one_unit_leaves_every_allocator_within_
 
 async def _writable_besides(cm: ClusterClient, vid: int) -> bool:
     return sum(v.writable for v in await cm.list_volumes() if v.vid != vid) >= 2
+
+
+def test_objects_of_one_size_never_jam_on_volumes_left_with_less_room_than_one_of_them(
+        cluster_factory: ClusterFactory) -> None:
+    """Objects all of 300 KiB: nine fit a 1 MiB chunk (each shard takes 100 KiB and its page), leaving ~90 KiB a
+    unit. Counted as room (it fits the smallest blob), such a volume stayed writable for the floor, leasable, and
+    held by the allocator, which stops at 16 volumes a mode: once all it held were such ones, every PUT answered
+    503. A volume without room for the largest blob its allocator was asked for is full: retired, and replaced."""
+    # a volume takes nine objects here, and clustermgr makes one at a time: a floor of 8 keeps ahead of the PUTs
+    cluster = cluster_factory(clustermgr={"chunk_size": CHUNK, "code_modes": [
+        {"code_mode": "EC3P3", "min_volumes": 8, "min_idle_volumes": 4}]}, **SMALL_RESERVATIONS)
+    access = cluster.access[0].url
+    size = 300 << 10
+    room = space.unit_capacity(CHUNK) - 9 * space.blob_bytes(CodeMode.EC3P3, size)  # what nine leave a unit
+    assert space.blob_bytes(CodeMode.EC3P3, 1) < room < space.blob_bytes(CodeMode.EC3P3, size)
+    acked: dict[str, bytes] = {}
+    with httpx.Client(base_url=access, timeout=60) as client:
+        first_put(access)
+        for i in range(200):
+            data = os.urandom(size)
+            resp = client.put("/blob", content=data)
+            assert resp.status_code == 200, f"PUT {i}: {resp.text[:300]}"
+            acked[resp.json()["location"]] = data
+        assert len({vid_of(token) for token in acked}) > 16, "more volumes than an allocator may hold at once"
+        for token, data in itertools.islice(acked.items(), 0, None, 7):
+            assert client.get(f"/blob/{token}").content == data

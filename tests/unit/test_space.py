@@ -109,3 +109,12 @@ def test_a_grant_of_small_objects_is_charged_close_to_their_pages() -> None:
     assert 64 * 4096 <= kept < 64 * 4096 * 1.1
     unused = space.charge(CodeMode.EC3P3, 64 << 10, 4 << 20, 64) - space.refund(CodeMode.EC3P3, 64 << 10, 64)
     assert 0 <= unused <= 1  # an untouched grant comes back whole, but for the rounding
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_volume_is_full_once_the_largest_blob_no_longer_fits(mode: CodeMode) -> None:
+    for length in BLOB_LENGTHS:
+        room = space.blob_bytes(mode, length)
+        assert not space.is_full(mode, room, length)
+        assert space.is_full(mode, room - 1, length)
+        assert not space.is_full(mode, room - 1, 1) or room - 1 < space.blob_bytes(mode, 1)

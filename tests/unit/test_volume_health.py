@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from blobstore_server.libs import space
 from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.placement import replacement_disk
 from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStatus
@@ -187,6 +188,28 @@ def test_a_volume_without_room_for_the_smallest_blob_or_found_full_does_not_coun
     cm(c.VolumeFull(vid=2))
     assert writable(cm) == 0
 
+
+
+def test_the_floor_counts_only_volumes_with_room_for_the_largest_blob_allocators_ask_for(cm: Driver) -> None:
+    """A volume with room for a small blob but not for the allocators' largest is full for the floor (and for
+    leasing): counted writable, the floor made no new volume while every one held took only small objects."""
+    add_hosts(cm, 6)
+    cm(c.ScopeAlloc(name="vid", count=1))
+    create(cm, 1, [1, 2, 3, 4, 5, 6])
+    cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="a", count=1, lease_ttl=10, heartbeat_timeout=TIMEOUT))
+    left = space.blob_bytes(EC3P3, 300 << 10) - 1
+    cm(c.VolumeRetainCmd(holder="a", lease_ttl=10, volumes=[RetainItem(vid=1, used=(1 << 20) - left)]))
+    rule = CodeModeRule(code_mode="EC3P3", min_volumes=1, min_idle_volumes=0)
+    assert volumes_short(cm.state, rule, cm.now, TIMEOUT, largest_blob=1024) == 0
+    assert volumes_short(cm.state, rule, cm.now, TIMEOUT, largest_blob=300 << 10) == 1
+    cm(c.VolumeRelease(vid=1, holder="a"))
+
+    def lease_for(blob: int) -> list[int]:
+        got = cm(c.VolumeAllocCmd(code_mode=EC3P3, holder="b", count=1, lease_ttl=10, heartbeat_timeout=TIMEOUT,
+                                  min_free=space.blob_bytes(EC3P3, blob)))
+        return [v.vid for v in got.volumes]
+
+    assert lease_for(300 << 10) == [] and lease_for(1024) == [1]
 
 def test_the_floor_keeps_unleased_volumes_for_an_allocator_whose_peer_leased_every_one(cm: Driver) -> None:
     add_hosts(cm, 7)

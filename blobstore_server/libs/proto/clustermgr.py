@@ -170,6 +170,9 @@ class VolumeAlloc(RequestBody):
     # Also the volumes `holder` still leases: a restarted allocator (its name is its URL) takes back what its
     # previous run held instead of waiting for those leases to lapse. Only a holder that holds none yet asks.
     reclaim: bool = False
+    # The largest blob the holder allocates (its writers' so far): a volume without room for one is not leased, and
+    # clustermgr's floor counts only volumes with room for the largest any holder asked for
+    largest_blob: int = Field(1, ge=1, le=1 << 40)
 
 
 class VolumeView(VolumeInfo, VolumeHealth):

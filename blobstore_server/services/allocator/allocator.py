@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from blobstore_server.libs import space
 from blobstore_server.libs.ec import CodeMode, parse_code_mode
 from blobstore_server.libs.proto.allocator import AllocatorStat, BlobSlice, LeasedVolume, UnusedSpace
 from blobstore_server.libs.proto.clustermgr import RetainItem, VolumeView
@@ -52,7 +53,8 @@ class Allocator:
         self._lock = asyncio.Lock()  # one refill at a time
         self._short_until: dict[CodeMode, float] = {}  # clustermgr had no more volumes of the mode until then
         self._leased_modes: set[CodeMode] = set()  # leased before by this process: nothing left to reclaim
-        self._full: set[int] = set()  # vids reported full by access, not yet taken by clustermgr
+        self._full: set[int] = set()  # vids found full (by access, or by this pool), not yet taken by clustermgr
+        self._largest_blob: dict[CodeMode, int] = {}  # per mode: a volume without room for one is full
         self._full_reported = asyncio.Event()
         self.life = Lifecycle()
         self.life.loop(lambda: self._every(config.retain_interval, self.retain))
@@ -82,7 +84,8 @@ class Allocator:
                 if missing > 0 and now >= self._short_until.get(m, 0.0):
                     asked_at = time.monotonic()  # the leases begin later: counted from here, they end no later
                     leased = await self.cluster.alloc_volumes(int(m), self.holder, missing, avoid_disks,
-                                                              reclaim=m not in self._leased_modes)
+                                                              reclaim=m not in self._leased_modes,
+                                                              largest_blob=self._largest_blob.get(m, 1))
                     self._leased_modes.add(m)
                     for volume in leased.volumes:
                         self.pool.add(_leased(volume, asked_at + leased.lease_for))
@@ -123,7 +126,8 @@ class Allocator:
                 self._full.discard(vid)
 
     def volumes_full(self, vids: Sequence[int]) -> None:
-        """Volumes a blobnode answered ChunkFull for: out of the pool now, and reported to clustermgr."""
+        """Volumes a blobnode answered ChunkFull for, or left without room for the largest blob: out of the pool
+        now, and reported to clustermgr."""
         for vid in vids:
             self.pool.drop(vid)
             self._full.add(vid)
@@ -138,15 +142,23 @@ class Allocator:
         for unused in returned:
             self.pool.give_back(unused.vid, unused.size, unused.bids)
         excluded, avoided = set(exclude_vids), set(avoid_disks)
+        largest = self._largest_blob[code_mode] = max(self._largest_blob.get(code_mode, 1), min(size, blob_size))
         for attempt in range(3):
             try:
-                return self.pool.allocate(int(code_mode), size, blob_size, time.monotonic(), excluded, avoided,
-                                          bids)
+                granted = self.pool.allocate(int(code_mode), size, blob_size, time.monotonic(), excluded, avoided,
+                                             bids)
             except PoolEmpty as exc:
                 if attempt == 2:
                     raise Unavailable(f"cannot allocate {size} bytes of {code_mode.name}: {exc}") from None
+                if exc.no_volume:  # clustermgr had none a moment ago: ask once the pause is over (it makes more)
+                    await asyncio.sleep(max(0.0, self._short_until.get(code_mode, 0.0) - time.monotonic()))
                 await self.refill(code_mode, bids_wanted=max(-(-size // blob_size), bids or 0),
                                   extra=int(exc.no_volume), avoid_disks=avoid_disks)
+                continue
+            vid = granted[0].vid
+            if space.is_full(code_mode, self.pool.volumes[vid].free, largest):
+                self.volumes_full([vid])  # not held on for small objects only: a fresh volume takes its place
+            return granted
         raise AssertionError("unreachable")
 
     def stat(self) -> AllocatorStat:

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 
 from blobstore_server.libs import space
-from blobstore_server.libs.ec import UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import (
@@ -189,8 +189,10 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
         mode = _code_mode(req.code_mode)
         alloc = cmd.VolumeAllocCmd(code_mode=mode, holder=req.holder, count=req.count, lease_ttl=lease_ttl,
-                                   min_free=space.blob_bytes(mode, 1), heartbeat_timeout=heartbeat_timeout,
+                                   min_free=space.blob_bytes(mode, req.largest_blob),
+                                   heartbeat_timeout=heartbeat_timeout,
                                    avoid_disks=req.avoid_disks, reclaim=req.reclaim)
+        cm.asked_for(CodeMode(mode), req.largest_blob)
         return await cm.lease_volumes(alloc, caller)
 
     @serves(app, api.VOLUME_RETAIN)

@@ -262,11 +262,13 @@ class ClusterClient(ServiceClient):
         return await self.call(api.VOLUME_LIST, params={"since": revision})
 
     async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1,
-                            avoid_disks: Sequence[int] = (), reclaim: bool = False) -> VolumeList:
-        """Lease up to `count` volumes, those with every unit up and none on `avoid_disks` first; with `reclaim`,
-        also those `holder` leases already; each for the answer's `lease_for` seconds."""
+                            avoid_disks: Sequence[int] = (), reclaim: bool = False,
+                            largest_blob: int = 1) -> VolumeList:
+        """Lease up to `count` volumes with room for a blob of `largest_blob` bytes, those with every unit up and
+        none on `avoid_disks` first; with `reclaim`, also those `holder` leases already; each for the answer's
+        `lease_for` seconds."""
         body = VolumeAlloc(code_mode=code_mode, holder=holder, count=count, avoid_disks=list(avoid_disks),
-                           reclaim=reclaim)
+                           reclaim=reclaim, largest_blob=largest_blob)
         return await self.call(api.VOLUME_ALLOC, body=body)
 
     async def retain_volumes(self, holder: str, volumes: list[RetainItem]) -> RetainResult:

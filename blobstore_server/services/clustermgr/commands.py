@@ -301,7 +301,7 @@ class VolumeAllocCmd(Command[VolumeList]):
     holder: str
     count: int
     lease_ttl: float
-    min_free: int = 1  # bytes free on a unit: the smallest blob's (libs/space.py); 1 in logs written before that
+    min_free: int = 1  # bytes free on a unit: the asker's largest blob's (libs/space.py `is_full`); 1 in old logs
     # Set: lease volumes whose units are all up (and off `avoid_disks`) first, well-spread before
     # under-spread, and never one that would miss its put quorum. None (logs written before health
     # existed): in vid order, as then.

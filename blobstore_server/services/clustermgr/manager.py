@@ -100,6 +100,9 @@ class ClusterManager:
                                      chunk_timeout=config.chunk_request_timeout)
         self._create_failure: dict[CodeMode, str] = {}  # the last reason volume creation failed, per mode
         self._next_avoiding: dict[CodeMode, float] = {}  # monotonic time: no volume made for avoided disks before
+        # The largest blob allocators asked room for, per mode: the floor counts only volumes with room for one
+        # (a restarted leader learns it again from the next leases; until then it counts volumes with any room)
+        self.largest_blob: dict[CodeMode, int] = {}
         # heartbeats are idempotent: committed without a session, the batch being nobody's one command
         self.heartbeats = HeartbeatBatcher(lambda report: self.submit(report, None), config.disk_heartbeat_batch)
         self._life = Lifecycle()
@@ -231,7 +234,8 @@ class ClusterManager:
         for policy in self.policy():
             if not policy.enable:
                 continue
-            short = volumes_short(self.state, policy, time.time(), self.config.disk_heartbeat_timeout)
+            short = volumes_short(self.state, policy, time.time(), self.config.disk_heartbeat_timeout,
+                                  self.largest_blob.get(policy.mode, 1))
             for _ in range(short):
                 try:
                     await self.volumes.create(policy.mode, time.time())
@@ -272,6 +276,10 @@ class ClusterManager:
     def disk_view(self, disk: DiskInfo, now: float) -> DiskView:
         alive = disk.heard_from(now, self.config.disk_heartbeat_timeout)
         return DiskView.model_validate({**disk.model_dump(), "alive": alive})
+
+    def asked_for(self, mode: CodeMode, largest_blob: int) -> None:
+        """An allocator leases volumes of `mode` for blobs of up to `largest_blob` bytes."""
+        self.largest_blob[mode] = max(self.largest_blob.get(mode, 1), largest_blob)
 
     def volume_views(self, volumes: Iterable[VolumeInfo], now: float) -> list[VolumeView]:
         """Volumes with whether new blobs may go to them now, and why not."""

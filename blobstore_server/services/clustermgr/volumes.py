@@ -64,16 +64,16 @@ class VolumeIntent(BaseModel):
     units: list[Unit]
 
 
-def volumes_short(state: ClusterState, rule: CodeModeRule, now: float, heartbeat_timeout: float) -> int:
+def volumes_short(state: ClusterState, rule: CodeModeRule, now: float, heartbeat_timeout: float,
+                  largest_blob: int = 1) -> int:
     """How many volumes of the rule's mode to create so that `min_volumes` are writable and `min_idle_volumes` of
-    those unleased; one without room for the smallest blob is full. Stops judging once both floors are met: a
-    large cluster's every volume is not judged every round."""
+    those unleased; one without room for a blob of `largest_blob` bytes (the largest allocators asked for) is full.
+    Stops judging once both floors are met: a large cluster's every volume is not judged every round."""
     disks = {d.disk_id: d for d in state.disks()}
     idle_floor = min(rule.min_idle_volumes, rule.min_volumes)  # a mode kept at no volumes keeps no spare either
-    smallest = space.blob_bytes(rule.mode, 1)
     writable = idle = 0
     for volume in state.volumes():
-        if (volume.code_mode != rule.mode or volume.free < smallest
+        if (volume.code_mode != rule.mode or space.is_full(rule.mode, volume.free, largest_blob)
                 or not volume_health(volume, disks, now, heartbeat_timeout).writable):
             continue
         writable += 1
