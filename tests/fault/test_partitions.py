@@ -32,8 +32,9 @@ from blobstore_server.admin import nemesis
 from blobstore_server.admin.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
 from blobstore_server.admin.plan import ClusterShape
 from blobstore_server.admin.procs import poll, wait_until
-from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus
 from blobstore_server.libs.proto.scheduler import (
+    BROKEN_AFTER_KEY,
     LEADER_KEY,
     TASK_PREFIX,
     AcquireRequest,
@@ -43,6 +44,7 @@ from blobstore_server.libs.proto.scheduler import (
 )
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
 from blobstore_server.libs.rpc.errors import Conflict, Fenced, RpcError
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.linearizable import Op, check
@@ -351,6 +353,70 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
     assert all("503" in a.error for a in stranded), failures(stranded)
     assert asyncio.run(minority_value()) is None
     settled(cluster, _acked_since(served, counts_before[0]) | _acked_since(refused, counts_before[1]))
+
+
+@pytest.mark.timeout(420)  # a minute of silence before the rebuild, then the rebuild and the settling
+def test_g_a_blobnode_cut_from_clustermgr_but_not_from_access_loses_no_shard_to_its_repair(
+        cluster: ClusterInfo, net: nemesis.Network) -> None:
+    """Scenario g. h4's blobnode loses clustermgr and the schedulers' hosts (h1-h3), not the access nodes, while
+    PUTs flow, with `disk_broken_after` 20 s: its disk is marked broken and its units are rebuilt elsewhere while
+    access can still write to them, and the scheduler cannot seal them. The node's write fence shuts before any
+    rebuild is prepared (the scheduler waits it out): a shard PUT reaching it then is refused (`write_fenced`),
+    owed a repair that lands on the new unit. After the heal every shard of every acknowledged object is present
+    on its volume's current unit. (Access had stopped choosing h4's volumes by then, clustermgr counting its silent
+    disk out of their health after 10 s; the fence makes that no longer matter.)"""
+    victim = _record(cluster, "blobnode-h4")
+
+    async def config(value: str | None = None) -> str:
+        async with ClusterClient(cluster.clustermgr_urls) as cm:
+            if value is not None:
+                await cm.set_config(BROKEN_AFTER_KEY, value)
+            return (await cm.list_config())[BROKEN_AFTER_KEY]
+
+    async def disk_and_tasks() -> tuple[DiskInfo, list[TaskRecord]]:
+        async with ClusterClient(cluster.clustermgr_urls) as cm:
+            disk = next(d for d in await cm.list_disks() if d.host == victim.url)
+            records = [TaskRecord.model_validate_json(r) for r in (await cm.kv_list(TASK_PREFIX)).values()]
+            return disk, [t for t in records if t.disk_id == disk.disk_id]
+
+    async def put_there(disk: DiskInfo) -> str:
+        """A shard PUT as access sends it, on a chunk of the victim's (under a bid never allocated)."""
+        async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as blobnodes:
+            unit = next(u for v in await cm.list_volumes() for u in v.units if u.disk_id == disk.disk_id)
+            try:
+                await blobnodes.put_shard(victim.url, disk.disk_id, unit.vuid, 1 << 40, b"late" * 1000, timeout=5)
+                return "stored"
+            except RpcError as exc:
+                return exc.code
+
+    before = asyncio.run(config())
+    asyncio.run(config("20"))
+    try:
+        time.sleep(7.0)  # two heartbeats answered with the shorter fence (20 s)
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+            stream.wait_for(20)
+            count_before = len(stream.acked)
+            nemesis.cut(net, "h4", ["h1", "h2", "h3"])
+            cut = time.monotonic()
+            wait_until(lambda: asyncio.run(disk_and_tasks())[0].status is not DiskStatus.NORMAL, 60, "h4 broken")
+            wait_until(lambda: asyncio.run(put_there(asyncio.run(disk_and_tasks())[0])) == "write_fenced", 30,
+                       "h4's write fence shut")
+            fenced = time.monotonic()
+            tasks = asyncio.run(disk_and_tasks())[1]
+            assert all(t.state is TaskState.INITED for t in tasks), tasks  # no rebuild has listed the units yet
+            wait_until(lambda: asyncio.run(disk_and_tasks())[0].status is DiskStatus.REPAIRED, 240, "h4 repaired")
+            repaired = time.monotonic()
+            refusals = _metric([victim.url], "blobstore_blobnode_write_fence_refusals_total")
+            nemesis.heal_all(net)
+            stream.wait_for(10, repaired)
+    finally:
+        asyncio.run(config(before))
+    print(f"h4 refused writes {fenced - cut:.0f} s after the cut, its disk repaired after {repaired - cut:.0f} s; "
+          f"{refusals:.0f} shard writes refused by its fence")
+    print("PUTs per second (tried, succeeded):", _per_second(stream.attempts, cut, int(repaired - cut)))
+    during = stream.since(cut, repaired)
+    assert success_rate(during) >= 0.99, failures(during)
+    settled(cluster, _acked_since(stream, count_before))
 
 
 def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(cluster: ClusterInfo,

@@ -156,7 +156,8 @@ def test_a_same_name_restart_takes_a_new_epoch_and_fences_the_old_process(
     """The active scheduler is SIGSTOPped mid-round (about to reserve a destination, its call to the source's
     blobnode held up by pausing that node), and a new process is started under its name: it takes the next epoch
     at once, seals the source again under it and prepares the task. The old process, woken, is refused by
-    clustermgr (the reservation it goes on to ask for), and by the source's blobnode when it asks for
+    clustermgr (the reservation it goes on to ask for) or by the source's blobnode (its seal timed out while it
+    slept, so it seals again before reserving) and stands by, and by the source's blobnode when it asks for
     `/chunk/readwrite` under its epoch (driven here with the scheduler's blobnode client: the woken process
     stands by and never gets that far by itself); the sealed source stays read-only."""
     ttl = 3.0
@@ -201,10 +202,12 @@ def test_a_same_name_restart_takes_a_new_epoch_and_fences_the_old_process(
                     refused_before = _fenced_at_clustermgr(cm_urls)
                     pauses.cont(old)
 
-                    async def refused_by_clustermgr() -> bool:
-                        return _fenced_at_clustermgr(cm_urls) > refused_before
+                    async def refused() -> bool:  # its reservation by clustermgr, or its seal again by the source
+                        return (_fenced_at_clustermgr(cm_urls) > refused_before
+                                or sample(old.url, "blobstore_scheduler_fenced_total") > 0)
 
-                    await eventually(refused_by_clustermgr, 20, "clustermgr refusing the woken old scheduler")
+                    await eventually(refused, 20, "the woken old scheduler refused")
+                    assert sample(old.url, "blobstore_scheduler_active") == 0
                     with pytest.raises(errors.Fenced, match=f"epoch {before.epoch} is superseded"):
                         await bn.set_chunk_readonly(source.host, source.disk_id, source.vuid, readonly=False,
                                                     scheduler_epoch=before.epoch)

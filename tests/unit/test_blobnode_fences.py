@@ -14,10 +14,17 @@ from pathlib import Path
 import pytest
 
 from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStatus, TaskFence
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.clustermgr import HeartbeatAnswer
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.config import BlobnodeConfig
-from blobstore_server.services.blobnode.fence import check_scheduler_epoch, check_task_token, fenced_for_task
+from blobstore_server.services.blobnode.fence import (
+    WriteFence,
+    check_scheduler_epoch,
+    check_task_token,
+    fenced_for_task,
+)
 from blobstore_server.services.blobnode.node import Blobnode
 
 VUID = Vuid.make(9, 2, 3)
@@ -70,6 +77,48 @@ def test_a_fence_opens_at_ever_newer_tokens_and_once_closed_stays_closed() -> No
 
 def make_node(tmp_path: Path) -> Blobnode:
     return Blobnode(BlobnodeConfig(disks=[{"path": str(tmp_path / "d1"), "disk_id": 1}]))
+
+
+def answer(fence: float = 20.0, **statuses: DiskStatus) -> HeartbeatAnswer:
+    return HeartbeatAnswer(statuses={int(d[1:]): s for d, s in statuses.items()}, write_fence_s=fence)
+
+
+def test_the_write_fence_opens_only_from_an_answered_beat_and_shuts_its_fence_after_sending_it() -> None:
+    fence = WriteFence(guarded=True)
+    refused = fence.refusal(1, 0.0)
+    assert refused is not None and "no heartbeat answered yet" in str(refused)  # a restart takes nothing at first
+    fence.answered(10.0, answer(d1=DiskStatus.NORMAL, d2=DiskStatus.BROKEN))
+    assert fence.refusal(1, 29.9) is None
+    assert "past its write fence" in str(fence.refusal(1, 30.0))  # measured from sending the beat, not its answer
+    assert "clustermgr has it broken" in str(fence.refusal(2, 11.0))
+    assert "unknown" in str(fence.refusal(3, 11.0))  # a disk the answer does not name
+    fence.answered(40.0, answer(5.0, d1=DiskStatus.NORMAL))
+    assert fence.refusal(1, 44.9) is None and fence.refusal(1, 45.0) is not None  # a shorter fence stands at once
+    for status in DiskStatus:
+        fence.answered(50.0, answer(d1=status))
+        assert (fence.refusal(1, 51.0) is None) is (status in (DiskStatus.NORMAL, DiskStatus.DROPPING)), status
+    assert WriteFence(guarded=False).refusal(1, 1e9) is None  # no clustermgr: nobody repairs its disks elsewhere
+
+
+def test_a_guarded_node_refuses_shard_writes_until_clustermgr_answers(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        node = make_node(tmp_path)
+        node.write_fence.guarded = True
+        try:
+            await node.create_chunk(1, VUID, None)
+            with pytest.raises(errors.WriteFenced):
+                await node.put_shard(1, VUID, 1, memoryview(b"x" * 100))
+            node.write_fence.answered(asyncio.get_running_loop().time(), answer(d1=DiskStatus.NORMAL))
+            assert (await node.put_shard(1, VUID, 1, memoryview(b"x" * 100))).size == 100
+            assert (await node.put_shard(1, VUID, 2, memoryview(b"y" * (1 << 20)))).size == 1 << 20  # threaded
+            node.write_fence.answered(asyncio.get_running_loop().time(), answer(d1=DiskStatus.REPAIRING))
+            with pytest.raises(errors.WriteFenced, match="repairing"):
+                await node.put_shard(1, VUID, 3, memoryview(b"z" * 100))
+            assert [m.bid for m in await node.list_shards(1, VUID, 0, None, None)] == [1, 2]
+        finally:
+            node.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_disk_remembers_the_newest_scheduler_epoch_across_a_restart(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from blobstore_server.libs.proto.clustermgr import (
     undelete_looks,
 )
 from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.clustermgr import commands as c
 from blobstore_server.services.clustermgr.commands import COMMANDS, encode
@@ -79,6 +80,28 @@ def test_disk_status_follows_the_transition_table(cm: Driver) -> None:
     assert (cm.state.disk(3).free, cm.state.disk(3).last_heartbeat) == (42, 2000.0)
     cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=40, trash_bytes=9, scrub_late_s=3600.0)]))
     assert (cm.state.disk(3).trash_bytes, cm.state.disk(3).scrub_late_s) == (9, 3600.0)
+
+
+def test_a_heartbeat_answers_the_disks_status_and_records_the_longest_write_fence_that_may_be_open(cm: Driver) -> None:
+    add_disks(cm)
+    cm(c.DiskSetCmd(disk_id=2, status=DiskStatus.BROKEN))
+    beat = c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=1, size=100, free=1), DiskBeat(disk_id=2, size=100, free=1)])
+    answer = cm(beat)
+    assert answer.statuses == {1: DiskStatus.NORMAL, 2: DiskStatus.BROKEN}
+    assert answer.write_fence_s == cm.state.disk(1).write_fence_s == 300.0  # no disk_broken_after: the longest
+    cm(c.ScopeAlloc(name="disk_id", count=1))
+    cm(c.ConfigSet(key=BROKEN_AFTER_KEY, value="100"))
+    assert cm(c.DiskAddCmd(disk=disk(7, "http://h7"))).write_fence_s == 50.0  # never answered: nothing older open
+    cm(c.ConfigSet(key=BROKEN_AFTER_KEY, value="60"))
+    cm.now += 10.0
+    assert cm(beat).write_fence_s == 30.0  # the node is told the new fence at once...
+    assert cm.state.disk(1).write_fence_s == 290.0  # ...but the last answer it got may have been the old one
+    cm.now += 200.0
+    cm(beat)
+    assert cm.state.disk(1).write_fence_s == 90.0  # what is left of the old one
+    cm.now += 100.0
+    cm(beat)
+    assert cm.state.disk(1).write_fence_s == 30.0  # every older fence has shut
 
 
 def test_volume_create_refuses_bad_placements(cm: Driver) -> None:

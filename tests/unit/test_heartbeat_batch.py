@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from blobstore_server.libs.proto.clustermgr import DiskBeat, DiskIds
+from blobstore_server.libs.proto.cluster import DiskStatus
+from blobstore_server.libs.proto.clustermgr import DiskBeat, HeartbeatAnswer
 from blobstore_server.libs.rpc.errors import NotLeader
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
 from blobstore_server.services.clustermgr.commands import DiskHeartbeatCmd
@@ -21,23 +22,24 @@ class Recorder:
         self.commands: list[DiskHeartbeatCmd] = []
         self.fail = fail
 
-    async def __call__(self, cmd: DiskHeartbeatCmd) -> DiskIds:
+    async def __call__(self, cmd: DiskHeartbeatCmd) -> HeartbeatAnswer:
         self.commands.append(cmd)
         if self.fail is not None:
             raise self.fail
-        return DiskIds(disks=[b.disk_id for b in cmd.disks])
+        return HeartbeatAnswer(statuses=dict.fromkeys((b.disk_id for b in cmd.disks), DiskStatus.NORMAL),
+                               write_fence_s=20.0)
 
 
 def test_reports_within_a_window_are_one_command_and_each_caller_hears_its_own_disks() -> None:
     commit = Recorder()
 
-    async def run() -> list[DiskIds]:
+    async def run() -> list[HeartbeatAnswer]:
         batcher = HeartbeatBatcher(commit, window=0.05)
         return await asyncio.gather(batcher.beat(report((1, 10), (2, 20))), batcher.beat(report((3, 30))),
                                     batcher.beat(report((1, 11))))
 
     answers = asyncio.run(run())
-    assert [a.disks for a in answers] == [[1, 2], [3], [1]]
+    assert [list(a.statuses) for a in answers] == [[1, 2], [3], [1]]
     assert len(commit.commands) == 1
     assert {b.disk_id: b.free for b in commit.commands[0].disks} == {1: 11, 2: 20, 3: 30}  # the latest report wins
 
@@ -51,7 +53,7 @@ def test_a_failed_commit_reaches_every_caller_and_the_next_report_starts_a_new_b
                                        return_exceptions=True)
         assert all(isinstance(a, NotLeader) for a in answers), answers
         commit.fail = None
-        assert (await batcher.beat(report((2, 3)))).disks == [2]
+        assert list((await batcher.beat(report((2, 3)))).statuses) == [2]
 
     asyncio.run(run())
     assert [[b.disk_id for b in c.disks] for c in commit.commands] == [[1, 2], [2]]
@@ -60,7 +62,7 @@ def test_a_failed_commit_reaches_every_caller_and_the_next_report_starts_a_new_b
 def test_a_caller_that_goes_away_does_not_stop_the_others() -> None:
     commit = Recorder()
 
-    async def run() -> DiskIds:
+    async def run() -> HeartbeatAnswer:
         batcher = HeartbeatBatcher(commit, window=0.05)
         gone = asyncio.create_task(batcher.beat(report((1, 1))))
         await asyncio.sleep(0.01)
@@ -69,7 +71,7 @@ def test_a_caller_that_goes_away_does_not_stop_the_others() -> None:
             await gone
         return await batcher.beat(report((2, 2)))
 
-    assert asyncio.run(run()).disks == [2]
+    assert list(asyncio.run(run()).statuses) == [2]
     assert [[b.disk_id for b in c.disks] for c in commit.commands] == [[1, 2]]  # its beat was still recorded
 
 

@@ -12,7 +12,15 @@ from isal import isal_zlib
 from blobstore_server.libs.ec import codec_for, parse_code_mode
 from blobstore_server.libs.proto.blobnode import ShardInfo
 from blobstore_server.libs.rpc.errors import RpcError, ShardNotFound, Unavailable
-from blobstore_server.services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_bid, plan_unit
+from blobstore_server.services.worker.migrate_plan import (
+    Action,
+    BidMove,
+    Listing,
+    late_moves,
+    pieces,
+    plan_bid,
+    plan_unit,
+)
 from blobstore_server.services.worker.rebuild import RepairFailed, rebuild_shards
 
 SIZE, CRC = 4096, 77
@@ -82,6 +90,16 @@ def test_every_combination_of_four_units_keeps_the_rules() -> None:
 def test_every_bid_any_unit_lists_is_planned_in_bid_order() -> None:
     units: list[Listing | None] = [None, {3: shard(3), 1: shard(1)}, {2: shard(2), 1: shard(1)}, {3: shard(3)}]
     assert [m.bid for m in plan_unit(0, units, {})] == [1, 2, 3]
+
+
+def test_bids_written_after_the_plan_move_when_enough_other_units_hold_them() -> None:
+    units: list[Listing | None] = [{1: shard(1), 2: shard(2), 3: shard(3), 4: shard(4)},
+                                   {1: shard(1), 2: shard(2), 3: shard(3), 5: shard(5)},
+                                   {1: shard(1), 3: shard(3), 4: shard(4, deleted=True), 5: shard(5)}, None]
+    late = late_moves(0, units, {3: shard(3)}, planned={1}, data_shards=2)
+    # 2: one other unit holds it (a PUT on its way, or failed); 3: the destination has it; 4: being deleted
+    assert [(m.bid, m.action) for m in late] == [(5, Action.REBUILD)]
+    assert late_moves(0, units, {}, planned={1}, data_shards=1)[0] == BidMove(2, Action.COPY, SIZE, CRC, sources=(1,))
 
 
 def test_pieces_bound_the_bytes_in_flight_and_hold_only_writes() -> None:

@@ -6,7 +6,15 @@ import itertools
 
 import pytest
 
-from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo
+from blobstore_server.libs.proto.cluster import (
+    WRITE_FENCE_MAX,
+    WRITE_FENCE_MIN,
+    DiskInfo,
+    DiskStatus,
+    Unit,
+    VolumeInfo,
+    write_fence_for,
+)
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import (
     LeaderRecord,
@@ -229,6 +237,23 @@ def test_one_holder_at_a_time_and_a_standby_waits_a_whole_ttl_of_silence() -> No
     b.won(takeover, 9.0)
     assert b.active(9.5) and b.leader == "b"
     assert a.decide(takeover.record, 9.6) is None and not a.active(9.6) and a.leader == "b"
+
+
+def test_a_source_takes_no_write_once_sealed_or_its_nodes_write_fence_is_waited_out() -> None:
+    disk = DiskInfo(disk_id=1, host="h", idc="z", rack="r", path="/d", write_fence_s=20.0)
+    wait = 20.0 * rules.FENCE_SLACK + rules.FENCE_PAD
+    assert rules.source_fenced(disk, True, 0.0, 0.0)
+    assert not rules.source_fenced(disk, False, wait, wait)  # a node answered just before the silence may write on
+    assert rules.source_fenced(disk, False, wait + 0.1, 0.0)  # silent: its own fence has shut
+    assert rules.source_fenced(disk, False, 0.0, wait + 0.1)  # beating, but every answer since says "broken"
+    longer = disk.model_copy(update={"write_fence_s": 300.0})  # an earlier answer's longer fence still open
+    assert not rules.source_fenced(longer, False, wait + 0.1, wait + 0.1)
+
+
+def test_write_fence_is_half_the_broken_after_within_its_bounds() -> None:
+    assert write_fence_for(None) == WRITE_FENCE_MAX
+    assert write_fence_for(600.0) == 300.0 and write_fence_for(120.0) == 60.0
+    assert write_fence_for(3.0) == WRITE_FENCE_MIN and write_fence_for(1e6) == WRITE_FENCE_MAX
 
 
 def test_broken_after_setting() -> None:

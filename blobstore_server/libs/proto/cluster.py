@@ -27,6 +27,18 @@ DISK_TRANSITIONS: dict[DiskStatus, frozenset[DiskStatus]] = {
     DiskStatus.DROPPING: frozenset({DiskStatus.DROPPED, DiskStatus.NORMAL}),
     DiskStatus.DROPPED: frozenset(),
 }
+# A disk in one of these takes no shard write: its units are rebuilt elsewhere, and a shard landing on it after the
+# rebuild listed the units would never reach the new unit (dropping disks are sealed chunk by chunk instead).
+WRITE_FENCED = frozenset({DiskStatus.BROKEN, DiskStatus.REPAIRING, DiskStatus.REPAIRED, DiskStatus.DROPPED})
+# A blobnode takes shard writes only up to its write fence after sending a heartbeat that clustermgr answered.
+WRITE_FENCE_MIN = 20.0  # a clustermgr leader change must not stop every node's writes
+WRITE_FENCE_MAX = 300.0  # unattended repair off: an operator marks a silent disk broken
+
+
+def write_fence_for(broken_after: float | None) -> float:
+    """The write fence handed to blobnodes for a `disk_broken_after` (None: off): half of it, so a node cut off from
+    clustermgr stops taking writes well before its disks are rebuilt elsewhere."""
+    return WRITE_FENCE_MAX if broken_after is None else min(WRITE_FENCE_MAX, max(WRITE_FENCE_MIN, broken_after / 2))
 
 
 class DiskInfo(BaseModel):
@@ -48,6 +60,9 @@ class DiskInfo(BaseModel):
     # scrub_mb_per_sec: above 0, the cap cannot read the disk's bytes once per period
     scrub_late_s: float = Field(0.0, ge=0)
     last_heartbeat: float = 0.0
+    # how long after its last committed heartbeat its blobnode may still take shard writes (the fence that beat's
+    # answer gave, or a longer earlier one still open): silent this long, as anyone measures it, it takes none
+    write_fence_s: float = Field(WRITE_FENCE_MAX, gt=0)
 
     @property
     def machine(self) -> str:

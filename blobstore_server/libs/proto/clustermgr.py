@@ -145,8 +145,13 @@ class DiskId(BaseModel):
     disk_id: int
 
 
-class DiskIds(BaseModel):
-    disks: list[int]
+class HeartbeatAnswer(BaseModel):
+    """What a blobnode learns from an answered heartbeat, as the beat committed: each reported disk's status (one in
+    `WRITE_FENCED` takes no shard write) and how long after sending the beat the node may take writes without
+    another answered (`DiskInfo.write_fence_s`)."""
+
+    statuses: dict[int, DiskStatus]
+    write_fence_s: float
 
 
 class DiskView(DiskInfo):
@@ -497,7 +502,7 @@ RAFT_MEMBER_ADD = Route("POST", "/raft/member/add", C.ADMIN, RaftStatus, MemberA
 RAFT_MEMBER_REMOVE = Route("POST", "/raft/member/remove", C.ADMIN, RaftStatus, MemberRemove)
 DISK_ALLOC_ID = Route("POST", "/disk/alloc_id", C.DISK_REPORT, DiskId)
 DISK_ADD = Route("POST", "/disk/add", C.DISK_REPORT, DiskInfo, DiskAdd)
-DISK_HEARTBEAT = Route("POST", "/disk/heartbeat", C.DISK_REPORT, DiskIds, DiskHeartbeat)
+DISK_HEARTBEAT = Route("POST", "/disk/heartbeat", C.DISK_REPORT, HeartbeatAnswer, DiskHeartbeat)
 # The longest clustermgr holds a disk heartbeat to commit it with others (its `disk_heartbeat_batch`): a client
 # waits this much longer for the answer than for any other, so a beat held on purpose is not taken for a dead
 # replica (that cost every beat a timeout, a search for the leader on every replica and a second beat).

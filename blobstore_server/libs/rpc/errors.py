@@ -224,6 +224,14 @@ class Unreachable(Unavailable):
     status = 503
 
 
+class WriteFenced(Unavailable):
+    """A blobnode takes no shard write on that disk: clustermgr has not answered its heartbeats for its write fence,
+    or marked the disk for repair (its units are being rebuilt elsewhere)."""
+
+    code = "write_fenced"
+    status = 503
+
+
 class NotLeader(Unavailable):
     """This replica does not lead; `details["leader"]` names the one that does, if known."""
 

@@ -79,7 +79,16 @@ class ClusterLink:
             stat = await self.node.disk_stat(disk_id)
             beats.append(DiskBeat(disk_id=disk_id, size=stat.size, free=stat.free, chunks=stat.chunks,
                                   trash_bytes=stat.trash_bytes, scrub_late_s=self.scrubber.stat(disk_id).late_s))
-        await self.cluster.disk_heartbeat(beats)
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+        answer = await self.cluster.disk_heartbeat(beats)
+        fence = self.node.write_fence
+        shut = {d for d in self.node.disks if fence.refusal(d, loop.time()) is not None}
+        fence.answered(sent_at, answer)
+        for disk_id in self.node.disks:
+            refused = fence.refusal(disk_id, loop.time())
+            if (disk_id in shut) != (refused is not None):
+                log.warning("disk %d %s", disk_id, refused or "takes writes again")
 
     async def _loop(self) -> None:
         """Register (retrying while clustermgr is away), then heartbeat every interval: on a fixed schedule, since

@@ -9,12 +9,19 @@ still destroy shards on a chunk it fills (`disk.py` applies them under its locks
   the task's current hand-out; once closed (before the switch to it) with none, so a worker that lost its
   task (paused past its lease, its task finished by another) cannot discard a shard a PUT acknowledged on
   the new live unit. A call without a token (a repair of a live unit) is taken where no task fills the chunk.
+- Write fence (`WriteFence`): shard writes are taken only while clustermgr counts the node in. A node cut off
+  from clustermgr but not from access nodes would otherwise take PUTs on units the scheduler rebuilds
+  elsewhere meanwhile, which the new units never receive (each such blob one shard short, unnoticed).
 """
 
 from __future__ import annotations
 
+import math
+
 from blobstore_server.libs.proto.blobnode import ChunkInfo, TaskFence
-from blobstore_server.libs.rpc.errors import Conflict, Fenced
+from blobstore_server.libs.proto.cluster import WRITE_FENCED, DiskStatus
+from blobstore_server.libs.proto.clustermgr import HeartbeatAnswer
+from blobstore_server.libs.rpc.errors import Conflict, Fenced, WriteFenced
 
 
 def check_scheduler_epoch(highest: int, epoch: int, disk_id: int) -> None:
@@ -49,3 +56,33 @@ def check_task_token(record: ChunkInfo, token: int | None) -> None:
     if fence is not TaskFence.OPEN and token is not None:
         why = "is live: its task fence closed" if fence is TaskFence.CLOSED else "is filled by no task"
         raise Fenced(f"task token {token} refused: the chunk of vuid {record.vuid} {why}")
+
+
+class WriteFence:
+    """Open until `write_fence_s` after the *sending* of the last heartbeat clustermgr answered (clustermgr's record
+    of the beat, from which anyone measures the node's silence, is no earlier), for the disks whose status in that
+    answer takes writes. Shut before the first answer: a node restarted while cut off takes nothing. A node with
+    no clustermgr (a test's, a tool's) is `guarded=False`: always open. Times are one monotonic clock's."""
+
+    def __init__(self, guarded: bool) -> None:
+        self.guarded = guarded
+        self.open_until = -math.inf
+        self.statuses: dict[int, DiskStatus] = {}
+
+    def answered(self, sent_at: float, answer: HeartbeatAnswer) -> None:
+        """The beat sent at `sent_at` was answered: the latest answer's fence stands, even a shorter one."""
+        self.open_until = sent_at + answer.write_fence_s
+        self.statuses = dict(answer.statuses)
+
+    def refusal(self, disk_id: int, now: float) -> WriteFenced | None:
+        """Why a shard write to `disk_id` is refused now, or None."""
+        if not self.guarded:
+            return None
+        if now >= self.open_until:
+            why = ("no heartbeat answered yet" if self.open_until == -math.inf
+                   else f"no heartbeat answered for {now - self.open_until:.1f} s past its write fence")
+            return WriteFenced(f"this blobnode takes no writes: {why} (clustermgr may be repairing its disks)")
+        status = self.statuses.get(disk_id)
+        if status is None or status in WRITE_FENCED:
+            return WriteFenced(f"disk {disk_id} takes no writes: clustermgr has it {status or 'unknown'}")
+        return None

@@ -16,6 +16,8 @@ FSYNC_SECONDS = Histogram("blobstore_blobnode_fsync_seconds", "fdatasync of shar
                           "of concurrent writes)", ["disk_id"],
                           buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0))
 
+WRITE_FENCE_REFUSALS = Counter("blobstore_blobnode_write_fence_refusals", "Shard writes refused by the write "
+                               "fence: no heartbeat answered within it, or the disk marked for repair", ["disk_id"])
 TRASH_PURGED = Counter("blobstore_blobnode_trash_purged_bytes", "Bytes on disk of chunk files removed from the "
                        "disk's .trash/ once their trash_hold was over", ["disk_id"])
 COMPACTIONS = Counter("blobstore_blobnode_compactions", "Chunks the blobnode compacted by its own rule "

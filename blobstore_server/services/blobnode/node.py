@@ -40,8 +40,9 @@ from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.blobnode.disk import Disk
 from blobstore_server.services.blobnode.faults import DiskFaults
+from blobstore_server.services.blobnode.fence import WriteFence
 from blobstore_server.services.blobnode.iolimit import BURST_SECONDS, AdaptiveRate, BackgroundGate, PaceRule
-from blobstore_server.services.blobnode.metrics import CRC_FAILURES, shard_op
+from blobstore_server.services.blobnode.metrics import CRC_FAILURES, WRITE_FENCE_REFUSALS, shard_op
 
 P = ParamSpec("P")
 log = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ class Blobnode:
                 raise ValueError(f"disk id {disk.disk_id} appears twice ({disk_conf.path})")
             self.disks[disk.disk_id] = disk
         self.io_pending = dict.fromkeys(self.disks, 0)  # per disk: calls queued or running on its threads
+        self.write_fence = WriteFence(guarded=bool(config.clustermgr_hosts))  # opened by heartbeats' answers
         self.faults = DiskFaults(config.io_errors_broken, config.io_errors_window)
         ceiling = config.background_mb_per_sec * MiB
         self.gates = {disk_id: BackgroundGate(ceiling, config.background_concurrency, burst=ceiling * BURST_SECONDS)
@@ -324,11 +326,17 @@ class Blobnode:
         outcomes: list[ShardMeta | errors.RpcError | None] = [None] * len(writes)
         staged: dict[Disk, list[tuple[int, StagedPut]]] = {}
         threaded: list[int] = []
+        now = asyncio.get_running_loop().time()
         for i, write in enumerate(writes):
             try:
                 disk = self.disk(write.disk_id)
             except errors.RpcError as exc:
                 outcomes[i] = exc
+                continue
+            refused = self.write_fence.refusal(write.disk_id, now)
+            if refused is not None:
+                WRITE_FENCE_REFUSALS.labels(str(write.disk_id)).inc()
+                outcomes[i] = refused
                 continue
             self.charge(write.disk_id, io_class, len(write.data))
             if io_class is not IOClass.USER or len(write.data) > INLINE_BYTES:

@@ -25,11 +25,11 @@ from blobstore_server.libs.proto.clustermgr import (
     ConfigList,
     DiskAdd,
     DiskId,
-    DiskIds,
     DiskList,
     DiskRef,
     DiskView,
     DropReplies,
+    HeartbeatAnswer,
     KeyRef,
     KeyValue,
     KvItems,
@@ -140,7 +140,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
 
     @serves(app, api.DISK_HEARTBEAT)
-    async def disk_heartbeat(req: cmd.DiskHeartbeatCmd, reporter: Reporter) -> DiskIds:
+    async def disk_heartbeat(req: cmd.DiskHeartbeatCmd, reporter: Reporter) -> HeartbeatAnswer:
         _owned(cm, reporter, [d.disk_id for d in req.disks])
         for beat in req.disks:  # here, so that an unknown disk fails its own report, not the whole batch
             cm.state.disk(beat.disk_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from blobstore_server.libs.proto.clustermgr import DiskBeat, DiskIds
+from blobstore_server.libs.proto.clustermgr import DiskBeat, HeartbeatAnswer
 from blobstore_server.services.clustermgr.commands import DiskHeartbeatCmd
 
 
@@ -15,34 +15,38 @@ class HeartbeatBatcher:
     disk's latest report wins); each caller is answered when that command commits, or with its error.
     `window` 0 commits each report alone."""
 
-    def __init__(self, commit: Callable[[DiskHeartbeatCmd], Awaitable[DiskIds]], window: float) -> None:
+    def __init__(self, commit: Callable[[DiskHeartbeatCmd], Awaitable[HeartbeatAnswer]], window: float) -> None:
         self.commit = commit
         self.window = window
         self._pending: dict[int, DiskBeat] = {}
-        self._waiting: list[asyncio.Future[None]] = []
+        self._waiting: list[asyncio.Future[HeartbeatAnswer]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def beat(self, report: DiskHeartbeatCmd) -> DiskIds:
+    async def beat(self, report: DiskHeartbeatCmd) -> HeartbeatAnswer:
         if self.window <= 0:
             return await self.commit(report)
         for beat in report.disks:
             self._pending[beat.disk_id] = beat
-        committed = asyncio.get_running_loop().create_future()
+        committed: asyncio.Future[HeartbeatAnswer] = asyncio.get_running_loop().create_future()
         self._waiting.append(committed)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_after(self.window))
-        await committed
-        return DiskIds(disks=[beat.disk_id for beat in report.disks])
+        answer = await committed
+        return answer.model_copy(update={"statuses": {beat.disk_id: answer.statuses[beat.disk_id]
+                                                       for beat in report.disks}})
 
     async def _flush_after(self, delay: float) -> None:
         await asyncio.sleep(delay)
         beats, waiting = list(self._pending.values()), self._waiting
         self._pending, self._waiting, self._flusher = {}, [], None
-        error: BaseException | None = None
+        answer: HeartbeatAnswer | Exception
         try:
-            await self.commit(DiskHeartbeatCmd(disks=beats))
+            answer = await self.commit(DiskHeartbeatCmd(disks=beats))
         except Exception as exc:  # every caller hears it (not leader, no quorum): each retries at its next beat
-            error = exc
+            answer = exc
         for committed in waiting:
             if not committed.done():  # a caller that went away meanwhile cancelled its own
-                committed.set_exception(error) if error is not None else committed.set_result(None)
+                if isinstance(answer, Exception):
+                    committed.set_exception(answer)
+                else:
+                    committed.set_result(answer)

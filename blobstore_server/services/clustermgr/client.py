@@ -38,11 +38,11 @@ from blobstore_server.libs.proto.clustermgr import (
     DiskAdd,
     DiskBeat,
     DiskHeartbeat,
-    DiskIds,
     DiskRef,
     DiskSet,
     DiskView,
     Fence,
+    HeartbeatAnswer,
     KeyCas,
     KeyRef,
     KeyValue,
@@ -224,7 +224,7 @@ class ClusterClient(ServiceClient):
     async def add_disk(self, disk: DiskAdd) -> DiskInfo:
         return await self.call(api.DISK_ADD, body=disk)
 
-    async def disk_heartbeat(self, disks: list[DiskBeat]) -> DiskIds:
+    async def disk_heartbeat(self, disks: list[DiskBeat]) -> HeartbeatAnswer:
         return await self.call(api.DISK_HEARTBEAT, body=DiskHeartbeat(disks=disks), held=api.HEARTBEAT_HOLD_MAX)
 
     async def set_disk(self, disk_id: int, *, status: DiskStatus | None = None,

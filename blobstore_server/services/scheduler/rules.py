@@ -103,6 +103,21 @@ def next_disk_status(disk: DiskInfo, silent_for: float, broken_after: float | No
     return None
 
 
+# Waiting out a node's write fence on another clock: clocks run at slightly different rates.
+FENCE_SLACK, FENCE_PAD = 1.1, 1.0
+
+
+def source_fenced(disk: DiskInfo, sealed: bool, silent_for: float, fenced_status_for: float) -> bool:
+    """Whether no PUT can land on a task's source any more, so a worker may list the units (a shard landing after
+    that would never reach the new unit): its chunk answered the seal, or its node's write fence is shut, because
+    clustermgr has committed no heartbeat of it for longer than the disk's `write_fence_s`, or has had the disk in
+    a status that takes no writes (`WRITE_FENCED`) for that long (a beat answered before the change keeps the node
+    open at most that long). Both are measured by the scheduler from when it saw them begin: no earlier than they
+    began for the node."""
+    wait = disk.write_fence_s * FENCE_SLACK + FENCE_PAD
+    return sealed or silent_for > wait or fenced_status_for > wait
+
+
 def volume_margins(volumes: Iterable[VolumeInfo], lost_disks: Collection[int]) -> dict[int, int]:
     """Losses each volume can still take before blobs are gone: its code mode's global parity count minus
     its units on lost disks (broken, repairing, or silent). Only volumes with a lost unit are listed."""

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 
-from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
+from blobstore_server.libs.proto.cluster import WRITE_FENCED, DiskInfo, DiskStatus, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import Fence
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import (
@@ -79,6 +79,7 @@ class Scheduler:
         self.disks: dict[int, DiskInfo] = {}
         self.margins: dict[int, int] = {}  # vid -> losses it can still take, for volumes with a lost unit
         self.silent: dict[int, tuple[float, float]] = {}  # disk -> (last heartbeat seen, monotonic since)
+        self.fenced_since: dict[int, float] = {}  # disk -> monotonic time it was first seen in a WRITE_FENCED status
         self.loaded = False
         self.mutex = asyncio.Lock()  # one change of the task table at a time (routes and rounds): `_changing`
 
@@ -193,6 +194,11 @@ class Scheduler:
         volumes = await self.volumes.refresh()
         self.disks = {d.disk_id: d for d in disks}
         mono = time.monotonic()
+        for disk in disks:
+            if disk.status in WRITE_FENCED:
+                self.fenced_since.setdefault(disk.disk_id, mono)
+            else:
+                self.fenced_since.pop(disk.disk_id, None)
         lost = {d.disk_id for d in disks
                 if d.status in UNREADABLE or self._silent_for(d, mono) > self.config.disk_lost_after}
         self.margins = rules.volume_margins(volumes.values(), lost)
@@ -287,11 +293,14 @@ class Scheduler:
         try:
             if task.task_type in LOCKING and volume.status is not VolumeStatus.LOCK:
                 await self.cluster.lock_volume(task.vid)
-            # Whatever the task, no blob may land on the old unit after the worker listed the units: a disk marked
-            # broken whose node still runs takes writes until its chunk refuses them (the access node then owes
-            # each refused shard a repair, which lands on the new unit). An unreachable source is rebuilt from
-            # the others.
-            await self._seal_source(task, readonly=True)
+            # Whatever the task, no blob may land on the old unit after the worker listed the units (the access
+            # node owes each refused shard a repair, which lands on the new unit): the source chunk is sealed, or
+            # its node's write fence is waited out (a node cut off from clustermgr that access still reaches).
+            sealed = await self._seal_source(task, readonly=True)
+            if not self._source_fenced(task.disk_id, sealed):
+                self._hold_back(task, f"the source on disk {task.disk_id} was not sealed and its node may still "
+                                      "take writes: waiting out its write fence")
+                return
             destination = await self.cluster.alloc_unit(task.vid, task.unit_index, disk_id=task.target_disk,
                                                         avoid=[task.disk_id, *task.avoid_disks])
         except Fenced:
@@ -313,19 +322,33 @@ class Scheduler:
         log.info("task %s prepared: volume %d unit %d disk %d -> %d", task.task_id, task.vid, task.unit_index,
                  task.disk_id, destination.disk_id)
 
-    async def _seal_source(self, task: TaskRecord, readonly: bool) -> None:
-        """Best effort: the task's source chunk read-only (or writable again), if its node beat lately; a disk
-        that has seen a newer scheduler epoch refuses it (Fenced: superseded)."""
+    async def _seal_source(self, task: TaskRecord, readonly: bool) -> bool:
+        """Best effort: the task's source chunk read-only (or writable again), if its node beat lately; whether it
+        is (a chunk or disk the node does not have takes no write either). A disk that has seen a newer scheduler
+        epoch refuses it (Fenced: superseded)."""
         if not self._heard_from(task.disk_id):
-            return
+            return False
         try:
             await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid, readonly,
                                                     timeout=READONLY_TIMEOUT, scheduler_epoch=self.epoch)
         except Fenced:
             raise
+        except NotFound:
+            return True
         except RpcError as exc:
             log.info("chunk %d on disk %d not made %s: %s", task.source_vuid, task.disk_id,
                      "read-only" if readonly else "writable", exc)
+            return False
+        return True
+
+    def _source_fenced(self, disk_id: int, sealed: bool) -> bool:
+        """`rules.source_fenced`, from what this scheduler saw (a disk clustermgr no longer knows gets no answers)."""
+        disk = self.disks.get(disk_id)
+        if disk is None:
+            return True
+        mono = time.monotonic()
+        return rules.source_fenced(disk, sealed, self._silent_for(disk, mono),
+                                   mono - self.fenced_since.get(disk_id, mono))
 
     def _hold_back(self, task: TaskRecord, reason: str) -> None:
         log.warning("task %s: %s", task.task_id, reason)

@@ -2,8 +2,10 @@
 
 Every live bid of the unit is copied from the old chunk, or rebuilt from the other units when the old
 one cannot give it (`migrate_plan` decides which, and which bids are left alone). Shards move in pieces
-of bounded size, a few at a time, all as background I/O, and each written shard's CRC is checked; at
-the end the destination's whole shard list is checked against what should be there (size AND CRC).
+of bounded size, a few at a time, all as background I/O, and each written shard's CRC is checked. The
+units are listed again at the end: a blob the first lists missed (a PUT then in flight) moves too when
+enough units hold it, and the destination's whole shard list is checked against what should be there
+(size AND CRC).
 Progress goes to `report` every few seconds and at the end; `report` raising (the task was fenced)
 stops the run. `migrate_mb_per_sec` caps what all of the worker's migrations write together.
 
@@ -42,7 +44,15 @@ from blobstore_server.libs.rpc.errors import (
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.worker.config import WorkerConfig
-from blobstore_server.services.worker.migrate_plan import Action, BidMove, Listing, pieces, plan_bid, plan_unit
+from blobstore_server.services.worker.migrate_plan import (
+    Action,
+    BidMove,
+    Listing,
+    late_moves,
+    pieces,
+    plan_bid,
+    plan_unit,
+)
 from blobstore_server.services.worker.rebuild import RepairFailed, rebuild_shards
 from blobstore_server.services.worker.rules import LeaseLapsed
 
@@ -81,6 +91,11 @@ class _Progress:
         if time.monotonic() - self.last >= self.interval:
             self.last = time.monotonic()
             await self.report(self.snapshot())
+
+    def planned(self, moves: Sequence[BidMove]) -> None:
+        """More moves joined the run (bids written after its plan)."""
+        self.total_bytes += sum(m.size for m in moves)
+        self.total_shards += len(moves)
 
     def left(self, move: BidMove, done: bool = False) -> None:
         """A bid found deleted while it moved (after it was counted done, if `done`): no longer part of the
@@ -134,13 +149,25 @@ class UnitMigrator:
             written[move.bid] = (move.size, crc)
             await progress.moved(move)
 
-        for piece in pieces(moves, self.config.migrate_piece_bytes):
-            try:
-                async with asyncio.TaskGroup() as group:  # one failure (or a fenced report) stops the rest
-                    for move in piece:
-                        group.create_task(one(move))
-            except ExceptionGroup as failures:
-                raise _telling(failures) from None
+        async def run(batch: Sequence[BidMove]) -> None:
+            for piece in pieces(batch, self.config.migrate_piece_bytes):
+                try:
+                    async with asyncio.TaskGroup() as group:  # one failure (or a fenced report) stops the rest
+                        for move in piece:
+                            group.create_task(one(move))
+                except ExceptionGroup as failures:
+                    raise _telling(failures) from None
+
+        await run(moves)
+        late = late_moves(task.unit_index, await self._list_units(task, units),
+                          await self._destination_list(task.destination, lane(task)), {m.bid for m in moves},
+                          codec.tactic.n)
+        if late:
+            log.info("volume %d unit %d: %d blobs written after the plan's lists move too", task.vid, task.unit_index,
+                     len(late))
+            progress.planned(late)
+            moves = [*moves, *late]
+            await run(late)
         await self._settle(task, units, {m.bid: m for m in moves}, written, progress, guard)
         final = progress.snapshot()
         await report(final)

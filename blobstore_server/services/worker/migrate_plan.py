@@ -11,7 +11,7 @@ it lists the shard as normal, and rebuilt from the other units otherwise.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -84,6 +84,20 @@ def plan_unit(index: int, units: Sequence[Listing | None], destination: Listing)
     """Every bid any unit lists, in bid order, with how it moves."""
     bids = sorted({bid for listing in units if listing is not None for bid in listing})
     return [plan_bid(bid, index, units, destination) for bid in bids]
+
+
+def late_moves(index: int, units: Sequence[Listing | None], destination: Listing, planned: Collection[int],
+               data_shards: int) -> list[BidMove]:
+    """Bids the plan's lists did not show (a PUT in flight then, its shard on the source written before the seal)
+    that move all the same: each held by at least `data_shards` other units (an acknowledged blob, rebuildable),
+    the destination lacking it. Fewer is a PUT still on its way or one that failed: not the unit's to carry."""
+    moves = []
+    for bid in sorted({bid for listing in units if listing is not None for bid in listing} - set(planned)):
+        held = sum(_state(listing, bid) is ShardState.PRESENT for i, listing in enumerate(units) if i != index)
+        move = plan_bid(bid, index, units, destination)
+        if held >= data_shards and move.action in (Action.COPY, Action.REBUILD):
+            moves.append(move)
+    return moves
 
 
 def pieces(moves: Sequence[BidMove], piece_bytes: int) -> Iterator[list[BidMove]]:
