@@ -15,6 +15,7 @@ from typer.testing import CliRunner, Result
 from blobstore_server.admin.cli import app
 from blobstore_server.admin.plan import CAPABILITIES
 from blobstore_server.admin.spec import Services, SpecError, for_hosts, load, parse
+from blobstore_server.libs.proto import scheduler as api
 from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.allocator.config import AllocatorConfig
 from blobstore_server.services.blobnode.config import BlobnodeConfig
@@ -155,3 +156,9 @@ def test_the_operators_kafka_and_redis_are_used_and_not_rendered(tmp_path: Path)
     access = json.loads((tmp_path / "out" / "h1" / "config" / "access.json").read_text())
     assert tinker["kafka_bootstrap"] == "k1.example:9092,k2.example:9092"
     assert access["redis_url"] == "redis://cache.example:6379/0"
+
+
+def test_a_worker_holds_the_capability_of_every_task_call_it_sends() -> None:
+    """Its cancel (a failed destination, a lost source) was once `task-control`, an operator's: every one refused."""
+    for route in (api.TASK_ACQUIRE, api.TASK_RENEW, api.TASK_REPORT, api.TASK_COMPLETE, api.TASK_CANCEL):
+        assert route.capability in CAPABILITIES["worker"], route.path

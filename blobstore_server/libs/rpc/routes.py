@@ -28,7 +28,7 @@ class Capability(StrEnum):
     UNITS = "units"  # locking volumes and moving their units (scheduler)
     KV = "kv"  # writing clustermgr's kv: the scheduler's lease and task records
     TASKS = "tasks"  # taking and reporting background tasks (worker)
-    TASK_CONTROL = "task-control"  # an operator migrating a unit or cancelling a task by hand (scheduler routes)
+    TASK_CONTROL = "task-control"  # an operator migrating a unit by hand (scheduler route)
     QUEUE_REPAIR = "queue-repair"  # queueing shard repairs through mqproxy
     QUEUE_DELETE = "queue-delete"  # queueing blob deletes through mqproxy (access only)
     UNDELETE = "undelete"  # taking a DELETE back through access (the operator; an SDK user by grant)
