@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,10 @@ def _record_task(cluster: ClusterInfo, record: TaskRecord | None, key: str) -> N
     asyncio.run(write())
 
 
+def _drawn(line: str, browser: Any) -> bool:
+    return bool(browser.find_element(By.CSS_SELECTOR, line).get_attribute("d"))
+
+
 def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) -> None:
     """What a person sees: every blobnode, a disk marked broken shown as broken, the repair backlog
     growing while tinker is down, PUT/GET drawn as plots. Saves a screenshot in the test's temp dir."""
@@ -303,17 +308,21 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
         browser.get(cluster.dashboard_url)
         # the page re-renders its tables every refresh: an element found just before may be gone when read
         wait = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
-        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#blobnodes [data-blobnode]")) == len(blobnodes))
-        shown = {e.get_attribute("data-blobnode"): e.text for e in
-                 browser.find_elements(By.CSS_SELECTOR, "#blobnodes [data-blobnode]")}
-        assert sorted(shown) == sorted(blobnodes)
+
+        def blobnode_rows(b: Any) -> dict[str, str] | None:  # read whole within one render (a wait retries)
+            rows = {e.get_attribute("data-blobnode"): e.text
+                    for e in b.find_elements(By.CSS_SELECTOR, "#blobnodes [data-blobnode]")}
+            return rows if len(rows) == len(blobnodes) else None
+
+        shown = wait.until(blobnode_rows)
+        assert shown is not None and sorted(shown) == sorted(blobnodes)
         assert all("up" in text and "normal" in text for text in shown.values()), shown
-        assert browser.find_element(By.ID, "health").text == "healthy"
+        wait.until(lambda b: b.find_element(By.ID, "health").text == "healthy")
         scrubs = "#blobnodes tr[data-disk-id] .scrub"  # each disk's first pass (of an empty disk) ended at its start
         wait.until(lambda b: len(found := b.find_elements(By.CSS_SELECTOR, scrubs)) == len(blobnodes)
                    and all("last pass" in e.text for e in found))
-        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, '#rate-chart path[data-line="PUT"]').get_attribute("d"))
-        assert browser.find_element(By.CSS_SELECTOR, '#latency-chart path[data-line="PUT p99"]').get_attribute("d")
+        for line in ('#rate-chart path[data-line="PUT"]', '#latency-chart path[data-line="PUT p99"]'):
+            wait.until(partial(_drawn, line))
 
         disk = json.loads(CliRunner().invoke(app, ["disk", "list", "--dir", cluster.dir, "--json"]).output)[0]
         # Repairs paused: the disk stays broken on screen (the scheduler would repair it within seconds).

@@ -150,7 +150,10 @@ class Allocator:
             except PoolEmpty as exc:
                 if attempt == 2:
                     raise Unavailable(f"cannot allocate {size} bytes of {code_mode.name}: {exc}") from None
-                if exc.no_volume:  # clustermgr had none a moment ago: ask once the pause is over (it makes more)
+                # clustermgr had none a moment ago: ask once the pause is over (it makes more). Not when avoiding
+                # disks: the refill asks at once for a volume clear of them, which clustermgr makes then and there,
+                # and the access node gives an allocator only its attempt_timeout (1 s) before passing it over.
+                if exc.no_volume and not avoided:
                     await asyncio.sleep(max(0.0, self._short_until.get(code_mode, 0.0) - time.monotonic()))
                 await self.refill(code_mode, bids_wanted=max(-(-size // blob_size), bids or 0),
                                   extra=int(exc.no_volume), avoid_disks=avoid_disks)
