@@ -391,7 +391,7 @@ class Lifecycle:
 
 def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigModel], tuple[ASGIApp, str]], *,
                 public: bool = False) -> None:
-    """The `python -m services.<name> -c conf.json` entry point of every service: parse the flag,
+    """The `python -m blobstore_server.services.<name> -c conf.json` entry point of every service: parse the flag,
     load and validate the config, set up logging, build the app and serve it on its address. With `auth` in
     the config, every request the service makes is signed and every request it serves is checked
     (`authenticated`), in a service whose API is `public` (access: the Location is the capability) only those to
@@ -400,7 +400,7 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     Without `auth` the service exits unless the config says `insecure: true` (then it warns and /health says so).
     The soft open-file limit is lifted to the hard one (`libs.openfiles`)."""
     global _insecure
-    parser = argparse.ArgumentParser(prog=f"python -m services.{name}")
+    parser = argparse.ArgumentParser(prog=f"python -m blobstore_server.services.{name}")
     parser.add_argument("-c", "--config", required=True, help="path of the JSON config file")
     args = parser.parse_args()
     try:

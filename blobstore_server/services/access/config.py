@@ -1,4 +1,4 @@
-"""Access configuration (`python -m services.access -c access.json`)."""
+"""Access configuration (`python -m blobstore_server.services.access -c access.json`)."""
 
 from __future__ import annotations
 

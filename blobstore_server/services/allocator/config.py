@@ -1,4 +1,4 @@
-"""Allocator configuration (`python -m services.allocator -c allocator.json`)."""
+"""Allocator configuration (`python -m blobstore_server.services.allocator -c allocator.json`)."""
 
 from __future__ import annotations
 

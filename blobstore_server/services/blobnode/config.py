@@ -1,4 +1,4 @@
-"""Blobnode configuration (`python -m services.blobnode -c blobnode.json`)."""
+"""Blobnode configuration (`python -m blobstore_server.services.blobnode -c blobnode.json`)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 Layout (docs/architecture.md, "On disk"): `.sys/format.json` names the disk; `meta/` is the disk's RocksDB
 (chunk records and the shard index); `data/<chunk_id>` are chunk files; `.trash/` holds released or
-compacted-away chunk files until their hold is over (services/blobnode/trash.py). Every method here blocks;
-`DiskStore` callers run them in `self.executor`, one pool per disk, so a slow disk stalls only itself; background
-I/O runs in `self.background_executor`, so user I/O never waits behind it in a queue.
+compacted-away chunk files until their hold is over (services/blobnode/trash.py). Every method here blocks; the
+node (node.py) runs them in `self.executor`, one pool per disk, so a slow disk stalls only itself; background I/O
+runs in `self.background_executor`, so user I/O never waits behind it in a queue.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""clustermgr configuration (`python -m services.clustermgr -c clustermgr.json`)."""
+"""clustermgr configuration (`python -m blobstore_server.services.clustermgr -c clustermgr.json`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dashboard configuration (`python -m services.dashboard -c dashboard.json`)."""
+"""Dashboard configuration (`python -m blobstore_server.services.dashboard -c dashboard.json`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""mqproxy configuration (`python -m services.mqproxy -c mqproxy.json`)."""
+"""mqproxy configuration (`python -m blobstore_server.services.mqproxy -c mqproxy.json`)."""
 
 from __future__ import annotations
 

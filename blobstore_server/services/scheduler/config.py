@@ -1,4 +1,4 @@
-"""Scheduler configuration (`python -m services.scheduler -c scheduler.json`)."""
+"""Scheduler configuration (`python -m blobstore_server.services.scheduler -c scheduler.json`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tinker configuration (`python -m services.tinker -c tinker.json`)."""
+"""tinker configuration (`python -m blobstore_server.services.tinker -c tinker.json`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker configuration (`python -m services.worker -c worker.json`)."""
+"""Worker configuration (`python -m blobstore_server.services.worker -c worker.json`)."""
 
 from __future__ import annotations
 
