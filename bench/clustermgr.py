@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 
 from blobstore_server.libs.ec import CodeMode  # noqa: E402
 from blobstore_server.libs.proto.clustermgr import DiskBeat  # noqa: E402
-from blobstore_server.libs.raft.kvcluster import LocalCluster  # noqa: E402
 from blobstore_server.libs.rpc import auth  # noqa: E402
 from blobstore_server.libs.rpc.auth import operator_signer  # noqa: E402
 from blobstore_server.services.clustermgr.client import ClusterClient  # noqa: E402
 from tests.support.processes import TEST_SECRET, Service, free_port, stop_all  # noqa: E402
+from tests.support.raftkv.kvcluster import LocalCluster  # noqa: E402
 
 
 async def rate(clients: int, seconds: float, op: Callable[[int, int], Awaitable[int]]) -> float:

@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.clustermgr import rate, start_clustermgr  # noqa: E402
 from bench.common import cpu_seconds  # noqa: E402
-from blobstore_server.libs.raft.kvclient import KVClient  # noqa: E402
-from blobstore_server.libs.raft.kvcluster import LocalCluster, free_port, wait_for  # noqa: E402
 from blobstore_server.services.clustermgr.client import ClusterClient  # noqa: E402
 from tests.support.processes import Service, stop_all  # noqa: E402
+from tests.support.raftkv.kvclient import KVClient  # noqa: E402
+from tests.support.raftkv.kvcluster import LocalCluster, free_port, wait_for  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "raft.json"
 SECTIONS = ("raft", "pysyncobj", "paused", "sessions")

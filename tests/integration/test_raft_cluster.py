@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from blobstore_server.libs.raft.kvclient import KVClient, KVError
-from blobstore_server.libs.raft.kvcluster import LocalCluster, wait_for
+from tests.support.raftkv.kvclient import KVClient, KVError
+from tests.support.raftkv.kvcluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

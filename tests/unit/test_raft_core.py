@@ -7,9 +7,9 @@ import pytest
 
 from blobstore_server.libs.raft.core import RaftNode
 from blobstore_server.libs.raft.errors import ConfigChangeInProgress, InvariantViolation, NotLeader
-from blobstore_server.libs.raft.fakenet import FakeNetwork
 from blobstore_server.libs.raft.messages import Append, Entry, Member, SnapshotMeta, Vote
 from blobstore_server.libs.raft.output import Role
+from tests.support.raftkv.fakenet import FakeNetwork
 
 
 def _elect(net: FakeNetwork) -> int:

@@ -14,9 +14,9 @@ import pytest
 
 from blobstore_server.libs.raft.config import RaftConfig
 from blobstore_server.libs.raft.errors import InvariantViolation, LeadershipLost, NotLeader
-from blobstore_server.libs.raft.kvcluster import free_port, wait_for
 from blobstore_server.libs.raft.server import RaftServer
 from blobstore_server.libs.raft.snapshot import Receiver, SnapshotStore
+from tests.support.raftkv.kvcluster import free_port, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""Randomized schedules of the Raft core over the fake network (libs/raft/fakenet.py).
+"""Randomized schedules of the Raft core over the fake network (tests/support/raftkv/fakenet.py).
 
 Safety is checked while the schedule runs (one leader per term; every node applies the same
 entry at each index; applied advances one by one; a leader cut off from a quorum steps down within
@@ -16,7 +16,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blobstore_server.libs.raft.fakenet import FakeNetwork
+from tests.support.raftkv.fakenet import FakeNetwork
 
 DERANDOMIZE = not os.environ.get("RAFT_SIM_EXPLORE")
 ACTIONS = st.one_of(

@@ -1,7 +1,7 @@
 """A small replicated key-value store on the Raft library: the test fixture, the benchmark
 target and the pattern clustermgr copies.
 
-    python -m libs.raft.kvserver -c conf.json
+    python -m tests.support.raftkv.kvserver -c conf.json
 
 `conf.json` holds `{"raft": {...RaftConfig...}, "client": "host:port"}`. Clients speak the
 framing of `transport.py`: request `id u64, op u8, payload`; response `id u64, status u8,
@@ -27,9 +27,9 @@ from pydantic import BaseModel
 from blobstore_server.libs.kv import KVStore
 from blobstore_server.libs.raft.config import RaftConfig
 from blobstore_server.libs.raft.errors import LeadershipLost, NotLeader, ProposalDropped, RaftError
-from blobstore_server.libs.raft.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, decode_put
 from blobstore_server.libs.raft.server import RaftServer
 from blobstore_server.libs.raft.transport import FrameWriter, read_frame, split_addr
+from tests.support.raftkv.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, decode_put
 
 log = logging.getLogger("raftkv")
 DATA = "data"

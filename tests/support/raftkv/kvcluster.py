@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from blobstore_server.libs.ports import free_port
-from blobstore_server.libs.raft.kvclient import KVClient
+from tests.support.raftkv.kvclient import KVClient
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -69,7 +69,7 @@ class LocalCluster:
         path.write_text(json.dumps(conf))
         log = open(self.base / f"node{i}.log", "ab")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.procs[i] = subprocess.Popen([sys.executable, "-m", "blobstore_server.libs.raft.kvserver", "-c", str(path)],
+        self.procs[i] = subprocess.Popen([sys.executable, "-m", "tests.support.raftkv.kvserver", "-c", str(path)],
                                          stdout=log, stderr=log, cwd=ROOT, env=env)
         log.close()
 

@@ -9,8 +9,8 @@ import itertools
 import json
 from typing import Any
 
-from blobstore_server.libs.raft.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, encode_put
 from blobstore_server.libs.raft.transport import FrameWriter, read_frame, split_addr
+from tests.support.raftkv.kvproto import REQ_HEAD, RESP_HEAD, Op, Status, encode_put
 
 
 class KVError(Exception):
