@@ -1,5 +1,5 @@
-"""`blobstore deploy`: check a cluster spec and render it into one bundle per host (README: "Deploy on your
-machines")."""
+"""`blobstore deploy`: check a cluster spec and render it into one bundle per host (docs/operations.md: "Deploy on
+your machines")."""
 
 from __future__ import annotations
 

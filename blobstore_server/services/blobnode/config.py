@@ -71,7 +71,7 @@ class BlobnodeConfig(ServiceSettings):
     delete_hold: float = Field(4 * 3600.0, ge=0)
     # Upkeep (services/blobnode/upkeep.py), every upkeep_interval seconds per disk, as background I/O of the disk:
     # - trash: a chunk file released (its unit moved away) or compacted away waits in <disk>/.trash/ trash_hold
-    #   seconds, so that an operator's mistake can still be undone (README "Trash"), then is removed, cut
+    #   seconds, so that an operator's mistake can still be undone (docs/operations.md "Trash"), then is removed, cut
     #   trash_purge_step bytes at a time from its end (ext4 here: removing 12 GiB in one unlink took 0.32 s of one
     #   thread and lifted a synced 4 KiB writer's p99 from 4 to 11 ms; in 1 GiB cuts, each took at most 74 ms and
     #   that p99 stayed at 3 ms);

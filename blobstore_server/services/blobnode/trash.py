@@ -3,8 +3,8 @@
 A chunk file lands there when its chunk is released (its unit moved to another disk: repair, drop, balance,
 migration; or a volume's creation rolled back) or compacted away (its live shards copied into a new file). It
 stays `trash_hold` seconds after the move, so that an operator's mistake (a wrong drop, a bad migration) can still
-be undone from the file (README "Trash"), then it is removed as background I/O of the disk, cut `step` bytes at a
-time from its end so that no single call frees a whole large file at once.
+be undone from the file (docs/operations.md "Trash"), then it is removed as background I/O of the disk, cut `step`
+bytes at a time from its end so that no single call frees a whole large file at once.
 
 A file's name says what it was and when it came: `<chunk id>.<why>.<unix milliseconds>`. A file named otherwise
 (moved there by a blobnode older than these names, or by hand) counts from its ctime, which the rename into
