@@ -23,7 +23,7 @@ DEBIAN_TOOLS := redis-server:redis-server java:openjdk-17-jre-headless mvn:maven
 setup: .venv/.installed
 	@missing="$$(for pair in $(DEBIAN_TOOLS); do command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done)"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$(echo $$missing | tr , ' '); fi
-	$(PY) -m blobstore_server.admin.kafka_broker fetch
+	$(PY) -m blobstore_server.cluster.kafka_broker fetch
 	$(PY) deploy/spark/jars.py
 
 # One blobnode, signed and checked: its keys derive from run/secret (generated once, mode 0600), added to the

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_seconds, drive, summarize
 from blobstore import AsyncClient
-from blobstore_server.admin import launcher
-from blobstore_server.admin.launcher import ProcessRecord
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.launcher import ProcessRecord
+from blobstore_server.cluster.plan import ClusterShape
 
 
 @dataclass(frozen=True)

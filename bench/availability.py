@@ -54,9 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blobstore import AsyncClient, BlobstoreError
 from blobstore.errors import error_from_answer
-from blobstore_server.admin import launcher
-from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.procs import poll
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.procs import poll
 from blobstore_server.libs.proto.cluster import VolumeInfo
 from blobstore_server.services.clustermgr.client import ClusterClient
 

@@ -121,8 +121,8 @@ def drive() -> None:
     """Bring up the default cluster of the tree in the working directory, run the workloads, print JSON."""
     sys.path.insert(0, os.getcwd())
     if Path("blobstore_server").is_dir():
-        from blobstore_server.admin import launcher
-        from blobstore_server.admin.plan import ClusterShape
+        from blobstore_server.cluster import launcher
+        from blobstore_server.cluster.plan import ClusterShape
     else:  # the layout before issue 28
         from blobstore.plan import ClusterShape  # type: ignore[import-not-found,no-redef,unused-ignore]
 

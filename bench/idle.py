@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_seconds
-from blobstore_server.admin import launcher
+from blobstore_server.cluster import launcher
 
 _BARE_LOOP = """import asyncio
 async def main():

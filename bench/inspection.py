@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.availability import Op, phase, stream
 from bench.common import cpu_seconds
 from bench.repair import MiB, fill, paced_load, under_load, until
-from blobstore_server.admin import launcher
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.proto.blobnode import DiskExport
 from blobstore_server.libs.proto.export import CHUNK_SCHEMA, SHARD_SCHEMA, chunk_path, shard_path
 from blobstore_server.spark.inputs import DISK_SCHEMA, UNIT_SCHEMA

@@ -30,9 +30,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import drive, summarize
-from blobstore_server.admin import launcher
-from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.procs import stop
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.procs import stop
 from blobstore_server.libs.rpc.asgi import Message, Receive, Scope, Send
 from blobstore_server.libs.rpc.metrics import Instrumented
 

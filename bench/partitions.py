@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.availability import Op, counted, drive, ratio, read_back, say, select, through_sdk, write
 from blobstore import AsyncClient, BlobstoreError
-from blobstore_server.admin import launcher, nemesis
-from blobstore_server.admin.netns import Network
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cluster import launcher, nemesis
+from blobstore_server.cluster.netns import Network
+from blobstore_server.cluster.plan import ClusterShape
 
 HOSTS = 8
 MAJORITY = ["h2", "h3", "h4", "h5", "h6", "h7"]

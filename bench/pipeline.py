@@ -29,9 +29,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blobstore import AsyncClient
-from blobstore_server.admin import launcher
-from blobstore_server.admin.kafka_auth import ADMIN, kafka_user
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.kafka_auth import ADMIN, kafka_user
+from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.mq.consumer import Consumer
 from blobstore_server.libs.mq.producer import Producer
 from blobstore_server.libs.mq.settings import client_auth

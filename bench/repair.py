@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.availability import Op, phase, stream
 from bench.common import cpu_seconds, summarize
-from blobstore_server.admin import launcher
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.ec import tactic
 from blobstore_server.libs.proto.cluster import DiskStatus
 from blobstore_server.libs.proto.scheduler import TASK_PREFIX, TaskRecord

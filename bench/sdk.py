@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import drive, summarize
 from blobstore import AsyncClient
-from blobstore_server.admin import launcher
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.plan import ClusterShape
 
 ROUNDS = 3
 

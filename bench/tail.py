@@ -28,9 +28,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from blobstore_server.admin import launcher
-from blobstore_server.admin.launcher import ClusterInfo
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.launcher import ClusterInfo
+from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.services.clustermgr.client import ClusterClient
 

@@ -1,3 +1,4 @@
 """The server side of the blob store, installed with `pip install 'blobstore[server]'`: the shared libraries
-(`libs`), one package per process (`services`), the Spark jobs (`spark`, with the `spark` extra) and the operators'
-`blobstore` CLI with the cluster launcher (`admin`). The SDK (`blobstore`) never imports any of it."""
+(`libs`), one package per process (`services`), the Spark jobs (`spark`, with the `spark` extra), the cluster's
+layout, launcher and deploy bundles (`cluster`) and the operators' `blobstore` CLI (`cli`). The SDK (`blobstore`)
+never imports any of it."""

@@ -10,10 +10,10 @@ from typing import Annotated
 
 import typer
 
-from blobstore_server.admin.cli_common import DirOpt, operator_grant
-from blobstore_server.admin.launcher import DEFAULT_DIR
-from blobstore_server.admin.plan import CAPABILITIES
-from blobstore_server.admin.service_auth import secret_file, with_auth, write_private_json
+from blobstore_server.cli.cli_common import DirOpt, operator_grant
+from blobstore_server.cluster.launcher import DEFAULT_DIR
+from blobstore_server.cluster.plan import CAPABILITIES
+from blobstore_server.cluster.service_auth import secret_file, with_auth, write_private_json
 from blobstore_server.libs.rpc.auth import MAX_GRANT, SECRET_ENV
 from blobstore_server.libs.rpc.routes import Capability
 

@@ -21,8 +21,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from blobstore import Client
 from blobstore.errors import NotFound
-from blobstore_server.admin.auth_cli import auth_app
-from blobstore_server.admin.cli_common import (
+from blobstore_server.cli.auth_cli import auth_app
+from blobstore_server.cli.cli_common import (
     AccessOpt,
     CmOpt,
     CommandGroup,
@@ -42,14 +42,14 @@ from blobstore_server.admin.cli_common import (
     tinker_url,
     volume_app,
 )
-from blobstore_server.admin.deploy_cli import deploy_app
-from blobstore_server.admin.durability_cli import durability_app
-from blobstore_server.admin.inspect_cli import inspect_app
-from blobstore_server.admin.launcher import DEFAULT_DIR, down, status, up
-from blobstore_server.admin.plan import LOCAL_BROKEN_AFTER, ClusterShape
-from blobstore_server.admin.procs import poll
-from blobstore_server.admin.shards import inspect_shards
-from blobstore_server.admin.task_cli import task_app
+from blobstore_server.cli.deploy_cli import deploy_app
+from blobstore_server.cli.durability_cli import durability_app
+from blobstore_server.cli.inspect_cli import inspect_app
+from blobstore_server.cli.shards import inspect_shards
+from blobstore_server.cli.task_cli import task_app
+from blobstore_server.cluster.launcher import DEFAULT_DIR, down, status, up
+from blobstore_server.cluster.plan import LOCAL_BROKEN_AFTER, ClusterShape
+from blobstore_server.cluster.procs import poll
 from blobstore_server.libs.ec import parse_code_mode
 from blobstore_server.libs.mq.admin import lag
 from blobstore_server.libs.mq.settings import client_auth

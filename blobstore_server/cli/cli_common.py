@@ -19,8 +19,8 @@ from typer.core import TyperGroup
 
 from blobstore.errors import BlobstoreError
 from blobstore.signing import Grant
-from blobstore_server.admin.kafka_auth import kafka_user
-from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, LauncherError, cluster_secret, sign_as_operator
+from blobstore_server.cluster.kafka_auth import kafka_user
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, LauncherError, cluster_secret, sign_as_operator
 from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.rpc.auth import SECRET_ENV, capability_key
 from blobstore_server.libs.rpc.errors import RpcError

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from blobstore_server.admin import render
-from blobstore_server.admin.plan import hosts_of, plan_spec
-from blobstore_server.admin.spec import ClusterSpec, load
+from blobstore_server.cluster import render
+from blobstore_server.cluster.plan import hosts_of, plan_spec
+from blobstore_server.cluster.spec import ClusterSpec, load
 from blobstore_server.libs.rpc.auth import new_secret
 
 deploy_app = typer.Typer(help="Deploy on your machines: check a cluster spec, render per-host bundles.",

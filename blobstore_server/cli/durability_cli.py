@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from blobstore_server.admin.cli_common import JsonOpt, emit, out
+from blobstore_server.cli.cli_common import JsonOpt, emit, out
 from blobstore_server.libs.durability.model import (
     DEFAULT_MODES,
     MEASURED_REBUILD_MB_S,

@@ -1,6 +1,6 @@
 """`blobstore inspect run|backlog`: the Spark jobs.
 
-Imported by admin/cli.py once its shared options and helpers exist; the jobs' modules (pyspark) load only
+Imported by cli/cli.py once its shared options and helpers exist; the jobs' modules (pyspark) load only
 when a job runs.
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from blobstore_server.admin.cli_common import (
+from blobstore_server.cli.cli_common import (
     CmOpt,
     DirOpt,
     JsonOpt,
@@ -28,7 +28,7 @@ from blobstore_server.admin.cli_common import (
     on_cluster,
     out,
 )
-from blobstore_server.admin.launcher import DEFAULT_DIR, ClusterInfo, LauncherError
+from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo, LauncherError
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized

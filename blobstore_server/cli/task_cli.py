@@ -1,7 +1,7 @@
 """`blobstore task list|switch|switches`, `blobstore disk drop|repair-progress` and `blobstore volume migrate`:
 the scheduler's background tasks as an operator sees and steers them.
 
-Imported by admin/cli.py once its shared options and helpers exist. Task records are read from
+Imported by cli/cli.py once its shared options and helpers exist. Task records are read from
 clustermgr's kv (so they show while no scheduler runs); a manual migration asks the active scheduler.
 """
 
@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from blobstore_server.admin.cli_common import CmOpt, DirOpt, JsonOpt, disk_app, emit, on_cluster, out, volume_app
-from blobstore_server.admin.launcher import DEFAULT_DIR
+from blobstore_server.cli.cli_common import CmOpt, DirOpt, JsonOpt, disk_app, emit, on_cluster, out, volume_app
+from blobstore_server.cluster.launcher import DEFAULT_DIR
 from blobstore_server.libs.proto.cluster import DiskStatus
 from blobstore_server.libs.proto.scheduler import TASK_PREFIX, ManualMigrate, TaskRecord, disk_progress
 from blobstore_server.libs.proto.switches import OFF, ON, TaskType, switch_key, switch_states

@@ -1,6 +1,6 @@
 """The cluster's Kafka users (SASL/SCRAM-SHA-512) and what each may do (ACLs); passwords derive from the secret.
 
-Derived rather than generated, as the Redis password (admin/redis_auth.py) and the role keys are, so
+Derived rather than generated, as the Redis password (cluster/redis_auth.py) and the role keys are, so
 `deploy render` gives every host's bundle the same ones without storing one more secret. Messages are sealed
 already (libs/mq/seal.py); this is defence in depth: without a login a client gets nothing, and a service's
 login lets it do only its part:

@@ -7,15 +7,15 @@ detached and is stopped by the PID in `DIR/kafka.pid`, never by name. A quorum m
 majority of its voters runs: start every member with `--no-wait`
 (all formatted with one cluster id), then `wait` for the cluster.
 
-    python -m blobstore_server.admin.kafka_broker fetch
-    python -m blobstore_server.admin.kafka_broker start --dir DIR [--port P] [--controller-port C]
-    python -m blobstore_server.admin.kafka_broker stop --dir DIR
+    python -m blobstore_server.cluster.kafka_broker fetch
+    python -m blobstore_server.cluster.kafka_broker start --dir DIR [--port P] [--controller-port C]
+    python -m blobstore_server.cluster.kafka_broker stop --dir DIR
 
-    id=$(python -m blobstore_server.admin.kafka_broker uuid)
-    python -m blobstore_server.admin.kafka_broker start --dir DIR1 --address 10.0.0.1 --node-id 1 \\
+    id=$(python -m blobstore_server.cluster.kafka_broker uuid)
+    python -m blobstore_server.cluster.kafka_broker start --dir DIR1 --address 10.0.0.1 --node-id 1 \\
         --voters 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093 --cluster-uuid $id --replication-factor 3 \\
         --min-insync-replicas 2 [--netns NS] --no-wait          # and likewise nodes 2 and 3
-    python -m blobstore_server.admin.kafka_broker wait --bootstrap 10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092
+    python -m blobstore_server.cluster.kafka_broker wait --bootstrap 10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A whole cluster as detached processes, recorded in DIR/cluster.json and stopped by PID: on 127.0.0.1 (a
-"host" is a port), or with `hosts=N` on N hosts, each a network namespace (admin/netns.py) running the
-processes its rendered bundle (admin/render.py, under DIR/<host>/) describes.
+"host" is a port), or with `hosts=N` on N hosts, each a network namespace (cluster/netns.py) running the
+processes its rendered bundle (cluster/render.py, under DIR/<host>/) describes.
 
 Kafka is one of them: kafka_broker.py starts each broker's JVM and stops it (by the PID in its
 folder's kafka.pid); on three or more hosts three brokers form a KRaft quorum.
@@ -30,10 +30,10 @@ from confluent_kafka import KafkaException
 
 from blobstore import Client
 from blobstore.errors import BlobstoreError
-from blobstore_server.admin import kafka_auth, netns, render
-from blobstore_server.admin import kafka_broker as broker
-from blobstore_server.admin.netns import Network
-from blobstore_server.admin.plan import (
+from blobstore_server.cluster import kafka_auth, netns, render
+from blobstore_server.cluster import kafka_broker as broker
+from blobstore_server.cluster.netns import Network
+from blobstore_server.cluster.plan import (
     STAGES,
     ClusterPlan,
     ClusterShape,
@@ -43,8 +43,8 @@ from blobstore_server.admin.plan import (
     plan_spec,
     port_count,
 )
-from blobstore_server.admin.procs import free_ports, healthy, poll, running, spawn, start_time, stop
-from blobstore_server.admin.spec import SpecError, for_hosts
+from blobstore_server.cluster.procs import free_ports, healthy, poll, running, spawn, start_time, stop
+from blobstore_server.cluster.spec import SpecError, for_hosts
 from blobstore_server.libs import cpugroup
 from blobstore_server.libs.proto import clustermgr as clustermgr_api
 from blobstore_server.libs.rpc import auth
@@ -213,7 +213,7 @@ def _start(spec: ProcessSpec, env: dict[str, str], namespace: str) -> ProcessRec
 def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float, secret: str,
                  group_prefixes: list[str]) -> list[ProcessRecord]:
     """Every broker, and wait until they serve together (a quorum member cannot serve alone); kafka_broker.py stops
-    a broker that did not come up. Clients log in with SASL/SCRAM as the users admin/kafka_auth.py derives
+    a broker that did not come up. Clients log in with SASL/SCRAM as the users cluster/kafka_auth.py derives
     from `secret`; once the brokers serve, the launcher (as admin) gives each user its ACLs."""
     records = []
     users = kafka_auth.scram_users(secret)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterable
 
-from blobstore_server.admin.netns import NetHost, NetnsError, Network, namespaces, set_link
+from blobstore_server.cluster.netns import NetHost, NetnsError, Network, namespaces, set_link
 
 TABLE = "blobstore_nemesis"
 

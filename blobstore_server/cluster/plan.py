@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from blobstore_server.admin.kafka_auth import kafka_user
-from blobstore_server.admin.redis_auth import acl_config, with_credentials
-from blobstore_server.admin.spec import ClusterSpec
+from blobstore_server.cluster.kafka_auth import kafka_user
+from blobstore_server.cluster.redis_auth import acl_config, with_credentials
+from blobstore_server.cluster.spec import ClusterSpec
 from blobstore_server.libs.mq.seal import message_key
 from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
@@ -100,7 +100,7 @@ class Place:
 
 @dataclass(frozen=True)
 class BrokerSpec:
-    """One Kafka broker of a KRaft quorum (broker and controller in one JVM), which admin/kafka_broker.py
+    """One Kafka broker of a KRaft quorum (broker and controller in one JVM), which cluster/kafka_broker.py
     starts itself with its data under `place.workdir`."""
 
     node_id: int
@@ -114,7 +114,7 @@ class KafkaPlan:
     replication_factor: int = 1
     min_insync_replicas: int = 1
     cluster_uuid: str = ""  # the KRaft cluster id every broker is formatted with; "": a fresh one
-    secret: str = ""  # our brokers' SASL/SCRAM users and ACLs derive from it (admin/kafka_auth.py); "": none
+    secret: str = ""  # our brokers' SASL/SCRAM users and ACLs derive from it (cluster/kafka_auth.py); "": none
 
     @property
     def voters(self) -> list[tuple[int, str, int]]:
@@ -176,7 +176,7 @@ class Settings:
     partitions: int = KAFKA_PARTITIONS
     audit_log: bool = True
     export_roots: tuple[str, ...] = ()  # where blobnodes may write the inspection's exports
-    kafka_sasl: bool = True  # our brokers require SASL/SCRAM logins (admin/kafka_auth.py); an operator's need not
+    kafka_sasl: bool = True  # our brokers require SASL/SCRAM logins (cluster/kafka_auth.py); an operator's need not
 
 
 # The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
@@ -225,7 +225,7 @@ def _service(place: Place, settings: Settings, config: ServiceSettings, cluster_
 
 def _redis(place: Place, auth_secret: str) -> ProcessSpec:
     # A volume cache only: no persistence, so nothing is written but the log. Protected mode is off (it would
-    # refuse every client of another host); the ACL requires a password instead (admin/redis_auth.py).
+    # refuse every client of another host); the ACL requires a password instead (cluster/redis_auth.py).
     # Its URL names no password: it is shown by `cluster status`; the access nodes get `with_credentials`.
     text = (f'bind {place.address}\nport {place.port}\nprotected-mode no\nsave ""\nappendonly no\n'
             f'daemonize no\ndir {place.workdir}\n{acl_config(auth_secret)}')

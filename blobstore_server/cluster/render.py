@@ -13,10 +13,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from blobstore_server.admin import kafka_auth
-from blobstore_server.admin import kafka_broker as broker
-from blobstore_server.admin.plan import ClusterPlan, ProcessSpec, hosts_of
-from blobstore_server.admin.spec import ClusterSpec
+from blobstore_server.cluster import kafka_auth
+from blobstore_server.cluster import kafka_broker as broker
+from blobstore_server.cluster.plan import ClusterPlan, ProcessSpec, hosts_of
+from blobstore_server.cluster.spec import ClusterSpec
 
 TARGET = "blobstore.target"
 REDIS_SERVER = "/usr/bin/redis-server"  # Debian's

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from blobstore_server.admin.plan import CAPABILITIES
+from blobstore_server.cluster.plan import CAPABILITIES
 from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pyspark
 
-from blobstore_server.admin.procs import free_ports, poll, start_time
-from blobstore_server.admin.procs import stop as stop_pids
+from blobstore_server.cluster.procs import free_ports, poll, start_time
+from blobstore_server.cluster.procs import stop as stop_pids
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 MASTER = "org.apache.spark.deploy.master.Master"

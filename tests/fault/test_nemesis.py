@@ -1,4 +1,4 @@
-"""The nemesis (admin/nemesis.py) on three real network namespaces: a two-way cut, a one-way cut, a cut of
+"""The nemesis (cluster/nemesis.py) on three real network namespaces: a two-way cut, a one-way cut, a cut of
 one service of a host, a pulled cable, and heal_all undoing all of it (also a cut nobody healed). Listeners are
 real processes inside the hosts."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from blobstore_server.admin import nemesis, netns
-from blobstore_server.admin.netns import Network
-from blobstore_server.admin.procs import poll
+from blobstore_server.cluster import nemesis, netns
+from blobstore_server.cluster.netns import Network
+from blobstore_server.cluster.procs import poll
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nft") is None,
                                 reason="network namespaces and nftables need root and nft (make setup)")

@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 
 from blobstore import Client, NotFound, Unavailable
-from blobstore_server.admin import nemesis
-from blobstore_server.admin.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
-from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.procs import poll, wait_until
+from blobstore_server.cluster import nemesis
+from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
+from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.procs import poll, wait_until
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus
 from blobstore_server.libs.proto.scheduler import (
     BROKEN_AFTER_KEY,

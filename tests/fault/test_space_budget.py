@@ -25,7 +25,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from blobstore_server.admin.cli import app
+from blobstore_server.cli.cli import app
 from blobstore_server.libs.chunkfile import CHUNK_HEADER_SIZE, physical_size
 from blobstore_server.libs.proto.scheduler import TASK_PREFIX, ManualMigrate, TaskRecord, TaskState
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key

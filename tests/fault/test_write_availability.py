@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from blobstore_server.admin.cli import app
+from blobstore_server.cli.cli import app
 from blobstore_server.libs import space
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import Unit

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from blobstore_server.admin import launcher
-from blobstore_server.admin.launcher import ClusterInfo
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.launcher import ClusterInfo
 from tests.support.load import PutStream, failures, put_stream, read_back, success_rate
 from tests.support.processes import wait_until
 

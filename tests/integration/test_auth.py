@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 
 from blobstore import Client, NotFound
 from blobstore.records import READ_PLAN_TYPE, ReadPlan
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.kafka_auth import kafka_user
-from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, down, restart, up
-from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.redis_auth import redis_password, with_credentials
+from blobstore_server.cli.cli import app
+from blobstore_server.cluster.kafka_auth import kafka_user
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, down, restart, up
+from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.redis_auth import redis_password, with_credentials
 from blobstore_server.libs.mq.admin import positions
 from blobstore_server.libs.mq.producer import Producer
 from blobstore_server.libs.mq.seal import message_key

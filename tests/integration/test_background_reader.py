@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from blobstore_server.admin.procs import poll
+from blobstore_server.cluster.procs import poll
 from blobstore_server.libs import cpugroup
 from blobstore_server.libs.proto.blobnode import IOClass
 from blobstore_server.libs.proto.ids import Vuid

@@ -1,5 +1,5 @@
 """The Kafka `cluster up` starts takes SASL/SCRAM logins only, and each service's user may do only its part
-(admin/kafka_auth.py): without a login a client writes and reads nothing, tinker's and the backlog's users
+(cluster/kafka_auth.py): without a login a client writes and reads nothing, tinker's and the backlog's users
 cannot queue a delete, and the cluster still deletes through access and reports its lag."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from confluent_kafka import KafkaError
 from typer.testing import CliRunner
 
 from blobstore import Client, NotFound
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.kafka_auth import kafka_user
-from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, down, up
-from blobstore_server.admin.plan import KAFKA_PARTITIONS, ClusterShape
+from blobstore_server.cli.cli import app
+from blobstore_server.cluster.kafka_auth import kafka_user
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, down, up
+from blobstore_server.cluster.plan import KAFKA_PARTITIONS, ClusterShape
 from blobstore_server.libs.mq.settings import KafkaAuth, client_auth
 from blobstore_server.libs.mq.topics import Topic
 

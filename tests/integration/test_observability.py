@@ -27,10 +27,10 @@ from selenium.webdriver.support.ui import WebDriverWait
 from typer.testing import CliRunner
 
 from blobstore import Client, Forbidden
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.launcher import ClusterInfo, ProcessRecord, down, up
-from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.procs import free_port, stop, wait_until
+from blobstore_server.cli.cli import app
+from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord, down, up
+from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.procs import free_port, stop, wait_until
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.proto.mqproxy import RepairIn
 from blobstore_server.libs.proto.scheduler import TaskRecord, TaskState

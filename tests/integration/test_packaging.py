@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from blobstore_server.admin.launcher import STATE_FILE, down
+from blobstore_server.cluster.launcher import STATE_FILE, down
 from tests.support.processes import REPO
 
 # What `pip install blobstore` (no extras) must not bring: the server stack and the Spark jobs.

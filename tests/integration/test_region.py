@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from blobstore import Client, NotFound
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.launcher import ClusterInfo, down, up
-from blobstore_server.admin.plan import ClusterShape
+from blobstore_server.cli.cli import app
+from blobstore_server.cluster.launcher import ClusterInfo, down, up
+from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.metrics import sample
 from tests.support.processes import wait_until

@@ -18,8 +18,8 @@ import httpx
 from typer.testing import CliRunner
 
 from blobstore import AsyncClient
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.shards import inspect_shards
+from blobstore_server.cli.cli import app
+from blobstore_server.cli.shards import inspect_shards
 from blobstore_server.libs.proto.blobnode import ChunkStatus
 from blobstore_server.libs.proto.cluster import DiskStatus, VolumeStatus
 from blobstore_server.libs.proto.ids import Vuid

@@ -12,7 +12,7 @@ import httpx
 from isal.isal_zlib import crc32
 from prometheus_client.parser import text_string_to_metric_families
 
-from blobstore_server.admin.procs import wait_until
+from blobstore_server.cluster.procs import wait_until
 from blobstore_server.libs.proto.blobnode import DiskStat, NodeStat
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.location import Location

@@ -29,11 +29,11 @@ from typer.testing import CliRunner
 
 import blobstore
 from blobstore import AsyncClient, BadRequest, Client, Forbidden, NotFound, RangeNotSatisfiable, Unavailable
-from blobstore_server.admin import netns
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.launcher import ClusterInfo, LauncherError, ProcessRecord, down, restart, up
-from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.procs import free_ports, poll
+from blobstore_server.cli.cli import app
+from blobstore_server.cluster import netns
+from blobstore_server.cluster.launcher import ClusterInfo, LauncherError, ProcessRecord, down, restart, up
+from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.procs import free_ports, poll
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.tinker import PipelineStats
 from blobstore_server.services.tinker.client import TinkerClient

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from blobstore import Client, Forbidden, NotFound
-from blobstore_server.admin.cli import app
+from blobstore_server.cli.cli import app
 from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import UNDELETE_MARGIN

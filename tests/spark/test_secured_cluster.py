@@ -29,9 +29,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from blobstore import Client
-from blobstore_server.admin.launcher import SECRET_FILE, ClusterInfo, ProcessRecord, down, restart, up
-from blobstore_server.admin.plan import ClusterShape
-from blobstore_server.admin.shards import inspect_shards
+from blobstore_server.cli.shards import inspect_shards
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, ProcessRecord, down, restart, up
+from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key

@@ -1,4 +1,4 @@
-"""One real Kafka broker per test session, started and stopped by PID (blobstore_server/admin/kafka_broker.py)."""
+"""One real Kafka broker per test session, started and stopped by PID (blobstore_server/cluster/kafka_broker.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from blobstore_server.admin import kafka_broker as broker
+from blobstore_server.cluster import kafka_broker as broker
 from tests.support.processes import free_port
 
 

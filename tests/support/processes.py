@@ -18,10 +18,10 @@ from typing import Any, ClassVar, TypeVar
 
 import httpx
 
-from blobstore_server.admin.procs import free_port as free_port  # the one port helper, for the tests too
-from blobstore_server.admin.procs import healthy
-from blobstore_server.admin.procs import wait_until as wait_until  # the one polling helper, for the tests too
-from blobstore_server.admin.service_auth import with_auth
+from blobstore_server.cluster.procs import free_port as free_port  # the one port helper, for the tests too
+from blobstore_server.cluster.procs import healthy
+from blobstore_server.cluster.procs import wait_until as wait_until  # the one polling helper, for the tests too
+from blobstore_server.cluster.service_auth import with_auth
 from blobstore_server.libs.rpc import auth, errors
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer, new_secret
 from blobstore_server.libs.rpc.routes import Capability

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from blobstore import AsyncClient
 from blobstore.records import Stat
-from blobstore_server.admin.launcher import ClusterInfo
+from blobstore_server.cluster.launcher import ClusterInfo
 from blobstore_server.libs.proto.blobnode import ShardInfo
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.rpc.errors import RpcError

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from typer.testing import CliRunner, Result
 
-from blobstore_server.admin.cli import app
+from blobstore_server.cli.cli import app
 from tests.support.processes import LocalCluster
 
 

@@ -1,4 +1,4 @@
-"""What `blobstore cluster up` plans (admin/plan.py), without starting anything: two allocators per cluster,
+"""What `blobstore cluster up` plans (cluster/plan.py), without starting anything: two allocators per cluster,
 two access nodes each given every allocator, and exactly `port_count` ports drawn; and a cluster.json written
 before there were several access nodes still loads."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from blobstore_server.admin.launcher import STATE_FILE, ClusterInfo
-from blobstore_server.admin.plan import (
+from blobstore_server.cluster.launcher import STATE_FILE, ClusterInfo
+from blobstore_server.cluster.plan import (
     ROLES,
     ClusterPlan,
     ClusterShape,

@@ -1,4 +1,4 @@
-"""The cluster spec (admin/spec.py) and its per-host bundles (admin/render.py, `blobstore deploy`): the
+"""The cluster spec (cluster/spec.py) and its per-host bundles (cluster/render.py, `blobstore deploy`): the
 example spec renders into what an operator installs on six machines, and each kind of bad spec is one clear
 error that writes nothing."""
 
@@ -12,9 +12,9 @@ import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner, Result
 
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.plan import CAPABILITIES
-from blobstore_server.admin.spec import Services, SpecError, for_hosts, load, parse
+from blobstore_server.cli.cli import app
+from blobstore_server.cluster.plan import CAPABILITIES
+from blobstore_server.cluster.spec import Services, SpecError, for_hosts, load, parse
 from blobstore_server.libs.proto import scheduler as api
 from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.allocator.config import AllocatorConfig

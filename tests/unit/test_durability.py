@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from blobstore_server.admin.cli import app
-from blobstore_server.admin.durability_cli import _repair_rate
+from blobstore_server.cli.cli import app
+from blobstore_server.cli.durability_cli import _repair_rate
 from blobstore_server.libs.durability import layout
 from blobstore_server.libs.durability.model import (
     ELEVEN_NINES,

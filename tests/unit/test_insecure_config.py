@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pytest import MonkeyPatch
 
-from blobstore_server.admin.service_auth import role_auth, with_auth
+from blobstore_server.cluster.service_auth import role_auth, with_auth
 from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
 from blobstore_server.libs.rpc.config import ServiceSettings, auth_problem, unknown_keys
 from blobstore_server.libs.rpc.routes import Capability

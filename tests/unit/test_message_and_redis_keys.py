@@ -1,4 +1,4 @@
-"""What the plans give out for sealed messages and Redis's password (admin/plan.py, admin/redis_auth.py):
+"""What the plans give out for sealed messages and Redis's password (cluster/plan.py, cluster/redis_auth.py):
 only mqproxy and tinker hold the message key; Redis wants a password that only the access nodes' URL carries,
 the same in every render of a spec, and never in the URL `cluster status` shows."""
 
@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from blobstore_server.admin.plan import ClusterPlan, ClusterShape, plan_cluster, plan_spec
-from blobstore_server.admin.redis_auth import REDIS_USER, redacted, redis_password, with_credentials
-from blobstore_server.admin.spec import load
+from blobstore_server.cluster.plan import ClusterPlan, ClusterShape, plan_cluster, plan_spec
+from blobstore_server.cluster.redis_auth import REDIS_USER, redacted, redis_password, with_credentials
+from blobstore_server.cluster.spec import load
 from blobstore_server.libs.mq.seal import message_key
 from blobstore_server.libs.rpc.auth import new_secret
 from blobstore_server.services.access.config import AccessConfig

@@ -14,7 +14,7 @@ SHARED: dict[str, Any] = {
 
 
 class KafkaAuth(BaseModel):
-    """A SASL/SCRAM user of the cluster's Kafka (admin/kafka_auth.py derives them from the cluster secret).
+    """A SASL/SCRAM user of the cluster's Kafka (cluster/kafka_auth.py derives them from the cluster secret).
     Absent, a client speaks PLAINTEXT, as to the tests' own broker."""
 
     username: str

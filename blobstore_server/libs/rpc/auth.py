@@ -4,7 +4,7 @@ once and recently.
 One cluster secret (made by `cluster up`) yields one key per capability, HMAC-SHA256(secret, capability). Each
 route takes exactly one capability (declared with the route in its service's API module, gathered in
 libs/proto/routes.py; a path declared nowhere takes `admin`, so a new route is closed until it is declared) and
-each service holds only the keys of what it calls (admin/plan.py), never the secret; only the operator's CLI
+each service holds only the keys of what it calls (cluster/plan.py), never the secret; only the operator's CLI
 derives every key. A request carries
 `x-blobstore-auth: v2 cap=C ts=T n=N [id=I] [exp=E] sig=S`, S being the HMAC under C's key of the method,
 the target host:port (a service takes only requests whose Host names itself), path, sorted query, a body

@@ -23,7 +23,7 @@ class MqProxyConfig(ServiceSettings):
     # Hex key sealing repair and delete messages (libs/mq/seal.py), derived from the cluster secret; None:
     # messages go unsealed (a cluster run without auth).
     message_key: str | None = Field(None, pattern="^[0-9a-f]{64}$")
-    kafka_auth: KafkaAuth | None = None  # its SASL/SCRAM login (admin/kafka_auth.py); None: PLAINTEXT
+    kafka_auth: KafkaAuth | None = None  # its SASL/SCRAM login (cluster/kafka_auth.py); None: PLAINTEXT
 
     @property
     def advertised_host(self) -> str:

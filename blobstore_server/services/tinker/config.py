@@ -27,4 +27,4 @@ class TinkerConfig(ServiceSettings):
     # Hex key sealing repair and delete messages (libs/mq/seal.py), derived from the cluster secret; None:
     # messages go unsealed and are accepted unsealed (a cluster run without auth).
     message_key: str | None = Field(None, pattern="^[0-9a-f]{64}$")
-    kafka_auth: KafkaAuth | None = None  # its SASL/SCRAM login (admin/kafka_auth.py); None: PLAINTEXT
+    kafka_auth: KafkaAuth | None = None  # its SASL/SCRAM login (cluster/kafka_auth.py); None: PLAINTEXT
