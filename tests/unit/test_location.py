@@ -15,12 +15,11 @@ from blobstore_server.libs.proto.location import (
     MAX_OBJECT_SIZE,
     MAX_SLICES,
     MAX_TOKEN_LEN,
-    U32,
-    U64,
     Location,
     SliceInfo,
 )
 from blobstore_server.libs.proto.tokens import MAC_SIZE
+from blobstore_server.libs.proto.widths import U32_MAX, U64_MAX
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden
 
 SECRET = b"cluster-secret-0123456789abcdef"
@@ -45,22 +44,23 @@ def raw_of(token: str) -> bytes:
 @st.composite
 def locations(draw: st.DrawFn) -> Location:
     blob_size = draw(st.sampled_from([1, 2, 4096, 4 * MiB, MAX_BLOB_SIZE]) | st.integers(1, MAX_BLOB_SIZE))
-    max_blobs = min(MAX_OBJECT_SIZE // blob_size, 4 * U32)
+    max_blobs = min(MAX_OBJECT_SIZE // blob_size, 4 * U32_MAX)
     count = draw(st.integers(0, max_blobs))
     size = 0 if count == 0 else draw(st.integers((count - 1) * blob_size + 1, min(count * blob_size, MAX_OBJECT_SIZE)))
     slices: list[SliceInfo] = []
     left = count
     while left:
-        n = left if len(slices) == MAX_SLICES - 1 else draw(st.integers(max(1, left - U32 * (3 - len(slices))),
-                                                                            min(left, U32)))
-        slices.append(SliceInfo(min_bid=draw(st.integers(0, U64 - n + 1)), vid=draw(st.integers(0, U32)), count=n))
+        n = left if len(slices) == MAX_SLICES - 1 else draw(
+            st.integers(max(1, left - U32_MAX * (3 - len(slices))), min(left, U32_MAX)))
+        slices.append(SliceInfo(min_bid=draw(st.integers(0, U64_MAX - n + 1)), vid=draw(st.integers(0, U32_MAX)),
+                                count=n))
         left -= n
     return Location(
-        cluster_id=draw(st.integers(0, U32)),
+        cluster_id=draw(st.integers(0, U32_MAX)),
         code_mode=draw(st.sampled_from(list(CodeMode))),
         size=size,
         blob_size=blob_size,
-        crc=draw(st.integers(0, U32)),
+        crc=draw(st.integers(0, U32_MAX)),
         blobs=tuple(slices),
     )
 
@@ -88,7 +88,8 @@ def test_typical_one_slice_location_is_small() -> None:
     loc = one_slice(4 * MiB - 1)  # bid ~1e9, vid 4242, cluster 7
     assert len(raw_of(loc.to_token(SECRET))) - MAC_SIZE == 24
     assert len(loc.to_token(SECRET)) == 54
-    widest = Location(U32, CodeMode.EC6P3, MAX_OBJECT_SIZE, 2, U32, (SliceInfo(U64 - U32, U32, MAX_OBJECT_SIZE // 2),))
+    widest = Location(U32_MAX, CodeMode.EC6P3, MAX_OBJECT_SIZE, 2, U32_MAX,
+                      (SliceInfo(U64_MAX - U32_MAX, U32_MAX, MAX_OBJECT_SIZE // 2),))
     assert len(raw_of(widest.to_token(SECRET))) - MAC_SIZE == 38  # the worst one-slice case
 
 
@@ -209,14 +210,14 @@ def test_signed_good_body_decodes() -> None:
     "kwargs",
     [
         {"cluster_id": -1},
-        {"cluster_id": U32 + 1},
+        {"cluster_id": U32_MAX + 1},
         {"code_mode": 6},
         {"code_mode": True},
         {"size": MAX_OBJECT_SIZE + 1},
         {"size": -1},
         {"blob_size": 0},
         {"blob_size": MAX_BLOB_SIZE + 1},
-        {"crc": U32 + 1},
+        {"crc": U32_MAX + 1},
         {"size": 1.0},
         {"blobs": ()},
         {"blobs": [SliceInfo(1, 1, 1)]},
@@ -236,7 +237,8 @@ def test_invalid_location_is_refused_at_construction(kwargs: dict[str, object]) 
 
 @pytest.mark.parametrize(
     ("min_bid", "vid", "count"),
-    [(-1, 1, 1), (U64, 1, 2), (U64 + 1, 1, 1), (1, U32 + 1, 1), (1, -1, 1), (1, 1, 0), (1, 1, U32 + 1), (True, 1, 1)],
+    [(-1, 1, 1), (U64_MAX, 1, 2), (U64_MAX + 1, 1, 1), (1, U32_MAX + 1, 1), (1, -1, 1), (1, 1, 0),
+     (1, 1, U32_MAX + 1), (True, 1, 1)],
 )
 def test_invalid_slice_is_refused(min_bid: int, vid: int, count: int) -> None:
     with pytest.raises(ValueError):
@@ -244,5 +246,5 @@ def test_invalid_slice_is_refused(min_bid: int, vid: int, count: int) -> None:
 
 
 def test_slice_may_end_at_the_last_bid() -> None:
-    loc = Location(1, CodeMode.EC3P3, 2, 1, 0, (SliceInfo(U64 - 1, 1, 2),))
-    assert list(loc.blob_ids()) == [(1, U64 - 1), (1, U64)]
+    loc = Location(1, CodeMode.EC3P3, 2, 1, 0, (SliceInfo(U64_MAX - 1, 1, 2),))
+    assert list(loc.blob_ids()) == [(1, U64_MAX - 1), (1, U64_MAX)]

@@ -5,15 +5,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from blobstore_server.libs.ec import CodeMode
-from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, U32, U64, Location, SliceInfo
+from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, Location, SliceInfo
 from blobstore_server.libs.proto.uploads import MAX_TOKEN_LEN, BlobToken
+from blobstore_server.libs.proto.widths import U32_MAX, U64_MAX
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden
 
 SECRET = b"upload-test-secret"
 NOW = 1_800_000_000
 
 
-@given(cluster=st.integers(0, U32), vid=st.integers(0, U32), bid=st.integers(0, U64),
+@given(cluster=st.integers(0, U32_MAX), vid=st.integers(0, U32_MAX), bid=st.integers(0, U64_MAX),
        size=st.integers(0, MAX_BLOB_SIZE), ttl=st.integers(0, 10**6))
 def test_a_token_reads_back_until_it_expires(cluster: int, vid: int, bid: int, size: int, ttl: int) -> None:
     token = BlobToken(cluster, vid, bid, size, NOW + ttl)

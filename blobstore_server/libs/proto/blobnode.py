@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from blobstore_server.libs.proto.body import RequestBody
+from blobstore_server.libs.proto.widths import U32, U64
 from blobstore_server.libs.rpc.errors import (
     ChunkNotFound,
     DiskNotFound,
@@ -24,8 +25,6 @@ from blobstore_server.libs.rpc.errors import (
 from blobstore_server.libs.rpc.routes import Capability as C
 from blobstore_server.libs.rpc.routes import Route
 
-U32 = Field(ge=0, lt=2**32)
-U64 = Field(ge=0, lt=2**64)
 # A blobnode keeps the time of a delete mark in whole seconds: its delete hold counts from the end of that second,
 # so a caller that times the hold itself (tinker) waits this much longer.
 MARK_GRANULARITY = 1.0

@@ -6,8 +6,6 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-U32 = Field(ge=0, lt=2**32)
-
 
 class DiskStatus(StrEnum):
     NORMAL = "normal"

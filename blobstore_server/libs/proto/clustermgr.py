@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import (
-    U32,
     DiskInfo,
     DiskStatus,
     ServiceInfo,
@@ -23,11 +22,11 @@ from blobstore_server.libs.proto.cluster import (
     VolumeInfo,
     VolumeStatus,
 )
+from blobstore_server.libs.proto.widths import U32, U64
 from blobstore_server.libs.rpc.errors import BadRequest
 from blobstore_server.libs.rpc.routes import Capability as C
 from blobstore_server.libs.rpc.routes import Route
 
-U64 = Field(ge=0, lt=2**64)
 DISK_ID = Field(ge=1, lt=2**32)
 POLICY_KEY = "code_mode_policy"  # the config key of the size policy
 SESSION_HEADER = "x-clustermgr-session"  # carries a `Session` on every mutating request

@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from blobstore.records import MAX_OBJECT_SIZE, Slice, Stat
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.tokens import MAX_VARINT, Reader, max_token_len, put_varint, sign, verified_body
+from blobstore_server.libs.proto.widths import U32_MAX, U64_MAX
 from blobstore_server.libs.rpc.errors import BadRequest
 
 VERSION = 1
 MAX_SLICES = 4  # CubeFS BlobStore: MaxLocationBlobs
 MAX_BLOB_SIZE = 1 << 25  # CubeFS BlobStore: MaxBlobSize; the codec's limit too
-U32 = (1 << 32) - 1
-U64 = (1 << 64) - 1
 # Longest possible body: version, 5 header varints and the CRC, slice count, 4 slices of 3 varints.
 _MAX_BODY = 1 + 5 + 1 + MAX_VARINT + 5 + 4 + 1 + MAX_SLICES * (MAX_VARINT + 5 + 5)
 MAX_TOKEN_LEN = max_token_len(_MAX_BODY)
@@ -43,9 +42,9 @@ class SliceInfo:
     count: int
 
     def __post_init__(self) -> None:
-        _check("vid", self.vid, 0, U32)
-        _check("count", self.count, 1, U32)
-        _check("min_bid", self.min_bid, 0, U64 - self.count + 1)  # the last bid must fit in u64 too
+        _check("vid", self.vid, 0, U32_MAX)
+        _check("count", self.count, 1, U32_MAX)
+        _check("min_bid", self.min_bid, 0, U64_MAX - self.count + 1)  # the last bid must fit in u64 too
 
 
 @dataclass(frozen=True)
@@ -60,13 +59,13 @@ class Location:
     blobs: tuple[SliceInfo, ...]
 
     def __post_init__(self) -> None:
-        _check("cluster_id", self.cluster_id, 0, U32)
+        _check("cluster_id", self.cluster_id, 0, U32_MAX)
         if isinstance(self.code_mode, bool) or self.code_mode not in _MODES:
             raise ValueError(f"unknown code mode {self.code_mode!r}")
         object.__setattr__(self, "code_mode", int(self.code_mode))  # a CodeMode given reads back as a plain int
         _check("size", self.size, 0, MAX_OBJECT_SIZE)
         _check("blob_size", self.blob_size, 1, MAX_BLOB_SIZE)
-        _check("crc", self.crc, 0, U32)
+        _check("crc", self.crc, 0, U32_MAX)
         if not isinstance(self.blobs, tuple) or not all(isinstance(s, SliceInfo) for s in self.blobs):
             raise ValueError("blobs must be a tuple of SliceInfo")
         if len(self.blobs) > MAX_SLICES:

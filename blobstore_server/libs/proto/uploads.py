@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, U32, U64
+from blobstore_server.libs.proto.location import MAX_BLOB_SIZE
 from blobstore_server.libs.proto.tokens import MAX_VARINT, Reader, max_token_len, put_varint, sign, verified_body
+from blobstore_server.libs.proto.widths import U32_MAX, U64_MAX
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden
 
 KIND = 0x81
@@ -28,9 +29,9 @@ class BlobToken:
     expiry: int  # unix seconds after which the token is refused
 
     def __post_init__(self) -> None:
-        for name, value, high in (("cluster_id", self.cluster_id, U32), ("vid", self.vid, U32),
-                                  ("bid", self.bid, U64), ("size", self.size, MAX_BLOB_SIZE),
-                                  ("expiry", self.expiry, U32)):
+        for name, value, high in (("cluster_id", self.cluster_id, U32_MAX), ("vid", self.vid, U32_MAX),
+                                  ("bid", self.bid, U64_MAX), ("size", self.size, MAX_BLOB_SIZE),
+                                  ("expiry", self.expiry, U32_MAX)):
             if type(value) is not int or not 0 <= value <= high:
                 raise ValueError(f"{name} {value!r} outside 0..{high}")
 
