@@ -55,6 +55,7 @@ from blobstore_server.libs.mq.admin import lag
 from blobstore_server.libs.mq.settings import client_auth
 from blobstore_server.libs.mq.topics import pipelines
 from blobstore_server.libs.proto.cluster import DiskStatus, VolumeStatus
+from blobstore_server.libs.proto.runtime_keys import runtime_keys_help
 from blobstore_server.libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from blobstore_server.libs.proto.tinker import TinkerStats
 from blobstore_server.libs.rpc.errors import RpcError
@@ -347,9 +348,8 @@ def config_get(key: Annotated[str, typer.Argument(help="[default: list every key
           False)
 
 
-@config_app.command("set")
+@config_app.command("set", help=f"Set a config value through the Raft log.\n\nKEY is one of:\n\n{runtime_keys_help()}")
 def config_set(key: str, value: str, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
-    """Set a config value through the Raft log (e.g. code_mode_policy, a JSON list)."""
     on_cluster(dir, clustermgr, lambda cm: cm.set_config(key, value))
     out.print(f"{key} set")
 

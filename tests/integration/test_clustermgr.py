@@ -123,8 +123,12 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
             await c.set_disk(2, status=DiskStatus.NORMAL)
 
         # Config, CAS kv, services, scopes.
-        await c.set_config("balance", "false")
-        assert (await c.list_config())["balance"] == "false"
+        await c.set_config("switch/balance", "off")
+        assert (await c.list_config())["switch/balance"] == "off"
+        with pytest.raises(errors.BadRequest, match="unknown config key 'balance': the keys are code_mode_policy, "):
+            await c.set_config("balance", "false")
+        with pytest.raises(errors.BadRequest, match="must be 'on' or 'off'"):
+            await c.set_config("switch/balance", "false")
         assert "EC3P3" in (await c.get_config("code_mode_policy") or "")
         await c.kv_cas("scheduler/leader", None, "s1")
         with pytest.raises(errors.Conflict):

@@ -18,10 +18,8 @@ from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import (
     KV_PAGE,
-    POLICY_KEY,
     SESSION_HEADER,
     ClusterStat,
-    CodeModePolicy,
     ConfigList,
     DiskAdd,
     DiskId,
@@ -53,8 +51,7 @@ from blobstore_server.libs.proto.clustermgr import (
     VolumeView,
     parse_undelete_looks,
 )
-from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY, parse_broken_after
-from blobstore_server.libs.proto.switches import SWITCH_PREFIX, parse_switch
+from blobstore_server.libs.proto.runtime_keys import check_runtime_value
 from blobstore_server.libs.rpc.auth import CALLER_SCOPE_KEY
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden, NotFound
 from blobstore_server.libs.rpc.server import ASGIApp, create_app, serves
@@ -260,12 +257,7 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     @serves(app, api.CONFIG_SET)
     async def config_set(req: cmd.ConfigSet, caller: Caller) -> KeyValue:
         try:
-            if req.key == POLICY_KEY:
-                CodeModePolicy.parse(req.value)
-            elif req.key.startswith(SWITCH_PREFIX):
-                parse_switch(req.key, req.value)
-            elif req.key == BROKEN_AFTER_KEY:
-                parse_broken_after(req.value)
+            check_runtime_value(req.key, req.value)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         return await cm.submit(req, caller)
