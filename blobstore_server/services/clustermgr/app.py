@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
+from pydantic import BaseModel
 
 from blobstore_server.libs import space
 from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto import clustermgr as api
-from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import (
     KV_PAGE,
     SESSION_HEADER,
@@ -28,7 +29,6 @@ from blobstore_server.libs.proto.clustermgr import (
     DiskView,
     DropReplies,
     HeartbeatAnswer,
-    KeyRef,
     KeyValue,
     KvItems,
     LeaderView,
@@ -38,12 +38,9 @@ from blobstore_server.libs.proto.clustermgr import (
     RaftStatus,
     ReplicaStatus,
     RetainResult,
-    ScopeRange,
     ServiceList,
-    ServiceRef,
     Session,
     Undeleted,
-    UndeleteTaken,
     UnitAlloc,
     VolumeAlloc,
     VolumeList,
@@ -54,6 +51,7 @@ from blobstore_server.libs.proto.clustermgr import (
 from blobstore_server.libs.proto.runtime_keys import check_runtime_value
 from blobstore_server.libs.rpc.auth import CALLER_SCOPE_KEY
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden, NotFound
+from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import ASGIApp, create_app, serves
 from blobstore_server.services.clustermgr import commands as cmd
 from blobstore_server.services.clustermgr.faults import ReplyCutter
@@ -101,11 +99,38 @@ def _code_mode(raw: int | str) -> int:
         raise BadRequest(str(exc)) from None
 
 
-def build_app(cm: ClusterManager) -> ASGIApp:
-    app = create_app("clustermgr", on_start=cm.start, on_stop=cm.stop)
-    lease_ttl = cm.config.volume_lease_ttl
-    heartbeat_timeout = cm.config.disk_heartbeat_timeout
+# Routes whose body is the command they commit, as it came (`cmd.Command`): route -> that command. The route's
+# declaration names its body and answer; `serves` refuses a command that is not that body or answers otherwise.
+PROPOSED: tuple[tuple[Route[Any], type[cmd.Command[Any]]], ...] = (
+    (api.VOLUME_RELEASE, cmd.VolumeRelease),
+    (api.VOLUME_FULL, cmd.VolumeFull),
+    (api.VOLUME_LOCK, cmd.VolumeLock),
+    (api.VOLUME_UNLOCK, cmd.VolumeUnlock),
+    (api.UNIT_RELEASE, cmd.UnitReleaseCmd),
+    (api.UNIT_UPDATE, cmd.UnitUpdateCmd),
+    (api.SCOPE_ALLOC, cmd.ScopeAlloc),
+    (api.SERVICE_REGISTER, cmd.ServiceRegisterCmd),
+    (api.SERVICE_HEARTBEAT, cmd.ServiceHeartbeat),
+    (api.SERVICE_UNREGISTER, cmd.ServiceUnregister),
+    (api.KV_SET, cmd.KvSet),
+    (api.KV_CAS, cmd.KvCas),
+    (api.KV_DELETE, cmd.KvDelete),
+    (api.UNDELETE_ADD, cmd.UndeleteAdd),
+)
 
+
+def _serve_proposed(app: FastAPI, cm: ClusterManager, route: Route[Any],
+                    command: type[cmd.Command[Any]]) -> None:
+    async def propose(req: cmd.Command[Any], caller: Caller) -> BaseModel:
+        return await cm.submit(req, caller)
+
+    # FastAPI parses the body as the annotation says: this route's command, answered as its result
+    propose.__annotations__ = {"req": command, "caller": Caller, "return": command.result_type}
+    propose.__name__ = propose.__qualname__ = command.op
+    serves(app, route)(propose)
+
+
+def _serve_raft(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.RAFT_STATUS)
     async def raft_status() -> ReplicaStatus:
         return ReplicaStatus(**cm.raft_status().model_dump(), node_id=cm.config.node_id,
@@ -123,8 +148,8 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     async def member_remove(req: MemberRemove) -> RaftStatus:
         return await cm.remove_member(req.node_id)
 
-    # disks
 
+def _serve_disks(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.DISK_ALLOC_ID)
     async def disk_alloc_id(caller: Caller) -> DiskId:
         return DiskId(disk_id=(await cm.submit(cmd.ScopeAlloc(name="disk_id", count=1), caller)).start)
@@ -164,7 +189,10 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         now = time.time()
         return DiskList(disks=[cm.disk_view(d, now) for d in (await cm.fresh()).disks()])
 
-    # volumes
+
+def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
+    lease_ttl = cm.config.volume_lease_ttl
+    heartbeat_timeout = cm.config.disk_heartbeat_timeout
 
     @serves(app, api.VOLUME_GET)
     async def volume_get(vid: int = Query(ge=1)) -> VolumeView:
@@ -198,58 +226,12 @@ def build_app(cm: ClusterManager) -> ASGIApp:
                                      heartbeat_timeout=heartbeat_timeout)
         return await cm.submit(retain, caller)
 
-    @serves(app, api.VOLUME_RELEASE)
-    async def volume_release(req: cmd.VolumeRelease, caller: Caller) -> VolumeInfo:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.VOLUME_FULL)
-    async def volume_full(req: cmd.VolumeFull, caller: Caller) -> VolumeInfo:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.VOLUME_LOCK)
-    async def volume_lock(req: cmd.VolumeLock, caller: Caller) -> VolumeInfo:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.VOLUME_UNLOCK)
-    async def volume_unlock(req: cmd.VolumeUnlock, caller: Caller) -> VolumeInfo:
-        return await cm.submit(req, caller)
-
     @serves(app, api.UNIT_ALLOC)
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
         return await cm.alloc_unit(req, caller)
 
-    @serves(app, api.UNIT_RELEASE)
-    async def unit_release(req: cmd.UnitReleaseCmd, caller: Caller) -> VolumeInfo:
-        return await cm.submit(req, caller)
 
-    @serves(app, api.UNIT_UPDATE)
-    async def unit_update(req: cmd.UnitUpdateCmd, caller: Caller) -> VolumeInfo:
-        return await cm.submit(req, caller)
-
-    # scopes, services, config, kv
-
-    @serves(app, api.SCOPE_ALLOC)
-    async def scope_alloc(req: cmd.ScopeAlloc, caller: Caller) -> ScopeRange:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.SERVICE_REGISTER)
-    async def service_register(req: cmd.ServiceRegisterCmd, caller: Caller) -> ServiceInfo:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.SERVICE_HEARTBEAT)
-    async def service_heartbeat(req: cmd.ServiceHeartbeat, caller: Caller) -> ServiceInfo:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.SERVICE_UNREGISTER)
-    async def service_unregister(req: cmd.ServiceUnregister, caller: Caller) -> ServiceRef:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.SERVICE_LIST)
-    async def service_list(name: str | None = None, alive_only: bool = True) -> ServiceList:
-        now = time.time()
-        services = (await cm.fresh()).services(name)
-        return ServiceList(services=[s for s in services if not alive_only or s.alive(now)])
-
+def _serve_config(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.CONFIG_GET)
     async def config_get(key: str) -> MaybeValue:
         return MaybeValue(key=key, value=(await cm.fresh()).config(key))
@@ -266,30 +248,24 @@ def build_app(cm: ClusterManager) -> ASGIApp:
     async def config_list() -> ConfigList:
         return ConfigList(config=(await cm.fresh()).configs())
 
+
+def _serve_reads(app: FastAPI, cm: ClusterManager) -> None:
+    """The reads of fresh state the other groups leave: services, kv, undelete records, the cluster's figures."""
+
+    @serves(app, api.SERVICE_LIST)
+    async def service_list(name: str | None = None, alive_only: bool = True) -> ServiceList:
+        now = time.time()
+        services = (await cm.fresh()).services(name)
+        return ServiceList(services=[s for s in services if not alive_only or s.alive(now)])
+
     @serves(app, api.KV_GET)
     async def kv_get(key: str) -> MaybeValue:
         return MaybeValue(key=key, value=(await cm.fresh()).kv_get(key))
-
-    @serves(app, api.KV_SET)
-    async def kv_set(req: cmd.KvSet, caller: Caller) -> KeyValue:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.KV_CAS)
-    async def kv_cas(req: cmd.KvCas, caller: Caller) -> MaybeValue:
-        return await cm.submit(req, caller)
-
-    @serves(app, api.KV_DELETE)
-    async def kv_delete(req: cmd.KvDelete, caller: Caller) -> KeyRef:
-        return await cm.submit(req, caller)
 
     @serves(app, api.KV_LIST)
     async def kv_list(prefix: str = "", after: str = "", count: int = Query(KV_PAGE, ge=1, le=KV_PAGE)) -> KvItems:
         items = (await cm.fresh()).kv_list(prefix, after, count)
         return KvItems(items=items, next_after=next(reversed(items)) if len(items) == count else None)
-
-    @serves(app, api.UNDELETE_ADD)
-    async def undelete_add(req: cmd.UndeleteAdd, caller: Caller) -> UndeleteTaken:
-        return await cm.submit(req, caller)
 
     @serves(app, api.UNDELETE_GET)
     async def undelete_get(vids: str, bids: str) -> Undeleted:
@@ -305,8 +281,8 @@ def build_app(cm: ClusterManager) -> ASGIApp:
                            volumes_by_status=Counter(v.status for v in volumes), sessions=state.sessions(),
                            raft=cm.raft_status())
 
-    if not cm.config.fault_hooks:
-        return app
+
+def _with_fault_hooks(app: FastAPI) -> ReplyCutter:
     cutter = ReplyCutter(app)
 
     @serves(app, api.DROP_REPLY)
@@ -315,3 +291,12 @@ def build_app(cm: ClusterManager) -> ASGIApp:
         return req
 
     return cutter
+
+
+def build_app(cm: ClusterManager) -> ASGIApp:
+    app = create_app("clustermgr", on_start=cm.start, on_stop=cm.stop)
+    for serve in (_serve_raft, _serve_disks, _serve_volumes, _serve_config, _serve_reads):
+        serve(app, cm)
+    for route, command in PROPOSED:
+        _serve_proposed(app, cm, route, command)
+    return _with_fault_hooks(app) if cm.config.fault_hooks else app
