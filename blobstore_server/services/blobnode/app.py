@@ -1,5 +1,5 @@
-"""Blobnode HTTP routes. Shard put, batched put and get are lean routes (`libs.rpc.lean_server`, the data path); the
-rest is FastAPI.
+"""Blobnode HTTP routes. Shard put and get, one shard or a batch, are lean routes (`ShardRoutes`, served by
+`libs.rpc.lean_server`: the data path); the rest is FastAPI.
 
 Every shard route takes `io_class` (user when absent): a background request holds one of its disk's
 background slots for its whole length (see services/blobnode/iolimit.py)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import Query
+from fastapi import FastAPI, Query
 
 from blobstore_server.libs.chunkfile import ShardMeta, ShardStatus
 from blobstore_server.libs.proto import blobnode as api
@@ -44,7 +44,7 @@ from blobstore_server.libs.proto.blobnode import (
 )
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.errors import BadRequest, RpcError, TooLarge
-from blobstore_server.libs.rpc.lean_server import Request, Responder
+from blobstore_server.libs.rpc.lean_server import LeanHandler, Request, Responder
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
 from blobstore_server.services.blobnode.cluster import ClusterLink
@@ -109,23 +109,75 @@ def _read_outcome(read: memoryview | RpcError) -> ShardReadOutcome:
     return ShardReadOutcome.model_construct(length=len(read), failure=None)
 
 
-def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None,
-              reader: ReaderProcess | None = None, upkeep: Upkeep | None = None) -> WithLeanRoutes:
-    lives = [x.life for x in (scrubber, link, upkeep) if x is not None]
+class ShardRoutes:
+    """The shard data path: put and get, one shard or a batch, served as lean routes (not through FastAPI)."""
 
-    async def start() -> None:
-        for life in lives:
-            await life.start()
+    def __init__(self, node: Blobnode, reader: ReaderProcess | None) -> None:
+        self.node = node
+        self.reader = reader
 
-    async def stop() -> None:
-        for life in lives:
-            await life.stop()
-        if reader is not None:
-            await reader.stop()
-        await asyncio.to_thread(node.close)  # flush RocksDB and close chunk files
+    def lean_routes(self) -> dict[str, LeanHandler]:
+        return {api.SHARD_PUT.path: self.put, api.SHARD_PUT_BATCH.path: self.put_batch,
+                api.SHARD_GET.path: self.get, api.SHARD_GET_BATCH.path: self.get_batch}
 
-    app = create_app("blobnode", on_start=start, on_stop=stop)
+    async def put(self, request: Request, respond: Responder) -> None:
+        if request.method != api.SHARD_PUT.method:
+            raise BadRequest(f"use {api.SHARD_PUT.method} for {api.SHARD_PUT.path}")
+        node, params = self.node, request.params
+        size = int_param(params, "size")
+        if size > node.config.max_shard_size:
+            raise TooLarge(f"shard of {size} bytes exceeds the limit of {node.config.max_shard_size}")
+        disk_id, vuid, bid = int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid")
+        io_class = _io_class(params)
+        node.disk(disk_id)  # refuse before reading the body
+        expected_crc = int_param(params, CRC_PARAM) if CRC_PARAM in params else None
+        data = await request.body(size)
+        async with node.background(disk_id, io_class):
+            meta = await node.put_shard(disk_id, vuid, bid, data, io_class, expected_crc)
+        await respond.json(ShardPutResult.model_construct(bid=bid, size=meta.size, crc=meta.crc))
 
+    async def get(self, request: Request, respond: Responder) -> None:
+        if request.method != api.SHARD_GET.method:
+            raise BadRequest(f"use {api.SHARD_GET.method} for {api.SHARD_GET.path}")
+        params = request.params
+        size = int_param(params, "size") if "size" in params else None
+        disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
+        if io_class is IOClass.BACKGROUND and self.reader is not None:
+            self.reader.wanted()  # the next ones go to the reader, once the caller sees it in /stat
+        async with self.node.background(disk_id, io_class):
+            meta, length, pieces = await self.node.open_shard_read(
+                disk_id, int_param(params, "vuid"), int_param(params, "bid"), int_param(params, "offset", 0), size,
+                io_class)
+            await respond.stream(length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
+
+    async def put_batch(self, request: Request, respond: Responder) -> None:
+        disk_ids, vuids, bids, sizes, crcs = _batch(request, api.SHARD_PUT_BATCH, ("size", CRC_PARAM))
+        if max(sizes) > self.node.config.max_shard_size:
+            raise TooLarge(f"shard of {max(sizes)} bytes exceeds the limit of {self.node.config.max_shard_size}")
+        data = await request.body(sum(sizes))
+        writes, offset = [], 0
+        for disk_id, vuid, bid, size, crc in zip(disk_ids, vuids, bids, sizes, crcs, strict=True):
+            writes.append(ShardWrite(disk_id, vuid, bid, data[offset:offset + size], crc))
+            offset += size
+        outcomes = await self.node.put_shards(writes)
+        await respond.json(ShardPutBatchResult(shards=[_put_outcome(o) for o in outcomes]))
+
+    async def get_batch(self, request: Request, respond: Responder) -> None:
+        disk_ids, vuids, bids, offsets, sizes = _batch(request, api.SHARD_GET_BATCH, ("offset", "size"))
+        if sum(sizes) > MAX_BATCH_BYTES:
+            raise BadRequest(f"a batched read asks for {sum(sizes)} bytes, at most {MAX_BATCH_BYTES}")
+        reads = [ShardRead(*read) for read in zip(disk_ids, vuids, bids, offsets, sizes, strict=True)]
+        outcomes = await self.node.read_shards(reads)
+        head = ShardGetBatchHead.model_construct(shards=[_read_outcome(o) for o in outcomes])
+        pieces = [head.model_dump_json().encode() + b"\n",
+                  *(outcome for outcome in outcomes if not isinstance(outcome, RpcError))]
+        length = sum(len(piece) for piece in pieces)
+        if length < JOIN_BELOW:
+            pieces = [b"".join(pieces)]
+        await respond.stream(length, ready(*pieces), {})
+
+
+def _serve_node(app: FastAPI, node: Blobnode, scrubber: Scrubber | None, reader: ReaderProcess | None) -> None:
     def with_scrub(stat: DiskStat) -> DiskStat:
         return stat if scrubber is None else stat.model_copy(update={"scrub": scrubber.stat(stat.disk_id)})
 
@@ -139,6 +191,12 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     async def disk_stat(disk_id: int = Query(ge=0)) -> DiskStat:
         return with_scrub(await node.disk_stat(disk_id))
 
+    @serves(app, api.INSPECT_EXPORT)
+    async def inspect_export(req: ExportRequest) -> ExportResult:
+        return ExportResult(exports=await node.export(req))
+
+
+def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
     @serves(app, api.CHUNK_CREATE)
     async def chunk_create(req: ChunkCreate) -> ChunkInfo:
         return await node.create_chunk(req.disk_id, req.vuid, req.chunk_size, req.scheduler_epoch)
@@ -168,6 +226,10 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
     @serves(app, api.CHUNK_STAT)
     async def chunk_stat(disk_id: int = Query(ge=0), vuid: int = Query(ge=0)) -> ChunkStat:
         return await node.chunk_stat(disk_id, vuid)
+
+
+def _serve_shard_records(app: FastAPI, node: Blobnode) -> None:
+    """The shard routes besides the data path: marking, removing, stat and listing."""
 
     def shard_status_route(route: Route, status: ShardStatus | None) -> None:
         async def set_status(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
@@ -203,65 +265,24 @@ def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubbe
             shards = await node.list_shards(disk_id, vuid, start_bid, count, wanted, io_class)
         return ShardList(shards=[shard_info(m) for m in shards])
 
-    @serves(app, api.INSPECT_EXPORT)
-    async def inspect_export(req: ExportRequest) -> ExportResult:
-        return ExportResult(exports=await node.export(req))
 
-    async def shard_put(request: Request, respond: Responder) -> None:
-        if request.method != api.SHARD_PUT.method:
-            raise BadRequest(f"use {api.SHARD_PUT.method} for {api.SHARD_PUT.path}")
-        params = request.params
-        size = int_param(params, "size")
-        if size > node.config.max_shard_size:
-            raise TooLarge(f"shard of {size} bytes exceeds the limit of {node.config.max_shard_size}")
-        disk_id, vuid, bid = int_param(params, "disk_id"), int_param(params, "vuid"), int_param(params, "bid")
-        io_class = _io_class(params)
-        node.disk(disk_id)  # refuse before reading the body
-        expected_crc = int_param(params, CRC_PARAM) if CRC_PARAM in params else None
-        data = await request.body(size)
-        async with node.background(disk_id, io_class):
-            meta = await node.put_shard(disk_id, vuid, bid, data, io_class, expected_crc)
-        await respond.json(ShardPutResult.model_construct(bid=bid, size=meta.size, crc=meta.crc))
+def build_app(node: Blobnode, link: ClusterLink | None = None, scrubber: Scrubber | None = None,
+              reader: ReaderProcess | None = None, upkeep: Upkeep | None = None) -> WithLeanRoutes:
+    lives = [x.life for x in (scrubber, link, upkeep) if x is not None]
 
-    async def shard_get(request: Request, respond: Responder) -> None:
-        if request.method != api.SHARD_GET.method:
-            raise BadRequest(f"use {api.SHARD_GET.method} for {api.SHARD_GET.path}")
-        params = request.params
-        size = int_param(params, "size") if "size" in params else None
-        disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
-        if io_class is IOClass.BACKGROUND and reader is not None:
-            reader.wanted()  # the next ones go to the reader, once the caller sees it in /stat
-        async with node.background(disk_id, io_class):
-            meta, length, pieces = await node.open_shard_read(
-                disk_id, int_param(params, "vuid"), int_param(params, "bid"), int_param(params, "offset", 0), size,
-                io_class)
-            await respond.stream(length, pieces, {"x-shard-crc": str(meta.crc), "x-shard-size": str(meta.size)})
+    async def start() -> None:
+        for life in lives:
+            await life.start()
 
-    async def shard_put_batch(request: Request, respond: Responder) -> None:
-        disk_ids, vuids, bids, sizes, crcs = _batch(request, api.SHARD_PUT_BATCH, ("size", CRC_PARAM))
-        if max(sizes) > node.config.max_shard_size:
-            raise TooLarge(f"shard of {max(sizes)} bytes exceeds the limit of {node.config.max_shard_size}")
-        data = await request.body(sum(sizes))
-        writes, offset = [], 0
-        for disk_id, vuid, bid, size, crc in zip(disk_ids, vuids, bids, sizes, crcs, strict=True):
-            writes.append(ShardWrite(disk_id, vuid, bid, data[offset:offset + size], crc))
-            offset += size
-        outcomes = await node.put_shards(writes)
-        await respond.json(ShardPutBatchResult(shards=[_put_outcome(o) for o in outcomes]))
+    async def stop() -> None:
+        for life in lives:
+            await life.stop()
+        if reader is not None:
+            await reader.stop()
+        await asyncio.to_thread(node.close)  # flush RocksDB and close chunk files
 
-    async def shard_get_batch(request: Request, respond: Responder) -> None:
-        disk_ids, vuids, bids, offsets, sizes = _batch(request, api.SHARD_GET_BATCH, ("offset", "size"))
-        if sum(sizes) > MAX_BATCH_BYTES:
-            raise BadRequest(f"a batched read asks for {sum(sizes)} bytes, at most {MAX_BATCH_BYTES}")
-        reads = [ShardRead(*read) for read in zip(disk_ids, vuids, bids, offsets, sizes, strict=True)]
-        outcomes = await node.read_shards(reads)
-        head = ShardGetBatchHead.model_construct(shards=[_read_outcome(o) for o in outcomes])
-        pieces = [head.model_dump_json().encode() + b"\n",
-                  *(outcome for outcome in outcomes if not isinstance(outcome, RpcError))]
-        length = sum(len(piece) for piece in pieces)
-        if length < JOIN_BELOW:
-            pieces = [b"".join(pieces)]
-        await respond.stream(length, ready(*pieces), {})
-
-    return with_lean_routes(app, {api.SHARD_PUT.path: shard_put, api.SHARD_PUT_BATCH.path: shard_put_batch,
-                                  api.SHARD_GET.path: shard_get, api.SHARD_GET_BATCH.path: shard_get_batch})
+    app = create_app("blobnode", on_start=start, on_stop=stop)
+    _serve_node(app, node, scrubber, reader)
+    _serve_chunks(app, node)
+    _serve_shard_records(app, node)
+    return with_lean_routes(app, ShardRoutes(node, reader).lean_routes())
