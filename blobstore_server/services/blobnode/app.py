@@ -63,6 +63,12 @@ def _io_class(params: dict[str, str]) -> IOClass:
         raise BadRequest(f"io_class must be one of {[c.value for c in IOClass]}") from None
 
 
+def _method(request: Request, route: Route) -> None:
+    """BadRequest unless `request` comes with `route`'s method (a lean route is matched by its path alone)."""
+    if request.method != route.method:
+        raise BadRequest(f"use {route.method} for {route.path}")
+
+
 def _batch_param(params: dict[str, str], name: str, count: int | None = None) -> list[int]:
     """A batch's query parameter: one integer >= 0 per shard (`count` of them when given)."""
     raw = params.get(name)
@@ -78,8 +84,7 @@ def _batch_param(params: dict[str, str], name: str, count: int | None = None) ->
 
 def _batch(request: Request, route: Route, names: tuple[str, ...]) -> list[list[int]]:
     """A batch's disk ids, vuids, bids and then the lists `names`, one value per shard in each."""
-    if request.method != route.method:
-        raise BadRequest(f"use {route.method} for {route.path}")
+    _method(request, route)
     params = request.params
     if IO_CLASS_PARAM in params:
         raise BadRequest(f"{route.path} carries user shards only; background ones go one by one (each holds its "
@@ -121,8 +126,7 @@ class ShardRoutes:
                 api.SHARD_GET.path: self.get, api.SHARD_GET_BATCH.path: self.get_batch}
 
     async def put(self, request: Request, respond: Responder) -> None:
-        if request.method != api.SHARD_PUT.method:
-            raise BadRequest(f"use {api.SHARD_PUT.method} for {api.SHARD_PUT.path}")
+        _method(request, api.SHARD_PUT)
         node, params = self.node, request.params
         size = int_param(params, "size")
         if size > node.config.max_shard_size:
@@ -137,8 +141,7 @@ class ShardRoutes:
         await respond.json(ShardPutResult.model_construct(bid=bid, size=meta.size, crc=meta.crc))
 
     async def get(self, request: Request, respond: Responder) -> None:
-        if request.method != api.SHARD_GET.method:
-            raise BadRequest(f"use {api.SHARD_GET.method} for {api.SHARD_GET.path}")
+        _method(request, api.SHARD_GET)
         params = request.params
         size = int_param(params, "size") if "size" in params else None
         disk_id, io_class = int_param(params, "disk_id"), _io_class(params)
