@@ -35,7 +35,8 @@ from bench.common import cpu_seconds  # noqa: E402
 from blobstore_server.services.clustermgr.client import ClusterClient  # noqa: E402
 from tests.support.processes import Service, stop_all  # noqa: E402
 from tests.support.raftkv.kvclient import KVClient  # noqa: E402
-from tests.support.raftkv.kvcluster import LocalCluster, free_port, wait_for  # noqa: E402
+from tests.support.raftkv.kvcluster import LocalCluster, free_port  # noqa: E402
+from tests.support.waiting import eventually  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "raft.json"
 SECTIONS = ("raft", "pysyncobj", "paused", "sessions")
@@ -106,19 +107,15 @@ async def _one_failover(cluster: LocalCluster, client: KVClient, k: int) -> floa
             i += 1
 
     tasks = [asyncio.create_task(writer(w)) for w in range(4)]
-    await wait_for(lambda: _now(len(acks) > 50), 10, "writes before the kill")
+    await eventually(lambda: (len(acks) > 50), 10, "writes before the kill")
     killed = time.perf_counter()
     cluster.kill(lead)
-    await wait_for(lambda: _now(any(t0 > killed for t0, _ in acks)), 15, "a write after the kill")
+    await eventually(lambda: (any(t0 > killed for t0, _ in acks)), 15, "a write after the kill")
     stop = True
     await asyncio.gather(*tasks)
     cluster.start(lead)
     await cluster.wait_converged(client, list(cluster.initial), timeout=30)
     return min(t1 for t0, t1 in acks if t0 > killed) - killed
-
-
-async def _now(value: bool) -> bool:
-    return value
 
 
 async def _catch_up(cluster: LocalCluster, mutations: int) -> dict[str, Any]:
@@ -141,7 +138,7 @@ async def _catch_up(cluster: LocalCluster, mutations: int) -> dict[str, Any]:
             up.append(time.perf_counter())
         return bool(st and st["applied"] >= target)
 
-    await wait_for(caught_up, 120, "the wiped node to catch up", every=0.005)
+    await eventually(caught_up, 120, "the wiped node to catch up", every=0.005)
     done = time.perf_counter()
     st = await client.status(victim)
     sums = await cluster.wait_converged(client, list(cluster.initial), timeout=30)

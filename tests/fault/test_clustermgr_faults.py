@@ -45,7 +45,8 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.clustermgr.volumes import INTENT_PREFIX, VolumeIntent
 from tests.support.load import wait_for_put
-from tests.support.processes import LocalCluster, Service, eventually
+from tests.support.processes import LocalCluster, Service
+from tests.support.waiting import eventually
 
 ClusterMgrFactory = Callable[..., list[Service]]
 ClusterFactory = Callable[..., LocalCluster]

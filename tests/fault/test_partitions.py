@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,6 +50,7 @@ from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.linearizable import Op, check
 from tests.support.load import Attempt, PutStream, failures, put_stream, success_rate
 from tests.support.settle import settled
+from tests.support.waiting import eventually
 
 HOSTS = 8
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="hosts as network namespaces need root")
@@ -453,12 +454,6 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
     async def tasks(cm: ClusterClient) -> list[TaskRecord]:
         return [TaskRecord.model_validate_json(raw) for raw in (await cm.kv_list(TASK_PREFIX)).values()]
 
-    async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not await check():
-            assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-            await asyncio.sleep(0.3)
-
     async def scenario(stream: PutStream) -> None:
         async with ClusterClient(cluster.clustermgr_urls) as cm:
             broken = next(d.disk_id for d in await cm.list_disks() if d.host == _record(cluster, "blobnode-h6").url)
@@ -468,7 +463,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
                 return any(t.open and t.worker and t.disk_id == broken for t in await tasks(cm))
 
             marked = time.monotonic()
-            await until(handed_out, 60, "a repair task under way")
+            await eventually(handed_out, 60, "a repair task under way")
             print(f"a repair task under way {time.monotonic() - marked:.1f} s after the disk was marked broken")
             async with SchedulerClient(cm) as api:  # a worker that will be cut off with the old scheduler
                 while (got := await api.acquire(AcquireRequest(worker="worker-cut-off-with-it"))).task is None:
@@ -485,7 +480,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
             async def taken_over() -> bool:
                 return (await leader(cm)).epoch == old.epoch + 1
 
-            await until(taken_over, 5 * ttl, "the standby scheduler taking over")
+            await eventually(taken_over, 5 * ttl, "the standby scheduler taking over")
             new = await leader(cm)
             async with SchedulerClient(cm) as api:
                 with pytest.raises(Fenced):  # its task calls under the old epoch reach the new scheduler
@@ -497,7 +492,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
             async def repaired() -> bool:
                 return (await cm.get_disk(broken)).status is DiskStatus.REPAIRED
 
-            await until(repaired, 180, f"disk {broken} repaired")
+            await eventually(repaired, 180, f"disk {broken} repaired")
             print(f"disk repaired {time.monotonic() - cut:.1f} s after the cut")
             fenced = (_metric([new.host], "blobstore_scheduler_fenced_total"),
                       _metric(cluster.clustermgr_urls, "blobstore_clustermgr_fenced_total"))

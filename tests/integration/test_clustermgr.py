@@ -19,7 +19,8 @@ from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.mirror import VolumeMirror
-from tests.support.processes import BlobnodeFactory, Service, eventually, free_port, signing_as
+from tests.support.processes import BlobnodeFactory, Service, free_port, signing_as
+from tests.support.waiting import eventually
 
 T = TypeVar("T")
 ClusterMgrFactory = Callable[..., list[Service]]

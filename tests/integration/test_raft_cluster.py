@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.raftkv.kvclient import KVClient, KVError
-from tests.support.raftkv.kvcluster import LocalCluster, wait_for
+from tests.support.raftkv.kvcluster import LocalCluster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,12 +86,12 @@ def test_kill_leader_under_writes_loses_nothing(cluster: LocalCluster) -> None:
         client = cluster.client(timeout=10)
         old = await cluster.wait_leader(client)
         writers = Writers(cluster.client(timeout=10))
-        await wait_for(lambda: _true(len(writers.acked) > 300), 10, "writes before the kill")
+        await eventually(lambda: (len(writers.acked) > 300), 10, "writes before the kill")
         loop = asyncio.get_running_loop()
         cluster.kill(old)
         killed_at = loop.time()
         before = len(writers.acked)
-        await wait_for(lambda: _true(len(writers.acked) > before + 100), 10, "writes after the kill")
+        await eventually(lambda: (len(writers.acked) > before + 100), 10, "writes after the kill")
         await writers.stop()
         first_after = min(done for issued, done in writers.ack_times if issued > killed_at)
         assert first_after - killed_at < 2.0, f"no write acknowledged for {first_after - killed_at:.2f}s"
@@ -101,10 +102,6 @@ def test_kill_leader_under_writes_loses_nothing(cluster: LocalCluster) -> None:
         await cluster.wait_converged(client, list(cluster.initial))
 
     run(cluster, main)
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 def test_writes_refused_without_quorum_until_a_node_returns(cluster: LocalCluster) -> None:
@@ -175,13 +172,13 @@ def test_add_learner_promote_remove_under_writes(cluster: LocalCluster) -> None:
         new = cluster.add_node()
         cluster.start(new, join=True)
         await client.add_learner(new, cluster.peer_addr[new])
-        await wait_for(lambda: _caught_up(client, new, lead), 20, "the learner to catch up")
+        await eventually(lambda: _caught_up(client, new, lead), 20, "the learner to catch up")
         await client.promote(new)
         old = next(i for i in cluster.initial if i != lead)
         await client.remove(old)
         cluster.stop(old)
         before = len(writers.acked)
-        await wait_for(lambda: _true(len(writers.acked) > before + 100), 10, "writes after the change")
+        await eventually(lambda: (len(writers.acked) > before + 100), 10, "writes after the change")
         await writers.stop()
         members = [i for i in (*cluster.initial, new) if i != old]
         await cluster.wait_converged(client, members)

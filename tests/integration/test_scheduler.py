@@ -44,6 +44,7 @@ from blobstore_server.services.scheduler.client import SchedulerClient
 from blobstore_server.services.scheduler.rules import units_by_disk, units_per_disk
 from tests.support.metrics import sample
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
+from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
 SIZES = [10, 3_000, 40_000, 300_000, 1_200_000, 3_000_000]
@@ -57,19 +58,6 @@ async def store(cluster: LocalCluster, count: int, seed: int) -> list[tuple[str,
         return [(await client.put(data), data) for data in objects]
 
 
-async def until(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.3)
-
-
 def _active_scheduler(cluster: LocalCluster) -> str:
     return next(s.url for name, s in cluster.background.items() if name.startswith("scheduler")
                 and sample(s.url, "blobstore_scheduler_active") == 1)
@@ -79,7 +67,7 @@ async def rounds_pass(cluster: LocalCluster, rounds: int) -> None:
     """Until the active scheduler has completed `rounds` more rounds: whatever it would decide, it has."""
     url = await asyncio.to_thread(_active_scheduler, cluster)
     start = await asyncio.to_thread(sample, url, "blobstore_scheduler_rounds_total")
-    await until(lambda: asyncio.to_thread(
+    await eventually(lambda: asyncio.to_thread(
         lambda: sample(url, "blobstore_scheduler_rounds_total") >= start + rounds), 30, f"{rounds} scheduler rounds")
 
 
@@ -88,7 +76,7 @@ async def switch_read(cluster: LocalCluster, task_type: TaskType, on: bool) -> N
     def seen() -> bool:
         return sample(_active_scheduler(cluster), "blobstore_scheduler_switch", {"type": task_type.value}) == on
 
-    await until(lambda: asyncio.to_thread(seen), 30, f"the scheduler to read {task_type} {'on' if on else 'off'}")
+    await eventually(lambda: asyncio.to_thread(seen), 30, f"the scheduler to read {task_type} {'on' if on else 'off'}")
 
 
 async def tasks_of(cm: ClusterClient) -> list[TaskRecord]:
@@ -167,7 +155,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
                 async def prepared() -> list[TaskRecord]:
                     return [t for t in await tasks_of(cm) if t.state is TaskState.PREPARED]
 
-                await until(prepared, 30, "repair tasks prepared")
+                await eventually(prepared, 30, "repair tasks prepared")
                 # The broken disk's node still runs and would take PUTs: before any worker lists the units, each
                 # moving unit's chunk there refuses them (a blob landing on it after the listing would never
                 # reach the new unit; its refused shard is owed a repair instead).
@@ -176,7 +164,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
                 assert all(chunks[t.source_vuid] is ChunkStatus.READONLY for t in await prepared()), chunks
             finally:
                 os.kill(worker.pid, signal.SIGCONT)
-            await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 90, f"disk {broken} repaired")
+            await eventually(lambda: _is(cm, broken, DiskStatus.REPAIRED), 90, f"disk {broken} repaired")
             tasks = await tasks_of(cm)
             assert tasks and all(t.state is TaskState.FINISHED and t.disk_id == broken for t in tasks)
             current = {v.vid: v for v in await cm.list_volumes()}
@@ -209,7 +197,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
             await cm.set_config(BROKEN_AFTER_KEY, "3")
             victim.kill9()
             for disk_id in victim_disks:
-                await until(lambda d=disk_id: _is(cm, d, DiskStatus.REPAIRED), 120, f"disk {disk_id} repaired")
+                await eventually(lambda d=disk_id: _is(cm, d, DiskStatus.REPAIRED), 120, f"disk {disk_id} repaired")
             await assert_whole(cluster, cm, objects, {broken, *victim_disks})
             assert not [v.vid for v in await cm.list_volumes() if v.under_spread]  # 7 live hosts for 6 units
 
@@ -228,7 +216,8 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
                         assert "disk I/O failed" in str(exc)
                     else:
                         raise AssertionError("a chunk was created in a file")
-            await until(lambda: _is(cm, failing.disk_id, DiskStatus.REPAIRED), 90, f"disk {failing.disk_id} repaired")
+            await eventually(lambda: _is(cm, failing.disk_id, DiskStatus.REPAIRED), 90,
+                             f"disk {failing.disk_id} repaired")
             await assert_whole(cluster, cm, objects, {*gone, failing.disk_id})
 
     asyncio.run(scenario())
@@ -256,7 +245,7 @@ def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFac
             async def moving() -> bool:
                 return any(t.open and 0 < t.done_shards < t.total_shards for t in await tasks_of(cm))
 
-            await until(moving, 60, "a repair task under way")
+            await eventually(moving, 60, "a repair task under way")
             old = LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
             paused = next(s for n, s in cluster.background.items() if n.startswith("sched") and s.url == old.host)
             os.kill(paused.pid, signal.SIGSTOP)
@@ -266,7 +255,7 @@ def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFac
                     raw = await cm.kv_get(LEADER_KEY)
                     return raw is not None and LeaderRecord.model_validate_json(raw).epoch == old.epoch + 1
 
-                await until(taken_over, 10 * ttl, "the standby scheduler taking over")
+                await eventually(taken_over, 10 * ttl, "the standby scheduler taking over")
                 new = LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
 
                 async def let_go() -> bool:
@@ -277,11 +266,11 @@ def test_a_paused_scheduler_is_superseded_and_fenced(cluster_factory: ClusterFac
                     return (_sample(worker, 'blobstore_worker_tasks_given_up_total{why="lapsed"}') > 0
                             or _sample(scheduler, "blobstore_scheduler_fenced_total") > 0)
 
-                await until(let_go, 30, "the worker's task of the old epoch given up")
+                await eventually(let_go, 30, "the worker's task of the old epoch given up")
                 await asyncio.sleep(max(0.0, paused_at + 3 * ttl - time.monotonic()))  # three leases at least
             finally:
                 os.kill(paused.pid, signal.SIGCONT)
-            await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 120, f"disk {broken} repaired")
+            await eventually(lambda: _is(cm, broken, DiskStatus.REPAIRED), 120, f"disk {broken} repaired")
             scrape = (await http.get(f"{cluster.background['worker'].url}/metrics")).text
             assert _sample(scrape, 'blobstore_worker_migrated_shards_total{how="resumed"}') > 0
             await asyncio.sleep(2 * ttl)  # the old one awake for two leases: it stands by and changes nothing
@@ -326,7 +315,7 @@ def test_a_volume_one_loss_from_losing_blobs_is_rebuilt_first_and_past_the_caps(
             async def lost_units(vid: int) -> int:
                 return sum(u.disk_id in broken for u in (await cm.get_volume(vid)).units)
 
-            await until(lambda: _fewer(lost_units(critical.vid), 2), 30, f"volume {critical.vid} back to margin 2")
+            await eventually(lambda: _fewer(lost_units(critical.vid), 2), 30, f"volume {critical.vid} back to margin 2")
             took = time.monotonic() - started
             pending = [vid for vid in others if await lost_units(vid)]
             print(f"margin-1 volume rebuilt in {took:.1f}s; {len(pending)}/{len(others)} margin-2 volumes waiting")
@@ -380,7 +369,7 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
             async def migrated() -> bool:  # the record is final only after the unit switched and the old chunk went
                 return any(t.task_id == task.task_id and not t.open for t in await tasks_of(cm))
 
-            await until(migrated, 60, "the manual migration")
+            await eventually(migrated, 60, "the manual migration")
             assert (await cm.get_volume(volume.vid)).units[2].disk_id == target
             record = next(t for t in await tasks_of(cm) if t.task_id == task.task_id)
             assert record.state is TaskState.FINISHED and record.destination is not None
@@ -414,14 +403,14 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
             async def reclaimed() -> bool:
                 return any(t.task_id == second.task_id and not t.open for t in await tasks_of(cm))
 
-            await until(reclaimed, 60, "the reclaimed migration")
+            await eventually(reclaimed, 60, "the reclaimed migration")
             unit = (await cm.get_volume(other.vid)).units[0]
             assert unit.disk_id not in (other.units[0].disk_id, first_try.destination.disk_id)
 
             dropped = busiest_disk(await cm.list_volumes())
             await cm.set_disk(dropped, readonly=True)
             await cm.set_disk(dropped, status=DiskStatus.DROPPING)
-            await until(lambda: _is(cm, dropped, DiskStatus.DROPPED), 90, f"disk {dropped} dropped")
+            await eventually(lambda: _is(cm, dropped, DiskStatus.DROPPED), 90, f"disk {dropped} dropped")
             drops = [t for t in await tasks_of(cm) if t.task_type is TaskType.DISK_DROP]
             assert drops and all(t.state is TaskState.FINISHED for t in drops)
             assert all(v.status.value != "lock" for v in await cm.list_volumes())  # unlocked again
@@ -435,7 +424,7 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
             active = cluster.background["scheduler0"]
             active.kill9()
             active.start()
-            await until(lambda: _loaded(scheduler, len(many)), 30, "the restarted scheduler loading every record")
+            await eventually(lambda: _loaded(scheduler, len(many)), 30, "the restarted scheduler loading every record")
 
     asyncio.run(scenario())
 
@@ -466,7 +455,7 @@ def test_a_paused_move_gives_its_volume_to_a_disk_repair(cluster_factory: Cluste
                 await cm.set_disk(broken, status=DiskStatus.BROKEN)
             finally:
                 os.kill(worker.pid, signal.SIGCONT)
-            await until(lambda: _is(cm, broken, DiskStatus.REPAIRED), 60, f"disk {broken} repaired")
+            await eventually(lambda: _is(cm, broken, DiskStatus.REPAIRED), 60, f"disk {broken} repaired")
             record = next(t for t in await tasks_of(cm) if t.task_id == task.task_id)
             assert record.state is TaskState.INITED and record.destination is None, record
             assert "switched off" in record.reason
@@ -522,9 +511,9 @@ def test_balance_fills_a_new_empty_disk_and_stops(cluster_factory: ClusterFactor
     async def scenario() -> None:
         objects = await store(cluster, 18, seed=4)
         async with ClusterClient(cm_urls) as cm:
-            await until(lambda: _count_volumes(cm, 6), 30, "six volumes")
+            await eventually(lambda: _count_volumes(cm, 6), 30, "six volumes")
             blobnode_factory("bn-new", disks=1, clustermgr=cluster.clustermgr)
-            await until(lambda: _has_disk(cm, 7), 15, "the new disk registered")
+            await eventually(lambda: _has_disk(cm, 7), 15, "the new disk registered")
 
             async def spread() -> int:
                 counts = units_per_disk(await cm.list_disks(), units_by_disk(await cm.list_volumes()))
@@ -533,7 +522,7 @@ def test_balance_fills_a_new_empty_disk_and_stops(cluster_factory: ClusterFactor
             async def settled() -> bool:
                 return await spread() < 3 and not [t for t in await tasks_of(cm) if t.open]
 
-            await until(settled, 120, "units spread over the new disk")
+            await eventually(settled, 120, "units spread over the new disk")
             moved = [t for t in await tasks_of(cm) if t.task_type is TaskType.BALANCE]
             assert moved and all(t.state is TaskState.FINISHED and t.target_disk == 7 for t in moved)
             await rounds_pass(cluster, 3)  # and it stays put: no ping-pong
@@ -568,7 +557,7 @@ def test_volume_inspection_queues_repairs_for_missing_shards(cluster_factory: Cl
                     return False
                 return True
 
-            await until(back, 60, "the deleted shard repaired from the inspection's message")
+            await eventually(back, 60, "the deleted shard repaired from the inspection's message")
             async with httpx.AsyncClient(auth=SIGNED) as http:
                 scrape = (await http.get(f"{cluster.background['scheduler0'].url}/metrics")).text
             assert _sample(scrape, "blobstore_scheduler_inspect_lost_blobs_total") >= 1

@@ -26,8 +26,9 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.metrics import sample
-from tests.support.processes import LocalCluster, Pauses, Service, eventually, free_port, process_state
+from tests.support.processes import LocalCluster, Pauses, Service, free_port, process_state
 from tests.support.shards import blobs_of, shard_states
+from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
 SIZES = [3_000, 40_000, 300_000, 1_200_000]

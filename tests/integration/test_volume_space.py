@@ -24,7 +24,8 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import wait_for_put
 from tests.support.metrics import sample
-from tests.support.processes import LocalCluster, eventually
+from tests.support.processes import LocalCluster
+from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
 CHUNK = 1 << 20

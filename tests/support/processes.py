@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import httpx
 
@@ -22,7 +20,7 @@ from blobstore_server.cluster.procs import free_port as free_port  # the one por
 from blobstore_server.cluster.procs import healthy
 from blobstore_server.cluster.procs import wait_until as wait_until  # the one polling helper, for the tests too
 from blobstore_server.cluster.service_auth import with_auth
-from blobstore_server.libs.rpc import auth, errors
+from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer, new_secret
 from blobstore_server.libs.rpc.routes import Capability
 
@@ -211,20 +209,3 @@ class LocalCluster:
     background: dict[str, Service] = field(default_factory=dict)  # worker, mqproxy, tinker when started
     secret: ClassVar[str] = "test-cluster-secret"
 
-
-T = TypeVar("T")
-
-
-async def eventually(check: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
-    """Poll an async condition until it returns a truthy value, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = await check()
-            if last:
-                return last
-        except errors.RpcError as exc:
-            last = exc
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")

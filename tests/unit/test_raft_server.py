@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,8 @@ from blobstore_server.libs.raft.config import RaftConfig
 from blobstore_server.libs.raft.errors import InvariantViolation, LeadershipLost, NotLeader
 from blobstore_server.libs.raft.server import RaftServer
 from blobstore_server.libs.raft.snapshot import Receiver, SnapshotStore
-from tests.support.raftkv.kvcluster import free_port, wait_for
+from tests.support.raftkv.kvcluster import free_port
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,12 +65,8 @@ def _run(tmp: Path, body: Callable[[dict[int, RaftServer], dict[int, str]], Awai
 
 
 async def _leader(servers: dict[int, RaftServer]) -> RaftServer:
-    await wait_for(lambda: _any(s.is_leader() for s in servers.values()), 10, "a leader")
+    await eventually(lambda: any(s.is_leader() for s in servers.values()), 10, "a leader")
     return next(s for s in servers.values() if s.is_leader())
-
-
-async def _any(values: Iterable[object]) -> bool:
-    return any(values)
 
 
 def test_propose_read_and_not_leader(tmp_path: Path) -> None:
@@ -83,7 +80,7 @@ def test_propose_read_and_not_leader(tmp_path: Path) -> None:
         with pytest.raises(NotLeader) as err:
             await follower.propose(b"x=y")
         assert err.value.leader_hint == lead.node.id
-        await wait_for(lambda: _any([follower.applied >= index]), 5, "follower apply")
+        await eventually(lambda: any([follower.applied >= index]), 5, "follower apply")
         assert follower.sm.data == lead.sm.data  # type: ignore[attr-defined]
 
     _run(tmp_path, body)
@@ -97,16 +94,16 @@ def test_followers_answer_heartbeats_without_a_synced_write(tmp_path: Path) -> N
         lead = await _leader(servers)
         await lead.propose(b"k=v")
         followers = [s for s in servers.values() if s is not lead]
-        await wait_for(lambda: _any([all(f.applied == lead.applied for f in followers)]), 5, "caught up")
+        await eventually(lambda: any([all(f.applied == lead.applied for f in followers)]), 5, "caught up")
         resting = [f.log_writes for f in followers]
         await asyncio.sleep(1.0)
         assert [f.log_writes for f in followers] == resting
         await lead.propose(b"k=w")
         index = lead.applied
-        await wait_for(lambda: _any([all(f.storage.last >= index for f in followers if f.storage)]), 5,
+        await eventually(lambda: any([all(f.storage.last >= index for f in followers if f.storage)]), 5,
                        "the entry in every log")
         # the count goes up once the write's thread hands back to the loop, just after the log shows the entry
-        await wait_for(lambda: _any([all(f.log_writes > w for f, w in zip(followers, resting, strict=True))]), 5,
+        await eventually(lambda: any([all(f.log_writes > w for f, w in zip(followers, resting, strict=True))]), 5,
                        "a synced write for it on every follower")
 
     _run(tmp_path, body)
@@ -134,14 +131,14 @@ def test_new_member_catches_up_through_chunked_snapshot(tmp_path: Path) -> None:
         lead = await _leader(servers)
         for i in range(0, 400, 50):
             await asyncio.gather(*(lead.propose(b"k%d=%s" % (j, b"x" * 200)) for j in range(i, i + 50)))
-        await wait_for(lambda: _any([lead.node.offset_index > 0]), 10, "log compaction")
+        await eventually(lambda: any([lead.node.offset_index > 0]), 10, "log compaction")
         addr = f"127.0.0.1:{free_port()}"
         cfg = RaftConfig(node_id=4, peers=peers, data_dir=tmp_path / "n4", listen=addr, join=True,
                          heartbeat_ms=30, election_ms=(150, 300), snapshot_chunk=1024)
         new = servers[4] = RaftServer(cfg, DictMachine())
         await new.start()
         await lead.add_learner(4, addr)
-        await wait_for(lambda: _any([new.applied >= lead.applied]), 10, "the learner to catch up")
+        await eventually(lambda: any([new.applied >= lead.applied]), 10, "the learner to catch up")
         assert new.node.snapshot.index > 0
         assert new.sm.data == lead.sm.data  # type: ignore[attr-defined]
         await lead.promote(4)

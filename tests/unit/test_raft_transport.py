@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Callable
 
 from blobstore_server.libs.raft.messages import Message, PreVote
 from blobstore_server.libs.raft.transport import CHALLENGE, Transport
+from tests.support.waiting import eventually
 
 KEY = os.urandom(32)
 
@@ -20,13 +20,6 @@ def free_addr() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 def test_members_exchange_messages() -> None:
     async def scenario() -> None:
         got: list[Message] = []
@@ -35,7 +28,7 @@ def test_members_exchange_messages() -> None:
         await b.start()
         try:
             a.set_peers({2: b.listen})
-            await until(lambda: a.send(PreVote(term=1, frm=1, to=2)) and got)
+            await eventually(lambda: a.send(PreVote(term=1, frm=1, to=2)) and got, 5, "a message through", every=0.01)
             assert isinstance(got[0], PreVote) and got[0].frm == 1
         finally:
             await a.close()
@@ -66,7 +59,7 @@ def test_a_member_sends_nothing_to_a_listener_without_the_key() -> None:
             for _ in range(20):
                 assert not member.send(PreVote(term=1, frm=1, to=2))
                 await asyncio.sleep(0.02)
-            await until(lambda: len(received) >= 2)
+            await eventually(lambda: len(received) >= 2, 5, "two messages", every=0.01)
             assert received[1] == b""  # hung up on, with no frame sent
         finally:
             await member.close()

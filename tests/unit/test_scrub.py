@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,7 @@ from blobstore_server.services.dashboard.overview import scrub_view
 from blobstore_server.services.dashboard.scrape import Scrape
 from blobstore_server.services.mqproxy.client import MqProxyClient
 from tests.support.damage import flip_in_chunk
+from tests.support.waiting import eventually
 
 MB = 1 << 20
 DAY = 86400.0
@@ -195,13 +196,6 @@ async def flip(node: Blobnode, vuid: int, bid: int) -> None:
     flip_in_chunk(node.disk(1).path / "data" / chunk.chunk_id, meta.offset, meta.size)
 
 
-async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 def test_the_scrubber_finds_a_flipped_byte_and_keeps_it_across_a_restart(tmp_path: Path) -> None:
     node = make_node(tmp_path, scrub_period=0.5)  # ~1 MB over half a second
 
@@ -211,7 +205,7 @@ def test_the_scrubber_finds_a_flipped_byte_and_keeps_it_across_a_restart(tmp_pat
         scrub = DiskScrubber(node, 1, asyncio.Event())
         task = asyncio.create_task(scrub.run())
         try:
-            await until(lambda: scrub.state.record.passes >= 1)
+            await eventually(lambda: scrub.state.record.passes >= 1, 10, "a whole pass")
         finally:
             task.cancel()
         stat = scrub.stat()  # the next pass may have begun: a pass takes its whole period
@@ -239,7 +233,7 @@ def test_a_restarted_scrubber_reads_only_what_its_pass_had_left(tmp_path: Path) 
         scrub = DiskScrubber(node, 1, asyncio.Event())
         task = asyncio.create_task(scrub.run())
         try:
-            await until(lambda: scrub.state.record.passes >= 1)
+            await eventually(lambda: scrub.state.record.passes >= 1, 10, "a whole pass")
         finally:
             task.cancel()
         record = load_record(path)
@@ -321,7 +315,7 @@ def test_a_disk_its_cap_cannot_cover_in_a_period_says_by_how_much_its_pass_is_la
         scrub = scrubber.disks[1]
         task = asyncio.create_task(scrub.run())
         try:
-            await until(lambda: scrub.state.record.pass_shards >= 2)
+            await eventually(lambda: scrub.state.record.pass_shards >= 2, 10, "two shards scrubbed")
         finally:
             task.cancel()
         stat = scrub.stat()
@@ -347,7 +341,7 @@ def test_a_disk_its_cap_covers_is_on_time(tmp_path: Path) -> None:
         scrub = Scrubber(node, None).disks[1]
         task = asyncio.create_task(scrub.run())
         try:
-            await until(lambda: scrub.state.record.pass_shards >= 2)
+            await eventually(lambda: scrub.state.record.pass_shards >= 2, 10, "two shards scrubbed")
         finally:
             task.cancel()
         stat = scrub.stat()  # ~0.8 MB left in under a second: well under the cap

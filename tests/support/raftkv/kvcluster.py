@@ -5,32 +5,20 @@ Every process is tracked by PID; `close()` kills whatever is still running.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from blobstore_server.libs.ports import free_port
 from tests.support.raftkv.kvclient import KVClient
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-async def wait_for(pred: Callable[[], Awaitable[bool]], timeout: float, what: str, every: float = 0.02) -> float:
-    """Poll `pred` until true; returns the seconds it took. Raises TimeoutError naming `what`."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not await pred():
-        if loop.time() - start > timeout:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(every)
-    return loop.time() - start
 
 
 class LocalCluster:
@@ -134,7 +122,7 @@ class LocalCluster:
                 found.append(lead)
             return lead is not None
 
-        await wait_for(has_leader, timeout, "a leader")
+        await eventually(has_leader, timeout, "a leader")
         return found[-1]
 
     async def wait_converged(self, client: KVClient, nodes: list[int], timeout: float = 20.0) -> dict[int, Any]:
@@ -149,5 +137,5 @@ class LocalCluster:
                     return False
             return len({(c["applied"], c["checksum"]) for c in seen.values()}) == 1
 
-        await wait_for(same, timeout, f"nodes {nodes} to converge", every=0.05)
+        await eventually(same, timeout, f"nodes {nodes} to converge", every=0.05)
         return seen
