@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from blobstore_server.cluster.launcher import ClusterInfo
 from blobstore_server.libs import cpugroup
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import SECRET_ENV, operator_signer
 from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
+from tests.support.launched import Launch, LaunchedClusters
 from tests.support.processes import (
     TEST_SECRET,
     BlobnodeFactory,
@@ -34,6 +36,55 @@ def idle_cpu_group() -> Iterator[None]:
     group = cpugroup.idle_group_beside()
     if group is not None:
         cpugroup.remove_idle_group(group)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules that share a launched cluster (the same `LAUNCH`) run one after the other, from where the first of
+    them stands in the usual order: the cluster starts once and is stopped before any other test runs."""
+    modules: dict[object, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(getattr(item, "module", None), []).append(item)
+    first_of: dict[Launch, object] = {}
+    grouped: dict[object, list[object]] = {}
+    for module in modules:
+        launch = _launch_of(module)
+        key = first_of.setdefault(launch, module) if launch is not None else module
+        grouped.setdefault(key, []).append(module)
+    items[:] = [item for key in grouped for module in grouped[key] for item in modules[module]]
+
+
+def _launch_of(module: object) -> Launch | None:
+    launch = getattr(module, "LAUNCH", None)
+    return launch if isinstance(launch, Launch) else None
+
+
+@pytest.fixture(scope="session")
+def launched_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedClusters]:
+    clusters = LaunchedClusters(tmp_path_factory.mktemp("launched"))
+    try:
+        yield clusters
+    finally:
+        clusters.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest, launched_clusters: LaunchedClusters) -> Iterator[ClusterInfo]:
+    """The cluster `cluster up` started for the module's `LAUNCH` (tests/support/launched.py), shared with the modules
+    of the same LAUNCH; stopped once the last of them is done."""
+    launch = _launch_of(request.module)
+    assert launch is not None, f"{request.module.__name__} takes the launched `cluster` without naming its LAUNCH"
+    try:
+        yield launched_clusters.get(launch)
+    finally:
+        if _launch_of(_next_module(request)) != launch:
+            launched_clusters.stop()
+
+
+def _next_module(request: pytest.FixtureRequest) -> object:
+    """The module whose tests run after this module's last test (None at the end)."""
+    items = request.session.items
+    last = max(i for i, item in enumerate(items) if getattr(item, "module", None) is request.module)
+    return getattr(items[last + 1], "module", None) if last + 1 < len(items) else None
 
 
 @pytest.fixture(scope="session")

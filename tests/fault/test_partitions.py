@@ -29,7 +29,7 @@ import pytest
 
 from blobstore import Client, NotFound, Unavailable
 from blobstore_server.cluster import nemesis
-from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord, down, restart, status, up
+from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord, restart, status
 from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.cluster.procs import poll, wait_until
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus
@@ -47,12 +47,16 @@ from blobstore_server.libs.rpc.errors import Conflict, Fenced, RpcError
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
+from tests.support.launched import Launch
 from tests.support.linearizable import Op, check
 from tests.support.load import Attempt, PutStream, failures, put_stream, success_rate
 from tests.support.settle import settled
 from tests.support.waiting import eventually
 
 HOSTS = 8
+# The launched `cluster` (tests/conftest.py), its own: the module turns balance off and restarts the worker
+LAUNCH = Launch(ClusterShape(blobnodes=HOSTS, disks_per_node=1, delete_delay=1.0), hosts=HOSTS, timeout=90,
+                owner=__name__)
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="hosts as network namespaces need root")
 
 
@@ -73,19 +77,12 @@ def _quicker_worker(cluster: ClusterInfo) -> None:
     restart(Path(cluster.dir), "worker-h3")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
+@pytest.fixture(scope="module", autouse=True)
+def _tuned(cluster: ClusterInfo) -> None:
     """Balance off: a unit it moves refuses the repairs owed to it until the move ends, and under a scenario's load
     the worker (idle cpu class) moved one unit in 72 s: scenario e took 110 s in one CI run instead of 25."""
-    root = tmp_path_factory.mktemp("partitions")
-    try:
-        info = up(root, ClusterShape(blobnodes=HOSTS, disks_per_node=1, delete_delay=1.0), hosts=HOSTS, timeout=90)
-        asyncio.run(_balance_off(info))
-        _quicker_worker(info)
-        yield info
-    finally:
-        if (root / "cluster.json").exists():
-            down(root)
+    asyncio.run(_balance_off(cluster))
+    _quicker_worker(cluster)
 
 
 @pytest.fixture

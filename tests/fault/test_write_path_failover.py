@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from blobstore_server.cluster import launcher
 from blobstore_server.cluster.launcher import ClusterInfo
+from tests.support.launched import Launch
 from tests.support.load import PutStream, failures, put_stream, read_back, success_rate
 from tests.support.processes import wait_until
 
@@ -26,17 +26,9 @@ OUTAGE = 30.0  # seconds every allocator stays down
 SETTLE = 1.0  # seconds of the stream counted after a restart
 WRITE_PATH = ("allocator", "access")  # stateless and doubled: a kill of one costs no PUT at all
 BACKGROUND = ("scheduler", "worker", "mqproxy", "tinker", "redis", "dashboard")  # no PUT waits on them
+# The launched `cluster` (tests/conftest.py): the default shape, its own (its processes are killed and restarted)
+LAUNCH = Launch(timeout=120.0, owner=__name__)
 WRITERS = 2  # SDK clients writing at once: a steady stream of ~50 PUTs/s here
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
-    root = tmp_path_factory.mktemp("failover")
-    info = launcher.up(root, timeout=120.0)
-    try:
-        yield info
-    finally:
-        launcher.down(root)
 
 
 def kill9(root: Path, name: str) -> None:

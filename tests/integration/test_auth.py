@@ -12,7 +12,6 @@ import signal
 import socket
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,8 +24,7 @@ from blobstore import Client, NotFound
 from blobstore.records import READ_PLAN_TYPE, ReadPlan
 from blobstore_server.cli.cli import app
 from blobstore_server.cluster.kafka_auth import kafka_user
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, down, restart, up
-from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, restart
 from blobstore_server.cluster.redis_auth import redis_password, with_credentials
 from blobstore_server.libs.mq.admin import positions
 from blobstore_server.libs.mq.producer import Producer
@@ -43,18 +41,11 @@ from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
+from tests.support.launched import SMALL
 from tests.support.metrics import sample
 from tests.support.processes import BlobnodeFactory, wait_until
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
-    root = tmp_path_factory.mktemp("signed")
-    try:
-        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), timeout=60)
-    finally:
-        if (root / "cluster.json").exists():
-            down(root)
+LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
 
 
 def urls(cluster: ClusterInfo, role: str) -> list[str]:
@@ -414,8 +405,8 @@ def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterI
 
 
 def test_the_raft_port_admits_only_members(cluster: ClusterInfo) -> None:
-    config = json.loads(Path(next(p.config for p in cluster.processes if p.name == "clustermgr1")).read_text())
-    host, port = config["members"]["1"]["raft_addr"].rsplit(":", 1)
+    config = json.loads(Path(next(p.config for p in cluster.processes if p.role == "clustermgr")).read_text())
+    host, port = config["members"][str(config["node_id"])]["raft_addr"].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         assert len(sock.recv(64)) == 16  # the challenge
         sock.sendall(b"\0" * 32 + b"\0\0\0\x05hello")  # a wrong answer, then a frame
@@ -508,13 +499,13 @@ def test_a_poisoned_redis_entry_is_refetched_from_clustermgr(cluster: ClusterInf
     poisoned = truth.model_copy(update={"units": [truth.units[0].model_copy(update={"host": wrong}),
                                                   *truth.units[1:]]})
     key = f"blobstore:1:volume:{vid}"
-    access2 = next(p for p in cluster.processes if p.name == "access2")
+    access2 = [p for p in cluster.processes if p.role == "access"][1]
     os.kill(access2.pid, signal.SIGTERM)  # so that it has no copy of its own: it reads Redis first
     wait_until(lambda: not ClusterInfo.load(Path(cluster.dir)).processes[
-        cluster.processes.index(access2)].running, 20, "access2 to stop")
+        cluster.processes.index(access2)].running, 20, f"{access2.name} to stop")
     with redis.Redis.from_url(with_credentials(cluster.redis_url, secret)) as cache:
         cache.set(key, poisoned.model_dump_json(), ex=300)
-        restart(Path(cluster.dir), "access2")
+        restart(Path(cluster.dir), access2.name)
         with Client(cluster.access_urls[1:]) as client:
             assert client.get(location) == data
         cached = cache.get(key)

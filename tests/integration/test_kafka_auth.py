@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,20 +18,13 @@ from typer.testing import CliRunner
 from blobstore import Client, NotFound
 from blobstore_server.cli.cli import app
 from blobstore_server.cluster.kafka_auth import kafka_user
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, down, up
-from blobstore_server.cluster.plan import KAFKA_PARTITIONS, ClusterShape
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo
+from blobstore_server.cluster.plan import KAFKA_PARTITIONS
 from blobstore_server.libs.mq.settings import KafkaAuth, client_auth
 from blobstore_server.libs.mq.topics import Topic
+from tests.support.launched import SMALL
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
-    root = tmp_path_factory.mktemp("kafka-auth")
-    try:
-        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), timeout=60)
-    finally:
-        if (root / "cluster.json").exists():
-            down(root)
+LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
 
 
 def login(cluster: ClusterInfo, user: str) -> KafkaAuth:

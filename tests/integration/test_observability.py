@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,7 @@ from typer.testing import CliRunner
 
 from blobstore import Client, Forbidden
 from blobstore_server.cli.cli import app
-from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord, down, up
-from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord
 from blobstore_server.cluster.procs import free_port, stop, wait_until
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.proto.mqproxy import RepairIn
@@ -41,7 +39,11 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
 from tests.support.browser import headless_chromium
+from tests.support.launched import SMALL, Launch
 from tests.support.metrics import sample
+
+# The launched `cluster` (tests/conftest.py) on one host, its own: the dashboard test breaks a disk and stops tinker
+LAUNCH = Launch(SMALL.shape, owner=__name__)
 
 SCRAPED = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker", "access", "dashboard")
 # Families each role must export beyond the shared request metrics.
@@ -66,16 +68,6 @@ OWN_FAMILIES = {
 }
 SHARED = {"blobstore_http_requests", "blobstore_http_request_duration_seconds", "blobstore_http_requests_in_flight",
           "blobstore_service_info"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
-    root = tmp_path_factory.mktemp("observed")
-    try:
-        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), timeout=60)
-    finally:
-        if (root / "cluster.json").exists():
-            down(root)
 
 
 def _scraped(cluster: ClusterInfo) -> list[ProcessRecord]:

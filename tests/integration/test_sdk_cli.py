@@ -31,30 +31,21 @@ import blobstore
 from blobstore import AsyncClient, BadRequest, Client, Forbidden, NotFound, RangeNotSatisfiable, Unavailable
 from blobstore_server.cli.cli import app
 from blobstore_server.cluster import netns
-from blobstore_server.cluster.launcher import ClusterInfo, LauncherError, ProcessRecord, down, restart, up
-from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.cluster.launcher import ClusterInfo, LauncherError, ProcessRecord, restart
 from blobstore_server.cluster.procs import free_ports, poll
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.tinker import PipelineStats
 from blobstore_server.services.tinker.client import TinkerClient
 from tests.support.damage import FLIPPED_AT, flip_a_byte
+from tests.support.launched import SIX_HOSTS, SMALL
 from tests.support.metrics import sample
+
+LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
 
 MiB = 1 << 20
 SIZES = [0, 1, 5 * MiB + 1]
 KINDS = ["bytes", "file", "iterator"]
-HOSTS = 6 if os.geteuid() == 0 else 0  # namespaces need root
-on_hosts = pytest.mark.skipif(not HOSTS, reason="hosts as network namespaces need root")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
-    root = tmp_path_factory.mktemp("cluster")
-    try:
-        yield up(root, ClusterShape(blobnodes=6, disks_per_node=1, delete_delay=1.0), hosts=HOSTS, timeout=60)
-    finally:
-        if (root / "cluster.json").exists():
-            down(root)
+on_hosts = pytest.mark.skipif(not SIX_HOSTS, reason="hosts as network namespaces need root")
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +288,7 @@ def test_cli_cluster_metadata(cluster: ClusterInfo) -> None:
     assert json.loads(_cli(cluster, "config", "get", "code_mode_policy").stdout)[0]["code_mode"] == "EC3P3"
     state = json.loads(_cli(cluster, "cluster", "status", "--json").stdout)
     names = {"allocator": ["allocator-h1", "allocator-h2"], "access": ["access-h1", "access-h2"],
-             "clustermgr": ["clustermgr-h1", "clustermgr-h2", "clustermgr-h3"]} if HOSTS else {
+             "clustermgr": ["clustermgr-h1", "clustermgr-h2", "clustermgr-h3"]} if SIX_HOSTS else {
         "allocator": ["allocator1", "allocator2"], "access": ["access1", "access2"],
         "clustermgr": ["clustermgr1", "clustermgr2", "clustermgr3"]}
     assert state["leader"] in names["clustermgr"]
@@ -475,14 +466,14 @@ def _delete_acknowledged(client: Client, location: str) -> bool:
 def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
     """Runs after every test on the shared cluster: it stops it."""
     records = ClusterInfo.load(Path(cluster.dir)).processes
-    assert sorted(p.role for p in records) == sorted(["redis", *["kafka"] * (3 if HOSTS else 1),
+    assert sorted(p.role for p in records) == sorted(["redis", *["kafka"] * (3 if SIX_HOSTS else 1),
                                                       *["clustermgr"] * 3, *["blobnode"] * 6,
                                                       *["allocator"] * 2, *["scheduler"] * 2, "worker", "mqproxy",
                                                       "tinker", *["access"] * 2, "dashboard"])
     _cli(cluster, "cluster", "down")
     assert [p.name for p in records if p.running] == []
     assert _processes_mentioning(cluster.dir) == []  # every command line names a config under the cluster dir
-    if HOSTS:
+    if SIX_HOSTS:
         assert cluster.network and not [n for n in netns.namespaces() if n.startswith(f"{cluster.network}-")]
         assert cluster.network not in {f"bs{k}" for k in netns.in_use()}  # no bridge, no link left
 

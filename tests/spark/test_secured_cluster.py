@@ -17,10 +17,11 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,11 @@ from pyspark.sql import SparkSession
 
 from blobstore import Client
 from blobstore_server.cli.shards import inspect_shards
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, ProcessRecord, down, restart, up
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, ProcessRecord, restart
 from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
-from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AuthConfig, Grant
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -43,9 +43,13 @@ from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.tinker.client import TinkerClient
 from deploy.spark import standalone
 from tests.support.damage import flip_a_byte
+from tests.support.launched import Launch
 from tests.support.processes import wait_until
 from tests.support.spark import blobstore, found, summary
 
+# The launched `cluster` (tests/conftest.py), its own (the module damages it); blobnodes may export inspections into
+# the temporary folders the tests collect them in
+LAUNCH = Launch(ClusterShape(export_roots=(tempfile.gettempdir(),)), timeout=90, owner=__name__)
 BLOBSTORE = str(Path(sys.executable).with_name("blobstore"))
 ORPHAN_VID = 900_000
 GRANT_TTL = 3600
@@ -117,17 +121,8 @@ def _damage(info: ClusterInfo) -> Damaged:
 
 
 @pytest.fixture(scope="module")
-def damaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Damaged]:
-    root = tmp_path_factory.mktemp("secured")
-    signer = auth.installed()
-    try:
-        # the tests' own temporary folders are where they collect the inspection's output
-        info = up(root, ClusterShape(export_roots=(str(tmp_path_factory.getbasetemp()),)), timeout=90)
-        yield _damage(info)
-    finally:
-        if (root / "cluster.json").exists():
-            down(root)
-        auth.install(signer)
+def damaged(cluster: ClusterInfo) -> Damaged:
+    return _damage(cluster)
 
 
 def assert_everything_found(out: Path, damaged: Damaged) -> None:
