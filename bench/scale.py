@@ -25,7 +25,9 @@ from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
 from blobstore_server.libs.proto.clustermgr import CodeModeRule, DiskAdd, DiskBeat
 from blobstore_server.libs.proto.ids import Vuid
-from blobstore_server.services.clustermgr import commands as c
+from blobstore_server.services.clustermgr.commands.disks import DiskAddCmd, DiskHeartbeatCmd
+from blobstore_server.services.clustermgr.commands.keys import ScopeAlloc
+from blobstore_server.services.clustermgr.commands.volumes import VolumeAllocCmd, VolumeCreate
 from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.volumes import volumes_short
 from blobstore_server.services.scheduler import rules
@@ -67,18 +69,18 @@ def host(disk_id: int, per_node: int) -> str:
 
 
 def populate(cm: Driver, disks: int, per_node: int, volumes: int) -> None:
-    cm(c.ScopeAlloc(name="disk_id", count=disks))
+    cm(ScopeAlloc(name="disk_id", count=disks))
     for disk_id in range(1, disks + 1):
-        cm(c.DiskAddCmd(disk=DiskAdd(disk_id=disk_id, host=host(disk_id, per_node), idc="z0",
-                                     rack=f"r{disk_id // per_node % 20}", path=f"/d{disk_id % per_node}",
-                                     size=1 << 44, free=1 << 44)))
-    cm(c.ScopeAlloc(name="vid", count=volumes))
+        cm(DiskAddCmd(disk=DiskAdd(disk_id=disk_id, host=host(disk_id, per_node), idc="z0",
+                                   rack=f"r{disk_id // per_node % 20}", path=f"/d{disk_id % per_node}",
+                                   size=1 << 44, free=1 << 44)))
+    cm(ScopeAlloc(name="vid", count=volumes))
     for vid in range(1, volumes + 1):
         first = (vid * 7) % disks
         spread = [(first + i * per_node) % disks + 1 for i in range(6)]  # six nodes
         units = [Unit(vuid=Vuid.make(vid, i, 1), disk_id=d, host=host(d, per_node)) for i, d in enumerate(spread)]
-        cm(c.VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=units,
-                          capacity=1 << 36))
+        cm(VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=units,
+                        capacity=1 << 36))
 
 
 def main() -> None:
@@ -100,10 +102,10 @@ def main() -> None:
             figures = {
                 "parse_every_volume_ms": best_ms(lambda: parse_every_volume(state), args.rounds),
                 "scan_ms": best_ms(lambda: sum(1 for _ in state.volumes()), args.rounds),
-                "volume_alloc_ms": best_ms(lambda: cm(c.VolumeAllocCmd(
+                "volume_alloc_ms": best_ms(lambda: cm(VolumeAllocCmd(
                     code_mode=int(CodeMode.EC3P3), holder=f"h{next(holders)}", count=1, lease_ttl=60,
                     heartbeat_timeout=HEARTBEAT_TIMEOUT)), args.rounds),
-                "disk_heartbeat_ms": best_ms(lambda: cm(c.DiskHeartbeatCmd(disks=beat)), args.rounds),
+                "disk_heartbeat_ms": best_ms(lambda: cm(DiskHeartbeatCmd(disks=beat)), args.rounds),
                 "volume_floor_ms": best_ms(lambda: volumes_short(state, FLOOR, cm.now, HEARTBEAT_TIMEOUT), args.rounds),
                 "volumes_changed_ms": best_ms(lambda: list(state.volumes_changed_since(cm.index)), args.rounds),
                 "scheduler_round_ms": best_ms(lambda: plan_round(state), args.rounds),

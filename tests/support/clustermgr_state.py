@@ -10,8 +10,10 @@ from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.cluster import Unit, VolumeInfo
 from blobstore_server.libs.proto.clustermgr import DiskAdd
 from blobstore_server.libs.proto.ids import Vuid
-from blobstore_server.services.clustermgr import commands as c
-from blobstore_server.services.clustermgr.commands import Command, decode_result, encode
+from blobstore_server.services.clustermgr.commands.disks import DiskAddCmd
+from blobstore_server.services.clustermgr.commands.keys import ScopeAlloc
+from blobstore_server.services.clustermgr.commands.table import Command, decode_result, encode
+from blobstore_server.services.clustermgr.commands.volumes import VolumeCreate
 from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.sessions import LoggedSession
 
@@ -43,12 +45,12 @@ def disk(disk_id: int, host: str, idc: str = "z0", rack: str = "r0") -> DiskAdd:
 
 
 def add_disks(cm: Driver, azs: int = 1, hosts: int = 6) -> None:
-    cm(c.ScopeAlloc(name="disk_id", count=azs * hosts))
+    cm(ScopeAlloc(name="disk_id", count=azs * hosts))
     disk_id = 0
     for a in range(azs):
         for h in range(hosts):
             disk_id += 1
-            cm(c.DiskAddCmd(disk=disk(disk_id, f"http://h{a}-{h}", f"z{a}", f"r{h % 2}")))
+            cm(DiskAddCmd(disk=disk(disk_id, f"http://h{a}-{h}", f"z{a}", f"r{h % 2}")))
 
 
 def ec3p3_units(vid: int, first_disk: int = 1) -> list[Unit]:
@@ -56,5 +58,5 @@ def ec3p3_units(vid: int, first_disk: int = 1) -> list[Unit]:
 
 
 def create_volume(cm: Driver, vid: int) -> VolumeInfo:
-    return cm(c.VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(vid),
-                             capacity=1 << 30))
+    return cm(VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(vid),
+                           capacity=1 << 30))

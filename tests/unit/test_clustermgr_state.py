@@ -21,8 +21,28 @@ from blobstore_server.libs.proto.clustermgr import (
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY
 from blobstore_server.libs.rpc import errors
-from blobstore_server.services.clustermgr import commands as c
-from blobstore_server.services.clustermgr.commands import COMMANDS, encode
+from blobstore_server.services.clustermgr.commands.disks import DiskAddCmd, DiskHeartbeatCmd, DiskSetCmd
+from blobstore_server.services.clustermgr.commands.keys import (
+    ConfigSet,
+    KvCas,
+    KvDelete,
+    KvSet,
+    ScopeAlloc,
+    UndeleteAdd,
+)
+from blobstore_server.services.clustermgr.commands.services import ServiceHeartbeat, ServiceRegisterCmd
+from blobstore_server.services.clustermgr.commands.table import COMMANDS, encode
+from blobstore_server.services.clustermgr.commands.units import UnitAllocCmd, UnitReleaseCmd, UnitUpdateCmd
+from blobstore_server.services.clustermgr.commands.volumes import (
+    VolumeAllocCmd,
+    VolumeCommitted,
+    VolumeCreate,
+    VolumeFull,
+    VolumeLock,
+    VolumeRelease,
+    VolumeRetainCmd,
+    VolumeUnlock,
+)
 from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.sessions import MAX_DROPS, LoggedSession
 from tests.support.clustermgr_state import Driver, add_disks, create_volume, disk, ec3p3_units
@@ -41,58 +61,58 @@ def test_every_command_name_ever_logged_is_in_the_table_with_a_result_model() ->
 def test_scopes_are_monotonic_and_survive_restart(tmp_path: Path) -> None:
     state = ClusterMachine(tmp_path / "s")
     cm = Driver(state)
-    assert cm(c.ScopeAlloc(name="bid", count=10)).model_dump() == {"name": "bid", "start": 1, "end": 10}
-    assert cm(c.ScopeAlloc(name="bid", count=5)).start == 11
+    assert cm(ScopeAlloc(name="bid", count=10)).model_dump() == {"name": "bid", "start": 1, "end": 10}
+    assert cm(ScopeAlloc(name="bid", count=5)).start == 11
     with pytest.raises(ValidationError):  # the route's body is the command: a bad count never reaches the log
-        c.ScopeAlloc(name="bid", count=0)
+        ScopeAlloc(name="bid", count=0)
     with pytest.raises(errors.BadRequest, match="malformed"):  # and one in the log anyway is refused everywhere
-        cm(c.ScopeAlloc.model_construct(name="bid", count=0))
+        cm(ScopeAlloc.model_construct(name="bid", count=0))
     state.close()
     state = ClusterMachine(tmp_path / "s")
     assert state.applied_index() == 3
-    assert Driver(state)(c.ScopeAlloc(name="bid", count=1)).start == 16
+    assert Driver(state)(ScopeAlloc(name="bid", count=1)).start == 16
     state.close()
 
 
 def test_disk_ids_must_be_allocated_and_never_reused(cm: Driver) -> None:
     with pytest.raises(errors.BadRequest, match="never allocated"):
-        cm(c.DiskAddCmd(disk=disk(1, "http://h")))
-    cm(c.ScopeAlloc(name="disk_id", count=1))
-    cm(c.DiskAddCmd(disk=disk(1, "http://h")))
+        cm(DiskAddCmd(disk=disk(1, "http://h")))
+    cm(ScopeAlloc(name="disk_id", count=1))
+    cm(DiskAddCmd(disk=disk(1, "http://h")))
     before = cm.state.checksum()
     with pytest.raises(errors.Conflict, match="already registered"):
-        cm(c.DiskAddCmd(disk=disk(1, "http://other")))
+        cm(DiskAddCmd(disk=disk(1, "http://other")))
     assert cm.state.checksum() == before
     assert cm.state.disk(1).host == "http://h"
 
 
 def test_disk_status_follows_the_transition_table(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
+    cm(DiskSetCmd(disk_id=1, status=DiskStatus.BROKEN))
     with pytest.raises(errors.Conflict, match="from broken to normal"):
-        cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.NORMAL))
-    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.REPAIRING))
-    cm(c.DiskSetCmd(disk_id=1, status=DiskStatus.REPAIRED))
-    cm(c.DiskSetCmd(disk_id=2, readonly=True))
+        cm(DiskSetCmd(disk_id=1, status=DiskStatus.NORMAL))
+    cm(DiskSetCmd(disk_id=1, status=DiskStatus.REPAIRING))
+    cm(DiskSetCmd(disk_id=1, status=DiskStatus.REPAIRED))
+    cm(DiskSetCmd(disk_id=2, readonly=True))
     assert cm.state.disk(2).readonly and not cm.state.disk(2).writable
     cm.now = 2000.0
-    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=42)]))
+    cm(DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=42)]))
     assert (cm.state.disk(3).free, cm.state.disk(3).last_heartbeat) == (42, 2000.0)
-    cm(c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=40, trash_bytes=9, scrub_late_s=3600.0)]))
+    cm(DiskHeartbeatCmd(disks=[DiskBeat(disk_id=3, size=100, free=40, trash_bytes=9, scrub_late_s=3600.0)]))
     assert (cm.state.disk(3).trash_bytes, cm.state.disk(3).scrub_late_s) == (9, 3600.0)
 
 
 def test_a_heartbeat_answers_the_disks_status_and_records_the_longest_write_fence_that_may_be_open(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.DiskSetCmd(disk_id=2, status=DiskStatus.BROKEN))
-    beat = c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=1, size=100, free=1), DiskBeat(disk_id=2, size=100, free=1)])
+    cm(DiskSetCmd(disk_id=2, status=DiskStatus.BROKEN))
+    beat = DiskHeartbeatCmd(disks=[DiskBeat(disk_id=1, size=100, free=1), DiskBeat(disk_id=2, size=100, free=1)])
     answer = cm(beat)
     assert answer.statuses == {1: DiskStatus.NORMAL, 2: DiskStatus.BROKEN}
     assert answer.write_fence_s == cm.state.disk(1).write_fence_s == 300.0  # no disk_broken_after: the longest
-    cm(c.ScopeAlloc(name="disk_id", count=1))
-    cm(c.ConfigSet(key=BROKEN_AFTER_KEY, value="100"))
-    assert cm(c.DiskAddCmd(disk=disk(7, "http://h7"))).write_fence_s == 50.0  # never answered: nothing older open
-    cm(c.ConfigSet(key=BROKEN_AFTER_KEY, value="60"))
+    cm(ScopeAlloc(name="disk_id", count=1))
+    cm(ConfigSet(key=BROKEN_AFTER_KEY, value="100"))
+    assert cm(DiskAddCmd(disk=disk(7, "http://h7"))).write_fence_s == 50.0  # never answered: nothing older open
+    cm(ConfigSet(key=BROKEN_AFTER_KEY, value="60"))
     cm.now += 10.0
     assert cm(beat).write_fence_s == 30.0  # the node is told the new fence at once...
     assert cm.state.disk(1).write_fence_s == 290.0  # ...but the last answer it got may have been the old one
@@ -106,15 +126,15 @@ def test_a_heartbeat_answers_the_disks_status_and_records_the_longest_write_fenc
 
 def test_volume_create_refuses_bad_placements(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=3))
+    cm(ScopeAlloc(name="vid", count=3))
     units = ec3p3_units(1)
     units[1] = units[1].model_copy(update={"disk_id": 1})
     with pytest.raises(errors.Conflict, match="two units on one disk"):
-        cm(c.VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=units, capacity=1))
+        cm(VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=units, capacity=1))
     with pytest.raises(errors.BadRequest, match="never allocated"):
         create_volume(cm, 9)
     with pytest.raises(errors.BadRequest, match="unknown code mode number 99"):
-        cm(c.VolumeCreate(vid=1, code_mode=99, backend="isal", units=ec3p3_units(1), capacity=1))
+        cm(VolumeCreate(vid=1, code_mode=99, backend="isal", units=ec3p3_units(1), capacity=1))
     with pytest.raises(errors.NotFound):
         cm.state.volume(1)
     created = create_volume(cm, 1)
@@ -125,81 +145,81 @@ def test_volume_create_refuses_bad_placements(cm: Driver) -> None:
 
 def test_six_p6_needs_three_azs(cm: Driver) -> None:
     add_disks(cm, azs=1, hosts=12)
-    cm(c.ScopeAlloc(name="vid", count=1))
+    cm(ScopeAlloc(name="vid", count=1))
     units = [Unit(vuid=Vuid.make(1, i, 1), disk_id=i + 1, host="h") for i in range(12)]
     with pytest.raises(errors.Conflict, match="3 distinct AZs"):
-        cm(c.VolumeCreate(vid=1, code_mode=int(CodeMode.EC6P6), backend="isal", units=units, capacity=1))
+        cm(VolumeCreate(vid=1, code_mode=int(CodeMode.EC6P6), backend="isal", units=units, capacity=1))
 
 
 def test_leases_are_exclusive_renewable_and_lapse(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=2))
+    cm(ScopeAlloc(name="vid", count=2))
     create_volume(cm, 1)
     create_volume(cm, 2)
 
     def alloc(holder: str, count: int) -> list[int]:
-        got = cm(c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=count, lease_ttl=10))
+        got = cm(VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=count, lease_ttl=10))
         return [v.vid for v in got.volumes]
 
     assert alloc("a1", 1) == [1]
     assert alloc("a2", 5) == [2]  # never the volume a1 holds
     assert alloc("a3", 5) == []
-    answer = cm(c.VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1, used=50), RetainItem(vid=2)]))
+    answer = cm(VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1, used=50), RetainItem(vid=2)]))
     assert [r.vid for r in answer.retained] == [1]
     assert answer.refused[0].vid == 2
     assert cm.state.volume(1).used == 50
     cm.now += 100  # every lease lapses
-    lapsed = cm(c.VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1)]))
+    lapsed = cm(VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1)]))
     assert "lapsed" in lapsed.refused[0].reason
     assert alloc("a3", 1) == [1]
-    cm(c.VolumeRelease(vid=1, holder="a3"))
+    cm(VolumeRelease(vid=1, holder="a3"))
     assert cm.state.volume(1).status == VolumeStatus.IDLE
 
 
 def test_a_volume_found_full_loses_its_lease_and_is_never_leased_again(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=3))
+    cm(ScopeAlloc(name="vid", count=3))
     for vid in (1, 2, 3):
         create_volume(cm, vid)
 
     def alloc(holder: str) -> list[int]:
-        got = cm(c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10, min_free=4096))
+        got = cm(VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10, min_free=4096))
         return [v.vid for v in got.volumes]
 
     assert alloc("a1") == [1, 2, 3]
-    full = cm(c.VolumeFull(vid=1))
+    full = cm(VolumeFull(vid=1))
     assert (full.used, full.free, full.status, full.lease_holder) == (1 << 30, 0, VolumeStatus.IDLE, "")
-    assert cm(c.VolumeFull(vid=1)) == full  # idempotent
-    renewed = cm(c.VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1), RetainItem(vid=2)]))
+    assert cm(VolumeFull(vid=1)) == full  # idempotent
+    renewed = cm(VolumeRetainCmd(holder="a1", lease_ttl=10, volumes=[RetainItem(vid=1), RetainItem(vid=2)]))
     assert [r.vid for r in renewed.refused] == [1] and [r.vid for r in renewed.retained] == [2]
     assert alloc("a2") == []  # idle, but full
-    cm(c.VolumeLock(vid=3))
-    assert cm(c.VolumeFull(vid=3)).status == VolumeStatus.LOCK  # a unit moving keeps its lock
+    cm(VolumeLock(vid=3))
+    assert cm(VolumeFull(vid=3)).status == VolumeStatus.LOCK  # a unit moving keeps its lock
     with pytest.raises(errors.NotFound):
-        cm(c.VolumeFull(vid=9))
+        cm(VolumeFull(vid=9))
 
 
 def test_whether_a_volume_was_created_is_read_in_log_order(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=1))
-    assert cm(c.VolumeCommitted(vid=1)).committed is False
+    cm(ScopeAlloc(name="vid", count=1))
+    assert cm(VolumeCommitted(vid=1)).committed is False
     create_volume(cm, 1)
-    assert cm(c.VolumeCommitted(vid=1)).committed is True
+    assert cm(VolumeCommitted(vid=1)).committed is True
 
 
 def test_a_restarted_holder_reclaims_its_own_leases_and_nobody_elses(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=3))
+    cm(ScopeAlloc(name="vid", count=3))
     for vid in (1, 2, 3):
         create_volume(cm, vid)
 
     def alloc(holder: str, reclaim: bool = False) -> list[int]:
-        got = cm(c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10,
-                                  reclaim=reclaim))
+        got = cm(VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10,
+                                reclaim=reclaim))
         return [v.vid for v in got.volumes]
 
     assert alloc("a1") == [1, 2, 3]
-    cm(c.VolumeRelease(vid=3, holder="a1"))
+    cm(VolumeRelease(vid=3, holder="a1"))
     assert alloc("a2") == [3]
     assert alloc("a1") == []  # without reclaim a holder's own leases are not handed out again
     cm.now += 5
@@ -209,65 +229,65 @@ def test_a_restarted_holder_reclaims_its_own_leases_and_nobody_elses(cm: Driver)
 
 def test_unit_moves_bump_the_epoch_and_refuse_stale_updates(cm: Driver) -> None:
     add_disks(cm, hosts=8)
-    cm(c.ScopeAlloc(name="vid", count=1))
+    cm(ScopeAlloc(name="vid", count=1))
     create_volume(cm, 1)
-    cm(c.VolumeLock(vid=1))
+    cm(VolumeLock(vid=1))
     with pytest.raises(errors.Conflict, match="already holds a unit"):
-        cm(c.UnitAllocCmd(vid=1, index=0, disk_id=2))
-    unit = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=7))
+        cm(UnitAllocCmd(vid=1, index=0, disk_id=2))
+    unit = cm(UnitAllocCmd(vid=1, index=0, disk_id=7))
     assert Vuid(unit.vuid).epoch() == 2
-    newer = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=8))
+    newer = cm(UnitAllocCmd(vid=1, index=0, disk_id=8))
     assert Vuid(newer.vuid).epoch() == 3
     with pytest.raises(errors.Conflict, match="not the reserved move"):
-        cm(c.UnitUpdateCmd(vid=1, index=0, vuid=unit.vuid, disk_id=7))
+        cm(UnitUpdateCmd(vid=1, index=0, vuid=unit.vuid, disk_id=7))
     with pytest.raises(errors.Conflict, match="still moves"):
-        cm(c.VolumeUnlock(vid=1))
-    volume = cm(c.UnitUpdateCmd(vid=1, index=0, vuid=newer.vuid, disk_id=8))
+        cm(VolumeUnlock(vid=1))
+    volume = cm(UnitUpdateCmd(vid=1, index=0, vuid=newer.vuid, disk_id=8))
     assert volume.units[0].disk_id == 8 and volume.pending_units == {}
-    cm(c.VolumeUnlock(vid=1))
+    cm(VolumeUnlock(vid=1))
     assert cm.state.volume(1).status == VolumeStatus.IDLE
 
 
 def test_releasing_a_reserved_unit_drops_the_reservation_and_its_epoch_is_never_reissued(cm: Driver) -> None:
     add_disks(cm, hosts=8)
-    cm(c.ScopeAlloc(name="vid", count=1))
+    cm(ScopeAlloc(name="vid", count=1))
     create_volume(cm, 1)
-    cm(c.VolumeLock(vid=1))
-    given_up = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=7))
+    cm(VolumeLock(vid=1))
+    given_up = cm(UnitAllocCmd(vid=1, index=0, disk_id=7))
     live = cm.state.volume(1).units[0].vuid
     with pytest.raises(errors.Conflict, match="live"):
-        cm(c.UnitReleaseCmd(vid=1, vuid=live))
-    volume = cm(c.UnitReleaseCmd(vid=1, vuid=given_up.vuid))
+        cm(UnitReleaseCmd(vid=1, vuid=live))
+    volume = cm(UnitReleaseCmd(vid=1, vuid=given_up.vuid))
     assert volume.pending_units == {} and cm.state.volume(1).units[0].vuid == live
-    cm(c.VolumeUnlock(vid=1))  # nothing moves any more: the volume can take writes again
+    cm(VolumeUnlock(vid=1))  # nothing moves any more: the volume can take writes again
     assert cm.state.volume(1).status == VolumeStatus.IDLE
-    cm(c.VolumeLock(vid=1))
-    again = cm(c.UnitAllocCmd(vid=1, index=0, disk_id=7))
+    cm(VolumeLock(vid=1))
+    again = cm(UnitAllocCmd(vid=1, index=0, disk_id=7))
     assert Vuid(again.vuid).epoch() == Vuid(given_up.vuid).epoch() + 1  # the given-up chunk's writers stay fenced
     before = cm.state.checksum()
-    assert cm(c.UnitReleaseCmd(vid=1, vuid=given_up.vuid)).pending_units == {0: again}  # an older one: no effect
+    assert cm(UnitReleaseCmd(vid=1, vuid=given_up.vuid)).pending_units == {0: again}  # an older one: no effect
     assert cm.state.checksum() == before
     with pytest.raises(errors.Conflict, match="not the reserved move"):
-        cm(c.UnitUpdateCmd(vid=1, index=0, vuid=given_up.vuid, disk_id=7))
-    assert cm(c.UnitUpdateCmd(vid=1, index=0, vuid=again.vuid, disk_id=7)).dropped_epochs == {}
+        cm(UnitUpdateCmd(vid=1, index=0, vuid=given_up.vuid, disk_id=7))
+    assert cm(UnitUpdateCmd(vid=1, index=0, vuid=again.vuid, disk_id=7)).dropped_epochs == {}
 
 
 def test_kv_compare_and_set(cm: Driver) -> None:
-    cm(c.KvCas(key="leader", expected=None, value="s1"))
+    cm(KvCas(key="leader", expected=None, value="s1"))
     with pytest.raises(errors.Conflict):
-        cm(c.KvCas(key="leader", expected=None, value="s2"))
-    cm(c.KvCas(key="leader", expected="s1", value="s2"))
-    cm(c.KvSet(key="task/1", value="x"))
+        cm(KvCas(key="leader", expected=None, value="s2"))
+    cm(KvCas(key="leader", expected="s1", value="s2"))
+    cm(KvSet(key="task/1", value="x"))
     assert cm.state.kv_list("task/") == {"task/1": "x"}
-    cm(c.KvCas(key="leader", expected="s2", value=None))
+    cm(KvCas(key="leader", expected="s2", value=None))
     assert cm.state.kv_get("leader") is None
 
 
 def test_kv_listing_pages_in_key_order_and_stays_inside_the_prefix(cm: Driver) -> None:
     for i in range(25):
-        cm(c.KvSet(key=f"task/{i:03d}", value=str(i)))
-    cm(c.KvSet(key="tasl", value="next prefix"))
-    cm(c.KvSet(key="task", value="the prefix itself"))
+        cm(KvSet(key=f"task/{i:03d}", value=str(i)))
+    cm(KvSet(key="tasl", value="next prefix"))
+    cm(KvSet(key="task", value="the prefix itself"))
     seen: list[str] = []
     after = ""
     while page := cm.state.kv_list("task/", after, 10):
@@ -281,7 +301,7 @@ def test_kv_listing_pages_in_key_order_and_stays_inside_the_prefix(cm: Driver) -
 def test_undelete_records_cover_their_slices_and_are_collected_after_their_keep(cm: Driver) -> None:
     def undelete(*slices: tuple[int, int, int], keep: float = 100.0) -> float:
         pieces = [UndeleteSlice(vid=vid, min_bid=low, count=count) for vid, low, count in slices]
-        return float(cm(c.UndeleteAdd(slices=pieces, keep=keep)).at)
+        return float(cm(UndeleteAdd(slices=pieces, keep=keep)).at)
 
     assert cm.state.undeleted_at(7, 10) is None
     first = undelete((7, 10, 3), (70, 10, 1))
@@ -307,14 +327,14 @@ def test_undelete_records_cover_their_slices_and_are_collected_after_their_keep(
 
 
 def test_services_and_config(cm: Driver) -> None:
-    cm(c.ServiceRegisterCmd(name="mqproxy", host="http://m1", idc="z0", ttl=5))
+    cm(ServiceRegisterCmd(name="mqproxy", host="http://m1", idc="z0", ttl=5))
     cm.now += 10
     assert not next(cm.state.services("mqproxy")).alive(cm.now)
-    cm(c.ServiceHeartbeat(name="mqproxy", host="http://m1"))
+    cm(ServiceHeartbeat(name="mqproxy", host="http://m1"))
     assert next(cm.state.services("mqproxy")).alive(cm.now)
     with pytest.raises(errors.NotFound):
-        cm(c.ServiceHeartbeat(name="mqproxy", host="http://nope"))
-    cm(c.ConfigSet(key="balance", value="false"))
+        cm(ServiceHeartbeat(name="mqproxy", host="http://nope"))
+    cm(ConfigSet(key="balance", value="false"))
     assert cm.state.configs() == {"balance": "false"}
 
 
@@ -333,7 +353,7 @@ def test_refused_and_malformed_commands_change_nothing_but_the_index(cm: Driver)
 
 def test_snapshot_restore_gives_an_equal_checksum(tmp_path: Path, cm: Driver) -> None:
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=1))
+    cm(ScopeAlloc(name="vid", count=1))
     create_volume(cm, 1)
     cm.state.snapshot(tmp_path / "snap")
     other = ClusterMachine(tmp_path / "other")
@@ -350,7 +370,7 @@ def test_the_volume_and_disk_scans_show_exactly_what_the_store_holds(tmp_path: P
     """Scans read disks and volumes held parsed in memory: a write shows once its batch is written (never if
     it is dropped, as a refused command's is), in key order, and a restore brings back the snapshot's."""
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=3))
+    cm(ScopeAlloc(name="vid", count=3))
     create_volume(cm, 3)
     cm.state.snapshot(tmp_path / "snap")
     create_volume(cm, 1)
@@ -367,7 +387,7 @@ def test_the_volume_and_disk_scans_show_exactly_what_the_store_holds(tmp_path: P
     assert list(cm.state.volumes()) == stored
     assert all(a is b for a, b in zip(cm.state.volumes(), cm.state.volumes(), strict=True))  # parsed once, not per scan
     mark = cm.index
-    cm(c.VolumeLock(vid=3))
+    cm(VolumeLock(vid=3))
     assert [v.vid for v in cm.state.volumes_changed_since(mark)] == [3]  # what a reader at `mark` lacks
     assert [v.vid for v in cm.state.volumes_changed_since(0)] == [1, 3]
     cm.state.restore(tmp_path / "snap")
@@ -382,31 +402,31 @@ def session(client: str, seq: int, acked: int | None = None, ttl: float = 600, l
 
 
 def test_a_retried_command_gets_its_first_answer_and_is_applied_once(cm: Driver) -> None:
-    first = cm(c.ScopeAlloc(name="bid", count=10), session("a", 1, 0))
-    assert cm(c.ScopeAlloc(name="bid", count=10), session("a", 1, 0)) == first  # the reply was lost: a retry
-    assert cm(c.ScopeAlloc(name="bid", count=10), session("a", 2, 0)).start == first.end + 1  # not wasted
-    cas = c.KvCas(key="lease", expected=None, value="s1")
+    first = cm(ScopeAlloc(name="bid", count=10), session("a", 1, 0))
+    assert cm(ScopeAlloc(name="bid", count=10), session("a", 1, 0)) == first  # the reply was lost: a retry
+    assert cm(ScopeAlloc(name="bid", count=10), session("a", 2, 0)).start == first.end + 1  # not wasted
+    cas = KvCas(key="lease", expected=None, value="s1")
     assert cm(cas, session("a", 3, 2)).value == "s1"
     assert cm(cas, session("a", 3, 2)).value == "s1"  # its own win, not a Conflict
     with pytest.raises(errors.Conflict, match="expected None"):
         cm(cas, session("b", 1))  # another client did lose
-    cm(c.KvSet(key="lease", value="gone"))  # no session (curl): applied as is
+    cm(KvSet(key="lease", value="gone"))  # no session (curl): applied as is
     with pytest.raises(errors.Conflict):
-        cm(c.KvCas(key="lease", expected="s1", value="s2"), session("b", 2))
-    cm(c.KvSet(key="lease", value="s1"))
+        cm(KvCas(key="lease", expected="s1", value="s2"), session("b", 2))
+    cm(KvSet(key="lease", value="s1"))
     with pytest.raises(errors.Conflict):  # a refusal is an answer too: the retry gets the same one
-        cm(c.KvCas(key="lease", expected="s1", value="s2"), session("b", 2))
+        cm(KvCas(key="lease", expected="s1", value="s2"), session("b", 2))
     assert cm.state.kv_get("lease") == "s1" and cm.state.sessions() == 2
 
 
 def test_acknowledged_answers_are_forgotten_and_a_stale_duplicate_is_refused(cm: Driver) -> None:
-    cm(c.ScopeAlloc(name="bid", count=1), session("a", 1, 0))
-    cm(c.ScopeAlloc(name="bid", count=1), session("a", 2, 0))  # both in flight at once
-    assert cm(c.ScopeAlloc(name="bid", count=1), session("a", 1, 0)).start == 1
-    cm(c.ScopeAlloc(name="bid", count=1), session("a", 3, 2))  # 1 and 2 were answered
+    cm(ScopeAlloc(name="bid", count=1), session("a", 1, 0))
+    cm(ScopeAlloc(name="bid", count=1), session("a", 2, 0))  # both in flight at once
+    assert cm(ScopeAlloc(name="bid", count=1), session("a", 1, 0)).start == 1
+    cm(ScopeAlloc(name="bid", count=1), session("a", 3, 2))  # 1 and 2 were answered
     before = cm.state.checksum()
     with pytest.raises(errors.Conflict, match="older than the ones it acknowledged"):
-        cm(c.ScopeAlloc(name="bid", count=1), session("a", 2, 1))  # a duplicate that arrives late
+        cm(ScopeAlloc(name="bid", count=1), session("a", 2, 1))  # a duplicate that arrives late
     assert cm.state.checksum() == before and cm.state.scope("bid") == 3
     assert [k for k, _ in cm.state.kv.items("session") if k.startswith(b"ra/")] == [b"ra/%016x" % 3]
 
@@ -414,11 +434,11 @@ def test_acknowledged_answers_are_forgotten_and_a_stale_duplicate_is_refused(cm:
 def test_the_session_table_is_bounded_and_expires_by_the_leaders_clock(cm: Driver) -> None:
     for i in range(20):  # short-lived clients: one command each
         cm.now += 1
-        cm(c.KvSet(key=f"k{i}", value="x"), session(f"client-{i}", 1, limit=5))
+        cm(KvSet(key=f"k{i}", value="x"), session(f"client-{i}", 1, limit=5))
     assert cm.state.sessions() == 5
-    assert cm(c.KvSet(key="k19", value="y"), session("client-19", 1, limit=5)).value == "x"  # still known
+    assert cm(KvSet(key="k19", value="y"), session("client-19", 1, limit=5)).value == "x"  # still known
     cm.now += 601  # every session idles past the ttl; at most MAX_DROPS go per command
-    cm(c.KvSet(key="new", value="x"), session("new", 1))
+    cm(KvSet(key="new", value="x"), session("new", 1))
     assert cm.state.sessions() == 1 and MAX_DROPS >= 5
     ids = {k.partition(b"/")[2] for k, _ in cm.state.kv.items("session") if k.startswith(b"t")}
     assert ids == {b"new"}
@@ -427,14 +447,14 @@ def test_the_session_table_is_bounded_and_expires_by_the_leaders_clock(cm: Drive
 def test_sessions_are_in_snapshots_and_in_the_checksum(tmp_path: Path, cm: Driver) -> None:
     plain = Driver(ClusterMachine(tmp_path / "plain"))
     try:
-        got = cm(c.ScopeAlloc(name="bid", count=5), session("a", 1))
-        plain(c.ScopeAlloc(name="bid", count=5))
+        got = cm(ScopeAlloc(name="bid", count=5), session("a", 1))
+        plain(ScopeAlloc(name="bid", count=5))
         assert cm.state.checksum() != plain.state.checksum()  # replicas compare their session tables too
         cm.state.snapshot(tmp_path / "snap")
         plain.state.restore(tmp_path / "snap")
         plain.index = cm.index
-        assert plain(c.ScopeAlloc(name="bid", count=5), session("a", 1)) == got  # the restored copy knows it
-        assert cm(c.ScopeAlloc(name="bid", count=5), session("a", 1)) == got
+        assert plain(ScopeAlloc(name="bid", count=5), session("a", 1)) == got  # the restored copy knows it
+        assert cm(ScopeAlloc(name="bid", count=5), session("a", 1)) == got
         assert plain.state.checksum() == cm.state.checksum()
     finally:
         plain.state.close()
@@ -476,25 +496,25 @@ def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path:
     typed_units = [Unit.model_validate(u) for u in units]
     new.now = 1.0
     for cmd, now in [
-        (c.ScopeAlloc(name="disk_id", count=7), 1.0),
-        *((c.DiskAddCmd(disk=DiskAdd(disk_id=i + 1, host=f"http://h{i}", idc="z0", rack="r0", path="/d", size=100,
-                                     free=90)), 2.0) for i in range(7)),
-        (c.DiskHeartbeatCmd(disks=[DiskBeat(disk_id=1, size=100, free=80, chunks=1)]), 3.0),
-        (c.ScopeAlloc(name="vid", count=1), 4.0),
-        (c.KvSet(key="volume_intent/1", value=json.dumps({"vid": 1, "units": units})), 4.5),
-        (c.VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=typed_units, capacity=1 << 30),
+        (ScopeAlloc(name="disk_id", count=7), 1.0),
+        *((DiskAddCmd(disk=DiskAdd(disk_id=i + 1, host=f"http://h{i}", idc="z0", rack="r0", path="/d", size=100,
+                                   free=90)), 2.0) for i in range(7)),
+        (DiskHeartbeatCmd(disks=[DiskBeat(disk_id=1, size=100, free=80, chunks=1)]), 3.0),
+        (ScopeAlloc(name="vid", count=1), 4.0),
+        (KvSet(key="volume_intent/1", value=json.dumps({"vid": 1, "units": units})), 4.5),
+        (VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=typed_units, capacity=1 << 30),
          5.0),
-        (c.KvDelete(key="volume_intent/1"), 5.5),
-        (c.VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder="a", count=1, lease_ttl=30.0), 6.0),
-        (c.VolumeRetainCmd(holder="a", lease_ttl=30.0, volumes=[RetainItem(vid=1, used=4096)]), 7.0),
-        (c.DiskSetCmd(disk_id=2, status=DiskStatus.BROKEN), 8.0),
-        (c.ServiceRegisterCmd(name="worker", host="http://w", ttl=10.0), 9.0),
-        (c.ServiceHeartbeat(name="worker", host="http://w"), 9.5),
-        (c.ConfigSet(key="code_mode_policy", value='[{"code_mode": "EC3P3"}]'), 10.0),
-        (c.KvCas(key="lease", expected=None, value="s1"), 11.0),
-        (c.VolumeLock(vid=1), 12.0),
-        (c.UnitAllocCmd(vid=1, index=1, disk_id=7), 13.0),
-        (c.DiskSetCmd(disk_id=1, readonly=True), 13.5),
+        (KvDelete(key="volume_intent/1"), 5.5),
+        (VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder="a", count=1, lease_ttl=30.0), 6.0),
+        (VolumeRetainCmd(holder="a", lease_ttl=30.0, volumes=[RetainItem(vid=1, used=4096)]), 7.0),
+        (DiskSetCmd(disk_id=2, status=DiskStatus.BROKEN), 8.0),
+        (ServiceRegisterCmd(name="worker", host="http://w", ttl=10.0), 9.0),
+        (ServiceHeartbeat(name="worker", host="http://w"), 9.5),
+        (ConfigSet(key="code_mode_policy", value='[{"code_mode": "EC3P3"}]'), 10.0),
+        (KvCas(key="lease", expected=None, value="s1"), 11.0),
+        (VolumeLock(vid=1), 12.0),
+        (UnitAllocCmd(vid=1, index=1, disk_id=7), 13.0),
+        (DiskSetCmd(disk_id=1, readonly=True), 13.5),
     ]:
         new.now = now
         new(cmd)
@@ -502,12 +522,12 @@ def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path:
         assert old.state.applied_index() == new.state.applied_index() == len(old_log)
         assert old.state.checksum() == new.state.checksum()
         assert old.state.volume(1).pending_units[1].disk_id == 7
-        assert encode(c.KvCas(key="lease", expected=None, value="s1"), 11.0) == old_log[-4]  # byte for byte
+        assert encode(KvCas(key="lease", expected=None, value="s1"), 11.0) == old_log[-4]  # byte for byte
         for replica in (old, new):  # entries in sessions follow in the same log, a retry among them
             replica.now = 20.0
-            replica(c.ScopeAlloc(name="bid", count=3), session("svc", 1))
+            replica(ScopeAlloc(name="bid", count=3), session("svc", 1))
             replica.raw(_old_entry("kv_set", 21.0, key="plain", value="1"))
-            replica(c.ScopeAlloc(name="bid", count=3), session("svc", 1))
+            replica(ScopeAlloc(name="bid", count=3), session("svc", 1))
         assert old.state.checksum() == new.state.checksum() and old.state.scope("bid") == 3
     finally:
         old.state.close()

@@ -14,7 +14,9 @@ from blobstore_server.libs.proto.clustermgr import Fence, KeyValue, Session, lea
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import LEADER_KEY, LeaderRecord
 from blobstore_server.libs.rpc.errors import BadRequest, Conflict, Fenced
-from blobstore_server.services.clustermgr import commands as c
+from blobstore_server.services.clustermgr.commands.keys import KvCas, KvDelete, KvSet, ScopeAlloc
+from blobstore_server.services.clustermgr.commands.units import UnitReleaseCmd
+from blobstore_server.services.clustermgr.commands.volumes import VolumeCreate
 from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.sessions import LoggedSession
 from blobstore_server.services.scheduler.election import Election
@@ -41,55 +43,55 @@ class Holder:
 
 
 def lease(cm: Driver, expected: LeaderRecord | None, record: LeaderRecord) -> None:
-    cm(c.KvCas(key=LEADER_KEY, expected=expected.model_dump_json() if expected else None,
-               value=record.model_dump_json()))
+    cm(KvCas(key=LEADER_KEY, expected=expected.model_dump_json() if expected else None,
+             value=record.model_dump_json()))
 
 
 def test_a_superseded_holder_changes_nothing_however_late_its_commands_arrive(cm: Driver) -> None:
     first = LeaderRecord(host="s1", term=1, epoch=1)
     lease(cm, None, first)
     old = Holder("s1", 1)
-    assert cm(c.KvSet(key="task/a", value="1"), old.session()) == KeyValue(key="task/a", value="1")
+    assert cm(KvSet(key="task/a", value="1"), old.session()) == KeyValue(key="task/a", value="1")
     renewed = LeaderRecord(host="s1", term=2, epoch=1)  # a renewal keeps the epoch
     lease(cm, first, renewed)
-    cm(c.KvSet(key="task/a", value="2"), old.session())
+    cm(KvSet(key="task/a", value="2"), old.session())
     taken = LeaderRecord(host="s2", term=3, epoch=2)  # the standby's takeover
     lease(cm, renewed, taken)
     before = cm.state.checksum()
-    for stale in (c.KvSet(key="task/a", value="3"), c.KvDelete(key="task/a"),
-                  c.KvCas(key="task/a", expected="2", value="4"), c.ScopeAlloc(name="vid", count=1)):
+    for stale in (KvSet(key="task/a", value="3"), KvDelete(key="task/a"),
+                  KvCas(key="task/a", expected="2", value="4"), ScopeAlloc(name="vid", count=1)):
         with pytest.raises(Fenced, match="epoch 1 of lease 'scheduler/leader', which is at epoch 2"):
             cm(stale, old.session())
     assert cm.state.kv_get("task/a") == "2" and cm.state.checksum() != before  # only the sessions' bookkeeping
     new = Holder("s2", 2)
-    cm(c.KvSet(key="task/a", value="5"), new.session())
+    cm(KvSet(key="task/a", value="5"), new.session())
     assert cm.state.kv_get("task/a") == "5"
     assert lease_epoch(cm.state.kv_get(LEADER_KEY)) == 2
 
 
 def test_a_fence_on_a_lease_never_taken_or_from_the_future_is_refused(cm: Driver) -> None:
     with pytest.raises(Fenced, match="at epoch 0"):
-        cm(c.KvSet(key="k", value="v"), Holder("x", 1).session())
+        cm(KvSet(key="k", value="v"), Holder("x", 1).session())
     lease(cm, None, LeaderRecord(host="s1", term=1, epoch=3))
     with pytest.raises(Fenced, match=r"epoch 4 .* at epoch 3"):
-        cm(c.KvSet(key="k", value="v"), Holder("y", 4).session())
-    cm(c.KvSet(key="k", value="v"))  # a command without a fence (an operator's) is judged as before
+        cm(KvSet(key="k", value="v"), Holder("y", 4).session())
+    cm(KvSet(key="k", value="v"))  # a command without a fence (an operator's) is judged as before
 
 
 def test_a_chunk_is_released_only_while_it_is_no_live_unit(cm: Driver) -> None:
     add_disks(cm)
-    cm(c.ScopeAlloc(name="vid", count=1))
-    volume = cm(c.VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(1),
-                               capacity=1 << 30))
+    cm(ScopeAlloc(name="vid", count=1))
+    volume = cm(VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(1),
+                             capacity=1 << 30))
     live = volume.units[2].vuid
     with pytest.raises(Conflict, match="live: its chunk stays"):
-        cm(c.UnitReleaseCmd(vid=1, vuid=live))
-    cm(c.UnitReleaseCmd(vid=1, vuid=Vuid.make(1, 2, 7)))  # an epoch of unit 2 that is not live
+        cm(UnitReleaseCmd(vid=1, vuid=live))
+    cm(UnitReleaseCmd(vid=1, vuid=Vuid.make(1, 2, 7)))  # an epoch of unit 2 that is not live
     with pytest.raises(BadRequest, match="names no unit of volume 1"):
-        cm(c.UnitReleaseCmd(vid=1, vuid=Vuid.make(2, 0, 1)))
+        cm(UnitReleaseCmd(vid=1, vuid=Vuid.make(2, 0, 1)))
     lease(cm, None, LeaderRecord(host="s2", term=1, epoch=2))
     with pytest.raises(Fenced):  # a superseded scheduler may not even ask
-        cm(c.UnitReleaseCmd(vid=1, vuid=Vuid.make(1, 2, 7)), Holder("s1", 1).session())
+        cm(UnitReleaseCmd(vid=1, vuid=Vuid.make(1, 2, 7)), Holder("s1", 1).session())
 
 
 def test_the_epoch_grows_with_each_takeover_and_only_then() -> None:

@@ -10,7 +10,7 @@ from blobstore_server.libs.proto.cluster import DiskStatus
 from blobstore_server.libs.proto.clustermgr import DiskBeat, HeartbeatAnswer
 from blobstore_server.libs.rpc.errors import NotLeader
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
-from blobstore_server.services.clustermgr.commands import DiskHeartbeatCmd
+from blobstore_server.services.clustermgr.commands.disks import DiskHeartbeatCmd
 
 
 def report(*disks: tuple[int, int]) -> DiskHeartbeatCmd:

@@ -53,7 +53,30 @@ from blobstore_server.libs.rpc.auth import CALLER_SCOPE_KEY
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden, NotFound
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import ASGIApp, create_app, serves
-from blobstore_server.services.clustermgr import commands as cmd
+from blobstore_server.services.clustermgr.commands.disks import DiskAddCmd, DiskHeartbeatCmd, DiskSetCmd
+from blobstore_server.services.clustermgr.commands.keys import (
+    ConfigSet,
+    KvCas,
+    KvDelete,
+    KvSet,
+    ScopeAlloc,
+    UndeleteAdd,
+)
+from blobstore_server.services.clustermgr.commands.services import (
+    ServiceHeartbeat,
+    ServiceRegisterCmd,
+    ServiceUnregister,
+)
+from blobstore_server.services.clustermgr.commands.table import Command
+from blobstore_server.services.clustermgr.commands.units import UnitReleaseCmd, UnitUpdateCmd
+from blobstore_server.services.clustermgr.commands.volumes import (
+    VolumeAllocCmd,
+    VolumeFull,
+    VolumeLock,
+    VolumeRelease,
+    VolumeRetainCmd,
+    VolumeUnlock,
+)
 from blobstore_server.services.clustermgr.faults import ReplyCutter
 from blobstore_server.services.clustermgr.manager import ClusterManager
 
@@ -99,29 +122,29 @@ def _code_mode(raw: int | str) -> int:
         raise BadRequest(str(exc)) from None
 
 
-# Routes whose body is the command they commit, as it came (`cmd.Command`): route -> that command. The route's
+# Routes whose body is the command they commit, as it came (`Command`): route -> that command. The route's
 # declaration names its body and answer; `serves` refuses a command that is not that body or answers otherwise.
-PROPOSED: tuple[tuple[Route[Any], type[cmd.Command[Any]]], ...] = (
-    (api.VOLUME_RELEASE, cmd.VolumeRelease),
-    (api.VOLUME_FULL, cmd.VolumeFull),
-    (api.VOLUME_LOCK, cmd.VolumeLock),
-    (api.VOLUME_UNLOCK, cmd.VolumeUnlock),
-    (api.UNIT_RELEASE, cmd.UnitReleaseCmd),
-    (api.UNIT_UPDATE, cmd.UnitUpdateCmd),
-    (api.SCOPE_ALLOC, cmd.ScopeAlloc),
-    (api.SERVICE_REGISTER, cmd.ServiceRegisterCmd),
-    (api.SERVICE_HEARTBEAT, cmd.ServiceHeartbeat),
-    (api.SERVICE_UNREGISTER, cmd.ServiceUnregister),
-    (api.KV_SET, cmd.KvSet),
-    (api.KV_CAS, cmd.KvCas),
-    (api.KV_DELETE, cmd.KvDelete),
-    (api.UNDELETE_ADD, cmd.UndeleteAdd),
+PROPOSED: tuple[tuple[Route[Any], type[Command[Any]]], ...] = (
+    (api.VOLUME_RELEASE, VolumeRelease),
+    (api.VOLUME_FULL, VolumeFull),
+    (api.VOLUME_LOCK, VolumeLock),
+    (api.VOLUME_UNLOCK, VolumeUnlock),
+    (api.UNIT_RELEASE, UnitReleaseCmd),
+    (api.UNIT_UPDATE, UnitUpdateCmd),
+    (api.SCOPE_ALLOC, ScopeAlloc),
+    (api.SERVICE_REGISTER, ServiceRegisterCmd),
+    (api.SERVICE_HEARTBEAT, ServiceHeartbeat),
+    (api.SERVICE_UNREGISTER, ServiceUnregister),
+    (api.KV_SET, KvSet),
+    (api.KV_CAS, KvCas),
+    (api.KV_DELETE, KvDelete),
+    (api.UNDELETE_ADD, UndeleteAdd),
 )
 
 
 def _serve_proposed(app: FastAPI, cm: ClusterManager, route: Route[Any],
-                    command: type[cmd.Command[Any]]) -> None:
-    async def propose(req: cmd.Command[Any], caller: Caller) -> BaseModel:
+                    command: type[Command[Any]]) -> None:
+    async def propose(req: Command[Any], caller: Caller) -> BaseModel:
         return await cm.submit(req, caller)
 
     # FastAPI parses the body as the annotation says: this route's command, answered as its result
@@ -152,24 +175,24 @@ def _serve_raft(app: FastAPI, cm: ClusterManager) -> None:
 def _serve_disks(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.DISK_ALLOC_ID)
     async def disk_alloc_id(caller: Caller) -> DiskId:
-        return DiskId(disk_id=(await cm.submit(cmd.ScopeAlloc(name="disk_id", count=1), caller)).start)
+        return DiskId(disk_id=(await cm.submit(ScopeAlloc(name="disk_id", count=1), caller)).start)
 
     @serves(app, api.DISK_ADD)
     async def disk_add(req: DiskAdd, caller: Caller, reporter: Reporter) -> DiskInfo:
         if reporter is not None and req.host != reporter:
             raise Forbidden(f"{reporter} may add only its own disks, not one of {req.host}")
         _owned(cm, reporter, [req.disk_id])
-        return await cm.submit(cmd.DiskAddCmd(disk=req), caller)
+        return await cm.submit(DiskAddCmd(disk=req), caller)
 
     @serves(app, api.DISK_HEARTBEAT)
-    async def disk_heartbeat(req: cmd.DiskHeartbeatCmd, reporter: Reporter) -> HeartbeatAnswer:
+    async def disk_heartbeat(req: DiskHeartbeatCmd, reporter: Reporter) -> HeartbeatAnswer:
         _owned(cm, reporter, [d.disk_id for d in req.disks])
         for beat in req.disks:  # here, so that an unknown disk fails its own report, not the whole batch
             cm.state.disk(beat.disk_id)
         return await cm.heartbeats.beat(req)
 
     @serves(app, api.DISK_SET)
-    async def disk_set(req: cmd.DiskSetCmd, caller: Caller) -> DiskInfo:
+    async def disk_set(req: DiskSetCmd, caller: Caller) -> DiskInfo:
         if req.status is None and req.readonly is None:
             raise BadRequest("give a status, readonly, or both")
         return await cm.submit(req, caller)
@@ -178,7 +201,7 @@ def _serve_disks(app: FastAPI, cm: ClusterManager) -> None:
     async def disk_broken(req: DiskRef, caller: Caller, reporter: Reporter) -> DiskInfo:
         """A blobnode reporting its own disk failing: the one status change a data-path service may make."""
         _owned(cm, reporter, [req.disk_id])
-        return await cm.submit(cmd.DiskSetCmd(disk_id=req.disk_id, status=DiskStatus.BROKEN), caller)
+        return await cm.submit(DiskSetCmd(disk_id=req.disk_id, status=DiskStatus.BROKEN), caller)
 
     @serves(app, api.DISK_GET)
     async def disk_get(disk_id: int = Query(ge=1)) -> DiskView:
@@ -213,7 +236,7 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.VOLUME_ALLOC)
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
         mode = _code_mode(req.code_mode)
-        alloc = cmd.VolumeAllocCmd(code_mode=mode, holder=req.holder, count=req.count, lease_ttl=lease_ttl,
+        alloc = VolumeAllocCmd(code_mode=mode, holder=req.holder, count=req.count, lease_ttl=lease_ttl,
                                    min_free=space.blob_bytes(mode, req.largest_blob),
                                    heartbeat_timeout=heartbeat_timeout,
                                    avoid_disks=req.avoid_disks, reclaim=req.reclaim)
@@ -222,7 +245,7 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
 
     @serves(app, api.VOLUME_RETAIN)
     async def volume_retain(req: VolumeRetain, caller: Caller) -> RetainResult:
-        retain = cmd.VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes,
+        retain = VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes,
                                      heartbeat_timeout=heartbeat_timeout)
         return await cm.submit(retain, caller)
 
@@ -237,7 +260,7 @@ def _serve_config(app: FastAPI, cm: ClusterManager) -> None:
         return MaybeValue(key=key, value=(await cm.fresh()).config(key))
 
     @serves(app, api.CONFIG_SET)
-    async def config_set(req: cmd.ConfigSet, caller: Caller) -> KeyValue:
+    async def config_set(req: ConfigSet, caller: Caller) -> KeyValue:
         try:
             check_runtime_value(req.key, req.value)
         except ValueError as exc:

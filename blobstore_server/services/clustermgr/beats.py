@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from blobstore_server.libs.proto.clustermgr import DiskBeat, HeartbeatAnswer
-from blobstore_server.services.clustermgr.commands import DiskHeartbeatCmd
+from blobstore_server.services.clustermgr.commands.disks import DiskHeartbeatCmd
 
 
 class HeartbeatBatcher:

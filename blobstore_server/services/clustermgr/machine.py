@@ -1,10 +1,11 @@
-"""clustermgr's Raft state machine: each committed command (`commands.py`) applied to the state (`state.py`), once
+"""clustermgr's Raft state machine: each committed command (`commands/`) applied to the state (`state.py`), once
 per client session, its writes and the applied index in one atomic batch."""
 
 from __future__ import annotations
 
 from blobstore_server.libs.rpc.errors import RpcError
-from blobstore_server.services.clustermgr import commands, sessions
+from blobstore_server.services.clustermgr import sessions
+from blobstore_server.services.clustermgr.commands import table
 from blobstore_server.services.clustermgr.state import APPLIED_KEY, META, ClusterState
 
 
@@ -16,15 +17,15 @@ class ClusterMachine(ClusterState):
         self.applying = index
         batch = self.kv.batch()
         try:
-            logged = commands.decode(command)
+            logged = table.decode(command)
             visit = sessions.Visit(self.kv, logged.session) if logged.session else None
             answer = visit.recall() if visit else None
         except RpcError as exc:
-            answer = commands.refusal(exc)
+            answer = table.refusal(exc)
         else:
             fresh = None
             if answer is None:
-                answer, accepted = commands.apply(self, batch, logged)
+                answer, accepted = table.apply(self, batch, logged)
                 if not accepted:
                     batch = self.kv.batch()  # a refused command changes nothing (but is remembered)
                 fresh = answer

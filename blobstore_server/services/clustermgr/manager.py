@@ -44,15 +44,10 @@ from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
 from blobstore_server.services.clustermgr.client import SessionClock
-from blobstore_server.services.clustermgr.commands import (
-    Command,
-    ConfigSet,
-    KvSet,
-    UnitAllocCmd,
-    VolumeAllocCmd,
-    decode_result,
-    encode,
-)
+from blobstore_server.services.clustermgr.commands.keys import ConfigSet, KvSet
+from blobstore_server.services.clustermgr.commands.table import Command, decode_result, encode
+from blobstore_server.services.clustermgr.commands.units import UnitAllocCmd
+from blobstore_server.services.clustermgr.commands.volumes import VolumeAllocCmd
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 from blobstore_server.services.clustermgr.health import volume_health
 from blobstore_server.services.clustermgr.machine import ClusterMachine

@@ -1,5 +1,5 @@
 """The clustermgr state machine's storage: what every committed Raft command wrote, in order, on every node
-(`machine.py` applies them, `commands.py` says what each does), and fresh reads are served from here.
+(`machine.py` applies them, `commands/` says what each does), and fresh reads are served from here.
 
 A refused command changes nothing and yields the same typed error on every replica. Each command's
 writes, its client session's bookkeeping (`sessions.py`) and the applied index go to RocksDB in one
@@ -199,7 +199,7 @@ class ClusterState:
             raise NotFound(f"service {name} at {host} is not registered")
         return ServiceInfo.model_validate_json(raw)
 
-    # writes, into the batch of the command being applied (commands.py)
+    # writes, into the batch of the command being applied (commands/)
 
     def put_scope(self, batch: Batch, name: str, last: int) -> None:
         batch.put(SCOPE, name.encode(), str(last).encode())

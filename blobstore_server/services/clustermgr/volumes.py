@@ -43,14 +43,9 @@ from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import NotFound, RpcError
 from blobstore_server.services.blobnode.client import BlobnodeClient
-from blobstore_server.services.clustermgr.commands import (
-    KvDelete,
-    KvSet,
-    Proposer,
-    ScopeAlloc,
-    VolumeCommitted,
-    VolumeCreate,
-)
+from blobstore_server.services.clustermgr.commands.keys import KvDelete, KvSet, ScopeAlloc
+from blobstore_server.services.clustermgr.commands.table import Proposer
+from blobstore_server.services.clustermgr.commands.volumes import VolumeCommitted, VolumeCreate
 from blobstore_server.services.clustermgr.health import unleased, volume_health
 from blobstore_server.services.clustermgr.state import ClusterState
 
