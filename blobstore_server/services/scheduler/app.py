@@ -52,7 +52,7 @@ def build_app(scheduler: Scheduler, life: Lifecycle) -> FastAPI:
     @serves(app, api.TASK_LIST)
     async def task_list() -> TaskList:
         scheduler.require_active()
-        return TaskList(tasks=sorted(scheduler.tasks.values(), key=lambda t: t.ctime))
+        return TaskList(tasks=sorted(scheduler.state.tasks.values(), key=lambda t: t.ctime))
 
     @serves(app, api.STATUS)
     async def status() -> SchedulerStatus:
