@@ -102,7 +102,7 @@ async def service_rates(cms: list[Service], clients: int, seconds: float) -> dic
         while len(await c.list_volumes()) < clients:
             await asyncio.sleep(0.2)
         disks = [DiskBeat(disk_id=d.disk_id, size=d.size, free=d.free) for d in await c.list_disks()]
-        mode = int(CodeMode.EC3P3)
+        mode = CodeMode.EC3P3
 
         async def lease(w: int, i: int) -> int:
             holder = f"bench-{w}"

@@ -43,7 +43,7 @@ from bench.availability import Op, phase, stream
 from bench.common import cpu_seconds, summarize
 from blobstore_server.cluster import launcher
 from blobstore_server.cluster.plan import ClusterShape
-from blobstore_server.libs.ec import tactic
+from blobstore_server.libs.ec import CodeMode, parse_code_mode, tactic
 from blobstore_server.libs.proto.cluster import DiskStatus
 from blobstore_server.libs.proto.scheduler import TASK_PREFIX, TaskRecord
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
@@ -181,7 +181,7 @@ def cpu_by_role(info: launcher.ClusterInfo) -> dict[str, float]:
     return spent
 
 
-def one_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def one_mode(mode: CodeMode, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-repair-") as tmp:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape(blobnodes=args.blobnodes, code_mode=mode))
@@ -199,7 +199,7 @@ def one_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         finally:
             launcher.down(root)
     limit = raw["mb_per_s"] / (tactic(mode).n + 1)
-    run = under_load({"code_mode": mode, "stored_bytes": stored * args.fill_size, "raw_write": raw, **rebuild,
+    run = under_load({"code_mode": mode.name, "stored_bytes": stored * args.fill_size, "raw_write": raw, **rebuild,
                       "limit_mb_s": round(limit, 1), "ratio": round(rebuild["rebuild_mb_s"] / limit, 2),
                       "user_load_pairs_per_s": round(rate, 1), "idle": idle,
                       "idle_rebuild_mb_s": idle["rebuild_mb_s"], "idle_ratio": round(idle["rebuild_mb_s"] / limit, 2)},
@@ -234,7 +234,7 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.33, help="user load as a share of the measured capacity")
     parser.add_argument("--out", default="bench/results/repair.json")
     args = parser.parse_args()
-    runs = [one_mode(mode, args) for mode in args.modes.split(",")]
+    runs = [one_mode(parse_code_mode(mode), args) for mode in args.modes.split(",")]
     worst = min(runs, key=lambda r: r["ratio"])
     result = {"shape": f"3 clustermgr, {args.blobnodes} blobnodes x 2 disks, auth on, default worker",
               "runs": runs, **{k: worst[k] for k in ("rebuild_mb_s", "limit_mb_s", "ratio", "stored_bytes")},
@@ -247,7 +247,8 @@ def main() -> None:
     print("repair: " + "; ".join(
         f"{r['code_mode']} {r['stored_bytes'] / 2**30:.1f} GiB stored, disk {r['disk']} ({r['bytes'] / 1e6:.0f} MB) "
         f"rebuilt at {r['rebuild_mb_s']:.1f} MB/s vs limit {r['limit_mb_s']:.1f} (raw {r['raw_write']['mb_per_s']:.0f}"
-        f" / {tactic(r['code_mode']).n + 1}) = {r['ratio']:.2f}x (goal >= 0.5), user p99 PUT {r['p99_ratio_put']:.2f}x"
+        f" / {tactic(CodeMode[r['code_mode']]).n + 1}) = {r['ratio']:.2f}x (goal >= 0.5), user p99 PUT "
+        f"{r['p99_ratio_put']:.2f}x"
         f" GET {r['p99_ratio_get']:.2f}x (goal <= 1.5); with no user load disk {r['idle']['disk']}"
         f" ({r['idle']['bytes'] / 1e6:.0f} MB) at {r['idle_rebuild_mb_s']:.1f} MB/s = {r['idle_ratio']:.2f}x"
         for r in runs))

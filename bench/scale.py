@@ -79,7 +79,7 @@ def populate(cm: Driver, disks: int, per_node: int, volumes: int) -> None:
         first = (vid * 7) % disks
         spread = [(first + i * per_node) % disks + 1 for i in range(6)]  # six nodes
         units = [Unit(vuid=Vuid.make(vid, i, 1), disk_id=d, host=host(d, per_node)) for i, d in enumerate(spread)]
-        cm(VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=units,
+        cm(VolumeCreate(vid=vid, code_mode=CodeMode.EC3P3, backend="isal", units=units,
                         capacity=1 << 36))
 
 
@@ -103,7 +103,7 @@ def main() -> None:
                 "parse_every_volume_ms": best_ms(lambda: parse_every_volume(state), args.rounds),
                 "scan_ms": best_ms(lambda: sum(1 for _ in state.volumes()), args.rounds),
                 "volume_alloc_ms": best_ms(lambda: cm(VolumeAllocCmd(
-                    code_mode=int(CodeMode.EC3P3), holder=f"h{next(holders)}", count=1, lease_ttl=60,
+                    code_mode=CodeMode.EC3P3, holder=f"h{next(holders)}", count=1, lease_ttl=60,
                     heartbeat_timeout=HEARTBEAT_TIMEOUT)), args.rounds),
                 "disk_heartbeat_ms": best_ms(lambda: cm(DiskHeartbeatCmd(disks=beat)), args.rounds),
                 "volume_floor_ms": best_ms(lambda: volumes_short(state, FLOOR, cm.now, HEARTBEAT_TIMEOUT), args.rounds),

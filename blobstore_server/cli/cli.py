@@ -112,8 +112,8 @@ def cluster_up(dir: DirOpt = DEFAULT_DIR, blobnodes: int = 6, disks_per_node: in
     """Start redis, Kafka, 3 clustermgr, blobnodes, two allocators, two schedulers (one stands by), a worker,
     mqproxy, tinker, two access nodes and a dashboard on 127.0.0.1 (or on --hosts N network namespaces, from the
     bundles rendered under DIR/<host>/), detached; print the access URLs, one a line."""
-    shape = ClusterShape(hosts or blobnodes, disks_per_node, code_mode, delete_delay=delete_delay, clusters=clusters,
-                         disk_broken_after=disk_broken_after or None)
+    shape = ClusterShape(hosts or blobnodes, disks_per_node, parse_code_mode(code_mode), delete_delay=delete_delay,
+                         clusters=clusters, disk_broken_after=disk_broken_after or None)
     info = up(dir, shape, hosts=hosts, racks=racks, timeout=timeout, say=err.print)
     if disk_broken_after:
         err.print(f"a disk silent for {disk_broken_after:.0f} s is repaired unattended (production default "
@@ -317,7 +317,7 @@ def volume_list(status_: Annotated[VolumeStatus | None, typer.Option("--status",
     if as_json:
         emit([v.model_dump(mode="json") for v in volumes], True)
         return
-    emit([{"vid": v.vid, "code_mode": parse_code_mode(v.code_mode).name, "status": v.status.value,
+    emit([{"vid": v.vid, "code_mode": v.code_mode.name, "status": v.status.value,
             "units": len(v.units), "capacity": v.capacity, "used": v.used, "lease_holder": v.lease_holder,
             "writable": "yes" if v.writable else f"no: {v.why_not}"} for v in volumes], False)
 
@@ -329,7 +329,7 @@ def volume_get(vid: int, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, cl
     if as_json:
         typer.echo(volume.model_dump_json(indent=2))
         return
-    out.print(f"volume {volume.vid}: {parse_code_mode(volume.code_mode).name}, {volume.status.value}, "
+    out.print(f"volume {volume.vid}: {volume.code_mode.name}, {volume.status.value}, "
               f"used {volume.used} of {volume.capacity}, lease holder {volume.lease_holder or '-'}")
     emit([{"index": i, **u.model_dump()} for i, u in enumerate(volume.units)], False)
 

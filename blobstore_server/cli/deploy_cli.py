@@ -23,7 +23,8 @@ def _summary(spec: ClusterSpec) -> str:
     roles = ", ".join(f"{len(spec.hosts_of(r))} {r}" for r in ("clustermgr", "blobnode", "access", "kafka")
                       if spec.hosts_of(r))
     racks = len({h.rack for h in spec.hosts})
-    return f"{len(spec.hosts)} hosts in {racks} rack(s): {roles}; code modes {', '.join(spec.code_modes)}"
+    modes = ", ".join(m.name for m in spec.code_modes)
+    return f"{len(spec.hosts)} hosts in {racks} rack(s): {roles}; code modes {modes}"
 
 
 def cluster_secret(spec: ClusterSpec, out: Path) -> tuple[str, Path]:

@@ -308,7 +308,7 @@ def _plan_hosts(root: Path, shape: ClusterShape, hosts: int, racks: int, auth_se
                          disk_broken_after=shape.disk_broken_after, python=sys.executable)
     except SpecError as exc:
         raise LauncherError(str(exc)) from None
-    (root / SPEC_FILE).write_text(tomli_w.dumps(spec.model_dump(exclude_defaults=True)))
+    (root / SPEC_FILE).write_text(tomli_w.dumps(spec.model_dump(mode="json", exclude_defaults=True)))
     plan = plan_spec(spec, sys.executable, auth_secret)
     render.write(root, render.bundle(spec, plan))
     return plan, net
@@ -337,7 +337,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
     clustermgrs = plan.clustermgr_urls()
     home = next(iter(clustermgrs))
     dashboards = plan.of_role("dashboard")
-    info = ClusterInfo(str(root), access_urls[0], clustermgrs[home], plan.of_role("redis")[0].url, shape.code_mode,
+    info = ClusterInfo(str(root), access_urls[0], clustermgrs[home], plan.of_role("redis")[0].url, shape.code_mode.name,
                        plan.kafka.bootstrap, dashboard_url=dashboards[0].url if dashboards else "",
                        region={str(k): urls for k, urls in clustermgrs.items()} if len(clustermgrs) > 1 else {},
                        access_urls=access_urls, network=net.prefix if net else "", hosts=hosts)

@@ -19,6 +19,7 @@ from typing import Any
 from blobstore_server.cluster.kafka_auth import kafka_user
 from blobstore_server.cluster.redis_auth import acl_config, with_credentials
 from blobstore_server.cluster.spec import ClusterSpec
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.mq.seal import message_key
 from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
@@ -51,7 +52,7 @@ STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("bl
 class ClusterShape:
     blobnodes: int = 6
     disks_per_node: int = 2
-    code_mode: str = "EC3P3"
+    code_mode: CodeMode = CodeMode.EC3P3
     # writable volumes clustermgr keeps: each allocator leases 4, so two lease 8 of them; clustermgr keeps one more
     # unleased (CodeModeRule.min_idle_volumes) and makes another as soon as one is leased, fills up or loses a disk;
     # a restarted allocator takes back the leases it held
@@ -166,7 +167,7 @@ class Settings:
     python: str
     auth_secret: str  # signs internal requests: each process gets its role keys
     location_secret: str  # signs Locations, the same on every access node
-    code_modes: tuple[str, ...]  # the first is the default
+    code_modes: tuple[CodeMode, ...]  # the first is the default
     min_volumes: int
     delete_delay: float
     disk_broken_after: float | None

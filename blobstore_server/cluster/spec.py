@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from blobstore_server.libs.ec.codemode import CodeMode, tactic
+from blobstore_server.libs.ec import CodeMode, CodeModeName, tactic
 from blobstore_server.libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 
 HOST_NAME = r"^[a-z][a-z0-9-]{0,30}$"  # also a folder and part of a systemd unit's name
@@ -97,7 +97,7 @@ class Redis(Strict):
 
 class ClusterSpec(Strict):
     cluster_id: int = Field(1, ge=1, lt=2**32)
-    code_modes: list[str] = Field(default_factory=lambda: ["EC3P3"], min_length=1)  # the first is the default
+    code_modes: list[CodeModeName] = Field(default_factory=lambda: [CodeMode.EC3P3], min_length=1)  # first: default
     volumes_per_mode: int = Field(8, ge=1)  # writable volumes clustermgr keeps per code mode
     chunk_size: int = Field(16 << 30, ge=1 << 20)  # one unit's capacity (chunk files are sparse: a ceiling)
     delete_delay: float = Field(4 * 3600.0, ge=0)  # seconds from a DELETE to its space coming back
@@ -176,17 +176,13 @@ class ClusterSpec(Strict):
 
     def _check_code_modes(self) -> None:
         storage = self.hosts_of("blobnode")
-        for name in self.code_modes:
-            try:
-                t = tactic(CodeMode[name])
-            except KeyError:
-                raise ValueError(f"code_modes: unknown code mode {name!r} (one of "
-                                 f"{', '.join(m.name for m in CodeMode)})") from None
+        for mode in self.code_modes:
+            t = tactic(mode)
             per_az = Counter(h.az for h in storage).most_common(t.az_count)
             need = -(-t.total // t.az_count)  # units per AZ, rounded up
             if len(per_az) < t.az_count or per_az[-1][1] < need:
                 spread = f" ({need} in each of {t.az_count} AZs)" if t.az_count > 1 else ""
-                raise ValueError(f"code mode {name} puts its {t.total} units on distinct hosts{spread}, but only "
+                raise ValueError(f"code mode {mode.name} puts its {t.total} units on distinct hosts{spread}, but only "
                                  f"{len(storage)} host(s) have disks ({', '.join(f'{az}: {k}' for az, k in per_az)})")
 
     def _check_kafka_and_redis(self) -> None:

@@ -32,7 +32,7 @@ from blobstore_server.libs.ec import CodeMode, tactic
 _SHARD_OVERHEAD = SHARD_HEADER_SIZE + SHARD_FOOTER_SIZE + BLOCK_CRC_SIZE + 1 + ALIGN - 1
 
 
-def is_full(mode: CodeMode | int, free: int, largest_blob: int) -> bool:
+def is_full(mode: CodeMode, free: int, largest_blob: int) -> bool:
     """Whether a volume with `free` bytes left on each unit is full for a writer whose blobs are at most
     `largest_blob` long: it has less room than such a blob takes. The rest (less than one blob's shard a unit)
     stays unused: counted as room, a volume only small objects still fit was held, leased and counted writable on,
@@ -45,12 +45,12 @@ def unit_capacity(chunk_size: int) -> int:
     return chunk_size - CHUNK_HEADER_SIZE
 
 
-def blob_bytes(mode: CodeMode | int, blob_len: int) -> int:
+def blob_bytes(mode: CodeMode, blob_len: int) -> int:
     """What one blob of `blob_len` bytes takes on each unit of its volume."""
     return physical_size(tactic(mode).shard_size(blob_len))
 
 
-def charge(mode: CodeMode | int, size: int, blob_size: int, bids: int | None = None) -> int:
+def charge(mode: CodeMode, size: int, blob_size: int, bids: int | None = None) -> int:
     """What an allocation takes on one unit: an object of `size` bytes cut into blobs of `blob_size`, exactly;
     with `bids` (more bids than its blobs), at most what `bids` objects sharing `size` bytes could take."""
     full, rest = divmod(size, blob_size)
@@ -61,13 +61,13 @@ def charge(mode: CodeMode | int, size: int, blob_size: int, bids: int | None = N
     return -(-numerator // denominator)
 
 
-def refund(mode: CodeMode | int, size: int, bids: int) -> int:
+def refund(mode: CodeMode, size: int, bids: int) -> int:
     """What comes back when `bids` bids and `size` bytes of a grant went unused (see the module docstring)."""
     numerator, denominator = _grant_bound(mode, size, bids)
     return numerator // denominator
 
 
-def _grant_bound(mode: CodeMode | int, size: int, bids: int) -> tuple[int, int]:
+def _grant_bound(mode: CodeMode, size: int, bids: int) -> tuple[int, int]:
     """The most `bids` blobs sharing `size` bytes take on one unit, as a fraction: each takes at most its share of
     the data (size_i / N) rounded up, one block CRC per 64 KiB of that share and one more, and `_SHARD_OVERHEAD`;
     a shard of the 2 KiB minimum takes one page, within the overhead."""

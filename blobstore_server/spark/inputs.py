@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 from pydantic import ValidationError
 
-from blobstore_server.libs.ec import parse_code_mode, tactic
+from blobstore_server.libs.ec import tactic
 from blobstore_server.libs.proto.blobnode import DiskExport
 from blobstore_server.libs.proto.cluster import VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import DiskView
@@ -55,7 +55,7 @@ def unit_rows(volumes: Sequence[VolumeInfo]) -> pa.Table:
     """Every unit of every volume; a locked volume or one with a unit being moved in counts as migrating."""
     rows: dict[str, list[object]] = {name: [] for name in UNIT_SCHEMA.names}
     for volume in volumes:
-        shape, mode = tactic(volume.code_mode), parse_code_mode(volume.code_mode).name
+        shape, mode = tactic(volume.code_mode), volume.code_mode.name
         migrating = volume.status is VolumeStatus.LOCK or bool(volume.pending_units)
         units = [(i, u, False) for i, u in enumerate(volume.units)]
         units += [(i, u, True) for i, u in volume.pending_units.items()]

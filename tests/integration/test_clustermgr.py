@@ -70,7 +70,7 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
         assert await c.kv_list("volume_intent/") == {}
 
         # Leases are exclusive: a second holder never gets a leased volume.
-        mode = int(CodeMode.EC3P3)
+        mode = CodeMode.EC3P3
         first = (await c.alloc_volumes(mode, "alloc-a", 1)).volumes
         second = (await c.alloc_volumes(mode, "alloc-b", 5)).volumes
         assert {v.vid for v in first}.isdisjoint(v.vid for v in second)
@@ -115,8 +115,8 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
         assert (await c.get_disk(1)).host == known.host
         with signing_as("http://h"), pytest.raises(errors.BadRequest, match="never allocated"):
             await c.add_disk(DiskAdd(disk_id=999, host="http://h", idc="z0", rack="r", path="/x"))
-        with pytest.raises(errors.BadRequest, match="unknown code mode"):
-            await c.alloc_volumes(77, "alloc-a")
+        with pytest.raises(errors.BadRequest, match="unknown code mode"):  # the client's model refuses it too
+            await c.http.request("POST", f"{c.hosts[0]}/volume/alloc", json={"code_mode": 77, "holder": "alloc-a"})
         with pytest.raises(errors.BadRequest):
             await c.http.request("POST", f"{c.hosts[0]}/disk/set", json={"disk_id": 1, "status": "exploded"})
         await c.set_disk(2, status=DiskStatus.BROKEN)

@@ -58,5 +58,5 @@ def ec3p3_units(vid: int, first_disk: int = 1) -> list[Unit]:
 
 
 def create_volume(cm: Driver, vid: int) -> VolumeInfo:
-    return cm(VolumeCreate(vid=vid, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(vid),
+    return cm(VolumeCreate(vid=vid, code_mode=CodeMode.EC3P3, backend="isal", units=ec3p3_units(vid),
                            capacity=1 << 30))

@@ -7,6 +7,7 @@ import logging.config
 import time
 from pathlib import Path
 
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.location import Location, SliceInfo
 from blobstore_server.libs.rpc.metrics import Exchange
 from blobstore_server.services.access.audit import LOCATION_KEY, AuditLog
@@ -26,7 +27,7 @@ def _exchange(i: int, location: Location | None) -> Exchange:
 def test_lines_rotate_by_size_and_none_is_lost(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     audit = AuditLog(path, max_bytes=4096, backups=3)
-    location = Location(cluster_id=7, code_mode=1, size=6 << 20, blob_size=4 << 20, crc=0,
+    location = Location(cluster_id=7, code_mode=CodeMode.EC15P12, size=6 << 20, blob_size=4 << 20, crc=0,
                         blobs=(SliceInfo(min_bid=1, vid=9, count=1), SliceInfo(min_bid=5, vid=3, count=1)))
     count = 50  # ~210 bytes a line: ~3 files' worth, so it rotates twice but drops nothing
     started = time.perf_counter()

@@ -58,7 +58,7 @@ def test_a_plan_places_every_blob_once_in_order_within_its_budgets(blobs: int, o
             assert attempt < tries
             plan.allocated(allocator.alloc(blobs - blob))
     slices = plan.slices()
-    location = Location(cluster_id=1, code_mode=11, size=blobs, blob_size=1, crc=0, blobs=slices)
+    location = Location(cluster_id=1, code_mode=CodeMode.EC3P3, size=blobs, blob_size=1, crc=0, blobs=slices)
     assert list(location.blob_ids()) == placed  # each blob where it was really written, in object order
     assert set(placed) <= allocator.given and len(set(placed)) == blobs
     assert len(slices) <= MAX_SLICES

@@ -26,7 +26,7 @@ def skewed_clustermgr(request: Request) -> FakeReply:
     """clustermgr's answers, its times on a clock `AHEAD` seconds ahead of ours."""
     lease_expiry = time.time() + AHEAD + LEASE_TTL
     if request.url.endswith("/volume/alloc"):
-        volume = VolumeView(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", capacity=1 << 30,
+        volume = VolumeView(vid=1, code_mode=CodeMode.EC3P3, backend="isal", capacity=1 << 30,
                             units=[], lease_holder="a1", lease_expiry=lease_expiry)
         return FakeReply.of(VolumeList(volumes=[volume], lease_for=LEASE_TTL))
     if request.url.endswith("/volume/retain"):

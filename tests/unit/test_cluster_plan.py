@@ -65,7 +65,7 @@ def test_the_default_plan_runs_two_allocators_and_two_access_nodes_each_given_bo
     allocator_urls = [named["allocator1"].url, named["allocator2"].url]
     assert len(set(allocator_urls)) == 2
     for name in ("allocator1", "allocator2"):
-        assert _config(named[name])["code_modes"] == [shape.code_mode]
+        assert _config(named[name])["code_modes"] == [shape.code_mode.name]
         assert named[name].workdir == tmp_path.resolve() / name
     access = [_config(named[name]) for name in ("access1", "access2")]
     for name, config in zip(("access1", "access2"), access, strict=True):

@@ -130,11 +130,12 @@ def test_volume_create_refuses_bad_placements(cm: Driver) -> None:
     units = ec3p3_units(1)
     units[1] = units[1].model_copy(update={"disk_id": 1})
     with pytest.raises(errors.Conflict, match="two units on one disk"):
-        cm(VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=units, capacity=1))
+        cm(VolumeCreate(vid=1, code_mode=CodeMode.EC3P3, backend="isal", units=units, capacity=1))
     with pytest.raises(errors.BadRequest, match="never allocated"):
         create_volume(cm, 9)
     with pytest.raises(errors.BadRequest, match="unknown code mode number 99"):
-        cm(VolumeCreate(vid=1, code_mode=99, backend="isal", units=ec3p3_units(1), capacity=1))
+        cm.raw(_old_entry("volume_create", cm.now, vid=1, code_mode=99, backend="isal",
+                          units=[u.model_dump() for u in ec3p3_units(1)], capacity=1))
     with pytest.raises(errors.NotFound):
         cm.state.volume(1)
     created = create_volume(cm, 1)
@@ -148,7 +149,7 @@ def test_six_p6_needs_three_azs(cm: Driver) -> None:
     cm(ScopeAlloc(name="vid", count=1))
     units = [Unit(vuid=Vuid.make(1, i, 1), disk_id=i + 1, host="h") for i in range(12)]
     with pytest.raises(errors.Conflict, match="3 distinct AZs"):
-        cm(VolumeCreate(vid=1, code_mode=int(CodeMode.EC6P6), backend="isal", units=units, capacity=1))
+        cm(VolumeCreate(vid=1, code_mode=CodeMode.EC6P6, backend="isal", units=units, capacity=1))
 
 
 def test_leases_are_exclusive_renewable_and_lapse(cm: Driver) -> None:
@@ -158,7 +159,7 @@ def test_leases_are_exclusive_renewable_and_lapse(cm: Driver) -> None:
     create_volume(cm, 2)
 
     def alloc(holder: str, count: int) -> list[int]:
-        got = cm(VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=count, lease_ttl=10))
+        got = cm(VolumeAllocCmd(code_mode=CodeMode.EC3P3, holder=holder, count=count, lease_ttl=10))
         return [v.vid for v in got.volumes]
 
     assert alloc("a1", 1) == [1]
@@ -183,7 +184,7 @@ def test_a_volume_found_full_loses_its_lease_and_is_never_leased_again(cm: Drive
         create_volume(cm, vid)
 
     def alloc(holder: str) -> list[int]:
-        got = cm(VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10, min_free=4096))
+        got = cm(VolumeAllocCmd(code_mode=CodeMode.EC3P3, holder=holder, count=5, lease_ttl=10, min_free=4096))
         return [v.vid for v in got.volumes]
 
     assert alloc("a1") == [1, 2, 3]
@@ -214,7 +215,7 @@ def test_a_restarted_holder_reclaims_its_own_leases_and_nobody_elses(cm: Driver)
         create_volume(cm, vid)
 
     def alloc(holder: str, reclaim: bool = False) -> list[int]:
-        got = cm(VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder=holder, count=5, lease_ttl=10,
+        got = cm(VolumeAllocCmd(code_mode=CodeMode.EC3P3, holder=holder, count=5, lease_ttl=10,
                                 reclaim=reclaim))
         return [v.vid for v in got.volumes]
 
@@ -502,10 +503,10 @@ def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path:
         (DiskHeartbeatCmd(disks=[DiskBeat(disk_id=1, size=100, free=80, chunks=1)]), 3.0),
         (ScopeAlloc(name="vid", count=1), 4.0),
         (KvSet(key="volume_intent/1", value=json.dumps({"vid": 1, "units": units})), 4.5),
-        (VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=typed_units, capacity=1 << 30),
+        (VolumeCreate(vid=1, code_mode=CodeMode.EC3P3, backend="isal", units=typed_units, capacity=1 << 30),
          5.0),
         (KvDelete(key="volume_intent/1"), 5.5),
-        (VolumeAllocCmd(code_mode=int(CodeMode.EC3P3), holder="a", count=1, lease_ttl=30.0), 6.0),
+        (VolumeAllocCmd(code_mode=CodeMode.EC3P3, holder="a", count=1, lease_ttl=30.0), 6.0),
         (VolumeRetainCmd(holder="a", lease_ttl=30.0, volumes=[RetainItem(vid=1, used=4096)]), 7.0),
         (DiskSetCmd(disk_id=2, status=DiskStatus.BROKEN), 8.0),
         (ServiceRegisterCmd(name="worker", host="http://w", ttl=10.0), 9.0),
@@ -523,6 +524,8 @@ def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path:
         assert old.state.checksum() == new.state.checksum()
         assert old.state.volume(1).pending_units[1].disk_id == 7
         assert encode(KvCas(key="lease", expected=None, value="s1"), 11.0) == old_log[-4]  # byte for byte
+        created = VolumeCreate(vid=1, code_mode=CodeMode.EC3P3, backend="isal", units=typed_units, capacity=1 << 30)
+        assert encode(created, 5.0) == old_log[11]  # the code mode logged as its number, as always
         for replica in (old, new):  # entries in sessions follow in the same log, a retry among them
             replica.now = 20.0
             replica(ScopeAlloc(name="bid", count=3), session("svc", 1))
@@ -532,3 +535,14 @@ def test_a_log_written_before_typed_commands_replays_to_the_same_state(tmp_path:
     finally:
         old.state.close()
         new.state.close()
+
+
+def test_a_volume_record_keeps_its_code_mode_as_the_number_it_was_stored_with() -> None:
+    """Records in RocksDB and answers on the wire carry the mode's number; one read back is written byte for byte
+    as before (replicas compare state checksums), and the number also reads as the mode's name."""
+    stored = ('{"vid":1,"code_mode":11,"backend":"isal","status":"idle","units":[],"capacity":1,"used":0,'
+              '"lease_holder":"","lease_expiry":0.0,"pending_units":{},"dropped_epochs":{},"under_spread":false}')
+    volume = VolumeInfo.model_validate_json(stored)
+    assert volume.code_mode is CodeMode.EC3P3
+    assert volume.model_dump_json() == stored
+    assert VolumeInfo.model_validate_json(stored.replace('"code_mode":11', '"code_mode":"EC3P3"')) == volume

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from blobstore_server.libs.ec import BACKENDS, Codec, NotEnoughShards, Tactic
+from blobstore_server.libs.ec import BACKENDS, Codec, CodeMode, NotEnoughShards, Tactic
 
 
 def recoverable(t: Tactic, lost: frozenset[int]) -> bool:
@@ -52,8 +52,9 @@ def encoded(codec: Codec, seed: object) -> tuple[bytes, list[bytes]]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("mode", ["EC3P3", "EC6P3", "EC6P6", "EC4P4L2"])
-def test_every_survivor_set(mode: str, backend: str) -> None:
+@pytest.mark.parametrize("mode", [CodeMode.EC3P3, CodeMode.EC6P3, CodeMode.EC6P6, CodeMode.EC4P4L2],
+                         ids=lambda m: m.name)
+def test_every_survivor_set(mode: CodeMode, backend: str) -> None:
     codec = Codec(mode, backend)
     t = codec.tactic
     data, shards = encoded(codec, mode)
@@ -67,8 +68,9 @@ def test_every_survivor_set(mode: str, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("mode", ["EC10P4", "EC12P4", "EC16P4", "EC15P12", "EC6P10L2", "EC16P20L2", "EC6P3L3"])
-def test_random_survivor_sets(mode: str, backend: str) -> None:
+@pytest.mark.parametrize("mode", [CodeMode.EC10P4, CodeMode.EC12P4, CodeMode.EC16P4, CodeMode.EC15P12,
+                                  CodeMode.EC6P10L2, CodeMode.EC16P20L2, CodeMode.EC6P3L3], ids=lambda m: m.name)
+def test_random_survivor_sets(mode: CodeMode, backend: str) -> None:
     codec = Codec(mode, backend)
     t = codec.tactic
     data, shards = encoded(codec, mode)

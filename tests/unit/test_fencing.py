@@ -81,7 +81,7 @@ def test_a_fence_on_a_lease_never_taken_or_from_the_future_is_refused(cm: Driver
 def test_a_chunk_is_released_only_while_it_is_no_live_unit(cm: Driver) -> None:
     add_disks(cm)
     cm(ScopeAlloc(name="vid", count=1))
-    volume = cm(VolumeCreate(vid=1, code_mode=int(CodeMode.EC3P3), backend="isal", units=ec3p3_units(1),
+    volume = cm(VolumeCreate(vid=1, code_mode=CodeMode.EC3P3, backend="isal", units=ec3p3_units(1),
                              capacity=1 << 30))
     live = volume.units[2].vuid
     with pytest.raises(Conflict, match="live: its chunk stays"):

@@ -72,7 +72,7 @@ def test_round_trip(loc: Location) -> None:
     assert len(token) <= MAX_TOKEN_LEN
     back = Location.from_token(token, SECRET)
     assert back == loc
-    assert type(back.code_mode) is int
+    assert type(back.code_mode) is CodeMode
     count = loc.blob_count
     assert count == sum(s.count for s in loc.blobs)
     ids = list(islice(back.blob_ids(), 1000))
@@ -212,6 +212,7 @@ def test_signed_good_body_decodes() -> None:
         {"cluster_id": -1},
         {"cluster_id": U32_MAX + 1},
         {"code_mode": 6},
+        {"code_mode": 13},  # a number is no CodeMode: the token's reader turns its number into one
         {"code_mode": True},
         {"size": MAX_OBJECT_SIZE + 1},
         {"size": -1},

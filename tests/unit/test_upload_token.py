@@ -35,7 +35,7 @@ def test_forged_altered_and_foreign_tokens_are_refused() -> None:
     with pytest.raises(BadRequest):
         BlobToken.from_token("not a token!", SECRET, NOW)
     # A Location is signed with the same secret but is never an upload token.
-    location = Location(1, int(CodeMode.EC3P3), 10, 4 << 20, 0, (SliceInfo(min_bid=1, vid=2, count=1),))
+    location = Location(1, CodeMode.EC3P3, 10, 4 << 20, 0, (SliceInfo(min_bid=1, vid=2, count=1),))
     with pytest.raises(BadRequest, match="not an upload token"):
         BlobToken.from_token(location.to_token(SECRET), SECRET, NOW)
 

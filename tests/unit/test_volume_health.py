@@ -38,7 +38,7 @@ from blobstore_server.services.clustermgr.health import lease_rank, volume_healt
 from blobstore_server.services.clustermgr.volumes import VolumeCreator, volumes_short
 from tests.support.clustermgr_state import Driver
 
-EC3P3 = int(CodeMode.EC3P3)
+EC3P3 = CodeMode.EC3P3
 TIMEOUT = 30.0
 
 

@@ -6,7 +6,15 @@ which the control plane, using code modes only, never needs."""
 from typing import TYPE_CHECKING, Any
 
 from blobstore_server.libs.ec.backends import BACKENDS, DEFAULT_BACKEND
-from blobstore_server.libs.ec.codemode import ALIGN_2KB, MAX_BLOB_SIZE, CodeMode, Tactic, parse_code_mode, tactic
+from blobstore_server.libs.ec.codemode import (
+    ALIGN_2KB,
+    MAX_BLOB_SIZE,
+    CodeMode,
+    CodeModeName,
+    Tactic,
+    parse_code_mode,
+    tactic,
+)
 from blobstore_server.libs.ec.errors import (
     BackendMismatch,
     BlobTooLarge,
@@ -29,6 +37,7 @@ __all__ = [
     "BackendMismatch",
     "BlobTooLarge",
     "CodeMode",
+    "CodeModeName",
     "Codec",
     "ECError",
     "NotEnoughShards",

@@ -14,7 +14,7 @@ import numpy as np
 
 from blobstore_server.libs import buffers  # noqa: F401  (importing it tunes malloc for multi-MiB stripes)
 from blobstore_server.libs.ec.backends import DEFAULT_BACKEND, rs_backend
-from blobstore_server.libs.ec.codemode import MAX_BLOB_SIZE, CodeMode, Tactic, parse_code_mode, tactic
+from blobstore_server.libs.ec.codemode import MAX_BLOB_SIZE, CodeMode, Tactic, tactic
 from blobstore_server.libs.ec.errors import (
     BackendMismatch,
     BlobTooLarge,
@@ -41,8 +41,8 @@ def _immutable(data: object) -> bool:
 class Codec:
     """Encoder/decoder for one code mode and backend; stateless between calls, safe across threads."""
 
-    def __init__(self, mode: CodeMode | int | str, backend: str = DEFAULT_BACKEND) -> None:
-        self.mode: CodeMode = parse_code_mode(mode)
+    def __init__(self, mode: CodeMode, backend: str = DEFAULT_BACKEND) -> None:
+        self.mode = mode
         self.tactic: Tactic = tactic(self.mode)
         self._rs = rs_backend(backend, self.tactic.n, self.tactic.m)
         self.backend: str = self._rs.name
@@ -183,6 +183,6 @@ class Codec:
 
 
 @functools.cache
-def codec_for(mode: CodeMode | int, backend: str = DEFAULT_BACKEND) -> Codec:
+def codec_for(mode: CodeMode, backend: str = DEFAULT_BACKEND) -> Codec:
     """The one shared codec per (mode, backend): its tables are built once per process."""
     return Codec(mode, backend)

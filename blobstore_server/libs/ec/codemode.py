@@ -2,12 +2,21 @@
 
 The numeric values of `CodeMode` go on the wire and on disk, so they never change; they follow
 CubeFS BlobStore's numbering so that the two stay comparable.
+
+`CodeMode` is the one type a code mode has past the edge: a pydantic field of it takes the mode's name (any case)
+or its number, and writes its number in JSON, as the volume records, Raft commands and allocation requests always
+carried it; `CodeModeName` writes the name instead, where people read and write the value (configs, the size
+policy). Anything else that arrives as text (a header, a CLI option) goes through `parse_code_mode` once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Annotated, Any
+
+from pydantic import GetCoreSchemaHandler, PlainSerializer
+from pydantic_core import CoreSchema, core_schema
 
 from blobstore_server.libs.ec.errors import UnknownCodeMode
 
@@ -29,6 +38,15 @@ class CodeMode(IntEnum):
     EC3P3 = 11
     EC10P4 = 12
     EC6P3 = 13
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """As a model field: parsed from a name or number (`parse_code_mode`), then an ordinary int enum."""
+        return core_schema.no_info_before_validator_function(parse_code_mode, handler(source))
+
+
+# A code mode written as its name in JSON (configs, the size policy); read like any `CodeMode`.
+CodeModeName = Annotated[CodeMode, PlainSerializer(lambda mode: mode.name, return_type=str, when_used="json")]
 
 
 @dataclass(frozen=True)
@@ -121,10 +139,13 @@ _TACTICS: dict[CodeMode, Tactic] = {
 }
 
 
-def parse_code_mode(value: CodeMode | int | str) -> CodeMode:
-    """Accept a mode, its stable number or its name ("EC6P3", case-insensitive)."""
+def parse_code_mode(value: object) -> CodeMode:
+    """Accept a mode, its stable number or its name ("EC6P3", case-insensitive); UnknownCodeMode for anything
+    else (a bool too: JSON's `true` is no mode)."""
     if isinstance(value, CodeMode):
         return value
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise UnknownCodeMode(f"unknown code mode {value!r}; known: {', '.join(CodeMode.__members__)}")
     if isinstance(value, str):
         name = value.strip().upper()
         if name in CodeMode.__members__:
@@ -139,6 +160,6 @@ def parse_code_mode(value: CodeMode | int | str) -> CodeMode:
         raise UnknownCodeMode(f"unknown code mode number {value!r}; known: {known}") from None
 
 
-def tactic(mode: CodeMode | int | str) -> Tactic:
-    """The tactic of a code mode given as enum, number or name."""
-    return _TACTICS[parse_code_mode(mode)]
+def tactic(mode: CodeMode) -> Tactic:
+    """The tactic of a code mode."""
+    return _TACTICS[mode]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import VolumeHealth
 from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
@@ -23,7 +24,7 @@ class UnusedSpace(BaseModel):
 
 
 class AllocRequest(RequestBody):
-    code_mode: int | str
+    code_mode: CodeMode
     size: int = Field(ge=0, le=MAX_OBJECT_SIZE)
     blob_size: int = Field(4 << 20, ge=1, le=MAX_BLOB_SIZE)
     # What access punished: never these volumes, and these disks' volumes only when nothing else has room.
@@ -50,7 +51,7 @@ class BlobSlice(BaseModel):
 
 
 class AllocResult(BaseModel):
-    code_mode: int
+    code_mode: CodeMode
     blobs: list[BlobSlice]
 
 
@@ -59,7 +60,7 @@ class LeasedVolume(VolumeHealth):
     capacity: libs/space.py), where its units are, and its health as clustermgr last reported it."""
 
     vid: int
-    code_mode: int
+    code_mode: CodeMode
     capacity: int
     used: int
     lease_until: float  # on the holding allocator's monotonic clock, as its /stat's `now`

@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from blobstore_server.libs.ec import CodeMode
+
 
 class DiskStatus(StrEnum):
     NORMAL = "normal"
@@ -90,7 +92,7 @@ class Unit(BaseModel):
 
 class VolumeInfo(BaseModel):
     vid: int = Field(ge=1, lt=2**32)
-    code_mode: int
+    code_mode: CodeMode
     backend: str
     status: VolumeStatus = VolumeStatus.IDLE
     units: list[Unit]

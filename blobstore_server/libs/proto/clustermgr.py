@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.ec import CodeMode, CodeModeName
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import (
     DiskInfo,
@@ -167,7 +167,7 @@ class DiskList(BaseModel):
 
 
 class VolumeAlloc(RequestBody):
-    code_mode: int | str
+    code_mode: CodeMode
     holder: str = Field(min_length=1)
     count: int = Field(1, ge=1, le=1000)
     avoid_disks: list[int] = Field(default_factory=list, max_length=4096)  # lease volumes on these last
@@ -450,20 +450,11 @@ class CodeModeRule(BaseModel):
     by no live lease (an allocator whose peer died must find some to lease: the dead one's leases hold for the
     lease ttl); objects up to `max_size` bytes use it (the smallest matching max_size wins)."""
 
-    code_mode: str
+    code_mode: CodeModeName
     min_volumes: int = Field(2, ge=0)
     min_idle_volumes: int = Field(1, ge=0)
     max_size: int = Field(1 << 62, ge=0)
     enable: bool = True
-
-    @property
-    def mode(self) -> CodeMode:
-        return parse_code_mode(self.code_mode)
-
-    @model_validator(mode="after")
-    def _known_mode(self) -> CodeModeRule:
-        parse_code_mode(self.code_mode)
-        return self
 
 
 _RULES = TypeAdapter(list[CodeModeRule])
@@ -475,19 +466,19 @@ class CodeModePolicy:
     def __init__(self, rules: list[CodeModeRule], default: CodeMode) -> None:
         self.rules = rules
         self.default = default
-        self._by_size = sorted(((r.max_size, r.mode) for r in rules if r.enable), key=lambda r: r[0])
+        self._by_size = sorted(((r.max_size, r.code_mode) for r in rules if r.enable), key=lambda r: r[0])
 
     @staticmethod
     def parse(raw: str) -> list[CodeModeRule]:
         """The rules of a published policy; ValueError naming what is wrong."""
         try:
             return _RULES.validate_json(raw)
-        except (ValidationError, UnknownCodeMode) as exc:
+        except ValidationError as exc:
             raise ValueError(f"invalid {POLICY_KEY}: {exc}") from None
 
     @staticmethod
     def dump(rules: list[CodeModeRule]) -> str:
-        return json.dumps([r.model_dump() for r in rules])
+        return json.dumps([r.model_dump(mode="json") for r in rules])
 
     def mode_for(self, size: int) -> CodeMode:
         return next((mode for max_size, mode in self._by_size if size <= max_size), self.default)

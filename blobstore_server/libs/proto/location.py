@@ -25,7 +25,13 @@ _MAX_BODY = 1 + 5 + 1 + MAX_VARINT + 5 + 4 + 1 + MAX_SLICES * (MAX_VARINT + 5 + 
 MAX_TOKEN_LEN = max_token_len(_MAX_BODY)
 _WHAT = "location token"
 _CRC = struct.Struct(">I")
-_MODES = frozenset(int(m) for m in CodeMode)
+
+
+def _code_mode(number: int) -> CodeMode:
+    try:
+        return CodeMode(number)
+    except ValueError:
+        raise ValueError(f"unknown code mode {number!r}") from None
 
 
 def _check(name: str, value: int, low: int, high: int) -> None:
@@ -49,10 +55,11 @@ class SliceInfo:
 
 @dataclass(frozen=True)
 class Location:
-    """Where an object's blobs live; every blob is `blob_size` bytes but the last, which holds the rest."""
+    """Where an object's blobs live; every blob is `blob_size` bytes but the last, which holds the rest. Its code
+    mode is its volumes' (the token carries the mode's number)."""
 
     cluster_id: int
-    code_mode: int
+    code_mode: CodeMode
     size: int
     blob_size: int
     crc: int
@@ -60,9 +67,8 @@ class Location:
 
     def __post_init__(self) -> None:
         _check("cluster_id", self.cluster_id, 0, U32_MAX)
-        if isinstance(self.code_mode, bool) or self.code_mode not in _MODES:
-            raise ValueError(f"unknown code mode {self.code_mode!r}")
-        object.__setattr__(self, "code_mode", int(self.code_mode))  # a CodeMode given reads back as a plain int
+        if type(self.code_mode) is not CodeMode:
+            raise ValueError(f"code mode {self.code_mode!r} is not a CodeMode")
         _check("size", self.size, 0, MAX_OBJECT_SIZE)
         _check("blob_size", self.blob_size, 1, MAX_BLOB_SIZE)
         _check("crc", self.crc, 0, U32_MAX)
@@ -92,7 +98,7 @@ class Location:
 
     def stat(self) -> Stat:
         """What the SDK's `stat` answers: everything the location says, no blobnode read."""
-        return Stat(size=self.size, crc=self.crc, code_mode=CodeMode(self.code_mode).name, blob_size=self.blob_size,
+        return Stat(size=self.size, crc=self.crc, code_mode=self.code_mode.name, blob_size=self.blob_size,
                     cluster_id=self.cluster_id, blobs=tuple(Slice(vid=s.vid, min_bid=s.min_bid, count=s.count)
                                                             for s in self.blobs))
 
@@ -129,6 +135,6 @@ class Location:
             for _ in range(n):
                 blobs.append(SliceInfo(min_bid=r.varint(), vid=r.varint(), count=r.varint()))
             r.end()
-            return cls(cluster_id, code_mode, size, blob_size, crc, tuple(blobs))
+            return cls(cluster_id, _code_mode(code_mode), size, blob_size, crc, tuple(blobs))
         except ValueError as e:
             raise BadRequest(f"location token field out of range: {e}") from None

@@ -63,7 +63,7 @@ def _code_mode(name: str | None) -> CodeMode | None:
 
 def _location_headers(location: Location) -> dict[str, str]:
     return {"accept-ranges": "bytes", "x-object-size": str(location.size), "x-object-crc": str(location.crc),
-            "x-code-mode": parse_code_mode(location.code_mode).name}
+            "x-code-mode": location.code_mode.name}
 
 
 def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()) -> ASGIApp:
@@ -74,7 +74,7 @@ def build_app(store: Region, life: Lifecycle, observers: Sequence[Observer] = ()
         mode = _code_mode(header(scope, b"x-code-mode"))
         location = note_location(scope, await store.put(body_stream(receive), size, mode))
         await send_json(send, 200, PutResult(location=location.to_token(store.secret), size=location.size,
-                                             crc=location.crc, code_mode=parse_code_mode(location.code_mode).name))
+                                             crc=location.crc, code_mode=location.code_mode.name))
 
     async def get_blob(scope: Scope, receive: Receive, send: Send) -> None:
         location = note_location(scope, store.parse(scope["path_params"]["token"]))

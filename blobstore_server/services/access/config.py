@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
+from blobstore_server.libs.ec import CodeMode, CodeModeName
 from blobstore_server.libs.rpc.config import ServiceSettings
 
 
@@ -29,7 +30,7 @@ class AccessConfig(ServiceSettings):
     redis_timeout: float = Field(1.0, gt=0)  # seconds per Redis call or connect: past it, clustermgr answers
     blob_size: int = Field(4 << 20, ge=64 << 10, le=32 << 20)
     max_object_size: int = Field(5 << 30, ge=1)
-    default_code_mode: str = "EC3P3"  # when clustermgr publishes no size policy
+    default_code_mode: CodeModeName = CodeMode.EC3P3  # when clustermgr publishes no size policy
     shard_timeout: float = Field(10.0, gt=0)
     # Small shard puts (reads) to a blobnode beyond this many puts (reads) on their way ride together in one
     # request (0: never); blobnodes must serve /shard/put_batch and /shard/get_batch, so upgrade them first.

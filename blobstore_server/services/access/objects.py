@@ -14,7 +14,7 @@ from pathlib import Path
 from isal import isal_zlib
 
 from blobstore.records import ReadPlan, ShardPiece
-from blobstore_server.libs.ec import CodeMode, codec_for, parse_code_mode, tactic
+from blobstore_server.libs.ec import CodeMode, codec_for, tactic
 from blobstore_server.libs.proto.allocator import BlobSlice
 from blobstore_server.libs.proto.blobnode import MAX_BATCH, MAX_BATCH_BYTES
 from blobstore_server.libs.proto.clustermgr import CodeModePolicy
@@ -110,7 +110,7 @@ class ObjectStore:
         self.io = io
         self.volumes = volumes
         self.allocator = allocator
-        self.policy = CodeModePolicy([], parse_code_mode(config.default_code_mode))
+        self.policy = CodeModePolicy([], config.default_code_mode)
         self.reserved = Reservations(config.reserve_bids, config.reserve_bytes, config.reserve_ttl)
         self.standby = Standby(config.standby_ride_out, config.standby_headroom, config.standby_min_bids,
                                config.standby_min_bytes, config.standby_max_bids, config.standby_max_bytes)
@@ -138,7 +138,7 @@ class ObjectStore:
         reading: asyncio.Task[bytes] | None = None
         try:
             if lengths:
-                self.standby.record(int(mode), len(lengths), size, time.monotonic())
+                self.standby.record(mode, len(lengths), size, time.monotonic())
                 plan.allocated(await self._allocate_object(mode, size, len(lengths)))
                 reading = asyncio.create_task(reader.read(lengths[0]))
             for index in range(len(lengths)):
@@ -155,7 +155,7 @@ class ObjectStore:
         finally:
             if reading is not None:
                 drop_task(reading)
-        return Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size, blob_size=blob_size,
+        return Location(cluster_id=self.cluster_id, code_mode=mode, size=size, blob_size=blob_size,
                         crc=crc, blobs=plan.slices())
 
     async def _write_blob(self, plan: PutPlan, mode: CodeMode, data: bytes, rest: int) -> BlobWrite:
@@ -210,7 +210,7 @@ class ObjectStore:
             raise Unavailable("this access node has no mqproxy to queue an unfinished upload's reclaim with")
         mode = mode or self.policy.mode_for(size)
         slices = await self._allocate(mode, size) if size else []
-        location = Location(cluster_id=self.cluster_id, code_mode=int(mode), size=size,
+        location = Location(cluster_id=self.cluster_id, code_mode=mode, size=size,
                             blob_size=self.config.blob_size, crc=0,
                             blobs=tuple(SliceInfo(min_bid=s.min_bid, vid=s.vid, count=s.count) for s in slices))
         expiry = int(time.time() + self.config.upload_ttl) + 1
@@ -249,7 +249,7 @@ class ObjectStore:
             return await self._allocate(mode, size, standby=True)
         now = time.monotonic()
         excluded, avoided = self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now)
-        taken = self.reserved.take(int(mode), size, now, excluded, avoided)
+        taken = self.reserved.take(mode, size, now, excluded, avoided)
         if taken is None:
             asked_at = time.monotonic()
             try:
@@ -257,8 +257,8 @@ class ObjectStore:
             except Unavailable:  # no volume has a reservation's room left (this object may still fit), or no
                 return await self._allocate(mode, size, standby=True)  # allocator answers
             volume = await self.volumes.get(fresh[0].vid)
-            self.reserved.add(int(mode), fresh[0], [u.disk_id for u in volume.units], asked_at)
-            taken = self.reserved.take(int(mode), size, time.monotonic(), excluded, avoided)
+            self.reserved.add(mode, fresh[0], [u.disk_id for u in volume.units], asked_at)
+            taken = self.reserved.take(mode, size, time.monotonic(), excluded, avoided)
             if taken is None:  # its volume is on a disk access avoids: the allocator had nothing better
                 return await self._allocate(mode, size, standby=True)
         return [taken]
@@ -269,14 +269,14 @@ class ObjectStore:
         now = time.monotonic()
         excluded, avoided = self.io.health.excluded_volumes(now), self.io.health.avoided_disks(now)
         try:
-            return await self.allocator.alloc(int(mode), size, self.config.blob_size, [*excluded, *exclude_vids],
+            return await self.allocator.alloc(mode, size, self.config.blob_size, [*excluded, *exclude_vids],
                                               avoided, bids, [*self.reserved.returned(), *self.standby.returned()],
                                               probe=probe)
         except Unavailable as exc:
             if not standby:
                 raise
             code = tactic(mode)
-            taken = self.standby.take(int(mode), size, len(split_object(size, self.config.blob_size)),
+            taken = self.standby.take(mode, size, len(split_object(size, self.config.blob_size)),
                                       time.monotonic(), excluded, avoided, lambda units: decide_put(code, units).ok)
             if taken is None:
                 raise Unavailable(f"{exc}; this access node holds no space to ride that out",
@@ -299,11 +299,11 @@ class ObjectStore:
     async def refill_standby(self) -> None:
         """Fetch the grants the standby stock misses (see standby.py); also how allocators that stopped
         answering are found back."""
-        taken: dict[int, set[int]] = {}
-        for want in self.standby.wanted([int(self.policy.default)], time.monotonic()):
+        taken: dict[CodeMode, set[int]] = {}
+        for want in self.standby.wanted([self.policy.default], time.monotonic()):
             asked_at = time.monotonic()
             exclude = want.exclude_vids | taken.get(want.mode, set())
-            mode = parse_code_mode(want.mode)
+            mode = want.mode
             try:
                 try:
                     granted = await self._allocate(mode, want.bytes, want.bids, exclude_vids=exclude, probe=True)
@@ -319,7 +319,7 @@ class ObjectStore:
             taken.setdefault(want.mode, set()).add(granted[0].vid)
         for held_mode, held in self.standby.held(time.monotonic()).items():
             for what, value in zip(("bids", "bytes", "seconds"), held, strict=True):
-                STANDBY_HELD.labels(parse_code_mode(held_mode).name, what).set(value)
+                STANDBY_HELD.labels(held_mode.name, what).set(value)
         self._save_standby()  # not waited for: a grant lost in a crash is only space the allocator gets back late
 
     def _discard(self, written: list[BlobWrite], reason: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.allocator import BlobSlice, UnusedSpace
 
 
@@ -34,14 +35,14 @@ class Reservations:
     bids: int  # per reservation; 0 turns reservations off
     bytes: int
     ttl: float
-    _by_mode: dict[int, Reservation] = field(default_factory=dict, init=False)
+    _by_mode: dict[CodeMode, Reservation] = field(default_factory=dict, init=False)
     _unused: list[UnusedSpace] = field(default_factory=list, init=False)
 
     def eligible(self, size: int, blobs: int) -> bool:
         """Whether an object of `size` bytes in `blobs` blobs is small enough to take from a reservation."""
         return self.bids > 0 and blobs == 1 and size <= self.bytes // 16
 
-    def take(self, mode: int, size: int, now: float, excluded_vids: Collection[int],
+    def take(self, mode: CodeMode, size: int, now: float, excluded_vids: Collection[int],
              avoided_disks: Collection[int]) -> BlobSlice | None:
         """One bid and `size` bytes from the mode's reservation; None when a fresh one is needed."""
         held = self._by_mode.get(mode)
@@ -59,7 +60,7 @@ class Reservations:
             self._drop(mode)
         return BlobSlice(vid=held.vid, min_bid=bid, count=1)
 
-    def add(self, mode: int, allocated: BlobSlice, disks: Collection[int], asked_at: float) -> None:
+    def add(self, mode: CodeMode, allocated: BlobSlice, disks: Collection[int], asked_at: float) -> None:
         """Hold a fresh reservation of `self.bytes` bytes in `allocated`, asked for at `asked_at`, for the mode
         (replacing the last)."""
         self._drop(mode)
@@ -72,7 +73,7 @@ class Reservations:
         unused, self._unused = self._unused, []
         return unused
 
-    def _drop(self, mode: int) -> None:
+    def _drop(self, mode: CodeMode) -> None:
         held = self._by_mode.pop(mode, None)
         if held is not None and held.bytes_left > 0:
             self._unused.append(UnusedSpace(vid=held.vid, size=held.bytes_left, bids=held.bids_left))

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.allocator import BlobSlice, UnusedSpace
 
 GRANTS = 2  # per code mode: each of its own volume when possible, so one bad volume leaves half the stock
@@ -49,7 +50,7 @@ class Grant:
 class Want:
     """A grant to ask an allocator for: `bids` bids sharing `bytes` bytes, in none of `exclude_vids`."""
 
-    mode: int
+    mode: CodeMode
     bids: int
     bytes: int
     exclude_vids: frozenset[int]
@@ -59,12 +60,12 @@ class Want:
 class RateMeter:
     """Bids and bytes allocated per second, per code mode, over the last `RATE_WINDOWS`."""
 
-    _events: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
+    _events: dict[CodeMode, deque[tuple[float, int, int]]] = field(default_factory=dict)
 
-    def record(self, mode: int, bids: int, size: int, now: float) -> None:
+    def record(self, mode: CodeMode, bids: int, size: int, now: float) -> None:
         self._events.setdefault(mode, deque()).append((now, bids, size))
 
-    def rate(self, mode: int, now: float) -> tuple[float, float]:
+    def rate(self, mode: CodeMode, now: float) -> tuple[float, float]:
         """(bids, bytes) per second."""
         events = self._events.get(mode, deque())
         while events and events[0][0] < now - max(RATE_WINDOWS):
@@ -78,7 +79,7 @@ class RateMeter:
                         max(best[1], sum(e[2] for e in recent) / seconds))
         return best
 
-    def modes(self, now: float) -> list[int]:
+    def modes(self, now: float) -> list[CodeMode]:
         """The modes allocated in the longest window."""
         return [m for m in self._events if self.rate(m, now) != (0.0, 0.0)]
 
@@ -92,23 +93,23 @@ class Standby:
     max_bids: int
     max_bytes: int
     meter: RateMeter = field(default_factory=RateMeter)
-    _grants: dict[int, list[Grant]] = field(default_factory=dict, init=False)
+    _grants: dict[CodeMode, list[Grant]] = field(default_factory=dict, init=False)
     _unused: list[UnusedSpace] = field(default_factory=list, init=False)
-    _short_until: dict[int, float] = field(default_factory=dict, init=False)
-    _changed: dict[int, tuple[int, Grant] | None] = field(default_factory=dict, init=False)  # by first bid
+    _short_until: dict[CodeMode, float] = field(default_factory=dict, init=False)
+    _changed: dict[int, tuple[CodeMode, Grant] | None] = field(default_factory=dict, init=False)  # by first bid
 
-    def record(self, mode: int, bids: int, size: int, now: float) -> None:
+    def record(self, mode: CodeMode, bids: int, size: int, now: float) -> None:
         """A PUT allocated `bids` bids and `size` bytes of `mode`: what sizes the stock."""
         self.meter.record(mode, bids, size, now)
 
-    def share(self, mode: int, now: float) -> tuple[int, int]:
+    def share(self, mode: CodeMode, now: float) -> tuple[int, int]:
         """What one grant of `mode` should hold: (bids, bytes)."""
         bid_rate, byte_rate = self.meter.rate(mode, now)
         scale = self.ride_out * self.headroom / GRANTS
         return (min(self.max_bids, max(self.min_bids, math.ceil(bid_rate * scale))),
                 min(self.max_bytes, max(self.min_bytes, math.ceil(byte_rate * scale))))
 
-    def wanted(self, modes: Iterable[int], now: float) -> list[Want]:
+    def wanted(self, modes: Iterable[CodeMode], now: float) -> list[Want]:
         """The grants to fetch now for `modes`: one per missing good grant (fresh for `ride_out` more seconds
         and holding at least half its share), away from the volumes of the good ones."""
         if self.ride_out <= 0:
@@ -124,7 +125,7 @@ class Standby:
             wants += [Want(mode, bids, size, exclude)] * max(0, GRANTS - len(good))
         return wants
 
-    def add(self, mode: int, granted: BlobSlice, size: int, disks: Sequence[int], asked_at: float) -> None:
+    def add(self, mode: CodeMode, granted: BlobSlice, size: int, disks: Sequence[int], asked_at: float) -> None:
         """Hold a grant the allocator answered to a request sent at `asked_at`. A good one replaces the grants
         that are no longer good (the allocators answer: what they held is not needed); one already too short
         is only added, and no other is asked for during `SHORT_BACKOFF`."""
@@ -140,11 +141,11 @@ class Standby:
         held.append(grant)
         self._changed[grant.first_bid] = (mode, grant)
 
-    def restore(self, mode: int, grant: Grant) -> None:
+    def restore(self, mode: CodeMode, grant: Grant) -> None:
         """Hold a grant as it was saved (its `usable_until` on this process's clock)."""
         self._grants.setdefault(mode, []).append(grant)
 
-    def take(self, mode: int, size: int, blobs: int, now: float, excluded_vids: Collection[int],
+    def take(self, mode: CodeMode, size: int, blobs: int, now: float, excluded_vids: Collection[int],
              avoided_disks: Collection[int], writable: Callable[[frozenset[int]], bool]) -> BlobSlice | None:
         """`blobs` consecutive bids and `size` bytes for one object, from the grant nearest its end that can
         take it, clear of `avoided_disks` if one can; else from one whose units off them are `writable` (the put
@@ -169,7 +170,7 @@ class Standby:
             self._changed[grant.first_bid] = (mode, grant)
         return BlobSlice(vid=grant.vid, min_bid=first, count=blobs, usable_for=grant.usable_until - now)
 
-    def held(self, now: float) -> dict[int, tuple[int, int, float]]:
+    def held(self, now: float) -> dict[CodeMode, tuple[int, int, float]]:
         """Per mode: bids and bytes that can still be written, and seconds until the last of them can't."""
         for mode in self._grants:
             self._expire(mode, now)
@@ -182,7 +183,7 @@ class Standby:
         unused, self._unused = self._unused, []
         return unused
 
-    def changes(self) -> tuple[list[tuple[int, Grant]], list[int]]:
+    def changes(self) -> tuple[list[tuple[CodeMode, Grant]], list[int]]:
         """What changed since the last call (once): (mode, a copy of the grant) of each grant added or taken from,
         and the first bids of the grants dropped."""
         changed, self._changed = self._changed, {}
@@ -193,11 +194,11 @@ class Standby:
         return (grant.usable_until >= now + self.ride_out and 2 * grant.bids_left >= bids
                 and 2 * grant.bytes_left >= size)
 
-    def _expire(self, mode: int, now: float) -> None:
+    def _expire(self, mode: CodeMode, now: float) -> None:
         for grant in [g for g in self._grants.get(mode, []) if g.usable_until <= now]:
             self._drop(mode, grant)
 
-    def _drop(self, mode: int, grant: Grant) -> None:
+    def _drop(self, mode: CodeMode, grant: Grant) -> None:
         """Let a grant go, its unused bytes handed back to the allocator."""
         self._grants[mode].remove(grant)
         self._changed[grant.first_bid] = None

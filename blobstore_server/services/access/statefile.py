@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.mqproxy import DeleteIn, RepairIn
 from blobstore_server.services.access.deadlines import Clocks, SavedDeadline, left_after_restart, save_deadline
 from blobstore_server.services.access.standby import Grant
@@ -61,7 +62,7 @@ class StateFileError(Exception):
 class SavedGrant(BaseModel):
     """A standby grant as the state file keeps it."""
 
-    mode: int
+    mode: CodeMode
     vid: int
     disks: tuple[int, ...]
     first_bid: int
@@ -71,7 +72,7 @@ class SavedGrant(BaseModel):
     deadline: SavedDeadline
 
     @classmethod
-    def of(cls, mode: int, grant: Grant, now: float, clocks: Clocks) -> SavedGrant:
+    def of(cls, mode: CodeMode, grant: Grant, now: float, clocks: Clocks) -> SavedGrant:
         """`grant` as held at `now` (the monotonic clock `usable_until` is on), read with `clocks`."""
         return cls(mode=mode, vid=grant.vid, disks=grant.disks, first_bid=grant.first_bid, next_bid=grant.next_bid,
                    bids_left=grant.bids_left, bytes_left=grant.bytes_left,

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from blobstore_server.libs import space
-from blobstore_server.libs.ec import CodeMode, parse_code_mode
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto.allocator import AllocatorStat, BlobSlice, LeasedVolume, UnusedSpace
 from blobstore_server.libs.proto.clustermgr import RetainItem, VolumeView
 from blobstore_server.libs.rpc.errors import NotFound, RpcError, Unavailable
@@ -48,7 +48,7 @@ class Allocator:
         self.config = config
         self.holder = config.advertised_host
         self.cluster = cluster or ClusterClient(config.clustermgr_hosts)
-        self.modes = [parse_code_mode(m) for m in config.code_modes]
+        self.modes = config.code_modes
         self.pool = VolumePool(config.lease_margin)
         self._lock = asyncio.Lock()  # one refill at a time
         self._short_until: dict[CodeMode, float] = {}  # clustermgr had no more volumes of the mode until then
@@ -78,12 +78,12 @@ class Allocator:
         async with self._lock:
             now = time.monotonic()
             for m in [mode] if mode is not None else self.modes:
-                held = len(self.pool.usable(int(m), now))
-                missing = min(self.pool.wanted(int(m), now, self.config.volumes_per_mode) + extra,
+                held = len(self.pool.usable(m, now))
+                missing = min(self.pool.wanted(m, now, self.config.volumes_per_mode) + extra,
                               self.config.max_volumes_per_mode - held)
                 if missing > 0 and now >= self._short_until.get(m, 0.0):
                     asked_at = time.monotonic()  # the leases begin later: counted from here, they end no later
-                    leased = await self.cluster.alloc_volumes(int(m), self.holder, missing, avoid_disks,
+                    leased = await self.cluster.alloc_volumes(m, self.holder, missing, avoid_disks,
                                                               reclaim=m not in self._leased_modes,
                                                               largest_blob=self._largest_blob.get(m, 1))
                     self._leased_modes.add(m)
@@ -145,7 +145,7 @@ class Allocator:
         largest = self._largest_blob[code_mode] = max(self._largest_blob.get(code_mode, 1), min(size, blob_size))
         for attempt in range(3):
             try:
-                granted = self.pool.allocate(int(code_mode), size, blob_size, time.monotonic(), excluded, avoided,
+                granted = self.pool.allocate(code_mode, size, blob_size, time.monotonic(), excluded, avoided,
                                              bids)
             except PoolEmpty as exc:
                 if attempt == 2:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from blobstore_server.libs.ec import UnknownCodeMode, parse_code_mode
 from blobstore_server.libs.proto import allocator as api
 from blobstore_server.libs.proto.allocator import AllocatorStat, AllocRequest, AllocResult
 from blobstore_server.libs.rpc.errors import BadRequest
@@ -17,16 +16,13 @@ def build_app(allocator: Allocator) -> FastAPI:
 
     @serves(app, api.ALLOC)
     async def volume_alloc(req: AllocRequest) -> AllocResult:
-        try:
-            mode = parse_code_mode(req.code_mode)
-        except UnknownCodeMode as exc:
-            raise BadRequest(str(exc)) from None
+        mode = req.code_mode
         if mode not in allocator.modes:
             raise BadRequest(f"this allocator serves {[m.name for m in allocator.modes]}, not {mode.name}")
         allocator.volumes_full(req.full_vids)
         blobs = await allocator.allocate(mode, req.size, req.blob_size, req.exclude_vids, req.avoid_disks, req.bids,
                                          req.returned)
-        return AllocResult(code_mode=int(mode), blobs=blobs)
+        return AllocResult(code_mode=mode, blobs=blobs)
 
     @serves(app, api.STAT)
     async def stat() -> AllocatorStat:

@@ -6,6 +6,7 @@ import random
 import time
 from collections.abc import Sequence
 
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto import allocator as api
 from blobstore_server.libs.proto.allocator import AllocatorStat, AllocRequest, BlobSlice, UnusedSpace
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
@@ -38,7 +39,7 @@ class AllocatorClient(ServiceClient):
         """A blobnode answered ChunkFull for a shard of volume `vid`: tell the allocators with the next request."""
         self._full.add(vid)
 
-    async def alloc(self, code_mode: int, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
+    async def alloc(self, code_mode: CodeMode, size: int, blob_size: int, exclude_vids: Sequence[int] = (),
                     avoid_disks: Sequence[int] = (), bids: int | None = None,
                     returned: Sequence[UnusedSpace] = (), probe: bool = False) -> list[BlobSlice]:
         """Space for an object (or `bids` bids sharing `size` bytes): never in `exclude_vids`, and on `avoid_disks`

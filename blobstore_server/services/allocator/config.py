@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from blobstore_server.libs.ec import CodeMode, CodeModeName
 from blobstore_server.libs.rpc.config import ServiceSettings
 
 
@@ -11,7 +12,7 @@ class AllocatorConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9100"
     host: str = ""  # advertised URL; defaults to http://<bind_addr>; also the lease holder name
     clustermgr_hosts: list[str] = Field(min_length=1)
-    code_modes: list[str] = Field(default_factory=lambda: ["EC3P3"])
+    code_modes: list[CodeModeName] = Field(default_factory=lambda: [CodeMode.EC3P3])
     volumes_per_mode: int = Field(4, ge=1)  # writable volumes leased and kept allocatable per code mode
     max_volumes_per_mode: int = Field(16, ge=1)  # at most this many leased per mode, however many are unwritable
     bid_batch: int = Field(10_000, ge=1)  # bids fetched from the clustermgr scope at a time

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from blobstore_server.libs.ec import parse_code_mode
 from blobstore_server.libs.rpc.metrics import gauge
 from blobstore_server.services.allocator.pool import VolumePool
 
@@ -19,7 +18,7 @@ def pool_figures(pool: VolumePool, lease_margin: float) -> Iterator[Metric]:
     free: Counter[str] = Counter()
     for volume in pool.volumes.values():
         if volume.lease_until - lease_margin > now:
-            mode = parse_code_mode(volume.code_mode).name
+            mode = volume.code_mode.name
             leased[mode] += 1
             free[mode] += volume.free
     yield gauge("blobstore_allocator_leased_volumes", "Volumes leased and allocatable, by code mode",

@@ -27,7 +27,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from blobstore_server.libs import space
-from blobstore_server.libs.ec import tactic
+from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.proto.allocator import BlobSlice, LeasedVolume
 from blobstore_server.libs.proto.cluster import VolumeHealth
 
@@ -73,7 +73,7 @@ class VolumePool:
     volumes: dict[int, LeasedVolume] = field(default_factory=dict)
     bids: BidRanges = field(default_factory=BidRanges)
 
-    def usable(self, code_mode: int, now: float) -> list[LeasedVolume]:
+    def usable(self, code_mode: CodeMode, now: float) -> list[LeasedVolume]:
         return [v for v in self.volumes.values()
                 if v.code_mode == code_mode and v.free > 0 and v.lease_until - self.lease_margin > now]
 
@@ -89,7 +89,7 @@ class VolumePool:
             volume.lease_until = lease_until
             volume.writable, volume.why_not, volume.down_units = health.writable, health.why_not, health.down_units
 
-    def choices(self, code_mode: int, charge: int, now: float, exclude_vids: Collection[int] = (),
+    def choices(self, code_mode: CodeMode, charge: int, now: float, exclude_vids: Collection[int] = (),
                 avoid_disks: Collection[int] = ()) -> list[LeasedVolume]:
         """The volumes that may take an allocation charged `charge` bytes, best first (see the module docstring)."""
         slack = tactic(code_mode).put_slack
@@ -102,7 +102,7 @@ class VolumePool:
                 ranked.append((len(missing), volume.under_spread, -volume.free, volume.vid, volume))
         return [r[-1] for r in sorted(ranked, key=lambda r: r[:4])]
 
-    def wanted(self, code_mode: int, now: float, target: int) -> int:
+    def wanted(self, code_mode: CodeMode, now: float, target: int) -> int:
         """How many more volumes of the mode to lease (see the module docstring)."""
         good = [v for v in self.usable(code_mode, now) if v.writable]
         if len(good) < target:
@@ -121,7 +121,7 @@ class VolumePool:
         if volume is not None:
             volume.used = max(0, volume.used - space.refund(volume.code_mode, size, bids))
 
-    def allocate(self, code_mode: int, size: int, blob_size: int, now: float, exclude_vids: Collection[int] = (),
+    def allocate(self, code_mode: CodeMode, size: int, blob_size: int, now: float, exclude_vids: Collection[int] = (),
                  avoid_disks: Collection[int] = (), bids: int | None = None) -> list[BlobSlice]:
         """Space for an object of `size` bytes cut into blobs of `blob_size` (or `size` bytes for the
         objects of a reservation of `bids` bids): one volume, one bid run. Bids are taken only once a

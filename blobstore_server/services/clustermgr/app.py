@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from pydantic import BaseModel
 
 from blobstore_server.libs import space
-from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import (
@@ -113,13 +113,6 @@ def _owned(cm: ClusterManager, reporter: str | None, disk_ids: list[int]) -> Non
             continue  # the command itself says so
         if host != reporter:
             raise Forbidden(f"disk {disk_id} belongs to {host}, not to the caller {reporter}")
-
-
-def _code_mode(raw: int | str) -> int:
-    try:
-        return int(parse_code_mode(raw))
-    except UnknownCodeMode as exc:
-        raise BadRequest(str(exc)) from None
 
 
 # Routes whose body is the command they commit, as it came (`Command`): route -> that command. The route's
@@ -222,7 +215,7 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
         return cm.volume_views([(await cm.fresh()).volume(vid)], time.time())[0]
 
     @serves(app, api.VOLUME_LIST)
-    async def volume_list(status: VolumeStatus | None = None, code_mode: int | None = None,
+    async def volume_list(status: VolumeStatus | None = None, code_mode: CodeMode | None = None,
                           since: int | None = Query(None, ge=0)) -> VolumeList:
         if since is not None and (status is not None or code_mode is not None):
             raise BadRequest("`since` lists every volume changed (a filter would hide one that left it): "
@@ -235,12 +228,12 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
 
     @serves(app, api.VOLUME_ALLOC)
     async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
-        mode = _code_mode(req.code_mode)
+        mode = req.code_mode
         alloc = VolumeAllocCmd(code_mode=mode, holder=req.holder, count=req.count, lease_ttl=lease_ttl,
                                    min_free=space.blob_bytes(mode, req.largest_blob),
                                    heartbeat_timeout=heartbeat_timeout,
                                    avoid_disks=req.avoid_disks, reclaim=req.reclaim)
-        cm.asked_for(CodeMode(mode), req.largest_blob)
+        cm.asked_for(mode, req.largest_blob)
         return await cm.lease_volumes(alloc, caller)
 
     @serves(app, api.VOLUME_RETAIN)

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto import clustermgr as api
 from blobstore_server.libs.proto.blobnode import MOVED_ERRORS
 from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, ServiceInfo, Unit, VolumeInfo, VolumeStatus
@@ -248,7 +249,8 @@ class ClusterClient(ServiceClient):
     async def get_volume(self, vid: int, deadline: float | None = None) -> VolumeView:
         return await self.call(api.VOLUME_GET, params={"vid": vid}, deadline=deadline)
 
-    async def list_volumes(self, status: VolumeStatus | None = None, code_mode: int | None = None) -> list[VolumeView]:
+    async def list_volumes(self, status: VolumeStatus | None = None,
+                           code_mode: CodeMode | None = None) -> list[VolumeView]:
         """Each volume with whether new blobs may go to it now, and why not."""
         params: dict[str, str | int] = {}
         if status:
@@ -261,7 +263,7 @@ class ClusterClient(ServiceClient):
         """The volumes changed after `revision` (all for 0) and the revision of this answer, to ask with next."""
         return await self.call(api.VOLUME_LIST, params={"since": revision})
 
-    async def alloc_volumes(self, code_mode: int, holder: str, count: int = 1,
+    async def alloc_volumes(self, code_mode: CodeMode, holder: str, count: int = 1,
                             avoid_disks: Sequence[int] = (), reclaim: bool = False,
                             largest_blob: int = 1) -> VolumeList:
         """Lease up to `count` volumes with room for a blob of `largest_blob` bytes, those with every unit up and

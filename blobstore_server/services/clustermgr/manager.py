@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from blobstore_server.libs.ec import CodeMode, parse_code_mode, tactic
+from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.placement import PlacementError, replacement_disk
 from blobstore_server.libs.proto.cluster import DiskInfo, Unit, VolumeInfo
 from blobstore_server.libs.proto.clustermgr import (
@@ -229,16 +229,17 @@ class ClusterManager:
         for policy in self.policy():
             if not policy.enable:
                 continue
+            mode = policy.code_mode
             short = volumes_short(self.state, policy, time.time(), self.config.disk_heartbeat_timeout,
-                                  self.largest_blob.get(policy.mode, 1))
+                                  self.largest_blob.get(mode, 1))
             for _ in range(short):
                 try:
-                    await self.volumes.create(policy.mode, time.time())
+                    await self.volumes.create(mode, time.time())
                 except Exception as exc:  # placement or a blobnode may fail; try again next round
-                    self._creation_failed(policy.mode, f"cannot create a {policy.mode.name} volume yet: {exc}")
+                    self._creation_failed(mode, f"cannot create a {mode.name} volume yet: {exc}")
                     break
                 VOLUMES_CREATED.labels("floor").inc()
-                self._create_failure.pop(policy.mode, None)
+                self._create_failure.pop(mode, None)
 
     def _creation_failed(self, mode: CodeMode, why: str) -> None:
         """Log why a volume could not be created; while too few disks live this repeats every round: say it once."""
@@ -251,9 +252,9 @@ class ClusterManager:
         dead), first create one clear of them: writes resume after a creation, not a heartbeat timeout."""
         leased = await self.submit(alloc, session)
         short = alloc.count - len(leased.volumes)
-        mode = CodeMode(alloc.code_mode)
+        mode = alloc.code_mode
         now = time.monotonic()
-        enabled = any(rule.enable and rule.mode is mode for rule in self.policy())
+        enabled = any(rule.enable and rule.code_mode is mode for rule in self.policy())
         if short <= 0 or not alloc.avoid_disks or not enabled or now < self._next_avoiding.get(mode, 0.0):
             return leased
         self._next_avoiding[mode] = now + self.config.avoiding_volume_interval
@@ -296,7 +297,7 @@ class ClusterManager:
             unit_disks = [state.disk(u.disk_id) for u in volume.units]
             allowed = [d for d in state.disks() if d.disk_id not in req.avoid]
             try:
-                disk_id = replacement_disk(tactic(parse_code_mode(volume.code_mode)), unit_disks, req.index, allowed,
+                disk_id = replacement_disk(tactic(volume.code_mode), unit_disks, req.index, allowed,
                                            now, self.config.disk_heartbeat_timeout)
             except PlacementError as exc:
                 raise Conflict(f"volume {req.vid} unit {req.index}: {exc}") from None

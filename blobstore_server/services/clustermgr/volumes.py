@@ -68,7 +68,7 @@ def volumes_short(state: ClusterState, rule: CodeModeRule, now: float, heartbeat
     idle_floor = min(rule.min_idle_volumes, rule.min_volumes)  # a mode kept at no volumes keeps no spare either
     writable = idle = 0
     for volume in state.volumes():
-        if (volume.code_mode != rule.mode or space.is_full(rule.mode, volume.free, largest_blob)
+        if (volume.code_mode != rule.code_mode or space.is_full(rule.code_mode, volume.free, largest_blob)
                 or not volume_health(volume, disks, now, heartbeat_timeout).writable):
             continue
         writable += 1
@@ -136,7 +136,7 @@ class VolumeCreator:
             failed = next((r for r in created if isinstance(r, BaseException)), None)
             if failed is not None:
                 raise failed
-            await self.propose(VolumeCreate(vid=vid, code_mode=int(mode), backend=self.backend, units=intent.units,
+            await self.propose(VolumeCreate(vid=vid, code_mode=mode, backend=self.backend, units=intent.units,
                                             capacity=space.unit_capacity(self.chunk_size)))
         except (RpcError, PlacementError, OSError) as exc:
             with contextlib.suppress(RpcError):  # a failed roll back is retried from the intent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from blobstore_server.libs.ec import CodeMode, UnknownCodeMode, parse_code_mode, tactic
+from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.kv import Batch
 from blobstore_server.libs.placement import PlacementError, as_candidate, check_placement, shares_a_host
 from blobstore_server.libs.proto import clustermgr as api
@@ -20,7 +20,7 @@ from blobstore_server.services.clustermgr.state import ClusterState
 class VolumeCreate(Command[VolumeInfo]):
     op = "volume_create"
     vid: int
-    code_mode: int
+    code_mode: CodeMode
     backend: str
     units: list[Unit]
     capacity: int
@@ -28,17 +28,13 @@ class VolumeCreate(Command[VolumeInfo]):
 
 @command(VolumeCreate)
 def volume_create(s: ClusterState, batch: Batch, now: float, cmd: VolumeCreate) -> VolumeInfo:
-    try:
-        mode = parse_code_mode(cmd.code_mode)
-    except UnknownCodeMode as exc:
-        raise BadRequest(str(exc)) from None
     if cmd.vid > s.scope("vid"):
         raise BadRequest(f"vid {cmd.vid} was never allocated")
     if s.has_volume(cmd.vid):
         raise Conflict(f"volume {cmd.vid} already exists")
     disks = [s.disk(u.disk_id) for u in cmd.units]
     try:
-        check_placement(tactic(mode), [as_candidate(d) for d in disks])
+        check_placement(tactic(cmd.code_mode), [as_candidate(d) for d in disks])
     except PlacementError as exc:
         raise Conflict(f"volume {cmd.vid} placement refused: {exc}") from None
     for index, unit in enumerate(cmd.units):
@@ -46,7 +42,7 @@ def volume_create(s: ClusterState, batch: Batch, now: float, cmd: VolumeCreate) 
             raise BadRequest(f"unit {index} has vuid {unit.vuid} that does not name volume {cmd.vid}/{index}")
     for disk in disks:
         s.put_disk(batch, disk.model_copy(update={"chunks": disk.chunks + 1}))
-    volume = VolumeInfo(vid=cmd.vid, code_mode=int(mode), backend=cmd.backend, units=cmd.units,
+    volume = VolumeInfo(vid=cmd.vid, code_mode=cmd.code_mode, backend=cmd.backend, units=cmd.units,
                         capacity=cmd.capacity, under_spread=shares_a_host(d.machine for d in disks))
     s.put_volume(batch, volume)
     return volume
@@ -74,7 +70,7 @@ def volume_committed(s: ClusterState, batch: Batch, now: float, cmd: VolumeCommi
 
 class VolumeAllocCmd(Command[VolumeList]):
     op = "volume_alloc"
-    code_mode: int
+    code_mode: CodeMode
     holder: str
     count: int
     lease_ttl: float
@@ -90,7 +86,7 @@ class VolumeAllocCmd(Command[VolumeList]):
 @command(VolumeAllocCmd)
 def volume_alloc(s: ClusterState, batch: Batch, now: float, cmd: VolumeAllocCmd) -> VolumeList:
     """Lease up to `count` idle (or lapsed, or with `reclaim` the holder's own) volumes of a mode to `holder`."""
-    mode = CodeMode(cmd.code_mode)
+    mode = cmd.code_mode
     disks = {d.disk_id: d for d in s.disks()} if cmd.heartbeat_timeout is not None else {}
     avoid = set(cmd.avoid_disks)
     ranked: list[tuple[tuple[int, bool, int], VolumeInfo, VolumeHealth]] = []
