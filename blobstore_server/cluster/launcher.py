@@ -423,9 +423,9 @@ def down(root: Path = DEFAULT_DIR, timeout: float = 10.0) -> list[tuple[ProcessR
 
 
 def _signed(method: str, url: str) -> dict[str, str]:
-    """The headers of a bodiless request signed as this process signs (none if it does not)."""
+    """The headers of a bodiless request to a clustermgr signed as this process signs (none if it does not)."""
     signer = auth.installed()
-    return {} if signer is None else {AUTH_HEADER: signer.header(method, url, None, None)}
+    return {} if signer is None else {AUTH_HEADER: signer.header(method, url, None, None, clustermgr_api.ROUTES)}
 
 
 def _leader(urls: list[str], names: list[str]) -> str | None:

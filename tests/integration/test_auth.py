@@ -34,6 +34,7 @@ from blobstore_server.libs.mq.topics import Topic
 from blobstore_server.libs.proto.cluster import DiskStatus, VolumeInfo
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.messages import DeleteMsg
+from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.proto.scheduler import LEADER_KEY, LeaderRecord
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer, body_digest, new_secret, sign
@@ -125,7 +126,7 @@ def test_unsigned_bad_and_replayed_calls_to_every_mutating_route_are_401_and_cha
                         headers = {}
                         if signer is not None:
                             headers[AUTH_HEADER] = signer.header("POST", f"{host}{path}", None,
-                                                                 httpx.Request("POST", "/", json=body).read())
+                                                                 httpx.Request("POST", "/", json=body).read(), CATALOG)
                         answer = await raw.post(f"{host}{path}", json=body, headers=headers)
                         assert answer.status_code == 401, (path, signer, answer.text)
                         assert answer.json()["code"] == "unauthorized"
@@ -192,7 +193,7 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             assert identity is not None
             as_node = Signer({}, identity=identity)
             answer = await post(f"{leader}/disk/broken", body, as_node.header(
-                "POST", f"{leader}/disk/broken", None, json.dumps(body).encode()))
+                "POST", f"{leader}/disk/broken", None, json.dumps(body).encode(), CATALOG))
             assert answer.status_code == 403 and "belongs to" in answer.text, answer.text
             # /shard/delete of a shard not marked deleted first
             body = {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}
@@ -211,7 +212,7 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             # a request signed for one blobnode, replayed to another (its Host header kept, or rewritten)
             body = {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}
             content = json.dumps(body).encode()
-            header = operator.header("POST", f"{unit.host}/shard/markdelete", None, content)
+            header = operator.header("POST", f"{unit.host}/shard/markdelete", None, content, CATALOG)
             stranger = next(d.host for d in disks if d.host != unit.host)
             elsewhere = f"{stranger}/shard/markdelete"
             for host in (urlsplit(unit.host).netloc, urlsplit(stranger).netloc):
@@ -226,21 +227,21 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             assert not Path("/etc/blobstore-export").exists()
             # a replayed request, and one dated ahead of the server's clock
             body = {"key": "replay-probe", "value": "1"}
-            header = operator.header("POST", f"{leader}/kv/set", None, json.dumps(body).encode())
+            header = operator.header("POST", f"{leader}/kv/set", None, json.dumps(body).encode(), CATALOG)
             assert (await post(f"{leader}/kv/set", body, header)).status_code == 200
             answer = await post(f"{leader}/kv/set", {**body}, header)
             assert answer.status_code == 401 and "used before" in answer.text, answer.text
             ahead = Signer(AuthConfig.for_capabilities(secret, [Capability.KV]).keys, clock=lambda: time.time() + 30)
             body = {"key": "replay-probe", "value": "2"}
             answer = await post(f"{leader}/kv/set", body, ahead.header("POST", f"{leader}/kv/set", None,
-                                                                        json.dumps(body).encode()))
+                                                                        json.dumps(body).encode(), CATALOG))
             assert answer.status_code == 401 and "ahead" in answer.text, answer.text
             # bytes swapped under a valid shard put header (same length, other CRC)
             good, evil = b"a" * 4096, b"b" * 4096
             params = {"disk_id": str(unit.disk_id), "vuid": str(unit.vuid), "bid": str(10**9),
                       "size": "4096", "crc": str(zlib.crc32(good))}
             url = f"{unit.host}/shard/put"
-            header = operator.header("PUT", url, params, good)
+            header = operator.header("PUT", url, params, good, CATALOG)
             answer = await raw.put(url, params=params, content=evil, headers={AUTH_HEADER: header})
             assert answer.status_code == 400 and "CRC" in answer.text, answer.text
         async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as bn:
@@ -350,7 +351,7 @@ def truncated(url: str, method: str, signer: Signer) -> None:
     """A body cut short of its declared length, the connection then closed: the service stays up."""
     parts = urlsplit(url)
     head = f"{method} {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-length: 5000\r\n"
-    head += f"{AUTH_HEADER}: {signer.header(method, url, None, b'x' * 5000)}\r\n"
+    head += f"{AUTH_HEADER}: {signer.header(method, url, None, b'x' * 5000, CATALOG)}\r\n"
     with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
         sock.sendall(head.encode() + b"\r\n" + b"x" * 100)
     assert httpx.get(f"{parts.scheme}://{parts.netloc}/health", timeout=5).status_code == 200
@@ -369,7 +370,7 @@ def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterI
     with httpx.Client(timeout=30) as raw:
         def send(method: str, url: str, body: bytes, headers: dict[str, str]) -> None:
             if not url.startswith(f"{hosts['access']}/"):  # access1: its API is public
-                headers = {**headers, AUTH_HEADER: signer.header(method, url, None, body if body else None)}
+                headers = {**headers, AUTH_HEADER: signer.header(method, url, None, body if body else None, CATALOG)}
             answer = raw.request(method, url, content=body, headers=headers)
             text = answer.text[:200]
             reason = answer.headers.get("content-type", "").startswith("application/json") and (
@@ -397,8 +398,8 @@ def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterI
                           (f"{hosts['clustermgr']}/disk/set", {"disk_id": disk, "status": "broken", "force": True}),
                           (f"{hosts['blobnode']}/chunk/create", {"disk_id": disk, "vuid": 1 << 32 | 1, "size": 1})]:
             content = json.dumps(body).encode()
-            answer = raw.post(url, content=content, headers={"content-type": "application/json",
-                                                             AUTH_HEADER: signer.header("POST", url, None, content)})
+            header = signer.header("POST", url, None, content, CATALOG)
+            answer = raw.post(url, content=content, headers={"content-type": "application/json", AUTH_HEADER: header})
             assert answer.status_code == 400 and "extra" in answer.text.lower(), (url, answer.text)
     assert not failures, "\n".join(failures[:20])
     assert snapshot(cluster) == before

@@ -12,6 +12,7 @@ import httpx
 from isal.isal_zlib import crc32
 
 from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -35,7 +36,8 @@ class Wire:
         assert signer is not None
         lines = [f"{method} {target} HTTP/1.1", f"host: {self.hostport}"]
         if signed:
-            lines.append(f"{AUTH_HEADER}: {signer.header(method, f'http://{self.hostport}{target}', None, body)}")
+            header = signer.header(method, f"http://{self.hostport}{target}", None, body, CATALOG)
+            lines.append(f"{AUTH_HEADER}: {header}")
         if length and (body or method == "PUT"):
             lines.append(f"content-length: {len(body)}")
         return ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode() + body
@@ -121,7 +123,7 @@ def test_pipelined_requests_and_a_connection_handed_over_to_uvicorn(blobnode_fac
         signer = auth.installed()
         assert signer is not None
         # no declared length to sign: the signature covers length 0 and the CRC in the query, as for any chunked body
-        header = signer.header("PUT", f"http://{chunked.hostport}{put_target(3, data)}", None, b"")
+        header = signer.header("PUT", f"http://{chunked.hostport}{put_target(3, data)}", None, b"", CATALOG)
         chunked.send(f"PUT {put_target(3, data)} HTTP/1.1\r\nhost: {chunked.hostport}\r\n{AUTH_HEADER}: {header}\r\n"
                      "transfer-encoding: chunked\r\n\r\n".encode() + body)
         assert chunked.answer()[0] == 200

@@ -31,6 +31,7 @@ from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord
 from blobstore_server.cluster.procs import free_port, stop, wait_until
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.proto.mqproxy import RepairIn
+from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.proto.scheduler import TaskRecord, TaskState
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.rpc import auth
@@ -116,7 +117,7 @@ def test_every_process_serves_metrics_prometheus_can_parse(cluster: ClusterInfo)
     query = {"disk_id": "999", "vuid": "1", "bid": "1"}
     signer = auth.installed()  # the launcher signs this process's requests as the operator
     assert signer is not None
-    signature = {AUTH_HEADER: signer.header("GET", f"{a_blobnode}/shard/get", query, None)}
+    signature = {AUTH_HEADER: signer.header("GET", f"{a_blobnode}/shard/get", query, None, CATALOG)}
     missing_disk = httpx.get(f"{a_blobnode}/shard/get", params=query, headers=signature, timeout=5)
     assert missing_disk.status_code == 404
     texts = {p.name: httpx.get(f"{p.url}/metrics", timeout=5) for p in _scraped(cluster)}

@@ -20,6 +20,7 @@ from blobstore_server.cluster.procs import free_port as free_port  # the one por
 from blobstore_server.cluster.procs import healthy
 from blobstore_server.cluster.procs import wait_until as wait_until  # the one polling helper, for the tests too
 from blobstore_server.cluster.service_auth import with_auth
+from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer, new_secret
 from blobstore_server.libs.rpc.routes import Capability
@@ -49,7 +50,8 @@ class Signed(httpx.Auth):
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         signer = auth.installed()
         if signer is not None and AUTH_HEADER not in request.headers:
-            request.headers[AUTH_HEADER] = signer.header(request.method, str(request.url), None, request.content)
+            request.headers[AUTH_HEADER] = signer.header(request.method, str(request.url), None, request.content,
+                                                         CATALOG)
         yield request
 
 

@@ -8,7 +8,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from blobstore_server.libs.proto.routes import CAPABILITIES, CATALOG
+from blobstore_server.libs.proto import blobnode, clustermgr
+from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.rpc.auth import (
     AUTH_HEADER,
     MAX_GRANT,
@@ -28,7 +29,7 @@ from blobstore_server.libs.rpc.auth import (
 )
 from blobstore_server.libs.rpc.client import presigned
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
-from blobstore_server.libs.rpc.routes import Capability
+from blobstore_server.libs.rpc.routes import Capability, Route, RouteTable
 
 SECRET = new_secret()
 NOW = 1_000_000.0
@@ -38,7 +39,7 @@ C = Capability
 def verifier(capabilities: tuple[Capability, ...] = (C.UNITS, C.OBSERVE), previous: str | None = None,
              identities: bool = False, clock: float = NOW) -> Verifier:
     return Verifier(AuthConfig.for_capabilities(SECRET, capabilities, previous, verifies_identities=identities),
-                    clock=lambda: clock)
+                    CATALOG, clock=lambda: clock)
 
 
 def signer(*capabilities: Capability, secret: str = SECRET, clock: float = NOW, name: str | None = None) -> Signer:
@@ -48,7 +49,7 @@ def signer(*capabilities: Capability, secret: str = SECRET, clock: float = NOW, 
 
 def signed(by: Signer, method: str, url: str, params: dict[str, str] | None = None,
            body: bytes | None = b"{}") -> str:
-    return by.header(method, url, params, body)
+    return by.header(method, url, params, body, CATALOG)
 
 
 def test_a_signed_request_passes_and_any_change_to_it_does_not() -> None:
@@ -124,15 +125,28 @@ def test_each_route_takes_exactly_its_capability() -> None:
     blobnode = verifier((C.READ_SHARD, C.WRITE_SHARD))
     with pytest.raises(Unauthorized, match="takes no admin"):  # a blobnode never holds the admin key
         blobnode.check("POST", "/config/set", "", signed(operator, "POST", "http://h/config/set"), b"{}", 2, "h")
-    assert required_capability("/health") is None and required_capability("/metrics") is None
-    assert required_capability("/some/new/route") is C.ADMIN  # closed until declared
-    assert required_capability("/shard/delete") is C.DELETE_SHARD and required_capability("/kv/set") is C.KV
-    assert C.RAFT_MEMBER not in CAPABILITIES.values()
-    assert C.ADMIN not in (CAPABILITIES["/task/migrate"], CAPABILITIES["/disk/set"])
+    assert required_capability(CATALOG, "/health") is None and required_capability(CATALOG, "/metrics") is None
+    assert required_capability(CATALOG, "/some/new/route") is C.ADMIN  # closed until declared
+    assert required_capability(CATALOG, "/shard/delete") is C.DELETE_SHARD
+    assert required_capability(CATALOG, "/kv/set") is C.KV
+    assert C.RAFT_MEMBER not in CATALOG.capabilities.values()
+    assert C.ADMIN not in (CATALOG.capabilities["/task/migrate"], CATALOG.capabilities["/disk/set"])
 
 
 def test_auth_requires_what_each_route_declares() -> None:
-    assert all(required_capability(route.path) is route.capability for route in CATALOG)
+    assert all(required_capability(CATALOG, route.path) is route.capability for route in CATALOG)
+
+
+def test_a_service_checks_its_own_routes_and_a_path_is_declared_with_one_capability() -> None:
+    """Each service hands its own table to its server and its client: another service's path is not declared
+    there, so it takes `admin`; the tables agree on a path several services serve (`/stat`)."""
+    assert required_capability(blobnode.ROUTES, "/shard/delete") is C.DELETE_SHARD
+    assert required_capability(blobnode.ROUTES, "/kv/set") is C.ADMIN
+    assert required_capability(clustermgr.ROUTES, "/kv/set") is C.KV
+    assert blobnode.ROUTES.streamed == CATALOG.streamed == {"/shard/put", "/shard/put_batch"}
+    assert clustermgr.ROUTES.streamed == frozenset()
+    with pytest.raises(ValueError, match="/stat is declared with both observe and admin"):
+        RouteTable(*blobnode.ROUTES, Route("GET", "/stat", C.ADMIN))
 
 
 def test_shard_bodies_are_signed_by_length_and_crc() -> None:
@@ -179,11 +193,12 @@ def test_disk_reports_carry_their_signers_identity_which_no_other_process_can_cl
 
 def test_rotation_accepts_old_and_new_keys_during_the_overlap() -> None:
     new = new_secret()
-    rotating = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE], previous_secret=SECRET), clock=lambda: NOW)
+    rotating = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE], previous_secret=SECRET), CATALOG,
+                        clock=lambda: NOW)
     for secret in (SECRET, new):
         assert rotating.check("GET", "/volume/list", "", signed(signer(C.OBSERVE, secret=secret), "GET",
                                                                 "http://h/volume/list", body=None), b"", 0, "h")
-    after = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE]), clock=lambda: NOW)
+    after = Verifier(AuthConfig.for_capabilities(new, [C.OBSERVE]), CATALOG, clock=lambda: NOW)
     with pytest.raises(Unauthorized):
         after.check("GET", "/volume/list", "", signed(signer(C.OBSERVE), "GET", "http://h/volume/list", body=None),
                     b"", 0, "h")
@@ -240,8 +255,9 @@ def test_an_sdk_grant_token_signs_the_undelete_and_nothing_else() -> None:
     with pytest.raises(Forbidden, match="takes the undelete capability"):
         verifier((C.UNDELETE, C.READ_SHARD)).check("POST", "/undelete", "", reader.header(
             "POST", "http://h:1/undelete", body, now=NOW), body, len(body), "h:1")
-    assert required_capability("/undelete", public=True) is C.UNDELETE
-    assert required_capability("/blob/abc", public=True) is None and required_capability("/blob/abc") is C.ADMIN
+    assert required_capability(CATALOG, "/undelete", public=True) is C.UNDELETE
+    assert required_capability(CATALOG, "/blob/abc", public=True) is None
+    assert required_capability(CATALOG, "/blob/abc") is C.ADMIN
     with pytest.raises(ValueError, match="not a grant"):
         Grant.from_token(token[:-1])
 
@@ -274,10 +290,12 @@ def test_a_presigned_shard_read_passes_once_as_given_and_an_unsigning_process_gi
     before = installed()  # a test that launched a cluster left this process signing as the operator
     try:
         install(None)
-        url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4})
+        url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4},
+                                 blobnode.ROUTES)
         assert (url, headers) == ("http://h:1/shard/get?disk_id=1&vuid=2&bid=3&size=4", {})
         install(signer(C.READ_SHARD))
-        url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4})
+        url, headers = presigned("GET", "http://h:1/shard/get", {"disk_id": 1, "vuid": 2, "bid": 3, "size": 4},
+                                 blobnode.ROUTES)
     finally:
         install(before)
     check = verifier((C.READ_SHARD,)).check

@@ -1,7 +1,7 @@
 """The import rules the layout promises, read from the source (every import, also the lazy and type-only
 ones): the SDK imports nothing of the server, a service or a Spark job reaches another service only through its
-client.py (the API models are in libs/proto and the SDK's records), nothing below imports upward, and no modules
-import each other in a circle."""
+client.py (the API models are in libs/proto and the SDK's records), nothing below imports upward (libs/rpc, below
+the services' contracts in libs/proto, included), and no modules import each other in a circle."""
 
 from __future__ import annotations
 
@@ -75,6 +75,19 @@ def test_the_sdk_imports_only_itself_and_its_declared_dependencies() -> None:
 def test_nothing_imports_upward(module: str) -> None:
     allowed = LAYERS[:LAYERS.index(_layer(module)) + 1]
     assert {m for m in GRAPH[module] if _layer(m) not in allowed} == set()
+
+
+# within libs: a package and what it must not import. libs/rpc serves and calls the routes each service hands it
+# (its `RouteTable`), so it knows no service's contract (libs/proto) and no service.
+BELOW = {"blobstore_server.libs.rpc": ("blobstore_server.libs.proto", "blobstore_server.services")}
+
+
+@pytest.mark.parametrize("package", sorted(BELOW))
+def test_nothing_in_libs_imports_a_layer_above_it(package: str) -> None:
+    inside = [m for m in MODULES if m == package or m.startswith(f"{package}.")]
+    assert inside
+    upward = {m: sorted(i for i in GRAPH[m] if i.startswith(BELOW[package])) for m in inside}
+    assert {m: found for m, found in upward.items() if found} == {}
 
 
 def _service(module: str) -> str | None:

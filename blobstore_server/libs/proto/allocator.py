@@ -9,7 +9,7 @@ from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import VolumeHealth
 from blobstore_server.libs.proto.location import MAX_BLOB_SIZE, MAX_OBJECT_SIZE
 from blobstore_server.libs.rpc.routes import Capability as C
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 MAX_EXCLUDED = 4096
 MAX_RESERVED_BIDS = 65536
@@ -84,4 +84,4 @@ class AllocatorStat(BaseModel):
 
 ALLOC = Route("POST", "/volume/alloc", C.ALLOCATE, AllocResult, AllocRequest)
 STAT = Route("GET", "/stat", C.OBSERVE, AllocatorStat)
-ROUTES = (ALLOC, STAT)
+ROUTES = RouteTable(ALLOC, STAT)

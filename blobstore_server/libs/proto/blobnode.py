@@ -23,7 +23,7 @@ from blobstore_server.libs.rpc.errors import (
     Unavailable,
 )
 from blobstore_server.libs.rpc.routes import Capability as C
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 # A blobnode keeps the time of a delete mark in whole seconds: its delete hold counts from the end of that second,
 # so a caller that times the hold itself (tinker) waits this much longer.
@@ -325,6 +325,7 @@ SHARD_DISCARD = Route("POST", "/shard/discard", C.DISCARD_SHARD, ShardStatusResu
 SHARD_STAT = Route("GET", "/shard/stat", C.READ_SHARD, ShardInfo)
 SHARD_LIST = Route("GET", "/shard/list", C.READ_SHARD, ShardList)
 INSPECT_EXPORT = Route("POST", "/inspect/export", C.EXPORT, ExportResult, ExportRequest)
-ROUTES = (STAT, DISK_STAT, CHUNK_CREATE, CHUNK_RELEASE, CHUNK_READONLY, CHUNK_READWRITE, CHUNK_TASK_FENCE,
-          CHUNK_COMPACT, CHUNK_LIST, CHUNK_STAT, SHARD_PUT, SHARD_PUT_BATCH, SHARD_GET, SHARD_GET_BATCH,
-          SHARD_MARK_DELETE, SHARD_UNMARK_DELETE, SHARD_DELETE, SHARD_DISCARD, SHARD_STAT, SHARD_LIST, INSPECT_EXPORT)
+ROUTES = RouteTable(STAT, DISK_STAT, CHUNK_CREATE, CHUNK_RELEASE, CHUNK_READONLY, CHUNK_READWRITE, CHUNK_TASK_FENCE,
+                    CHUNK_COMPACT, CHUNK_LIST, CHUNK_STAT, SHARD_PUT, SHARD_PUT_BATCH, SHARD_GET, SHARD_GET_BATCH,
+                    SHARD_MARK_DELETE, SHARD_UNMARK_DELETE, SHARD_DELETE, SHARD_DISCARD, SHARD_STAT, SHARD_LIST,
+                    INSPECT_EXPORT)

@@ -25,7 +25,7 @@ from blobstore_server.libs.proto.cluster import (
 from blobstore_server.libs.proto.widths import U32, U64
 from blobstore_server.libs.rpc.errors import BadRequest
 from blobstore_server.libs.rpc.routes import Capability as C
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 DISK_ID = Field(ge=1, lt=2**32)
 POLICY_KEY = "code_mode_policy"  # the config key of the size policy
@@ -530,8 +530,9 @@ UNDELETE_ADD = Route("POST", "/undelete/add", C.CANCEL_DELETE, UndeleteTaken, Un
 UNDELETE_GET = Route("GET", "/undelete/get", C.OBSERVE, Undeleted)
 STAT = Route("GET", "/stat", C.OBSERVE, ClusterStat)
 DROP_REPLY = Route("POST", "/fault/drop_reply", C.ADMIN, DropReplies, DropReplies)
-ROUTES = (RAFT_STATUS, RAFT_LEADER, RAFT_MEMBER_ADD, RAFT_MEMBER_REMOVE, DISK_ALLOC_ID, DISK_ADD, DISK_HEARTBEAT,
-          DISK_SET, DISK_BROKEN, DISK_GET, DISK_LIST, VOLUME_GET, VOLUME_LIST, VOLUME_ALLOC, VOLUME_RETAIN,
-          VOLUME_RELEASE, VOLUME_FULL, VOLUME_LOCK, VOLUME_UNLOCK, UNIT_ALLOC, UNIT_RELEASE, UNIT_UPDATE, SCOPE_ALLOC,
-          SERVICE_REGISTER, SERVICE_HEARTBEAT, SERVICE_UNREGISTER, SERVICE_LIST, CONFIG_GET, CONFIG_SET, CONFIG_LIST,
-          KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST, UNDELETE_ADD, UNDELETE_GET, STAT, DROP_REPLY)
+ROUTES = RouteTable(RAFT_STATUS, RAFT_LEADER, RAFT_MEMBER_ADD, RAFT_MEMBER_REMOVE, DISK_ALLOC_ID, DISK_ADD,
+                    DISK_HEARTBEAT, DISK_SET, DISK_BROKEN, DISK_GET, DISK_LIST, VOLUME_GET, VOLUME_LIST, VOLUME_ALLOC,
+                    VOLUME_RETAIN, VOLUME_RELEASE, VOLUME_FULL, VOLUME_LOCK, VOLUME_UNLOCK, UNIT_ALLOC, UNIT_RELEASE,
+                    UNIT_UPDATE, SCOPE_ALLOC, SERVICE_REGISTER, SERVICE_HEARTBEAT, SERVICE_UNREGISTER, SERVICE_LIST,
+                    CONFIG_GET, CONFIG_SET, CONFIG_LIST, KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST, UNDELETE_ADD,
+                    UNDELETE_GET, STAT, DROP_REPLY)

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.messages import UploadSlice
 from blobstore_server.libs.rpc.routes import Capability as C
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 MAX_BATCH = 10_000
 
@@ -51,4 +51,4 @@ class PublisherStats(BaseModel):
 REPAIR = Route("POST", "/repairmsg", C.QUEUE_REPAIR, Queued, RepairBatch)
 DELETE = Route("POST", "/deletemsg", C.QUEUE_DELETE, Queued, DeleteBatch)
 STATS = Route("GET", "/stats", C.OBSERVE, PublisherStats)
-ROUTES = (REPAIR, DELETE, STATS)
+ROUTES = RouteTable(REPAIR, DELETE, STATS)

@@ -1,22 +1,11 @@
-"""Every internal route of a cluster, gathered from the services' API modules: which capability auth requires of
-a path (one path may be served by several services, e.g. `/stat`, always for the same capability)."""
+"""Every internal route of a cluster, gathered from the services' API modules: what the operator's signer signs
+for and what tests check every service against (a path served by several services, e.g. `/stat`, always takes
+the same capability). A service's own server and client use only their service's table."""
 
 from __future__ import annotations
 
 from blobstore_server.libs.proto import access, allocator, blobnode, clustermgr, mqproxy, scheduler, tinker, worker
-from blobstore_server.libs.rpc.routes import Capability, Route
+from blobstore_server.libs.rpc.routes import RouteTable
 
-CATALOG: tuple[Route, ...] = (*clustermgr.ROUTES, *blobnode.ROUTES, *allocator.ROUTES, *scheduler.ROUTES,
-                              *worker.ROUTES, *mqproxy.ROUTES, *tinker.ROUTES, *access.ROUTES)
-
-
-def _capabilities(routes: tuple[Route, ...]) -> dict[str, Capability]:
-    found: dict[str, Capability] = {}
-    for route in routes:
-        if found.setdefault(route.path, route.capability) is not route.capability:
-            raise ValueError(f"{route.path} is declared with both {found[route.path]} and {route.capability}")
-    return found
-
-
-CAPABILITIES = _capabilities(CATALOG)
-STREAMED = frozenset(route.path for route in CATALOG if route.streamed)  # bodies signed by length and CRC
+CATALOG = RouteTable(*clustermgr.ROUTES, *blobnode.ROUTES, *allocator.ROUTES, *scheduler.ROUTES, *worker.ROUTES,
+                     *mqproxy.ROUTES, *tinker.ROUTES, *access.ROUTES)

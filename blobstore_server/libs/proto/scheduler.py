@@ -15,7 +15,7 @@ from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.rpc.routes import Capability as C
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 TASK_PREFIX = "task/"
 # clustermgr config: seconds without a heartbeat after which the scheduler declares a disk broken and
@@ -238,4 +238,5 @@ TASK_CANCEL = Route("POST", "/task/cancel", C.TASKS, TaskAck, TaskCancel)  # a w
 TASK_MIGRATE = Route("POST", "/task/migrate", C.TASK_CONTROL, TaskRecord, ManualMigrate)
 TASK_LIST = Route("GET", "/task/list", C.OBSERVE, TaskList)
 STATUS = Route("GET", "/status", C.OBSERVE, SchedulerStatus)
-ROUTES = (TASK_ACQUIRE, TASK_RENEW, TASK_REPORT, TASK_COMPLETE, TASK_CANCEL, TASK_MIGRATE, TASK_LIST, STATUS)
+ROUTES = RouteTable(TASK_ACQUIRE, TASK_RENEW, TASK_REPORT, TASK_COMPLETE, TASK_CANCEL, TASK_MIGRATE, TASK_LIST,
+                    STATUS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from blobstore_server.libs.rpc.routes import Capability as C
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 
 class PipelineStats(BaseModel):
@@ -29,4 +29,4 @@ class TinkerStats(BaseModel):
 # Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
 
 STATS = Route("GET", "/stats", C.OBSERVE, TinkerStats)
-ROUTES = (STATS,)
+ROUTES = RouteTable(STATS)

@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.rpc.routes import Capability as C
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 
 class ShardRepair(RequestBody):
@@ -46,4 +46,4 @@ class MigrateStats(BaseModel):
 
 SHARD_REPAIR = Route("POST", "/shard/repair", C.REPAIR, RepairResult, ShardRepair)
 STATS = Route("GET", "/stats", C.OBSERVE, WorkerStats)
-ROUTES = (SHARD_REPAIR, STATS)
+ROUTES = RouteTable(SHARD_REPAIR, STATS)

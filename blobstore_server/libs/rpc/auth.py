@@ -2,10 +2,10 @@
 once and recently.
 
 One cluster secret (made by `cluster up`) yields one key per capability, HMAC-SHA256(secret, capability). Each
-route takes exactly one capability (declared with the route in its service's API module, gathered in
-libs/proto/routes.py; a path declared nowhere takes `admin`, so a new route is closed until it is declared) and
-each service holds only the keys of what it calls (cluster/plan.py), never the secret; only the operator's CLI
-derives every key. A request carries
+route takes exactly one capability (declared with the route in its service's API module; a server checks against
+its own service's `RouteTable`, a client signs for the table of the service it calls; a path declared nowhere
+takes `admin`, so a new route is closed until it is declared) and each service holds only the keys of what it
+calls (cluster/plan.py), never the secret; only the operator's CLI derives every key. A request carries
 `x-blobstore-auth: v2 cap=C ts=T n=N [id=I] [exp=E] sig=S`, S being the HMAC under C's key of the method,
 the target host:port (a service takes only requests whose Host names itself), path, sorted query, a body
 digest (SHA-256, or `unsigned:<length>` for shard bytes, whose CRC is then signed in the query), T, C, the
@@ -43,9 +43,8 @@ from pydantic import BaseModel, Field
 
 from blobstore.signing import AUTH_HEADER, Grant, auth_header, grant_text, signed_text
 from blobstore_server.libs.mac import hmac_sha256
-from blobstore_server.libs.proto.routes import CAPABILITIES, STREAMED
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
-from blobstore_server.libs.rpc.routes import Capability
+from blobstore_server.libs.rpc.routes import Capability, RouteTable
 
 SECRET_ENV = "BLOBSTORE_SECRET"  # the cluster secret, for an operator's command pointed at a cluster by URL
 Buffer = bytes | bytearray | memoryview
@@ -59,12 +58,13 @@ CRC_PARAM = "crc"
 MAX_GRANT = 7 * 86400.0  # a grant may not reach further ahead than this
 
 
-def required_capability(path: str, public: bool = False) -> Capability | None:
-    """The capability a route takes; None for an open route. Undeclared routes take `admin`, or nothing in a
-    service whose API is `public` (access, where the Location is the capability)."""
+def required_capability(routes: RouteTable, path: str, public: bool = False) -> Capability | None:
+    """The capability a route of `routes` takes; None for an open route. Undeclared routes take `admin`, or
+    nothing in a service whose API is `public` (access, where the Location is the capability)."""
     if path in PUBLIC:
         return None
-    return CAPABILITIES.get(path) if public else CAPABILITIES.get(path, Capability.ADMIN)
+    declared = routes.capabilities.get(path)
+    return declared if declared is not None or public else Capability.ADMIN
 
 
 def capability_key(secret: str, capability: Capability) -> str:
@@ -227,13 +227,15 @@ class Signer:
         """`capability` handed on for `ttl` seconds; KeyError if this signer does not hold it."""
         return Grant.of(capability, self.keys[capability], int(self.clock() + ttl))
 
-    def header(self, method: str, url: str, params: Mapping[str, str] | None, body: Buffer | None) -> str:
+    def header(self, method: str, url: str, params: Mapping[str, str] | None, body: Buffer | None,
+               routes: RouteTable) -> str:
+        """The header of a request to `url`, one of `routes` (those of the service it goes to)."""
         parts = urlsplit(url)
-        capability = required_capability(parts.path)
+        capability = required_capability(routes, parts.path)
         if capability is None:
             return "v2 public"  # an open route: nothing to prove
         ts, nonce = str(int(self.clock())), _nonces.next()
-        digest = body_digest(body, streamed=parts.path in STREAMED)
+        digest = body_digest(body, streamed=parts.path in routes.streamed)
         name = ""
         if capability in IDENTITY_BOUND:
             if self.identity is None:
@@ -284,7 +286,10 @@ class Caller:
 
 
 class Verifier:
-    def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.time) -> None:
+    """Checks requests to the `routes` a service serves."""
+
+    def __init__(self, config: AuthConfig, routes: RouteTable, clock: Callable[[], float] = time.time) -> None:
+        self.routes = routes
         self.keys: dict[Capability, list[bytes]] = {c: [bytes.fromhex(k)] for c, k in config.keys.items()}
         for capability, key in config.previous.items():
             self.keys.setdefault(capability, []).append(bytes.fromhex(key))
@@ -298,7 +303,7 @@ class Verifier:
         """Who called, or Unauthorized / Forbidden saying why not. `body` is None for a streamed route (its
         declared length and the CRC in its query are signed); `target` is the request's Host, which the caller
         checks names this service."""
-        needed = required_capability(path)
+        needed = required_capability(self.routes, path)
         if needed is None:
             return None
         if not header:
@@ -324,7 +329,7 @@ class Verifier:
             if expires > now + MAX_GRANT:
                 raise Unauthorized(f"a grant may reach {MAX_GRANT:.0f}s ahead, not {expires - now:.0f}s")
             keys = [_grant_key(key, expires) for key in keys]
-        if body is None and path in STREAMED and f"&{CRC_PARAM}=" not in f"&{query_string}":
+        if body is None and path in self.routes.streamed and f"&{CRC_PARAM}=" not in f"&{query_string}":
             raise Unauthorized(f"{method} {path} must sign the shard's CRC ({CRC_PARAM}=) in its query")
         digest = f"{UNSIGNED}{content_length or 0}" if body is None else body_digest(body)
         if not any(hmac.compare_digest(sig, sign(key, method, target, path, query_string, digest, ts, capability,

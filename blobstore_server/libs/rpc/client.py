@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER
 from blobstore_server.libs.rpc.errors import Internal, Unreachable, error_from_response
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import NO_ROUTES, Route, RouteTable
 from blobstore_server.libs.rpc.splice import SocketBody
 
 Params = Mapping[str, str | int]
@@ -133,10 +133,12 @@ class _AiohttpResponse:
 
 
 class HttpClient:
-    """Typed requests over a transport (aiohttp unless another is given)."""
+    """Typed requests over a transport (aiohttp unless another is given), signed (when this process signs) for
+    what `routes`, those of the service called, say each path takes (a path declared in none takes `admin`)."""
 
-    def __init__(self, transport: Transport | None = None, *, timeout: float = 30.0,
-                 connect_timeout: float = 3.0, pool_size: int = 512) -> None:
+    def __init__(self, transport: Transport | None = None, *, routes: RouteTable = NO_ROUTES,
+                 timeout: float = 30.0, connect_timeout: float = 3.0, pool_size: int = 512) -> None:
+        self.routes = routes
         self.transport = transport or AiohttpTransport(timeout=timeout, connect_timeout=connect_timeout,
                                                        pool_size=pool_size)
         # Asked once: isinstance against a runtime-checkable Protocol walks its members (~8% of access's Python
@@ -166,7 +168,7 @@ class HttpClient:
             request.body = json.model_dump_json().encode() if isinstance(json, BaseModel) else jsonlib.dumps(
                 json).encode()
             request.headers["content-type"] = JSON_TYPE
-        _sign(request)
+        _sign(request, self.routes)
         async with self.transport.send(request) as resp:
             await self._raise_for(resp)
             return await resp.read()
@@ -179,7 +181,7 @@ class HttpClient:
         if self._deferring is None:
             return await self.request(method, url, params=params, timeout=timeout), None
         request = Request(method, _with_params(url, params), timeout=timeout)
-        _sign(request)
+        _sign(request, self.routes)
         status, received, rest = await self._deferring.send_deferred(request)
         if status >= 300:
             _raise_error(status, received)
@@ -214,7 +216,7 @@ class HttpClient:
     async def stream(self, url: str, *, params: Params | None = None, piece: int = 1 << 20,
                      timeout: float | None = None) -> AsyncIterator[bytes]:
         request = Request("GET", _with_params(url, params), timeout=timeout)
-        _sign(request)
+        _sign(request, self.routes)
         async with self.transport.send(request) as resp:
             await self._raise_for(resp)
             async for chunk in resp.iter_chunked(piece):
@@ -229,18 +231,20 @@ def _raise_error(status: int, raw: Payload) -> NoReturn:
     raise error_from_response(status, body)
 
 
-def _sign(request: Request) -> None:
+def _sign(request: Request, routes: RouteTable) -> None:
     """Add the process's signature (`libs.rpc.auth`), if it signs."""
     signer = auth.installed()
     if signer is not None and AUTH_HEADER not in request.headers:
-        request.headers[AUTH_HEADER] = signer.header(request.method, request.url, request.params, request.body)
+        request.headers[AUTH_HEADER] = signer.header(request.method, request.url, request.params, request.body,
+                                                     routes)
 
 
-def presigned(method: str, url: str, params: Params | None) -> tuple[str, dict[str, str]]:
-    """A body-less request for another to send once: its URL (`params` in the query) and headers, signed by this
-    process if it signs. What the signature allows is that one request, within the verifier's window."""
+def presigned(method: str, url: str, params: Params | None, routes: RouteTable) -> tuple[str, dict[str, str]]:
+    """A body-less request to one of `routes` for another to send once: its URL (`params` in the query) and
+    headers, signed by this process if it signs. What the signature allows is that one request, within the
+    verifier's window."""
     request = Request(method, _with_params(url, params))
-    _sign(request)
+    _sign(request, routes)
     return request.url, request.headers
 
 
@@ -254,10 +258,11 @@ def _with_params(url: str, params: Params | None) -> str:
 
 
 class ServiceClient:
-    """Base of every service's client: one shared `HttpClient`, closed with the client."""
+    """Base of every service's client: one shared `HttpClient`, closed with the client, signing for `routes`, the
+    service's (an `http` given signs for its own)."""
 
-    def __init__(self, http: HttpClient | None = None, timeout: float = 30.0) -> None:
-        self.http = http or HttpClient(timeout=timeout)
+    def __init__(self, routes: RouteTable, http: HttpClient | None = None, timeout: float = 30.0) -> None:
+        self.http = http or HttpClient(routes=routes, timeout=timeout)
 
     async def close(self) -> None:
         await self.http.close()

@@ -28,7 +28,6 @@ from pydantic import BaseModel
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from blobstore_server.libs.buffers import uninitialized
-from blobstore_server.libs.proto.routes import STREAMED
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, Caller, Verifier, address, check_target, query_pairs
 from blobstore_server.libs.rpc.errors import Internal, LengthMismatch, RequestTimeout, RpcError
 from blobstore_server.libs.rpc.limits import Admission
@@ -72,12 +71,14 @@ LeanHandler = Callable[[Request, Responder], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Site:
-    """What the lean protocol serves (routes by exact path) and how it admits a request; `verifier` None: no auth."""
+    """What the lean protocol serves (routes by exact path), which of them take a streamed body (the rest take
+    none here), and how it admits a request; `verifier` None: no auth."""
 
     routes: Mapping[str, LeanHandler]
     admission: Admission
     verifier: Verifier | None = None
     names: frozenset[str] = frozenset()
+    streamed: frozenset[str] = frozenset()
 
 
 def lean_protocol(site: Site) -> type[LeanConnection]:
@@ -234,7 +235,7 @@ class LeanConnection(asyncio.BufferedProtocol):
         length = headers.get("content-length", "0")
         if (handler is None or method == "HEAD" or "transfer-encoding" in headers or "expect" in headers
                 or "upgrade" in headers or not length.isdigit() or len(length) > 18
-                or (int(length) and path not in STREAMED)):  # a signed body is hashed: uvicorn's path reads it
+                or (int(length) and path not in self.site.streamed)):  # a signed body is hashed: uvicorn reads it
             self._hand_over()
             return
         self.start = end + 4
@@ -268,7 +269,7 @@ class LeanConnection(asyncio.BufferedProtocol):
                 target = headers.get("host", "").lower()
                 check_target(target, self.site.names, self.local)
                 caller = self.site.verifier.check(method, path, query, headers.get(AUTH_HEADER),
-                                                  None if path in STREAMED else b"", self.unread, target)
+                                                  None if path in self.site.streamed else b"", self.unread, target)
             await handler(Request(method, path, query, headers, caller, self._read_body), writer)
             if not writer.started:
                 raise Internal(f"{path} answered nothing")

@@ -1,12 +1,15 @@
 """Every internal route's declaration, made once in its service's API module (libs/proto): method, path, the
 capability it takes, its body and its answer. The service's app serves it, the service's client calls it, and
-auth reads which capability it takes from the same object (libs/proto/routes.py gathers them all)."""
+auth reads which capability it takes from the same object: each service hands its `RouteTable` to the server it
+runs and to its client, so this package knows no service's routes itself."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, TypeVar
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -49,3 +52,25 @@ class Route(Generic[Answer]):
     answer: type[Answer] | None = None
     body: type[BaseModel] | None = None
     streamed: bool = False
+
+
+class RouteTable:
+    """Some routes (a service's, or several services'), as auth reads them: the capability each path takes and
+    which paths carry a streamed body. One path may be declared by several services (`/stat`), always with the
+    same capability; ValueError otherwise."""
+
+    def __init__(self, *routes: Route[Any]) -> None:
+        self.routes = routes
+        capabilities: dict[str, Capability] = {}
+        for route in routes:
+            if capabilities.setdefault(route.path, route.capability) is not route.capability:
+                raise ValueError(f"{route.path} is declared with both {capabilities[route.path]} and "
+                                 f"{route.capability}")
+        self.capabilities: Mapping[str, Capability] = MappingProxyType(capabilities)
+        self.streamed = frozenset(route.path for route in routes if route.streamed)  # signed by length and CRC
+
+    def __iter__(self) -> Iterator[Route[Any]]:
+        return iter(self.routes)
+
+
+NO_ROUTES = RouteTable()  # calls to no declared route: every path but the open ones takes `admin`

@@ -36,7 +36,6 @@ from blobstore_server.libs.rpc.asgi import SPLICE_MESSAGE, ASGIApp, Message, Rec
 from blobstore_server.libs.rpc.auth import (
     AUTH_HEADER,
     CALLER_SCOPE_KEY,
-    STREAMED,
     Signer,
     Verifier,
     address,
@@ -51,7 +50,7 @@ from blobstore_server.libs.rpc.lean_server import LeanHandler, Site, lean_protoc
 from blobstore_server.libs.rpc.limits import Admission, limited
 from blobstore_server.libs.rpc.metrics import INSECURE, SERVICE, Instrumented, Observer, Only, instrument, measuring
 from blobstore_server.libs.rpc.relay import splicing
-from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.routes import Route, RouteTable
 from blobstore_server.libs.rpc.splice import BodySpan
 
 log = logging.getLogger(__name__)
@@ -390,13 +389,13 @@ class Lifecycle:
 
 
 def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigModel], tuple[ASGIApp, str]], *,
-                public: bool = False) -> None:
+                routes: RouteTable, public: bool = False) -> None:
     """The `python -m blobstore_server.services.<name> -c conf.json` entry point of every service: parse the flag,
     load and validate the config, set up logging, build the app and serve it on its address. With `auth` in
-    the config, every request the service makes is signed and every request it serves is checked
-    (`authenticated`), in a service whose API is `public` (access: the Location is the capability) only those to
-    the routes declared in libs/proto (access's undelete); the config's `limits` apply to every request
-    (`libs.rpc.limits`).
+    the config, every request the service makes is signed and every request it serves is checked against
+    `routes`, the service's own (`authenticated`), in a service whose API is `public` (access: the Location is the
+    capability) only those to the routes declared there (access's undelete); the config's `limits` apply to every
+    request (`libs.rpc.limits`).
     Without `auth` the service exits unless the config says `insecure: true` (then it warns and /health says so).
     The soft open-file limit is lifted to the hard one (`libs.openfiles`)."""
     global _insecure
@@ -424,10 +423,11 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
         trust(settings.tls.ca_file)
     lift_open_file_limit()
     app, bind_addr = build(config)
-    verifier = Verifier(settings.auth) if settings.auth is not None else None
+    verifier = Verifier(settings.auth, routes) if settings.auth is not None else None
     names = frozenset(n.lower() for n in settings.auth.names) if settings.auth is not None else frozenset()
     admission = Admission(settings.limits)
-    lean = Site(app.routes, admission, None if public else verifier, names) if isinstance(app, WithLeanRoutes) else None
+    lean = (Site(app.routes, admission, None if public else verifier, names, routes.streamed)
+            if isinstance(app, WithLeanRoutes) else None)
     if verifier is not None:
         app = authenticated(app, verifier, names=names, public=public)
     serve(limited(app, admission, _send_error), bind_addr, settings.tls, lean)
@@ -438,12 +438,13 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
     """`app` behind signature checks, made before the body reaches a route: the body is read (at most
     `max_body` bytes) to check its digest, then handed on; a streamed shard body is not read here. A request's
     Host must be the address it arrived at or one of `names` (host:port others reach this service by), so a
-    request signed for one service is refused by every other. `public`: only declared routes are checked."""
+    request signed for one service is refused by every other. `public`: only the verifier's declared routes are
+    checked."""
     names = frozenset(n.lower() for n in names)
 
     async def guard(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or required_capability(path, public) is None:
+        if scope["type"] != "http" or required_capability(verifier.routes, path, public) is None:
             await app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", []) if k in _GUARDED}
@@ -451,7 +452,7 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
             declared = int(headers["content-length"]) if "content-length" in headers else None
             body: bytes | None = None
             read = False
-            if path not in STREAMED:
+            if path not in verifier.routes.streamed:
                 if declared is not None and declared > max_body:
                     raise TooLarge(f"a signed request body may hold {max_body} bytes, not {declared}")
                 if not declared and "transfer-encoding" not in headers:

@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from blobstore_server.libs.proto.access import ROUTES
 from blobstore_server.libs.proto.clustermgr import POLICY_KEY
 from blobstore_server.libs.rpc import metrics
 from blobstore_server.libs.rpc.errors import RpcError
@@ -127,4 +128,4 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("access", AccessConfig, build, public=True)
+    run_service("access", AccessConfig, build, routes=ROUTES, public=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blobstore_server.libs.proto.allocator import ROUTES
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, run_service
 from blobstore_server.services.allocator.allocator import Allocator
@@ -17,4 +18,4 @@ def build(config: AllocatorConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("allocator", AllocatorConfig, build)
+    run_service("allocator", AllocatorConfig, build, routes=ROUTES)

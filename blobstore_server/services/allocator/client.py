@@ -24,7 +24,7 @@ class AllocatorClient(ServiceClient):
                  punish: float = 10.0) -> None:
         if not hosts:
             raise ValueError("allocator client needs at least one host")
-        super().__init__(http, timeout=10.0)
+        super().__init__(api.ROUTES, http, timeout=10.0)
         self.hosts = [h.rstrip("/") for h in hosts]
         self.attempt_timeout = attempt_timeout
         self.punish = punish

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from blobstore_server.libs.openfiles import lift_open_file_limit
+from blobstore_server.libs.proto.blobnode import ROUTES
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, run_service
 from blobstore_server.services.blobnode.app import build_app
@@ -42,4 +43,4 @@ async def _with_disk_ids(config: BlobnodeConfig) -> BlobnodeConfig:
 
 
 if __name__ == "__main__":
-    run_service("blobnode", BlobnodeConfig, build)
+    run_service("blobnode", BlobnodeConfig, build, routes=ROUTES)

@@ -171,8 +171,8 @@ class BlobnodeClient(ServiceClient):
         """`in_flight` > 0: small user shard puts (reads) to one blobnode beyond that many puts (reads) on their
         way ride together in `/shard/put_batch` (`/shard/get_batch`) requests (`libs.rpc.coalesce`); 0: every
         put and read is its own request."""
-        super().__init__(http, timeout)
-        self.shards = shards or HttpClient(LeanTransport(timeout=timeout))
+        super().__init__(api.ROUTES, http, timeout)
+        self.shards = shards or HttpClient(LeanTransport(timeout=timeout), routes=api.ROUTES)
         self._puts = self._gets = None
         if in_flight > 0:
             self._puts = Coalescer(self._put_one, self._put_many, size=lambda put: len(put.data),
@@ -302,7 +302,7 @@ class BlobnodeClient(ServiceClient):
         """A user read of a shard's range, signed for a client to send itself once (`ReadPlan`): its URL and
         headers."""
         return presigned(api.SHARD_GET.method, f"{host}{api.SHARD_GET.path}",
-                         self._get_params(disk_id, vuid, bid, offset, size, IOClass.USER))
+                         self._get_params(disk_id, vuid, bid, offset, size, IOClass.USER), api.ROUTES)
 
     async def _get_one(self, host: str, read: _ShardGet) -> Payload:
         params = self._get_params(read.disk_id, read.vuid, read.bid, read.offset, read.size, read.io_class)

@@ -86,4 +86,4 @@ def build(config: BlobnodeConfig) -> tuple[ASGIApp, str]:
 
 
 def main() -> None:
-    run_service("blobnode-reader", BlobnodeConfig, build)
+    run_service("blobnode-reader", BlobnodeConfig, build, routes=api.ROUTES)

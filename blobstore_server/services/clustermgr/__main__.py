@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blobstore_server.libs.proto.clustermgr import ROUTES
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, run_service
 from blobstore_server.services.clustermgr.app import build_app
@@ -17,4 +18,4 @@ def build(config: ClusterMgrConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("clustermgr", ClusterMgrConfig, build)
+    run_service("clustermgr", ClusterMgrConfig, build, routes=ROUTES)

@@ -123,7 +123,7 @@ class ClusterClient(ServiceClient):
         benchmark's baseline)."""
         if not hosts:
             raise ValueError("clustermgr client needs at least one host")
-        super().__init__(http, timeout=deadline)
+        super().__init__(api.ROUTES, http, timeout=deadline)
         self.hosts = [h.rstrip("/") for h in hosts]
         self.deadline = deadline
         self.attempt_timeout = attempt_timeout

@@ -7,6 +7,7 @@ import asyncio
 from blobstore_server.libs.mq.admin import ensure_topics
 from blobstore_server.libs.mq.producer import Producer
 from blobstore_server.libs.mq.settings import client_auth
+from blobstore_server.libs.proto.mqproxy import ROUTES
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, Lifecycle, run_service
 from blobstore_server.services.clustermgr.client import ClusterClient, keep_registered
@@ -45,4 +46,4 @@ def build(config: MqProxyConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("mqproxy", MqProxyConfig, build)
+    run_service("mqproxy", MqProxyConfig, build, routes=ROUTES)

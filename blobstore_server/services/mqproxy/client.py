@@ -29,7 +29,7 @@ class MqProxyClient(ServiceClient):
         self._static = [h.rstrip("/") for h in hosts]
         self._cluster = cluster
         self._found: tuple[float, list[str]] = (0.0, [])
-        super().__init__(http)
+        super().__init__(api.ROUTES, http)
 
     async def _hosts(self) -> list[str]:
         if self._static:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blobstore_server.libs.proto.scheduler import ROUTES
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, Lifecycle, run_service
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -35,4 +36,4 @@ def build(config: SchedulerConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("scheduler", SchedulerConfig, build)
+    run_service("scheduler", SchedulerConfig, build, routes=ROUTES)

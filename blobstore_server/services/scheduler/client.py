@@ -33,7 +33,7 @@ M = TypeVar("M", bound=BaseModel)
 
 class SchedulerClient(ServiceClient):
     def __init__(self, cluster: ClusterClient, http: HttpClient | None = None, *, deadline: float = 10.0) -> None:
-        super().__init__(http, timeout=5.0)
+        super().__init__(api.ROUTES, http, timeout=5.0)
         self.cluster, self.deadline = cluster, deadline
         self.active: str | None = None
 

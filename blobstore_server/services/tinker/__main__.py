@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blobstore_server.libs.proto.tinker import ROUTES
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, run_service
 from blobstore_server.services.tinker.app import build_app
@@ -19,4 +20,4 @@ def build(config: TinkerConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("tinker", TinkerConfig, build)
+    run_service("tinker", TinkerConfig, build, routes=ROUTES)

@@ -9,7 +9,7 @@ from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 
 class TinkerClient(ServiceClient):
     def __init__(self, http: HttpClient | None = None) -> None:
-        super().__init__(http, timeout=15.0)
+        super().__init__(api.ROUTES, http, timeout=15.0)
 
     async def stats(self, host: str) -> TinkerStats:
         """Each pipeline's counters and its consumer group's lag per topic and partition."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from blobstore_server.libs import cpugroup
+from blobstore_server.libs.proto.worker import ROUTES
 from blobstore_server.libs.rpc.metrics import register_collector
 from blobstore_server.libs.rpc.server import ASGIApp, Lifecycle, run_service
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -48,4 +49,4 @@ def build(config: WorkerConfig) -> tuple[ASGIApp, str]:
 
 
 if __name__ == "__main__":
-    run_service("worker", WorkerConfig, build)
+    run_service("worker", WorkerConfig, build, routes=ROUTES)

@@ -9,7 +9,7 @@ from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 
 class WorkerClient(ServiceClient):
     def __init__(self, http: HttpClient | None = None) -> None:
-        super().__init__(http, timeout=120.0)  # a repair reads and writes whole shards
+        super().__init__(api.ROUTES, http, timeout=120.0)  # a repair reads and writes whole shards
 
     async def repair_shards(self, host: str, vid: int, bid: int, bad_indexes: list[int]) -> RepairResult:
         """Rebuild the named shards; `skipped` in the answer says why nothing was written, if so."""
