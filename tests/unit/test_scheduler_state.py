@@ -6,9 +6,12 @@ outcome of preparing, finishing and cancelling a task; random runs keep the tabl
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import pytest
 
@@ -78,6 +81,7 @@ from blobstore_server.services.scheduler.events import (
     WorkerHeartbeat,
     drive,
 )
+from blobstore_server.services.scheduler.scheduler import Scheduler
 from blobstore_server.services.scheduler.state import SchedulerState
 
 ME, OTHER = "http://s1", "http://s2"
@@ -576,3 +580,31 @@ def _worker_call(state: SchedulerState, world: World, work: WorkTask, rng: rando
     before = state.tasks.get(ref.task_id)
     go(state, world, event)
     assert before is not None and before.token == ref.token and before.state is TaskState.PREPARED
+
+
+def test_a_stale_workers_report_is_refused_and_the_leader_stays_the_leader() -> None:
+    """The shell (`Scheduler`) around the state: a worker's report, completion or cancel under the epoch before
+    the takeover is refused as fenced, and the leader that refused it stays active and loaded (it used to read its
+    own refusal as clustermgr's and stand by). No call is made: the collaborators are never touched (None)."""
+    world = World()
+    world.at = Instant(time.time(), time.monotonic())  # the shell reads the real clocks
+    old = elect(world, OTHER)
+    world.disks[1] = world.disks[1].model_copy(update={"status": DiskStatus.BROKEN})
+    round_(old, world)
+    handed = acquire(old, world, "w1")
+    assert handed is not None
+    world.tick(0.0)
+    new = elect(world)
+    assert new.epoch == handed.ref.epoch + 1
+    shell = Scheduler(CONFIG, *[cast(Any, None)] * 5)
+    shell.state = new
+    progress = TaskProgress(ref=handed.ref, done_bytes=1, done_shards=1, total_bytes=2, total_shards=2)
+
+    async def calls_of_the_old_worker() -> None:
+        for call in (shell.report(progress), shell.complete(handed.ref),
+                     shell.cancel(TaskCancel(ref=handed.ref, reason="stale"))):
+            with pytest.raises(Fenced, match="handed out under epoch"):
+                await call
+
+    asyncio.run(calls_of_the_old_worker())
+    assert shell.active and new.loaded and new.fenced == 3

@@ -373,6 +373,11 @@ class Refuse(Action):
     error: RpcError
 
 
+class StaleEpoch(Fenced):
+    """A worker's call about a task handed out under an older epoch: the caller is fenced (it reaches it as
+    Fenced), not this scheduler, which stays the leader."""
+
+
 @dataclass(frozen=True)
 class Log(Action):
     """A line logged once the actions before it are done."""

@@ -63,6 +63,7 @@ from blobstore_server.services.scheduler.events import (
     SetDiskStatus,
     SetSourcesReadonly,
     SetTaskFence,
+    StaleEpoch,
     Superseded,
     SwitchUnit,
     TaskCancelled,
@@ -148,6 +149,8 @@ class Scheduler:
         async with self.mutex:
             try:
                 yield
+            except StaleEpoch:
+                raise  # the caller's epoch is old, not ours
             except Fenced as exc:
                 await self._drive(Superseded(reason=str(exc), at=_at()))
                 raise

@@ -34,7 +34,7 @@ from blobstore_server.libs.proto.scheduler import (
     parse_broken_after,
 )
 from blobstore_server.libs.proto.switches import Switches, TaskType, switch_states
-from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader
+from blobstore_server.libs.rpc.errors import Conflict, NotLeader
 from blobstore_server.services.scheduler import rules
 from blobstore_server.services.scheduler.config import SchedulerConfig
 from blobstore_server.services.scheduler.election import Election
@@ -71,6 +71,7 @@ from blobstore_server.services.scheduler.events import (
     SetDiskStatus,
     SetSourcesReadonly,
     SetTaskFence,
+    StaleEpoch,
     Step,
     Superseded,
     SwitchUnit,
@@ -529,8 +530,8 @@ class SchedulerState:
             self.fenced += 1
             log.warning("fenced %s's call about task %s: epoch %d, not %d", ref.worker, ref.task_id, ref.epoch,
                         self.epoch)
-            return Refuse(Fenced(f"task {ref.task_id} was handed out under epoch {ref.epoch}; the lease is at "
-                                 f"{self.epoch}"))
+            return Refuse(StaleEpoch(f"task {ref.task_id} was handed out under epoch {ref.epoch}; the lease is at "
+                                     f"{self.epoch}"))
         task = self.tasks.get(ref.task_id)
         why = rules.fence(task, ref, self.leases.get(ref.task_id), mono)
         if why is not None:
