@@ -19,6 +19,7 @@ from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.mirror import VolumeMirror
+from tests.support.metrics import sample
 from tests.support.processes import BlobnodeFactory, Service, free_port, signing_as
 from tests.support.waiting import eventually
 
@@ -240,6 +241,11 @@ async def _no_intents(c: ClusterClient) -> bool:
     return await c.kv_list("volume_intent/") == {}
 
 
+def _creations_failed(cms: list[Service], at_least: int) -> bool:
+    return sum(sample(cm.url, "blobstore_clustermgr_volume_creations_failed_total", {"code_mode": "EC3P3"})
+               for cm in cms) >= at_least
+
+
 def test_a_volume_whose_chunks_cannot_all_be_created_is_rolled_back(
         clustermgr_factory: ClusterMgrFactory, blobnode_factory: BlobnodeFactory) -> None:
     cms = clustermgr_factory(**{**FAST, "code_modes": [{"code_mode": "EC3P3", "min_volumes": 0}]})
@@ -251,7 +257,8 @@ def test_a_volume_whose_chunks_cannot_all_be_created_is_rolled_back(
         with pytest.raises(errors.BadRequest, match="invalid code_mode_policy"):
             await c.set_config("code_mode_policy", '[{"code_mode": "EC9P9"}]')
         await c.set_config("code_mode_policy", '[{"code_mode": "EC3P3", "min_volumes": 1}]')
-        await asyncio.sleep(2.0)  # several creation rounds, each failing on the dead node
+        await eventually(lambda: asyncio.to_thread(_creations_failed, cms, at_least=3), 20,
+                         "three creation rounds, each failing on the dead node")
         assert await c.list_volumes() == []
         # The live nodes release their chunks (a creation round may be midway at any one moment).
         await eventually(lambda: _none(chunks_on_blobnodes(nodes[1:])), 10, "chunks released on live nodes")

@@ -51,7 +51,12 @@ from blobstore_server.services.clustermgr.commands.volumes import VolumeAllocCmd
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 from blobstore_server.services.clustermgr.health import volume_health
 from blobstore_server.services.clustermgr.machine import ClusterMachine
-from blobstore_server.services.clustermgr.metrics import FENCED, PROPOSAL_SECONDS, VOLUMES_CREATED
+from blobstore_server.services.clustermgr.metrics import (
+    FENCED,
+    PROPOSAL_SECONDS,
+    VOLUME_CREATIONS_FAILED,
+    VOLUMES_CREATED,
+)
 from blobstore_server.services.clustermgr.sessions import LoggedSession
 from blobstore_server.services.clustermgr.state import ClusterState
 from blobstore_server.services.clustermgr.volumes import VolumeCreator, volumes_short
@@ -245,6 +250,7 @@ class ClusterManager:
         """Log why a volume could not be created; while too few disks live this repeats every round: say it once."""
         log.log(logging.DEBUG if self._create_failure.get(mode) == why else logging.WARNING, why)
         self._create_failure[mode] = why
+        VOLUME_CREATIONS_FAILED.labels(mode.name).inc()
 
     async def lease_volumes(self, alloc: VolumeAllocCmd, session: Session | None) -> VolumeList:
         """Lease volumes to an allocator. When none it may lease keeps within the put slack on the disks its
