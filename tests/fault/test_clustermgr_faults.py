@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from blobstore_server.libs.proto.clustermgr import (
     POLICY_KEY,
+    ROUTES,
     SESSION_HEADER,
     CodeModePolicy,
     CodeModeRule,
@@ -172,7 +173,8 @@ def test_a_reply_lost_after_commit_gets_the_first_answer_on_retry(clustermgr_fac
 
     async def scenario() -> None:
         transport = CountingTransport()
-        async with ClusterClient([cm.url for cm in cms], http=HttpClient(transport)) as c:
+        # an HttpClient given to a client signs for the routes it is given: clustermgr's
+        async with ClusterClient([cm.url for cm in cms], http=HttpClient(transport, routes=ROUTES)) as c:
             await c.kv_set("warm", "up")
             await drop_next_reply(c, cms, "/kv/cas")
             await c.kv_cas("lock", None, "me")  # won, the reply lost, retried: still won, not a Conflict
