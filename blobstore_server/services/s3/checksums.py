@@ -1,0 +1,146 @@
+"""The digests of one upload's body, computed as it streams: MD5 always (it is the ETag), and only what the client
+asked to be checked besides: its declared x-amz-content-sha256, Content-MD5, and one x-amz-checksum-<algorithm>
+sent as a header or, announced by x-amz-trailer, as an aws-chunked trailer. Hashing is the gateway's main CPU cost
+per byte, so nothing is computed that nobody will compare or echo."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import crc32c
+from isal import isal_zlib
+
+from blobstore_server.services.s3.errors import S3Error
+
+PREFIX = "x-amz-checksum-"
+UNSUPPORTED = ("crc64nvme",)  # algorithms S3 knows that the gateway does not compute
+Buffer = bytes | bytearray | memoryview
+
+
+class _Digest(Protocol):
+    def update(self, data: Buffer, /) -> None: ...
+
+    def digest(self) -> bytes: ...
+
+
+class _Crc:
+    """A CRC-32 variant as a hashlib-like object: the big-endian value is what S3 base64-encodes."""
+
+    def __init__(self, step: Callable[[Buffer, int], int]) -> None:
+        self._step, self._value = step, 0
+
+    def update(self, data: Buffer, /) -> None:
+        self._value = self._step(data, self._value)
+
+    def digest(self) -> bytes:
+        return (self._value & 0xFFFFFFFF).to_bytes(4, "big")
+
+
+# algorithm -> (a fresh digest, its size in bytes)
+ALGORITHMS: dict[str, tuple[Callable[[], _Digest], int]] = {
+    "crc32": (lambda: _Crc(isal_zlib.crc32), 4),
+    "crc32c": (lambda: _Crc(crc32c.crc32c), 4),
+    "sha1": (hashlib.sha1, 20),
+    "sha256": (hashlib.sha256, 32),
+}
+
+
+@dataclass(frozen=True)
+class Digests:
+    """What a verified upload yields: the MD5 hex (the ETag, unquoted) and the checksum headers to echo."""
+
+    md5_hex: str
+    checksums: dict[str, str]  # e.g. {"x-amz-checksum-crc32": "<base64>"}
+
+
+def _algorithm(name: str) -> str:
+    """The algorithm an x-amz-checksum-* header or trailer (or x-amz-sdk-checksum-algorithm) names."""
+    algorithm = name.strip().lower().removeprefix(PREFIX)
+    if algorithm in UNSUPPORTED:
+        raise S3Error("NotImplemented", f"The checksum algorithm {algorithm} is not implemented")
+    if algorithm not in ALGORITHMS:
+        raise S3Error("InvalidRequest", f"Unknown checksum algorithm {name!r}")
+    return algorithm
+
+
+def _decoded(value: str, size: int) -> bytes | None:
+    try:
+        raw = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == size else None
+
+
+class UploadDigests:
+    """Feed the decoded body to `update`, then `check` it against everything declared (S3Error on a mismatch)."""
+
+    def __init__(self, content_sha256: str | None = None, content_md5: str | None = None,
+                 checksum_headers: Mapping[str, str] | None = None, trailer_names: Iterable[str] = (),
+                 sdk_algorithm: str | None = None) -> None:
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._content_md5 = None if content_md5 is None else _decoded(content_md5, 16)
+        if content_md5 is not None and self._content_md5 is None:
+            raise S3Error("InvalidDigest", "The Content-MD5 you specified was invalid.")
+        self._content_sha256 = content_sha256.lower() if content_sha256 else None
+        self._expected: dict[str, bytes] = {}
+        wanted = {_algorithm(name) for name in trailer_names if name.strip()}
+        for name, value in (checksum_headers or {}).items():
+            algorithm = _algorithm(name)
+            raw = _decoded(value, ALGORITHMS[algorithm][1])
+            if raw is None:
+                raise S3Error("InvalidRequest", f"Value for {PREFIX}{algorithm} header is invalid.")
+            self._expected[algorithm] = raw
+        wanted |= set(self._expected)
+        if sdk_algorithm:
+            wanted.add(_algorithm(sdk_algorithm))
+        if len(wanted) > 1:
+            raise S3Error("InvalidRequest", "Expecting a single x-amz-checksum- header. Multiple checksum Types are "
+                                            "not allowed.")
+        self._digests: dict[str, _Digest] = {name: ALGORITHMS[name][0]() for name in wanted}
+        if self._content_sha256 and "sha256" not in self._digests:
+            self._digests["sha256"] = hashlib.sha256()
+        self._echo = wanted
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str], content_sha256: str | None) -> UploadDigests:
+        """From a request's headers (lowercase names); `content_sha256` is the declared hex digest, if any."""
+        checksums = {name: value for name, value in headers.items()
+                     if name.startswith(PREFIX) and name.removeprefix(PREFIX) in (*ALGORITHMS, *UNSUPPORTED)}
+        trailer = headers.get("x-amz-trailer", "")
+        return cls(content_sha256, headers.get("content-md5"), checksums,
+                   [name for name in trailer.split(",") if name.strip().lower().startswith(PREFIX)],
+                   headers.get("x-amz-sdk-checksum-algorithm"))
+
+    def update(self, data: Buffer) -> None:
+        self._md5.update(data)
+        for digest in self._digests.values():
+            digest.update(data)
+
+    def check(self, trailers: Mapping[str, str] | None = None) -> Digests:
+        """The digests, once each one declared (in a header or in `trailers`) matched what was read."""
+        if self._content_sha256 and self._digests["sha256"].digest().hex() != self._content_sha256:
+            raise S3Error("XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header does not match "
+                                                       "what was computed.")
+        md5 = self._md5.digest()
+        if self._content_md5 is not None and md5 != self._content_md5:
+            raise S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.")
+        expected = dict(self._expected)
+        for name, value in (trailers or {}).items():
+            if not name.lower().startswith(PREFIX):
+                continue
+            algorithm = _algorithm(name)
+            raw = _decoded(value, ALGORITHMS[algorithm][1])
+            if algorithm not in self._echo or raw is None:
+                raise S3Error("InvalidRequest", f"The trailer {name} was not declared in x-amz-trailer or is invalid")
+            expected[algorithm] = raw
+        computed = {name: self._digests[name].digest() for name in self._echo}
+        for algorithm, raw in expected.items():
+            if computed[algorithm] != raw:
+                raise S3Error("BadDigest", f"The {algorithm.upper()} you specified did not match the calculated "
+                                           "checksum.")
+        return Digests(md5.hex(), {PREFIX + name: base64.b64encode(value).decode() for name, value in computed.items()})
