@@ -1,5 +1,5 @@
-"""Upload digests: each algorithm S3 names right and wrong, as a header or as a trailer, with the values botocore
-itself computes for them."""
+"""Upload digests: each algorithm S3 names right and wrong, as a header or as a trailer, against values computed
+apart from the code (botocore's checksums, a plain-Python CRC-32C, the CRC catalogue's check values)."""
 
 from __future__ import annotations
 

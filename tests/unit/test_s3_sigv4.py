@@ -249,7 +249,9 @@ def test_presigned_expiry_of_seven_days_is_allowed() -> None:
     (lambda q: q.replace("X-Amz-Expires=3600", "X-Amz-Expires=3601"), "SignatureDoesNotMatch"),
     (lambda q: q.replace("AKIDEXAMPLE", "OTHER"), "SignatureDoesNotMatch"),
     (lambda q: q.replace("AKIDEXAMPLE", "NOBODY"), "InvalidAccessKeyId"),
-], ids=["signature", "algorithm", "no-date", "query-value", "query-added", "expires", "other-key", "unknown-key"])
+    (lambda q: q + "&X-Amz-Signature=" + "0" * 64, "AuthorizationQueryParametersError"),
+], ids=["signature", "algorithm", "no-date", "query-value", "query-added", "expires", "other-key", "unknown-key",
+        "repeated"])
 def test_a_tampered_presigned_url_is_refused(tamper: Callable[[str], str], code: str) -> None:
     request, when = _presigned("GET", "k", "versionId=1")
     _refused(code, replace(request, query=tamper(request.query)), when)

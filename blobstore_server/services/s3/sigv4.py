@@ -337,6 +337,8 @@ def _verify_presigned(request: WireRequest, headers: dict[str, list[str]], query
                       secret_for: Callable[[str], str | None], now: datetime) -> Verified:
     params = dict(query)
     missing = [name for name in _QUERY_AUTH if name not in params]
+    if len(query) != len(params) and any(sum(key == name for key, _ in query) > 1 for name in _QUERY_AUTH):
+        raise _query_error("An X-Amz-* authentication parameter is repeated")
     if missing:
         raise _query_error(f"Query-string authentication version 4 requires the {', '.join(_QUERY_AUTH)} "
                            f"parameters; missing {', '.join(missing)}")
