@@ -54,6 +54,10 @@ from tests.support.settle import settled
 from tests.support.waiting import eventually
 
 HOSTS = 8
+# PUTs a second per writer of a scenario's stream: enough to see every second of a cut, not so many that later
+# scenarios rebuild a disk of tens of thousands of small shards (a stream as fast as it is answered made g's
+# rebuild take most of its 400 s in CI, and starved the worker, which runs in the idle cpu class)
+PACE = 10.0
 # The launched `cluster` (tests/conftest.py), its own: the module turns balance off and restarts the worker
 LAUNCH = Launch(ClusterShape(blobnodes=HOSTS, disks_per_node=1, delete_delay=1.0), hosts=HOSTS, timeout=90,
                 owner=__name__)
@@ -185,7 +189,7 @@ def test_b_a_blobnode_access_cannot_reach_costs_no_put_and_is_repaired_after(clu
     read back throughout (degraded), and after the heal the shards it missed are repaired."""
     with Client(cluster.access_urls, timeout=60) as client:
         before = {client.put(data): data for data in (os.urandom(40_000) for _ in range(20))}
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
             stream.wait_for(20)
             count_before = len(stream.acked)
             cut = time.monotonic()
@@ -240,7 +244,7 @@ def test_d_kafka_cut_from_mqproxy_and_tinker_loses_no_delete_or_repair(cluster: 
                     answers.append((token, str(exc)))
                 time.sleep(1.0)
 
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
             stream.wait_for(10)
             count_before = len(stream.acked)
             for host in ("h3", "h1"):  # mqproxy's and tinker's
@@ -290,7 +294,7 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
     reason, and GETs keep working from the volumes they cached."""
     with Client(cluster.access_urls, timeout=60) as client:
         before = {client.put(data): data for data in (os.urandom(30_000) for _ in range(20))}
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
             stream.wait_for(100)  # a PUT rate for the standby stock to hold space for
             count_before = len(stream.acked)
             _print_standby(cluster, "before the cut")
@@ -334,8 +338,8 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
         async with ClusterClient(cluster.clustermgr_urls) as cm:
             return await cm.kv_get("partition/minority")
 
-    with put_stream(cluster.access_urls[0], writers=2, max_size=16 << 10) as served, \
-            put_stream(cluster.access_urls[1], writers=2, max_size=16 << 10) as refused:
+    with put_stream(cluster.access_urls[0], writers=2, max_size=16 << 10, rate=PACE) as served, \
+            put_stream(cluster.access_urls[1], writers=2, max_size=16 << 10, rate=PACE) as refused:
         served.wait_for(10)
         refused.wait_for(10)
         counts_before = len(served.acked), len(refused.acked)
@@ -404,7 +408,7 @@ def test_g_a_blobnode_cut_from_clustermgr_but_not_from_access_loses_no_shard_to_
     asyncio.run(config("20"))
     try:
         time.sleep(7.0)  # two heartbeats answered with the shorter fence (20 s)
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
             stream.wait_for(20)
             count_before = len(stream.acked)
             nemesis.cut(net, "h4", ["h1", "h2", "h3"])
@@ -510,7 +514,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
 
     with Client(cluster.access_urls, timeout=60) as client:
         objects = {client.put(data): data for data in (os.urandom(64 << 10) for _ in range(150))}
-    stream = PutStream(cluster.access_urls, max_size=16 << 10)
+    stream = PutStream(cluster.access_urls, max_size=16 << 10, rate=PACE)
     try:
         asyncio.run(scenario(stream))
     finally:
