@@ -93,6 +93,7 @@ def test_a_page_is_the_reference_listing_cut_at_max_keys(keys: list[bytes], pref
 @settings(max_examples=500, deadline=None)
 @given(keys=st.lists(byte_strings(6), max_size=40), prefix=byte_strings(2), delimiter=st.sampled_from(DELIMITERS),
        max_keys=st.integers(1, 5))
+@example(keys=[b"\xff", b"\xff\x00"], prefix=b"", delimiter=b"\xff", max_keys=2)
 def test_pages_chained_through_their_markers_list_everything_once(keys: list[bytes], prefix: bytes,
                                                                   delimiter: bytes, max_keys: int) -> None:
     source = SortedKeys(sorted(set(keys))).source()

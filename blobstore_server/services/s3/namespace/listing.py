@@ -20,7 +20,7 @@ A = TypeVar("A")  # where a source resumes past an entry: an object's key, an up
 
 Fetch = Callable[[bytes, A | None, bytes | None, int], Sequence[E]]
 
-FIRST_BATCH = 8  # entries fetched where the first may roll up into a common prefix (x4 each batch that did not)
+FIRST_BATCH = 1  # entries fetched where the first may roll up into a common prefix (x4 each batch that did not)
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -117,17 +117,16 @@ def _items(source: Source[E, A], query: Query[A]) -> Iterator[E | _Rolled]:
     batch = FIRST_BATCH if query.delimiter else wanted  # with a delimiter, the first key may well roll up
     while lo is not None and (hi is None or lo < hi) and wanted > 0:
         rows = source.fetch(lo, after, hi, min(batch, wanted))
-        seek: bytes | None = None
+        rolled: bytes | None = None
         for row in rows:
             rolled = common_prefix(source.key(row), query.prefix, query.delimiter)
             wanted -= 1
             if rolled is not None:
                 yield _Rolled(rolled)
-                seek = prefix_end(rolled)
                 break
             yield row
-        if seek is not None:
-            lo, after, batch = seek, None, FIRST_BATCH
+        if rolled is not None:
+            lo, after, batch = prefix_end(rolled), None, FIRST_BATCH
         elif len(rows) < min(batch, wanted + len(rows)):
             return
         else:
