@@ -7,6 +7,7 @@ The `opener` fixture is the only place that knows the backend: a PostgreSQL back
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import statistics
 import threading
 import time
@@ -473,3 +474,45 @@ def test_a_crashed_puts_blobs_are_swept_and_its_late_commit_refused(store: Names
         store.get_object("photos", b"k")
     store.commit_object("photos", ObjectRecord(b"k2", 0, "aa" * 16, 0), recent)
     assert store.stale_intents(older_than_ms=clock.now + 1) == 0
+
+
+# concurrency and the SQLite file -------------------------------------------------------------------------------
+
+
+def test_threads_writing_through_one_store_and_another_lose_nothing(opener: Opener) -> None:
+    stores = [opener(), opener()]
+    stores[0].create_bucket("busy", "alice")
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(25):
+                put(stores[n % 2], b"t%d/%02d" % (n, i), [f"loc-{n}-{i}"], bucket="busy")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(stores[1].list_objects("busy").objects) == 100
+    assert stores[0].list_objects("busy", delimiter=b"/").prefixes == [b"t0/", b"t1/", b"t2/", b"t3/"]
+
+
+def test_sqlite_commits_are_durable_and_a_writer_kept_waiting_answers_slow_down(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "namespace.db"
+    store = NamespaceStore(sqlite_connect(path, busy_timeout_ms=100), SQLITE, clock=clock)
+    with store.transaction(write=False) as tx:
+        assert tx.all("PRAGMA journal_mode") == [("wal",)] and tx.all("PRAGMA synchronous") == [(2,)]  # FULL
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with s3_error("SlowDown"):
+        store.create_bucket("photos", "alice")
+    assert store.list_buckets("alice") == []  # readers do not wait for the writer
+    other.execute("ROLLBACK")
+    other.close()
+    store.create_bucket("photos", "alice")
+    assert [b.name for b in store.list_buckets("alice")] == ["photos"]
+    store.close()

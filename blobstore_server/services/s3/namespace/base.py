@@ -66,6 +66,14 @@ def check_key(key: bytes) -> None:
         raise S3Error("InvalidArgument", "an object key is not empty")
 
 
+def _rollback(cursor: Any) -> None:
+    """Roll back what is open (a failed COMMIT may have left the transaction open, or closed it)."""
+    try:
+        cursor.execute("ROLLBACK")
+    except Exception:  # no transaction was open any more
+        return
+
+
 class Tx:
     """One transaction's statements, in the dialect's spelling."""
 
@@ -125,18 +133,22 @@ class StoreBase:
     @contextmanager
     def transaction(self, write: bool) -> Iterator[Tx]:
         """One transaction, committed when the block ends (before the answer), rolled back if it raises."""
-        db = self._connection()
-        cursor = db.cursor()
-        cursor.execute(self.dialect.begin_write if write else self.dialect.begin_read)
+        cursor = self._connection().cursor()
         try:
-            yield Tx(cursor, self.dialect)
-        except BaseException:
-            cursor.execute("ROLLBACK")
+            cursor.execute(self.dialect.begin_write if write else self.dialect.begin_read)
+            try:
+                yield Tx(cursor, self.dialect)
+                cursor.execute("COMMIT")
+            except BaseException:
+                _rollback(cursor)
+                raise
+        except S3Error:
             raise
-        try:
-            cursor.execute("COMMIT")
-        except self.dialect.conflict as exc:
-            raise S3Error("ConditionalRequestConflict", "a concurrent request changed this resource") from exc
+        except Exception as exc:
+            code = self.dialect.s3_code(exc)
+            if code is None:
+                raise
+            raise S3Error(code, "the namespace is busy, or a concurrent request changed this resource") from exc
 
     def bucket_id(self, tx: Tx, bucket: str) -> str:
         row = tx.one("SELECT id FROM buckets WHERE name = ?", (bucket,))

@@ -4,14 +4,15 @@ Statements are written once with `?` placeholders and `{lock}` where a row read 
 a dialect turns them into its engine's text. Types in the schema are written as `{blob}`, `{bigint}`, and a
 table's clustering as `{clustered}`. A PostgreSQL backend (psycopg 3) is a Dialect value plus a connect function:
 `BYTEA`, `BIGINT`, `%s`, `FOR UPDATE`, no clustering clause, `BEGIN` (READ COMMITTED: the locked reads make the
-conditional writes safe, a racing insert of the same key fails on the primary key).
+conditional writes safe; a racing insert of the same key fails on the primary key, which its `s3_code` answers
+as ConditionalRequestConflict, and a serialization or lock timeout as SlowDown).
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ class Dialect:
     lock: str  # appended to a read that a write in the same transaction depends on
     begin_read: str
     begin_write: str
-    conflict: tuple[type[Exception], ...] = field(default=())  # a racing write of the same row (409 to clients)
+    s3_code: Callable[[Exception], str | None]  # the S3 error an engine's error is to clients (None: a bug, 500)
 
     def schema(self) -> list[str]:
         return [table.format(**self.types) for table in SCHEMA]
@@ -69,9 +70,16 @@ def _translate(statement: str, placeholder: str, lock: str) -> str:
 
 # SQLite: BLOB compares with memcmp; WITHOUT ROWID keeps objects clustered on (bucket_id, key) for range scans;
 # BEGIN IMMEDIATE takes the write lock up front, so writers queue on busy_timeout instead of failing on upgrade.
+# Writers never race (one holds the write lock at a time), so the only engine error clients may see is a writer
+# that waited busy_timeout in vain: SlowDown (503), which clients retry.
+def _sqlite_s3_code(exc: Exception) -> str | None:
+    busy = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+    return "SlowDown" if busy else None
+
+
 SQLITE = Dialect(name="sqlite", placeholder="?", types={"blob": "BLOB", "bigint": "INTEGER",
                                                          "clustered": " WITHOUT ROWID"},
-                 lock="", begin_read="BEGIN", begin_write="BEGIN IMMEDIATE", conflict=(sqlite3.IntegrityError,))
+                 lock="", begin_read="BEGIN", begin_write="BEGIN IMMEDIATE", s3_code=_sqlite_s3_code)
 
 Connect = Callable[[], Any]  # a new DB-API connection in autocommit mode (transactions begun explicitly)
 

@@ -158,7 +158,8 @@ class NamespaceStore(Uploads):
             if given_up:  # the blob goes straight to GC, committed before the PUT learns it failed
                 self.send_to_gc(tx, intent.bucket_id, [extent.location])
             else:
-                tx.run("INSERT INTO intent_extents (bucket_id, intent_id, location) VALUES (?, ?, ?)",
+                tx.run("INSERT INTO intent_extents (bucket_id, intent_id, location) VALUES (?, ?, ?) "
+                       "ON CONFLICT (bucket_id, intent_id, location) DO NOTHING",
                        (intent.bucket_id, intent.id, extent.location))
         if given_up:
             raise S3Error("InternalError", "the upload took too long and was given up; send it again")
