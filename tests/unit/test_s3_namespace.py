@@ -147,6 +147,11 @@ def test_names_breaking_s3s_rules_are_refused(opener: Opener, name: str) -> None
         opener().create_bucket(name, "alice")
 
 
+@pytest.mark.parametrize("name", ["abc", "a" * 63, "my.bucket-1", "123", "a-b.c"])
+def test_names_keeping_s3s_rules_are_taken(opener: Opener, name: str) -> None:
+    assert opener().create_bucket(name, "alice").name == name
+
+
 def test_a_taken_name_is_owned_by_you_or_already_exists(store: NamespaceStore) -> None:
     with s3_error("BucketAlreadyOwnedByYou"):
         store.create_bucket("photos", "alice")
@@ -430,6 +435,7 @@ def test_part_numbers_are_1_to_10000_and_parts_list_in_pages(store: NamespaceSto
             store.put_part("photos", upload_id, number, 1, "aa" * 16, (), None)
     page = store.list_parts("photos", upload_id, max_parts=2)
     assert [p.number for p in page.parts] == [1, 2] and page.truncated and page.next_part_number_marker == 2
+    assert store.get_upload("photos", upload_id).key == b"movie"
     page = store.list_parts("photos", upload_id, part_number_marker=2, max_parts=3)
     assert [(p.number, p.size) for p in page.parts] == [(3, 3), (4, 4), (5, 5)] and not page.truncated
     assert page.upload.key == b"movie" and page.upload.meta.metadata == {"a": "b"}

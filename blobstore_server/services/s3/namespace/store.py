@@ -187,7 +187,7 @@ class NamespaceStore(Uploads):
             row = tx.one("SELECT key, size, etag, mtime_ms, meta, checksums, parts_count, manifest FROM objects "
                          "WHERE bucket_id = ? AND key = ?", (bucket_id, key))
         if row is None:
-            raise S3Error("NoSuchKey", "the key holds no object", bucket)
+            raise S3Error("NoSuchKey", "the key holds no object")
         key, size, etag, mtime_ms, meta, checksums, parts_count, manifest = row
         return ObjectRecord(bytes(key), size, etag, mtime_ms, decode_meta(meta), json.loads(checksums), parts_count,
                             decode_manifest(manifest))
