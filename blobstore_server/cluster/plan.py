@@ -199,6 +199,7 @@ CAPABILITIES: dict[str, tuple[Capability, ...]] = {
     "worker": (C.TASKS, C.READ_SHARD, C.WRITE_SHARD, C.DISCARD_SHARD, C.OBSERVE, C.REGISTER, C.REPAIR),
     "tinker": (C.OBSERVE, C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.REPAIR),  # read-shard: a reclaim stats shards
     "dashboard": (C.OBSERVE,),
+    "s3": (C.OBSERVE,),  # the gateway reaches access's public routes (PUT, GET, DELETE of a Location)
 }
 
 

@@ -1,0 +1,28 @@
+"""S3 gateway configuration (`python -m blobstore_server.services.s3 -c s3.json`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from blobstore_server.libs.rpc.config import ServiceSettings
+
+
+class S3Config(ServiceSettings):
+    bind_addr: str = "127.0.0.1:9800"
+    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    access_hosts: list[str] = Field(min_length=1)  # where object bytes go, through the project's SDK
+    namespace: str = "s3/namespace.db"  # the SQLite file of buckets, keys, users and the GC outbox
+    region: str = "us-east-1"  # what GetBucketLocation answers; requests signed for any region are taken
+    segment_size: int = Field(8 << 20, ge=1 << 20, le=64 << 20)  # bytes of an object per Location
+    max_object_size: int = Field(5 << 30, gt=0)  # a single PUT (S3's limit); multipart objects are sums of parts
+    # Seconds an unreferenced Location waits in the GC outbox before it is deleted: a GET that read the old
+    # manifest just before an overwrite finishes reading it
+    gc_delay: float = Field(60.0, ge=0)
+    reap_interval: float = Field(5.0, gt=0)
+    # Seconds after which a PUT's intent is taken for a crashed gateway's and its blobs are reaped; longer than
+    # the slowest PUT of max_object_size (a PUT still running past it fails at its commit)
+    intent_ttl: float = Field(3600.0, gt=0)
+
+    @property
+    def advertised_host(self) -> str:
+        return self.host or f"http://{self.bind_addr}"
