@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
+from xml.etree import ElementTree
 
 import boto3
 import botocore.session
@@ -27,11 +28,15 @@ from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.headers import meta_from_headers, object_headers, with_overrides
 from blobstore_server.services.s3.namespace import (
+    Bucket,
     ListedObject,
     NamespaceStore,
     ObjectMeta,
     ObjectRecord,
     ObjectsPage,
+    PartsPage,
+    Upload,
+    UploadsPage,
     continuation_token,
     open_sqlite,
 )
@@ -276,7 +281,8 @@ def test_list_params_from_queries() -> None:
     uploads = ListParams.from_query(Op.LIST_MULTIPART_UPLOADS, {"max-uploads": "7", "max-keys": "1"})
     assert uploads.max_keys == 7
     for op, query in ((Op.LIST_OBJECTS, {"encoding-type": "base64"}), (Op.LIST_OBJECTS, {"max-keys": "-1"}),
-                      (Op.LIST_OBJECTS_V2, {"max-keys": "ten"})):
+                      (Op.LIST_OBJECTS_V2, {"max-keys": "ten"}), (Op.LIST_OBJECTS_V2, {"max-keys": "\u00b2"}),
+                      (Op.LIST_MULTIPART_UPLOADS, {"max-uploads": ""})):
         with pytest.raises(S3Error) as err:
             ListParams.from_query(op, query)
         assert err.value.code == "InvalidArgument"
@@ -311,6 +317,30 @@ def test_times_are_iso_with_milliseconds() -> None:
     assert b"<LastModified>2026-11-30T00:53:20.123Z</LastModified>" in body
     assert body.startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n<CopyObjectResult xmlns='
                            b'"http://s3.amazonaws.com/doc/2006-03-01/">')
+
+
+def test_every_reply_is_utf8_xml_in_s3s_namespace() -> None:
+    objects = ObjectsPage([ListedObject("\u00e9&".encode(), 1, "e", T0)], [b"p/"], True, b"p/")
+    upload = Upload("u", b"k", T0, OWNER)
+    bodies = {
+        "ListAllMyBucketsResult": replies.list_buckets([Bucket("i", BUCKET, OWNER, T0)], OWNER),
+        "LocationConstraint": replies.location_constraint("eu-west-1"),
+        "VersioningConfiguration": replies.versioning_configuration(),
+        "ListBucketResult": replies.list_objects_v2(BUCKET, ListParams(delimiter=b"/"), objects, OWNER),
+        "ListVersionsResult": replies.list_object_versions(BUCKET, ListParams(), objects, OWNER),
+        "InitiateMultipartUploadResult": replies.initiate_multipart_upload(BUCKET, b"k\xff", "u"),
+        "CompleteMultipartUploadResult": replies.complete_multipart_upload("http://h/b/k", BUCKET, b"k", "e-2"),
+        "ListPartsResult": replies.list_parts(BUCKET, PartsPage(upload, [], False, None), 0, 1000),
+        "ListMultipartUploadsResult": replies.list_multipart_uploads(BUCKET, ListParams(), UploadsPage(
+            [upload], [], False, None, None)),
+        "CopyObjectResult": replies.copy_object_result("e", T0),
+        "CopyPartResult": replies.copy_part_result("e", T0),
+        "DeleteResult": replies.delete_result([b"k"], [], False),
+    }
+    for root, body in bodies.items():
+        assert body.startswith(b'<?xml version="1.0" encoding="UTF-8"?>')
+        assert ElementTree.fromstring(body).tag == "{http://s3.amazonaws.com/doc/2006-03-01/}" + root
+    assert "k\ufffd" in bodies["InitiateMultipartUploadResult"].decode()
 
 
 def test_multipart_replies(s3: Any, wire: Wire, store: NamespaceStore) -> None:

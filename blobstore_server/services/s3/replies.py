@@ -37,6 +37,7 @@ STORAGE_CLASS = "STANDARD"
 MAX_KEYS = 1000  # the most a listing page holds, whatever max-keys asks
 _DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>\n'
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_COUNT = re.compile(r"\s*[0-9]+\s*")
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"})
 
 
@@ -137,7 +138,7 @@ class ListParams:
         if encoding is not None and encoding != "url":
             raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request")
         limit = query.get("max-uploads" if op is Op.LIST_MULTIPART_UPLOADS else "max-keys", str(MAX_KEYS))
-        if not limit.strip().isdigit():
+        if not _COUNT.fullmatch(limit):
             raise S3Error("InvalidArgument", f"Provided max-keys not an integer or within integer range: {limit!r}")
 
         def raw(name: str) -> bytes | None:
