@@ -487,6 +487,6 @@ def test_meta_from_headers_rules() -> None:
     assert meta_from_headers(at_limit).metadata == {"k": "v" * 2047}
     with pytest.raises(S3Error) as err:
         meta_from_headers({"x-amz-meta-k": "v" * 2047, "x-amz-meta-j": ""})
-    assert err.value.code == "InvalidArgument" and err.value.status == 400
+    assert err.value.code == "MetadataTooLarge" and err.value.status == 400
     record = ObjectRecord(b"k", 1, "e", T0, meta_from_headers({"x-amz-meta-\u00e9": "\u00fc" * 1023}))
     assert ("x-amz-meta-\u00e9", "\u00fc" * 1023) in object_headers(record)

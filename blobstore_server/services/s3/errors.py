@@ -33,6 +33,7 @@ STATUS: dict[str, int] = {
     "InvalidRequest": 400,
     "KeyTooLongError": 400,
     "MalformedXML": 400,
+    "MetadataTooLarge": 400,
     "MethodNotAllowed": 405,
     "MissingContentLength": 411,
     "MissingSecurityHeader": 400,

@@ -62,7 +62,7 @@ def _user_metadata(headers: Mapping[str, str]) -> dict[str, str]:
     size = sum(len(name.encode("utf-8", "surrogateescape")) + len(value.encode("utf-8", "surrogateescape"))
                for name, value in metadata.items())
     if size > MAX_USER_METADATA:
-        raise S3Error("InvalidArgument", f"Your metadata headers exceed the maximum allowed metadata size: {size} "
+        raise S3Error("MetadataTooLarge", f"Your metadata headers exceed the maximum allowed metadata size: {size} "
                                          f"bytes of x-amz-meta-* names and values, at most {MAX_USER_METADATA}")
     return metadata
 
