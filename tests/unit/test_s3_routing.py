@@ -49,7 +49,10 @@ def test_the_key_is_the_percent_decoded_bytes_after_the_bucket() -> None:
     r = route("GET", "/my-bucket/a%20b/%E2%82%AC%2Bc%2F/d+e", "", False)
     assert (r.bucket, r.key) == ("my-bucket", "a b/€+c//d+e".encode())
     assert r.resource == "/my-bucket/a b/€+c//d+e"
-    assert route("GET", "/b/%FF%00", "", False).key == b"\xff\x00"  # any bytes
+    assert route("GET", "/b/%00%7F", "", False).key == b"\x00\x7f"  # any UTF-8 text
+    with pytest.raises(S3Error) as err:
+        route("PUT", "/b/%FF", "", False)
+    assert err.value.code == "InvalidArgument"
     assert route("GET", "/b//x", "", False).key == b"/x"  # a key may start with a slash
     assert route("GET", "/b", "prefix=a%2Fb&max-keys=5", False).query == {"prefix": "a/b", "max-keys": "5"}
 

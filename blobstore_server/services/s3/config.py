@@ -8,7 +8,7 @@ from blobstore_server.libs.rpc.config import ServiceSettings
 
 
 class S3Config(ServiceSettings):
-    bind_addr: str = "127.0.0.1:9800"
+    bind_addr: str = "127.0.0.1:9400"  # (9800 is the scheduler's)
     host: str = ""  # advertised URL; defaults to http://<bind_addr>
     access_hosts: list[str] = Field(min_length=1)  # where object bytes go, through the project's SDK
     namespace: str = "s3/namespace.db"  # the SQLite file of buckets, keys, users and the GC outbox

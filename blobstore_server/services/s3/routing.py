@@ -98,6 +98,10 @@ def route(method: str, raw_path: str, raw_query: str, has_copy_source: bool) -> 
     bucket_part, _, key_part = path[1:].partition("/")
     bucket = unquote_to_bytes(bucket_part).decode("utf-8", "replace")
     key = unquote_to_bytes(key_part)
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise S3Error("InvalidArgument", "an object key is UTF-8 text", path) from None
     scope = "object" if key else "bucket" if bucket else "service"
     query = dict(parse_qsl(raw_query, keep_blank_values=True))
     method = method.upper()
