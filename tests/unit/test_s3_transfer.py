@@ -117,3 +117,42 @@ def test_a_body_is_cut_into_full_segments_and_a_tail_recorded_in_order(data: byt
     assert bytes(seen) == data
     assert [e.size for e in recorded] == [len(data[i:i + segment_size]) for i in range(0, len(data), segment_size)]
     assert len(blobs.blobs) == len(recorded), "one Location per segment, none for an empty body"
+
+
+class SlowBlobs(MemoryBlobs):
+    """Puts that wait until released, as a slow access node does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.putting, self.release = asyncio.Event(), asyncio.Event()
+
+    async def put(self, data: memoryview) -> str:
+        self.putting.set()
+        await self.release.wait()
+        return await super().put(data)
+
+
+def test_a_put_cancelled_midway_still_records_the_segment_being_stored() -> None:
+    """A client that goes away cancels the request's task: the blob being written is written all the same, and
+    recorded, else nothing would ever delete it."""
+    recorded: list[Extent] = []
+
+    async def record(extent: Extent) -> None:
+        recorded.append(extent)
+
+    async def run() -> None:
+        blobs = SlowBlobs()
+        data = bytes(range(256)) * 40
+        writing = asyncio.create_task(write_object(cast(AsyncClient, blobs), pieces(data, [3000]), 4096, record))
+        await blobs.putting.wait()
+        writing.cancel()
+        for _ in range(10):  # the cancellation reaches write_object
+            await asyncio.sleep(0)
+        assert not writing.done(), "the cancelled PUT waits for the segment being stored"
+        blobs.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        assert [e.location for e in recorded] == list(blobs.blobs)
+        assert recorded and blobs.blobs[recorded[0].location] == data[:4096]
+
+    asyncio.run(run())
