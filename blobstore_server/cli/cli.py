@@ -45,6 +45,7 @@ from blobstore_server.cli.cli_common import (
 from blobstore_server.cli.deploy_cli import deploy_app
 from blobstore_server.cli.durability_cli import durability_app
 from blobstore_server.cli.inspect_cli import inspect_app
+from blobstore_server.cli.s3_cli import s3_app
 from blobstore_server.cli.shards import inspect_shards
 from blobstore_server.cli.task_cli import task_app
 from blobstore_server.cluster.launcher import DEFAULT_DIR, down, status, up
@@ -360,6 +361,7 @@ app.add_typer(task_app, name="task")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(durability_app, name="durability")
 app.add_typer(auth_app, name="auth")
+app.add_typer(s3_app, name="s3")
 
 
 def main() -> None:

@@ -1,0 +1,105 @@
+"""Multipart uploads: create, upload a part (streamed, or copied from an object), complete (the parts' manifests
+joined, no bytes copied), abort, list parts and uploads."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from blobstore_server.services.s3 import replies
+from blobstore_server.services.s3.backend import Backend
+from blobstore_server.services.s3.bodies import MAX_BODY, parse_complete
+from blobstore_server.services.s3.copying import copy_bytes, copy_source, source_range
+from blobstore_server.services.s3.errors import S3Error
+from blobstore_server.services.s3.exchange import S3Request, S3Response
+from blobstore_server.services.s3.headers import meta_from_headers
+from blobstore_server.services.s3.objects import store_body, write_condition
+from blobstore_server.services.s3.replies import ListParams
+from blobstore_server.services.s3.routing import Op
+
+Operation = Callable[[Backend, S3Request], Awaitable[S3Response]]
+
+
+def _number(query: dict[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit():
+        raise S3Error("InvalidArgument", f"{name} must be a non-negative integer, not {raw!r}")
+    return int(raw)
+
+
+async def create_upload(backend: Backend, request: S3Request) -> S3Response:
+    route = request.route
+    upload = await backend.db(backend.store.create_upload, route.bucket, route.key, request.user.name,
+                              meta_from_headers(request.headers))
+    return S3Response.xml(replies.initiate_multipart_upload(route.bucket, route.key, upload.id))
+
+
+async def upload_part(backend: Backend, request: S3Request) -> S3Response:
+    """UploadPart and UploadPartCopy: the part's bytes stored, recorded under the upload (a part sent again
+    replaces the old one, whose Locations go to the GC outbox)."""
+    route, store = request.route, backend.store
+    number = _number(route.query, "partNumber", 0)
+    upload = await backend.db(store.get_upload, route.bucket, route.query["uploadId"])
+    copy = route.op is Op.UPLOAD_PART_COPY
+    source = await copy_source(backend, request) if copy else None
+    intent = await backend.db(store.begin_intent, route.bucket, upload.key)
+    try:
+        if source is not None:
+            first, last = source_range(request.headers.get("x-amz-copy-source-range"), source.record.size)
+            manifest, md5_hex = await copy_bytes(backend, source.record, first, last, intent)
+            checksums: dict[str, str] = {}
+        else:
+            manifest, md5_hex, checksums = await store_body(backend, request, intent)
+        size = sum(extent.size for extent in manifest)
+        part = await backend.db(store.put_part, route.bucket, upload.id, number, size, md5_hex, manifest,
+                                intent if manifest else None, checksums)
+        if not manifest:
+            await backend.db(store.abandon_intent, intent)
+    except BaseException:
+        await asyncio.shield(backend.db(store.abandon_intent, intent))
+        raise
+    if copy:
+        return S3Response.xml(replies.copy_part_result(part.etag, part.last_modified_ms))
+    return S3Response(200, [("etag", f'"{part.etag}"'), *checksums.items()])
+
+
+async def complete_upload(backend: Backend, request: S3Request) -> S3Response:
+    route = request.route
+    parts = parse_complete(await request.read_all(MAX_BODY))
+    record = await backend.db(backend.store.complete_upload, route.bucket, route.query["uploadId"], parts,
+                              write_condition(request.headers))
+    location = f"{backend.config.advertised_host}{route.resource}"
+    return S3Response.xml(replies.complete_multipart_upload(location, route.bucket, route.key, record.etag))
+
+
+async def abort_upload(backend: Backend, request: S3Request) -> S3Response:
+    await backend.db(backend.store.abort_upload, request.route.bucket, request.route.query["uploadId"])
+    return S3Response(204)
+
+
+async def list_parts(backend: Backend, request: S3Request) -> S3Response:
+    route = request.route
+    marker, most = _number(route.query, "part-number-marker", 0), min(_number(route.query, "max-parts", 1000), 1000)
+    page = await backend.db(backend.store.list_parts, route.bucket, route.query["uploadId"], marker, most)
+    return S3Response.xml(replies.list_parts(route.bucket, page, marker, most))
+
+
+async def list_uploads(backend: Backend, request: S3Request) -> S3Response:
+    route = request.route
+    params = ListParams.from_query(route.op, route.query)
+    page = await backend.db(backend.store.list_uploads, route.bucket, params.prefix, params.delimiter, params.marker,
+                            params.upload_id_marker, params.max_keys)
+    return S3Response.xml(replies.list_multipart_uploads(route.bucket, params, page))
+
+
+OPERATIONS: dict[Op, Operation] = {
+    Op.CREATE_MULTIPART_UPLOAD: create_upload,
+    Op.UPLOAD_PART: upload_part,
+    Op.UPLOAD_PART_COPY: upload_part,
+    Op.COMPLETE_MULTIPART_UPLOAD: complete_upload,
+    Op.ABORT_MULTIPART_UPLOAD: abort_upload,
+    Op.LIST_PARTS: list_parts,
+    Op.LIST_MULTIPART_UPLOADS: list_uploads,
+}

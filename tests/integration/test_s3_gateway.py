@@ -1,0 +1,241 @@
+"""The S3 gateway in front of a real cluster, driven by boto3 as users drive it: buckets, objects streamed in
+and out (several Locations each), ranges, conditionals, errors in S3's terms, owners, and the garbage an
+overwrite leaves reaped through access."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import boto3
+import boto3.s3.transfer
+import botocore.config
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+from typer.testing import CliRunner
+
+from blobstore import Client
+from blobstore.errors import NotFound
+from blobstore_server.cli.cli import app
+from blobstore_server.services.s3.namespace import open_sqlite
+from tests.support.processes import LocalCluster, Service, free_port, wait_until
+
+
+@dataclass
+class Gateway:
+    service: Service
+    namespace: Path
+    cluster: LocalCluster
+
+    def client(self, access_key: str, secret: str, **config: str) -> boto3.client:
+        return boto3.client("s3", endpoint_url=self.service.url, aws_access_key_id=access_key,
+                            aws_secret_access_key=secret, region_name="us-east-1",
+                            config=botocore.config.Config(s3={"addressing_style": "path"},
+                                                          retries={"max_attempts": 1}, **config))
+
+    def user(self, name: str) -> tuple[str, str]:
+        """A user made as an operator makes one: `blobstore s3 user add NAME --json`."""
+        result = CliRunner().invoke(app, ["s3", "user", "add", name, "--namespace", str(self.namespace), "--json"])
+        assert result.exit_code == 0, result.output
+        keys = json.loads(result.output)
+        return keys["access_key"], keys["secret_key"]
+
+
+@contextmanager
+def _gateway(cluster: LocalCluster, workdir: Path) -> Iterator[Gateway]:
+    port = free_port()
+    namespace = workdir / "namespace.db"
+    service = Service("s3", {"bind_addr": f"127.0.0.1:{port}", "access_hosts": [cluster.access[0].url],
+                             "namespace": str(namespace), "segment_size": 1 << 20, "gc_delay": 0.5,
+                             "reap_interval": 0.5}, workdir, f"http://127.0.0.1:{port}")
+    service.start()
+    try:
+        yield Gateway(service, namespace, cluster)
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(shared_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """One gateway on the module's cluster: each test makes its own users and buckets."""
+    with _gateway(shared_cluster, tmp_path_factory.mktemp("s3")) as started:
+        yield started
+
+
+def name() -> str:
+    """A user or bucket name of its own for each test (they share one gateway)."""
+    return f"t{os.urandom(4).hex()}"
+
+
+def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:
+    return exc.value.response["ResponseMetadata"]["HTTPStatusCode"], exc.value.response["Error"]["Code"]
+
+
+def test_objects_round_trip_through_boto3(gateway: Gateway) -> None:
+    s3 = gateway.client(*gateway.user(name()))
+    bucket = name()
+    s3.create_bucket(Bucket=bucket)
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == [bucket]
+    s3.head_bucket(Bucket=bucket)
+    body = os.urandom(3 * (1 << 20) + 12345)  # three Locations and a tail
+    put = s3.put_object(Bucket=bucket, Key="2026/a b+€.jpg", Body=body, ContentType="image/jpeg",
+                        Metadata={"camera": "x100"})
+    assert put["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    got = s3.get_object(Bucket=bucket, Key="2026/a b+€.jpg")
+    assert got["Body"].read() == body and got["ContentType"] == "image/jpeg"
+    assert got["Metadata"] == {"camera": "x100"} and got["ETag"] == put["ETag"]
+    part = s3.get_object(Bucket=bucket, Key="2026/a b+€.jpg", Range="bytes=1048570-2097160")
+    assert part["Body"].read() == body[1048570:2097161] and part["ContentRange"] == f"bytes 1048570-2097160/{len(body)}"
+    head = s3.head_object(Bucket=bucket, Key="2026/a b+€.jpg")
+    assert head["ContentLength"] == len(body)
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    assert s3.get_object(Bucket=bucket, Key="empty")["Body"].read() == b""
+    with pytest.raises(ClientError) as err:
+        s3.get_object(Bucket=bucket, Key="2026/a b+€.jpg", IfNoneMatch=put["ETag"])
+    assert _code(err)[0] == 304
+    with pytest.raises(ClientError) as err:
+        s3.put_object(Bucket=bucket, Key="empty", Body=b"x", IfNoneMatch="*")
+    assert _code(err) == (412, "PreconditionFailed")
+    s3.delete_object(Bucket=bucket, Key="2026/a b+€.jpg")
+    with pytest.raises(ClientError) as err:
+        s3.get_object(Bucket=bucket, Key="2026/a b+€.jpg")
+    assert _code(err) == (404, "NoSuchKey")
+    with pytest.raises(ClientError) as err:
+        s3.delete_bucket(Bucket=bucket)
+    assert _code(err) == (409, "BucketNotEmpty")
+
+
+def test_strangers_and_bad_signatures_are_refused(gateway: Gateway) -> None:
+    alice_key, alice_secret = gateway.user(name())
+    alice, bob = gateway.client(alice_key, alice_secret), gateway.client(*gateway.user(name()))
+    bucket = name()
+    alice.create_bucket(Bucket=bucket)
+    alice.put_object(Bucket=bucket, Key="k", Body=b"secret")
+    for call in (lambda: bob.get_object(Bucket=bucket, Key="k"), lambda: bob.put_object(Bucket=bucket, Key="k",
+                                                                                           Body=b"mine")):
+        with pytest.raises(ClientError) as err:
+            call()
+        assert _code(err) == (403, "AccessDenied")
+    with pytest.raises(ClientError) as err:
+        bob.create_bucket(Bucket=bucket)
+    assert _code(err) == (409, "BucketAlreadyExists")
+    forged = gateway.client(alice_key, "x" * 40)
+    with pytest.raises(ClientError) as err:
+        forged.get_object(Bucket=bucket, Key="k")
+    assert _code(err) == (403, "SignatureDoesNotMatch")
+    with pytest.raises(ClientError) as err:
+        gateway.client("AKNOBODY", "x" * 40).list_buckets()
+    assert _code(err) == (403, "InvalidAccessKeyId")
+    assert alice.get_object(Bucket=bucket, Key="k")["Body"].read() == b"secret"
+
+
+def test_an_overwrite_leaves_its_old_blobs_to_the_reaper(cluster_factory: Callable[..., LocalCluster],
+                                                          tmp_path: Path) -> None:
+    """The gateway's reaper deletes through access, which takes a DELETE only with Kafka behind it: a cluster with
+    its pipelines, its own."""
+    with _gateway(cluster_factory(pipelines=True, clustermgrs=1, safe_delay=1.0), tmp_path) as gateway:
+        _overwrite_and_reap(gateway)
+
+
+def _overwrite_and_reap(gateway: Gateway) -> None:
+    s3 = gateway.client(*gateway.user(name()))
+    bucket = name()
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=os.urandom(2 << 20))
+    store = open_sqlite(gateway.namespace)
+    try:
+        old = [e.location for e in store.get_object(bucket, b"k").manifest]
+    finally:
+        store.close()
+    assert len(old) == 2
+    new = os.urandom(1000)
+    s3.put_object(Bucket=bucket, Key="k", Body=new)
+
+    def gone(location: str) -> bool:
+        try:
+            sdk.get(location)
+        except NotFound:
+            return True
+        return False
+
+    with Client(gateway.cluster.access[0].url) as sdk:
+        wait_until(lambda: all(gone(loc) for loc in old), 30, "the overwritten object's blobs deleted")
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == new
+
+
+def test_listing_v1_and_v2_with_prefixes_delimiters_and_pages(gateway: Gateway) -> None:
+    s3 = gateway.client(*gateway.user(name()))
+    bucket = name()
+    s3.create_bucket(Bucket=bucket)
+    keys = ["a/1", "a/2", "a/b/3", "b", "foo+1/x", "foo/x", "z€"]
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    listed = s3.list_objects_v2(Bucket=bucket)
+    assert [o["Key"] for o in listed["Contents"]] == sorted(keys, key=str.encode) and listed["KeyCount"] == 7
+    top = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["a/", "foo+1/", "foo/"]
+    assert [o["Key"] for o in top["Contents"]] == ["b", "z€"]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="a/", Delimiter="/")["Contents"]] == \
+        ["a/1", "a/2"]
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, PaginationConfig={"PageSize": 2})
+    assert [o["Key"] for page in pages for o in page.get("Contents", [])] == sorted(keys, key=str.encode)
+    v1 = s3.get_paginator("list_objects").paginate(Bucket=bucket, PaginationConfig={"PageSize": 3})
+    assert [o["Key"] for page in v1 for o in page.get("Contents", [])] == sorted(keys, key=str.encode)
+    # botocore decodes only what it asked to be encoded itself: asked by its caller, keys come back encoded
+    assert [o["Key"] for o in s3.list_objects(Bucket=bucket, EncodingType="url")["Contents"]] == \
+        [quote(k, safe="/~") for k in sorted(keys, key=str.encode)]
+    deleted = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[:3]]})
+    assert sorted(d["Key"] for d in deleted["Deleted"]) == keys[:3]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == sorted(keys[3:], key=str.encode)
+
+
+def test_multipart_copy_and_presigned_urls(gateway: Gateway, tmp_path: Path) -> None:
+    keys = gateway.user(name())
+    s3 = gateway.client(*keys)
+    bucket = name()
+    s3.create_bucket(Bucket=bucket)
+    data = os.urandom(13 * (1 << 20) + 7)
+    source = tmp_path / "big"
+    source.write_bytes(data)
+    transfer = boto3.s3.transfer.TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20)
+    s3.upload_file(str(source), bucket, "big", Config=transfer)
+    head = s3.head_object(Bucket=bucket, Key="big")
+    assert head["ContentLength"] == len(data) and head["ETag"].endswith('-3"')
+    assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == data
+    assert s3.get_object(Bucket=bucket, Key="big", Range="bytes=5242870-5242890")["Body"].read() == \
+        data[5242870:5242891]
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "big"})
+    assert s3.get_object(Bucket=bucket, Key="copy")["Body"].read() == data
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "copy"},
+                   MetadataDirective="REPLACE", Metadata={"k": "v"}, ContentType="text/plain")
+    replaced = s3.get_object(Bucket=bucket, Key="copy")
+    assert replaced["Metadata"] == {"k": "v"} and replaced["ContentType"] == "text/plain"
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="parts")["UploadId"]
+    assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == [upload]
+    s3.upload_part(Bucket=bucket, Key="parts", UploadId=upload, PartNumber=1, Body=b"x" * 10)
+    with pytest.raises(ClientError) as err:
+        s3.complete_multipart_upload(Bucket=bucket, Key="parts", UploadId=upload, MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": '"00000000000000000000000000000000"'}]})
+    assert _code(err) == (400, "InvalidPart")
+    s3.abort_multipart_upload(Bucket=bucket, Key="parts", UploadId=upload)
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    v2 = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "copy"}, ExpiresIn=60)
+    refused = httpx.get(v2)  # boto3 presigns with signature version 2 unless told otherwise
+    assert refused.status_code == 400 and b"AWS4-HMAC-SHA256" in refused.content
+    s3 = gateway.client(*keys, signature_version="s3v4")
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "copy"}, ExpiresIn=60)
+    got = httpx.get(url)
+    assert got.content == data, got.content[:400]
+    put_url = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "up"}, ExpiresIn=60)
+    assert httpx.put(put_url, content=b"presigned").status_code == 200
+    assert s3.get_object(Bucket=bucket, Key="up")["Body"].read() == b"presigned"
+    tampered = url.replace("copy", "big")
+    denied = httpx.get(tampered)
+    assert denied.status_code == 403 and b"SignatureDoesNotMatch" in denied.content
