@@ -22,7 +22,8 @@ from blobstore_server.libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 
 HOST_NAME = r"^[a-z][a-z0-9-]{0,30}$"  # also a folder and part of a systemd unit's name
 ROLES = ("clustermgr", "blobnode", "access", "allocator", "scheduler", "worker", "mqproxy", "tinker", "dashboard",
-         "kafka", "redis")
+         "kafka", "redis", "s3")
+DERIVED = ("blobnode", "s3")  # roles whose hosts follow from the rest of the spec, not from `services`
 
 
 class SpecError(ValueError):
@@ -46,6 +47,7 @@ class Ports(Strict):
     mqproxy: int = Field(9600, ge=1, le=65535)
     tinker: int = Field(9700, ge=1, le=65535)
     dashboard: int = Field(9900, ge=1, le=65535)
+    s3: int = Field(9400, ge=1, le=65535)  # the S3 gateway's (not 9800, the scheduler's)
     kafka: int = Field(9092, ge=1, le=65535)
     kafka_controller: int = Field(9093, ge=1, le=65535)
     redis: int = Field(6379, ge=1, le=65535)
@@ -62,7 +64,8 @@ class Host(Strict):
 
 
 class Services(Strict):
-    """Which hosts run each role, by host name (blobnodes: every host with disks)."""
+    """Which hosts run each role, by host name (blobnodes: every host with disks; the S3 gateway: the first access
+    host)."""
 
     clustermgr: list[str] = Field(min_length=1)
     access: list[str] = Field(min_length=1)
@@ -121,6 +124,10 @@ class ClusterSpec(Strict):
         """The hosts running `role`, in the order the spec lists them."""
         if role == "blobnode":
             return [h for h in self.hosts if h.disks]
+        if role == "s3":
+            # One gateway, on the first access host: a gateway keeps its namespace in a SQLite file, which gateways
+            # on several hosts cannot share until the PostgreSQL backend exists.
+            return self.hosts_of("access")[:1]
         return [self.host(name) for name in getattr(self.services, role)]
 
     def config_dir_of(self, host: Host) -> Path:
@@ -145,7 +152,7 @@ class ClusterSpec(Strict):
         if twice := sorted(n for n, k in names.items() if k > 1):
             raise ValueError(f"host name(s) declared twice: {', '.join(twice)}")
         for role in ROLES:
-            if role == "blobnode":
+            if role in DERIVED:
                 continue
             listed = getattr(self.services, role)
             if unknown := [n for n in listed if n not in names]:
