@@ -372,7 +372,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
             netns.destroy(net.prefix)
         raise
     say(f"a first PUT succeeded through each access node; access at {', '.join(info.access_urls)}, "
-        f"dashboard at {info.dashboard_url}")
+        f"S3 at {', '.join(p.url for p in plan.of_role('s3'))}, dashboard at {info.dashboard_url}")
     return info
 
 

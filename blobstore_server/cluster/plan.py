@@ -32,6 +32,7 @@ from blobstore_server.services.blobnode.config import BlobnodeConfig, DiskConfig
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig, Member
 from blobstore_server.services.dashboard.config import DashboardConfig, Target
 from blobstore_server.services.mqproxy.config import MqProxyConfig
+from blobstore_server.services.s3.config import S3Config
 from blobstore_server.services.scheduler.config import SchedulerConfig
 from blobstore_server.services.tinker.config import TinkerConfig
 from blobstore_server.services.worker.config import WorkerConfig
@@ -41,11 +42,11 @@ CLUSTERMGR_COUNT = 3
 KAFKA_PARTITIONS = 2  # per topic: one tinker consumes them all, and `queue stats` stays short
 LOCAL_BROKEN_AFTER = 120.0  # `cluster up`'s disk_broken_after: an unattended repair within minutes
 # Start order: each stage is healthy before the next one starts, because later stages register with (or, for
-# tinker, consume the topics created by) earlier ones. Within a stage the processes import and start side by side
-# (each Python process spends ~0.8 s of CPU importing before it serves).
+# tinker, consume the topics created by; for the S3 gateways, write through) earlier ones. Within a stage the
+# processes import and start side by side (each Python process spends ~0.8 s of CPU importing before it serves).
 STAGES: tuple[tuple[str, ...], ...] = (("redis", "kafka"), ("clustermgr",), ("blobnode",),
                                        ("allocator", "scheduler", "mqproxy"),
-                                       ("worker", "tinker", "access", "dashboard"))
+                                       ("worker", "tinker", "access", "dashboard"), ("s3",))
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class ClusterShape:
     # local cluster shows it within minutes
     disk_broken_after: float | None = LOCAL_BROKEN_AFTER
     allocators: int = 2  # per cluster: allocator1..N, any of which serves any access node
-    access_nodes: int = 2  # access1..N, each given every allocator of every cluster
+    access_nodes: int = 2  # access1..N, each given every allocator of every cluster; an S3 gateway s3gwN beside each
 
     def __post_init__(self) -> None:
         if self.allocators < 1 or self.access_nodes < 1:
@@ -206,7 +207,7 @@ CAPABILITIES: dict[str, tuple[Capability, ...]] = {
 ROLES: dict[type[ServiceSettings], str] = {
     ClusterMgrConfig: "clustermgr", BlobnodeConfig: "blobnode", AllocatorConfig: "allocator", AccessConfig: "access",
     SchedulerConfig: "scheduler", WorkerConfig: "worker", MqProxyConfig: "mqproxy", TinkerConfig: "tinker",
-    DashboardConfig: "dashboard",
+    DashboardConfig: "dashboard", S3Config: "s3",
 }
 
 
@@ -277,10 +278,20 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
                                          kafka_auth=login("tinker")))]
 
 
-def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboard: list[Place],
+def _gateways(places: list[Place], nodes: list[ProcessSpec], s: Settings) -> list[ProcessSpec]:
+    """The S3 gateways: gateway i sits beside access node i (on its host, in a spec) and is given every access
+    node, its own first. All share the first one's namespace file, so they must run on one machine: SQLite in WAL
+    mode is safe for several processes there, not across hosts (a spec plans one gateway, see spec.hosts_of)."""
+    urls = [n.url for n in nodes]
+    return [_service(p, s, S3Config(access_hosts=[urls[i], *urls[:i], *urls[i + 1:]],
+                                    namespace=str(places[0].workdir / "namespace.db")))
+            for i, p in enumerate(places)]
+
+
+def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], gateways: list[Place], dashboard: list[Place],
            s: Settings) -> list[ProcessSpec]:
-    """The access nodes (each given every allocator of every cluster; the first cluster is their own) and the
-    dashboard scraping everything."""
+    """The access nodes (each given every allocator of every cluster; the first cluster is their own), the S3
+    gateways in front of them and the dashboard scraping everything."""
     home = next(iter(clusters))
 
     def urls(k: int, role: str) -> list[str]:
@@ -295,7 +306,7 @@ def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], dashboar
                  orphan_log=str(p.workdir / "orphans.jsonl"), state_file=str(p.workdir / "state.sqlite"),
                  audit_log=str(p.workdir / "audit.jsonl") if s.audit_log else ""))
              for p in access]
-    scraped = [*(p for k in clusters for p in clusters[k]), *nodes]
+    scraped = [*(p for k in clusters for p in clusters[k]), *nodes, *_gateways(gateways, nodes, s)]
     backlog = kafka_user(s.auth_secret, "backlog") if s.kafka_sasl else None
     boards = [_service(p, s, DashboardConfig(
                   clustermgr_hosts=urls(home, "clustermgr"), kafka_bootstrap=s.kafka_bootstrap, kafka_auth=backlog,
@@ -309,8 +320,9 @@ def port_count(shape: ClusterShape) -> int:
     # clustermgrs (a Raft and an HTTP port each), blobnodes, allocators, two schedulers (one stands by), worker,
     # mqproxy, tinker
     per_cluster = 2 * CLUSTERMGR_COUNT + shape.blobnodes + shape.allocators + 5
-    # redis, kafka (a broker and a controller port), the clusters, the access nodes, dashboard
-    return 1 + 2 + shape.clusters * per_cluster + shape.access_nodes + 1
+    # redis, kafka (a broker and a controller port), the clusters, the access nodes and a gateway beside each,
+    # dashboard
+    return 1 + 2 + shape.clusters * per_cluster + 2 * shape.access_nodes + 1
 
 
 def cluster_prefix(cluster_id: int) -> str:
@@ -357,8 +369,9 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
                  audit_log=shape.audit_log, export_roots=(str(root), *shape.export_roots))
     clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
     access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
+    gateways = [_local(root, f"s3gw{n}", ports) for n in range(1, shape.access_nodes + 1)]
     dashboard = [_local(root, "dashboard", ports)]
-    return ClusterPlan(kafka, [redis, *_front(clusters, access, dashboard, s)])
+    return ClusterPlan(kafka, [redis, *_front(clusters, access, gateways, dashboard, s)])
 
 
 def derived(secret: str, purpose: str, size: int = 32) -> bytes:
@@ -405,8 +418,8 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
                  spec.kafka.partitions, export_roots=(spec.export_root,), kafka_sasl=bool(brokers))
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
-    return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("dashboard"),
-                                              s)])
+    return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("s3"),
+                                              places("dashboard"), s)])
 
 
 def hosts_of(processes: Sequence[ProcessSpec]) -> list[str]:

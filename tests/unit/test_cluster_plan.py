@@ -1,6 +1,7 @@
 """What `blobstore cluster up` plans (cluster/plan.py), without starting anything: two allocators per cluster,
-two access nodes each given every allocator, and exactly `port_count` ports drawn; and a cluster.json written
-before there were several access nodes still loads."""
+two access nodes each given every allocator, an S3 gateway beside each, and exactly `port_count` ports drawn; a
+cluster.json written before there were several access nodes still loads, and `cluster status --json` lists the
+gateways."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
-from blobstore_server.cluster.launcher import STATE_FILE, ClusterInfo
+from blobstore_server.cli.cli import app
+from blobstore_server.cluster.launcher import STATE_FILE, ClusterInfo, ProcessRecord
 from blobstore_server.cluster.plan import (
     ROLES,
+    STAGES,
     ClusterPlan,
     ClusterShape,
     ProcessSpec,
@@ -86,6 +90,25 @@ def test_the_default_plan_runs_two_allocators_and_two_access_nodes_each_given_bo
     assert {"allocator1", "allocator2", "access1", "access2"} <= targets
 
 
+def test_an_s3_gateway_beside_each_access_node_writes_through_all_of_them_into_one_namespace(tmp_path: Path) -> None:
+    plan, _ = _plan(tmp_path, ClusterShape(access_nodes=3))
+    access = [p.url for p in plan.of_role("access")]
+    gateways = plan.of_role("s3")
+    assert [p.name for p in gateways] == ["s3gw1", "s3gw2", "s3gw3"]
+    configs = [_config(p) for p in gateways]
+    assert [c["access_hosts"] for c in configs] == [access, [access[1], access[0], access[2]],
+                                                    [access[2], access[0], access[1]]]  # its own access node first
+    # one SQLite file for all (one machine): in the first gateway's folder, which `cluster up` makes and wipes
+    assert {c["namespace"] for c in configs} == {str(gateways[0].workdir / "namespace.db")}
+    assert [c["bind_addr"] for c in configs] == [p.url.removeprefix("http://") for p in gateways]
+    assert gateways[0].command[1:3] == ("-m", "blobstore_server.services.s3")
+    (dashboard,) = plan.of_role("dashboard")
+    targets = [(t["name"], t["role"], t["url"]) for t in _config(dashboard)["targets"] if t["role"] == "s3"]
+    assert targets == [(p.name, "s3", p.url) for p in gateways]  # scraped, so on the dashboard and in its metrics
+    stage = {role: n for n, roles in enumerate(STAGES) for role in roles}
+    assert stage["s3"] > stage["access"]  # the access nodes answer before a gateway starts
+
+
 @pytest.mark.parametrize("shape", [ClusterShape(), ClusterShape(blobnodes=8, clusters=2),
                                    ClusterShape(allocators=1, access_nodes=1),
                                    ClusterShape(allocators=3, access_nodes=3, clusters=3)])
@@ -134,6 +157,21 @@ def test_a_cluster_json_from_before_several_access_nodes_loads(tmp_path: Path,
     info.access_urls = ["http://127.0.0.1:9500", "http://127.0.0.1:9501"]
     info.save()
     assert ClusterInfo.load(tmp_path).access_urls == ["http://127.0.0.1:9500", "http://127.0.0.1:9501"]
+
+
+def test_cluster_status_json_lists_each_gateway_with_its_role_and_url(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    plan, _ = _plan(tmp_path, ClusterShape(access_nodes=2))
+    access = [p.url for p in plan.of_role("access")]
+    records = [ProcessRecord(p.role, p.name, 0, 0, p.port, p.url, str(p.config_path), str(p.log_path))
+               for p in plan.processes if p.role in ("access", "s3")]  # pid 0: none runs
+    ClusterInfo(str(tmp_path), access[0], [], "redis://127.0.0.1:1/0", "EC3P3", processes=records,
+                access_urls=access).save()
+    done = CliRunner().invoke(app, ["cluster", "status", "--dir", str(tmp_path), "--json"])
+    assert done.exit_code == 0, done.output
+    listed = [(p["role"], p["name"], p["url"], p["running"]) for p in json.loads(done.stdout)["processes"]]
+    assert [p for p in listed if p[0] == "s3"] == [("s3", p.name, p.url, False) for p in plan.of_role("s3")]
 
 
 def test_a_kafka_cluster_id_never_starts_with_a_dash_and_stays_the_same_for_a_secret() -> None:

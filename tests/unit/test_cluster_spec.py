@@ -13,15 +13,17 @@ from pydantic import BaseModel
 from typer.testing import CliRunner, Result
 
 from blobstore_server.cli.cli import app
-from blobstore_server.cluster.plan import CAPABILITIES
+from blobstore_server.cluster.plan import CAPABILITIES, plan_spec
 from blobstore_server.cluster.spec import Services, SpecError, for_hosts, load, parse
 from blobstore_server.libs.proto import scheduler as api
+from blobstore_server.libs.rpc.auth import new_secret
 from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.allocator.config import AllocatorConfig
 from blobstore_server.services.blobnode.config import BlobnodeConfig
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 from blobstore_server.services.dashboard.config import DashboardConfig
 from blobstore_server.services.mqproxy.config import MqProxyConfig
+from blobstore_server.services.s3.config import S3Config
 from blobstore_server.services.scheduler.config import SchedulerConfig
 from blobstore_server.services.tinker.config import TinkerConfig
 from blobstore_server.services.worker.config import WorkerConfig
@@ -30,7 +32,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "cluster.example.toml
 MODELS: dict[str, type[BaseModel]] = {
     "access": AccessConfig, "allocator": AllocatorConfig, "blobnode": BlobnodeConfig, "clustermgr": ClusterMgrConfig,
     "dashboard": DashboardConfig, "mqproxy": MqProxyConfig, "scheduler": SchedulerConfig, "tinker": TinkerConfig,
-    "worker": WorkerConfig}
+    "worker": WorkerConfig, "s3": S3Config}
 
 
 def _cli(*args: str) -> Result:
@@ -50,8 +52,7 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
         bundle = out / host.name
         configs = sorted((bundle / "config").iterdir())
         roles = sorted(p.name.split(".")[0] for p in configs)
-        expected = sorted(["blobnode", *(r for r in (*MODELS, "kafka", "redis")
-                                         if r != "blobnode" and host.name in getattr(spec.services, r))])
+        expected = sorted(r for r in (*MODELS, "kafka", "redis") if host in spec.hosts_of(r))
         assert roles == expected, host.name
         seen_roles.update(roles)
         for path in configs:
@@ -88,6 +89,9 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
     assert "default.replication.factor=3" in kafka and "min.insync.replicas=2" in kafka
     access = [json.loads((out / h / "config" / "access.json").read_text()) for h in ("h1", "h4")]
     assert access[0]["secret"] == access[1]["secret"]  # a Location signed by one reads through the other
+    gateway = (out / "h1" / "systemd" / "blobstore-s3.service").read_text()
+    assert "-m blobstore_server.services.s3 -c /etc/blobstore/s3.json" in gateway
+    assert "`s3-h1`: 10.0.1.11:9400" in (out / "h1" / "README.md").read_text()
     again = tmp_path / "again"
     (again).mkdir()
     (again / "cluster.secret").write_text((out / "cluster.secret").read_text())
@@ -102,6 +106,7 @@ BAD = {
         ('clustermgr = ["h1", "h3", "h5"]', 'clustermgr = ["h1", "h3"]'), "Raft needs an odd number"),
     "too few hosts for the widest code mode": (
         ('code_modes = ["EC3P3"]', 'code_modes = ["EC3P3", "EC6P3"]'), "EC6P3 puts its 9 units on distinct hosts"),
+    "the S3 gateway on its access node's port": (("s3 = 9400", "s3 = 9500"), "both listen on 10.0.1.11:9500"),
     "an unknown key": (("[redis]", "[redis]\nport = 6379"), "redis.port: unknown key"),
     "a service on an undeclared host": (('tinker = ["h6"]', 'tinker = ["h7"]'), "services.tinker names undeclared"),
     "both our brokers and the operator's": (("[kafka]", '[kafka]\nbootstrap = ["k1:9092"]'), "exactly one of them"),
@@ -141,6 +146,21 @@ def test_cluster_up_hosts_spec_spreads_roles_and_racks(tmp_path: Path) -> None:
     assert [r for r in Services.model_fields if {"h7", "h8"} & set(getattr(eight.services, r))] == ["access"]
     assert not {"tinker", "mqproxy"} & {r for r in Services.model_fields
                                         if set(eight.services.kafka) & set(getattr(eight.services, r))}
+
+
+def test_a_spec_runs_one_s3_gateway_on_the_first_access_host_writing_through_every_access_node(tmp_path: Path) -> None:
+    """One, until gateways on several hosts can share a namespace (its SQLite file is one machine's)."""
+    spec = load(EXAMPLE)
+    plan = plan_spec(spec, "python", new_secret())
+    (gateway,) = plan.of_role("s3")
+    assert (gateway.name, gateway.host, gateway.url) == ("s3-h1", "h1", "http://10.0.1.11:9400")
+    config = S3Config.model_validate_json(gateway.config_text)
+    access = {p.host: p.url for p in plan.of_role("access")}
+    assert config.access_hosts == [access["h1"], access["h4"]]  # its own host's first
+    assert config.namespace == "/var/lib/blobstore/s3-h1/namespace.db"
+    assert ("s3-h1", "10.0.1.11", 9400) in list(spec.listeners())
+    eight = for_hosts([(f"h{i}", f"10.77.9.{10 + i}") for i in range(1, 9)], 2, tmp_path)
+    assert [(p.name, p.host) for p in plan_spec(eight, "python", new_secret()).of_role("s3")] == [("s3-h7", "h7")]
 
 
 def test_the_operators_kafka_and_redis_are_used_and_not_rendered(tmp_path: Path) -> None:
