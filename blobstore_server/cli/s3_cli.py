@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from blobstore_server.cli.cli_common import DirOpt
+from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo
 from blobstore_server.services.s3.namespace import NamespaceStore, open_sqlite
 
 s3_app = typer.Typer(help="The S3 gateway: users and their access keys.", no_args_is_help=True,
@@ -18,14 +20,25 @@ user_app = typer.Typer(help="Users: each holds one access key; buckets belong to
                        no_args_is_help=True, pretty_exceptions_show_locals=False)
 s3_app.add_typer(user_app, name="user")
 
-NamespaceOpt = Annotated[Path, typer.Option("--namespace", envvar="BLOBSTORE_S3_NAMESPACE",
-                                            help="The gateway's namespace (its config's `namespace` file).")]
+NamespaceOpt = Annotated[Path | None, typer.Option(
+    "--namespace", envvar="BLOBSTORE_S3_NAMESPACE",
+    help="The gateway's namespace (its config's `namespace` file); default: that of --dir's cluster.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-DEFAULT_NAMESPACE = Path("run/s3/namespace.db")
+
+
+def _namespace(path: Path | None, root: Path) -> Path:
+    """The namespace file named, or the one the gateways of the cluster in `root` share."""
+    if path is not None:
+        return path
+    gateways = [p for p in ClusterInfo.load(root).processes if p.role == "s3"]
+    if not gateways:
+        raise ValueError(f"the cluster in {root} runs no S3 gateway: pass --namespace")
+    return Path(json.loads(Path(gateways[0].config).read_text())["namespace"])
 
 
 @contextmanager
-def _store(path: Path) -> Iterator[NamespaceStore]:
+def _store(path: Path | None, root: Path) -> Iterator[NamespaceStore]:
+    path = _namespace(path, root)
     if not path.exists():
         raise ValueError(f"no namespace at {path}: pass --namespace (the gateway's `namespace` file)")
     store = open_sqlite(path)
@@ -36,9 +49,9 @@ def _store(path: Path) -> Iterator[NamespaceStore]:
 
 
 @user_app.command("add")
-def add(name: str, namespace: NamespaceOpt = DEFAULT_NAMESPACE, as_json: JsonOpt = False) -> None:
+def add(name: str, namespace: NamespaceOpt = None, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR) -> None:
     """Add user NAME and print its access key and secret (shown this once only)."""
-    with _store(namespace) as store:
+    with _store(namespace, Path(dir)) as store:
         access_key, secret_key = store.add_user(name)
     if as_json:
         print(json.dumps({"name": name, "access_key": access_key, "secret_key": secret_key}))
@@ -47,9 +60,9 @@ def add(name: str, namespace: NamespaceOpt = DEFAULT_NAMESPACE, as_json: JsonOpt
 
 
 @user_app.command("list")
-def list_users(namespace: NamespaceOpt = DEFAULT_NAMESPACE, as_json: JsonOpt = False) -> None:
+def list_users(namespace: NamespaceOpt = None, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR) -> None:
     """Every user and its access key (never a secret)."""
-    with _store(namespace) as store:
+    with _store(namespace, Path(dir)) as store:
         users = store.list_users()
     if as_json:
         print(json.dumps([{"name": u.name, "access_key": u.access_key, "created_ms": u.created_ms} for u in users]))
@@ -59,8 +72,8 @@ def list_users(namespace: NamespaceOpt = DEFAULT_NAMESPACE, as_json: JsonOpt = F
 
 
 @user_app.command("remove")
-def remove(name: str, namespace: NamespaceOpt = DEFAULT_NAMESPACE) -> None:
+def remove(name: str, namespace: NamespaceOpt = None, dir: DirOpt = DEFAULT_DIR) -> None:
     """Remove user NAME: its key stops working within seconds; its buckets stay."""
-    with _store(namespace) as store:
+    with _store(namespace, Path(dir)) as store:
         store.remove_user(name)
     print(f"removed {name}")

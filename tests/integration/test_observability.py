@@ -46,7 +46,8 @@ from tests.support.metrics import sample
 # The launched `cluster` (tests/conftest.py) on one host, its own: the dashboard test breaks a disk and stops tinker
 LAUNCH = Launch(SMALL.shape, owner=__name__)
 
-SCRAPED = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker", "access", "dashboard")
+SCRAPED = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker", "access", "dashboard",
+           "s3")
 # Families each role must export beyond the shared request metrics.
 OWN_FAMILIES = {
     "clustermgr": {"blobstore_raft_term", "blobstore_raft_role", "blobstore_raft_commit_index",
@@ -66,6 +67,7 @@ OWN_FAMILIES = {
     "access": {"blobstore_access_bytes_in", "blobstore_access_bytes_out", "blobstore_access_put_quorum_misses",
                "blobstore_access_degraded_reads", "blobstore_access_hedged_reads"},
     "dashboard": set(),
+    "s3": set(),  # its S3 requests count in the shared request metrics, route "S3 <operation>"
 }
 SHARED = {"blobstore_http_requests", "blobstore_http_request_duration_seconds", "blobstore_http_requests_in_flight",
           "blobstore_service_info"}

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import boto3
+import botocore.config
 import pytest
 from typer.testing import CliRunner
 
@@ -309,6 +311,23 @@ def test_each_access_node_serves_and_reads_the_others_objects(cluster: ClusterIn
         assert first.get(second.put(data)) == data
 
 
+def test_the_s3_gateway_serves_boto3_for_a_user_the_cli_made(cluster: ClusterInfo) -> None:
+    """`cluster up` runs an S3 gateway (one on the hosts layout: its namespace is one machine's SQLite file);
+    `blobstore s3 user add` finds its namespace through --dir, and boto3 stores and lists an object with the keys."""
+    gateways = [p for p in cluster.processes if p.role == "s3"]
+    assert len(gateways) == (1 if SIX_HOSTS else len(cluster.access_urls))
+    keys = json.loads(_cli(cluster, "s3", "user", "add", "ci", "--json").stdout)
+    s3 = boto3.client("s3", endpoint_url=gateways[0].url, aws_access_key_id=keys["access_key"],
+                      aws_secret_access_key=keys["secret_key"], region_name="us-east-1",
+                      config=botocore.config.Config(s3={"addressing_style": "path"}))
+    s3.create_bucket(Bucket="ci-bucket")
+    data = os.urandom(MiB + 3)
+    s3.put_object(Bucket="ci-bucket", Key="dir/object", Body=data)
+    assert s3.get_object(Bucket="ci-bucket", Key="dir/object")["Body"].read() == data
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="ci-bucket", Prefix="dir/")["Contents"]] == ["dir/object"]
+    assert "ci\t" in _cli(cluster, "s3", "user", "list").stdout
+
+
 def test_cli_delete_and_queue_stats(cluster: ClusterInfo, client: Client) -> None:
     location = client.put(os.urandom(5 * MiB + 1))  # --wait checks every blob
     result = _cli(cluster, "del", location, "--wait", "10")
@@ -469,7 +488,8 @@ def test_cluster_down_leaves_nothing(cluster: ClusterInfo) -> None:
     assert sorted(p.role for p in records) == sorted(["redis", *["kafka"] * (3 if SIX_HOSTS else 1),
                                                       *["clustermgr"] * 3, *["blobnode"] * 6,
                                                       *["allocator"] * 2, *["scheduler"] * 2, "worker", "mqproxy",
-                                                      "tinker", *["access"] * 2, "dashboard"])
+                                                      "tinker", *["access"] * 2, "dashboard",
+                                                      *["s3"] * (1 if SIX_HOSTS else 2)])
     _cli(cluster, "cluster", "down")
     assert [p.name for p in records if p.running] == []
     assert _processes_mentioning(cluster.dir) == []  # every command line names a config under the cluster dir

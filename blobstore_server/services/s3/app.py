@@ -7,11 +7,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from blobstore.errors import BlobstoreError, Unavailable
+from blobstore_server.libs.rpc.metrics import instrument
 from blobstore_server.libs.rpc.server import Lifecycle, create_app
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.errors import S3Error
@@ -22,6 +24,11 @@ from blobstore_server.services.s3.sigv4 import WireRequest, verify
 
 log = logging.getLogger(__name__)
 INTERNAL = ("/health", "/metrics")
+
+
+@dataclass(frozen=True)
+class _Measured:
+    path: str
 
 
 def _signed(scope: Scope) -> bool:
@@ -58,6 +65,7 @@ async def _request(backend: Backend, scope: Scope, receive: Receive, request_id:
     for name, value in pairs:
         headers[name.lower()] = f"{headers[name.lower()]},{value}" if name.lower() in headers else value
     routed = route(scope["method"], raw_path, query, "x-amz-copy-source" in headers)
+    scope["route"] = _Measured(f"S3 {routed.op.value}")  # the request metrics' route label
     if verified.anonymous or verified.access_key is None:
         if "AWSAccessKeyId=" in query and "Signature=" in query:  # a signature version 2 presigned URL
             raise S3Error("InvalidRequest", "The authorization mechanism you have provided is not supported. Please "
@@ -114,6 +122,9 @@ def build_app(backend: Backend, life: Lifecycle) -> ASGIApp:
                                        and not _signed(scope)):
             await internal(scope, receive, send)
             return
+        await measured(scope, receive, send)
+
+    async def s3(scope: Scope, receive: Receive, send: Send) -> None:
         request_id = secrets.token_hex(8).upper()
         head = scope["method"] == "HEAD"
         started = [False]
@@ -132,4 +143,5 @@ def build_app(backend: Backend, life: Lifecycle) -> ASGIApp:
                 answer.headers.append(("connection", "close"))
             await _send(send, answer, head, request_id, started)
 
+    measured = instrument(s3)  # by operation: the route label is "S3 <operation>"
     return app
