@@ -1,0 +1,203 @@
+"""The S3 gateway against the project's own SDK, on one local cluster (the launcher's default shape, its
+gateways beside the access nodes).
+
+- 10 KiB PUT and GET: boto3 through the gateway (8 threads, one client each) against the SDK straight to access
+  (8 concurrent requests), alternated in rounds (A B A B A B); the ratio is boto3's rate over the SDK's. The
+  gateway's CPU per request is read from /proc over its rounds.
+- A large object (256 MiB; --big-mib): boto3's transfer manager (what the aws CLI runs: 8 MiB parts, 4 at once)
+  up and down against the SDK's put and get of the same bytes.
+- ListObjectsV2 pages of 1000 keys out of a bucket of --keys keys (1,000,000), with and without a delimiter: the
+  gateway's answer read whole (a presigned GET), and the same page through boto3, which parses it. The keys are
+  inserted straight into the namespace (their listing is what is measured).
+Writes JSON and prints one summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import boto3.s3.transfer
+import botocore.config
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import cpu_seconds, drive
+from blobstore import AsyncClient
+from blobstore_server.cluster import launcher
+from blobstore_server.cluster.launcher import ClusterInfo
+from blobstore_server.cluster.plan import ClusterShape
+from blobstore_server.services.s3.namespace import Extent, ObjectMeta, open_sqlite
+from blobstore_server.services.s3.namespace.base import encode_manifest, encode_meta
+
+ROUNDS = 3
+THREADS = 8
+SMALL = 10 << 10
+MiB = 1 << 20
+
+
+def _client(url: str, keys: tuple[str, str]) -> Any:
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id=keys[0], aws_secret_access_key=keys[1],
+                        region_name="us-east-1",
+                        config=botocore.config.Config(s3={"addressing_style": "path"}, max_pool_connections=THREADS,
+                                                      retries={"max_attempts": 1}, signature_version="s3v4"))
+
+
+def _threads(count: int, op: Callable[[int], object]) -> float:
+    """ops per second of `op(0..count-1)` over THREADS threads."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(op, range(count)))
+    return count / (time.perf_counter() - start)
+
+
+def small_objects(info: ClusterInfo, gateway: Any, s3: Any, count: int) -> dict[str, Any]:
+    data = os.urandom(SMALL)
+    keys = [f"small/{i:06d}" for i in range(count)]
+    locations: list[str] = []
+    out: dict[str, Any] = {}
+    for name in ("put", "get"):
+        ratios, cpu, done = [], 0.0, 0
+        for r in range(ROUNDS):
+            part = range(r * count // ROUNDS, (r + 1) * count // ROUNDS)
+            def one(i: int, p: range = part, op: str = name) -> object:
+                if op == "put":
+                    return s3.put_object(Bucket="bench", Key=keys[p[i]], Body=data)
+                return s3.get_object(Bucket="bench", Key=keys[p[i]])["Body"].read()
+
+            before = cpu_seconds(gateway.pid)
+            s3_rate = _threads(len(part), one)
+            cpu += cpu_seconds(gateway.pid) - before
+            done += len(part)
+            ratios.append(s3_rate / asyncio.run(_sdk_rate(info.access_url, name, data, len(part), locations)))
+        out[name] = {"ratio": round(statistics.median(ratios), 3),
+                     "gateway_cpu_ms_per_request": round(cpu / done * 1e3, 3)}
+    return out
+
+
+async def _sdk_rate(url: str, name: str, data: bytes, count: int, locations: list[str]) -> float:
+    async with AsyncClient(url, timeout=600, direct_reads=False) as sdk:
+        async def put(i: int) -> None:
+            locations.append(await sdk.put(data))
+
+        async def get(i: int) -> None:
+            assert len(await sdk.get(locations[i % len(locations)])) == len(data)
+
+        latencies, elapsed = await drive(count, THREADS, put if name == "put" else get)
+    return len(latencies) / elapsed
+
+
+def big_object(info: ClusterInfo, s3: Any, size: int) -> dict[str, Any]:
+    data = os.urandom(size)
+    transfer = boto3.s3.transfer.TransferConfig(multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB,
+                                                max_concurrency=4)
+    start = time.perf_counter()
+    s3.upload_fileobj(io.BytesIO(data), "bench", "big", Config=transfer)
+    up = size / (time.perf_counter() - start)
+    sink = io.BytesIO()
+    start = time.perf_counter()
+    s3.download_fileobj("bench", "big", sink, Config=transfer)
+    down = size / (time.perf_counter() - start)
+    assert sink.getvalue() == data
+
+    async def sdk() -> tuple[float, float]:
+        async with AsyncClient(info.access_url, timeout=600, direct_reads=False) as client:
+            start = time.perf_counter()
+            location = await client.put(data, parallel=4)
+            put = size / (time.perf_counter() - start)
+            start = time.perf_counter()
+            assert len(await client.get(location)) == size
+            return put, size / (time.perf_counter() - start)
+
+    sdk_up, sdk_down = asyncio.run(sdk())
+    return {"size_mib": size // MiB, "upload_mb_s": round(up / 1e6, 1), "sdk_put_mb_s": round(sdk_up / 1e6, 1),
+            "upload_ratio": round(up / sdk_up, 3), "download_mb_s": round(down / 1e6, 1),
+            "sdk_get_mb_s": round(sdk_down / 1e6, 1), "download_ratio": round(down / sdk_down, 3)}
+
+
+def listing(namespace: Path, s3: Any, count: int) -> dict[str, Any]:
+    """Pages of 1000 keys out of `count` keys in `dir%04d/obj%06d` form (1000 objects a folder)."""
+    store = open_sqlite(namespace)
+    try:
+        store.create_bucket("listed", "bench")
+        with store.transaction(write=True) as tx:
+            bucket_id = store.bucket_id(tx, "listed")
+            meta, manifest = encode_meta(ObjectMeta()), encode_manifest([Extent(0, 1, "unused")])
+            tx.many("INSERT INTO objects (bucket_id, key, size, etag, mtime_ms, meta, checksums, parts_count, "
+                    "manifest) VALUES (?, ?, 1, ?, 0, ?, '{}', NULL, ?)",
+                    ((bucket_id, b"dir%04d/obj%06d" % (i // 1000, i), "e" * 32, meta, manifest)
+                     for i in range(count)))
+    finally:
+        store.close()
+    cases = {"no delimiter": {"StartAfter": f"dir{count // 2000:04d}/obj{count // 2:06d}"},
+             "delimiter": {"Delimiter": "/"},
+             "delimiter in a folder": {"Prefix": f"dir{count // 2000:04d}/", "Delimiter": "/"}}
+    out = {}
+    with httpx.Client(timeout=60) as http:
+        for name, params in cases.items():
+            # the gateway's answer alone (a presigned GET read whole), then as boto3 users see it (parsed)
+            url = s3.generate_presigned_url("list_objects_v2", Params={"Bucket": "listed", "MaxKeys": 1000,
+                                                                       **params}, ExpiresIn=600)
+            served, parsed = [], []
+            for _ in range(7):
+                start = time.perf_counter()
+                assert http.get(url).status_code == 200
+                served.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                page = s3.list_objects_v2(Bucket="listed", MaxKeys=1000, **params)
+                parsed.append(time.perf_counter() - start)
+            assert page["KeyCount"] == 1000, (name, page["KeyCount"])
+            out[name] = {"median_ms": round(statistics.median(served) * 1e3, 1),
+                         "boto3_median_ms": round(statistics.median(parsed) * 1e3, 1)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--small", type=int, default=1500, help="10 KiB objects per side")
+    parser.add_argument("--big-mib", type=int, default=256)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--out", default="bench/results/s3.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp:
+        root = Path(tmp) / "cluster"
+        info = launcher.up(root, ClusterShape(chunk_size=8 << 30))
+        try:
+            gateway = next(p for p in info.processes if p.role == "s3")
+            namespace = Path(json.loads(Path(gateway.config).read_text())["namespace"])
+            store = open_sqlite(namespace)
+            keys = store.add_user("bench")
+            store.close()
+            s3 = _client(gateway.url, keys)
+            s3.create_bucket(Bucket="bench")
+            results = {"small": small_objects(info, gateway, s3, args.small),
+                       "big": big_object(info, s3, args.big_mib * MiB),
+                       "list": listing(namespace, s3, args.keys)}
+        finally:
+            launcher.down(root)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    small, big, listed = results["small"], results["big"], results["list"]
+    print(f"S3 gateway vs SDK: 10 KiB PUT {small['put']['ratio']}x, GET {small['get']['ratio']}x "
+          f"(gateway CPU {small['put']['gateway_cpu_ms_per_request']}/{small['get']['gateway_cpu_ms_per_request']} "
+          f"ms a request); {big['size_mib']} MiB up {big['upload_ratio']}x, down {big['download_ratio']}x; "
+          f"ListObjectsV2 page of 1000 of {args.keys} keys (served; parsed by boto3): "
+          + ", ".join(f"{k} {v['median_ms']}; {v['boto3_median_ms']} ms" for k, v in listed.items()))
+
+
+if __name__ == "__main__":
+    main()
