@@ -16,10 +16,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from typer.testing import CliRunner
 
-from blobstore import Client
-from blobstore.errors import NotFound
 from blobstore_server.cli.cli import app
-from tests.support.processes import LocalCluster, Service, free_port, wait_until
+from tests.support.load import wait_deleted
+from tests.support.processes import LocalCluster, Service, free_port
 
 MiB = 1 << 20
 SIZE = 64 * MiB
@@ -80,15 +79,7 @@ def test_a_gateway_killed_mid_put_shows_nothing_and_leaks_no_blob(
         head = httpx.head(f"{gateway.url}/crash/big", headers=_signed("HEAD", f"{gateway.url}/crash/big", keys))
         assert head.status_code == 404  # never half-visible
 
-        def gone(location: str) -> bool:
-            try:
-                sdk.get(location)
-            except NotFound:
-                return True
-            return False
-
-        with Client(cluster.access[0].url) as sdk:
-            wait_until(lambda: all(gone(loc) for loc in stored), 60, "the killed PUT's Locations deleted")
+        wait_deleted(cluster.access[0].url, stored, 60, "the killed PUT's Locations deleted")
         assert _intent_locations(namespace) == []
     finally:
         gateway.stop()

@@ -21,11 +21,10 @@ import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
-from blobstore import Client
-from blobstore.errors import NotFound
 from blobstore_server.cli.cli import app
 from blobstore_server.services.s3.namespace import open_sqlite
-from tests.support.processes import LocalCluster, Service, free_port, wait_until
+from tests.support.load import wait_deleted
+from tests.support.processes import LocalCluster, Service, free_port
 
 
 @dataclass
@@ -158,15 +157,7 @@ def _overwrite_and_reap(gateway: Gateway) -> None:
     new = os.urandom(1000)
     s3.put_object(Bucket=bucket, Key="k", Body=new)
 
-    def gone(location: str) -> bool:
-        try:
-            sdk.get(location)
-        except NotFound:
-            return True
-        return False
-
-    with Client(gateway.cluster.access[0].url) as sdk:
-        wait_until(lambda: all(gone(loc) for loc in old), 30, "the overwritten object's blobs deleted")
+    wait_deleted(gateway.cluster.access[0].url, old, 30, "the overwritten object's blobs deleted")
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == new
 
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import httpx
 
-from blobstore import BlobstoreError, Client
+from blobstore import BlobstoreError, Client, NotFound
 from tests.support.processes import wait_until
 
 
@@ -112,3 +112,16 @@ def wait_for_put(client: httpx.Client, data: bytes, timeout: float = 20) -> str:
             assert resp.status_code == 200, resp.text
             return str(resp.json()["location"])
         time.sleep(0.2)
+
+
+def wait_deleted(url: str, locations: Sequence[str], timeout: float, what: str) -> None:
+    """Wait until a GET of every Location through the access node at `url` answers NotFound."""
+    def gone(client: Client, location: str) -> bool:
+        try:
+            client.get(location)
+        except NotFound:
+            return True
+        return False
+
+    with Client(url) as client:
+        wait_until(lambda: all(gone(client, loc) for loc in locations), timeout, what)
