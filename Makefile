@@ -10,17 +10,25 @@ PYTEST_ARGS ?=
 	.venv/bin/pip install --quiet -e '.[dev]'
 	touch $@
 
+# The aws CLI (v1, from PyPI) in a venv of its own: it pins botocore exactly, as s3fs's aiobotocore does.
+AWS_CLI := .venv/awscli/bin/aws
+$(AWS_CLI): .venv/.installed
+	python3 -m venv .venv/awscli
+	.venv/awscli/bin/pip install --quiet 'awscli>=1.34,<2'
+
 # Debian packages, as command:package[,package...]: redis-server (the volume cache), a JDK and Maven (Kafka and
 # Spark run on Java 17; Maven fetches their jars), chromium with a font and chromium-driver (the dashboard test's
 # headless browser), prometheus (scrapes a cluster in one test), iproute2 and nftables (hosts as network
 # namespaces, `cluster up --hosts`, and cutting links between them), e2fsprogs and mount (a test's disks of a fixed
-# size: loop-mounted ext4 images). Only what is missing is installed.
+# size: loop-mounted ext4 images), postgresql (the S3 gateway's second namespace backend; tests start their own
+# server as the `postgres` user the package creates), rclone (an S3 client the gateway is tested with). Only what is
+# missing is installed.
 DEBIAN_TOOLS := redis-server:redis-server java:openjdk-17-jre-headless mvn:maven \
 	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus ip:iproute2 nft:nftables \
-	mkfs.ext4:e2fsprogs losetup:mount
+	mkfs.ext4:e2fsprogs losetup:mount pg_ctlcluster:postgresql rclone:rclone
 
 # Then the jars (Kafka's broker, Spark's Kafka source) into ~/.cache/blobstore, once: nothing downloads at run time.
-setup: .venv/.installed
+setup: .venv/.installed $(AWS_CLI)
 	@missing="$$(for pair in $(DEBIAN_TOOLS); do command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done)"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$(echo $$missing | tr , ' '); fi
 	$(PY) -m blobstore_server.cluster.kafka_broker fetch
