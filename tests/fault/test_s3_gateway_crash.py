@@ -19,15 +19,14 @@ from typer.testing import CliRunner
 from blobstore_server.cli.cli import app
 from tests.support.load import wait_deleted
 from tests.support.processes import LocalCluster, Service, free_port
+from tests.support.s3 import gateway_service
 
 MiB = 1 << 20
 SIZE = 64 * MiB
 
 
 def _gateway(cluster: LocalCluster, workdir: Path, port: int) -> Service:
-    return Service("s3", {"bind_addr": f"127.0.0.1:{port}", "access_hosts": [cluster.access[0].url],
-                          "namespace": str(workdir / "namespace.db"), "segment_size": MiB, "gc_delay": 0.0,
-                          "reap_interval": 0.5, "intent_ttl": 3.0}, workdir, f"http://127.0.0.1:{port}")
+    return gateway_service(cluster, workdir, str(workdir / "namespace.db"), port, gc_delay=0.0, intent_ttl=3.0)
 
 
 def _signed(method: str, url: str, keys: dict[str, str], **headers: str) -> dict[str, str]:

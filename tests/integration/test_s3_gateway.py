@@ -5,66 +5,27 @@ overwrite leaves reaped through access."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import boto3
 import boto3.s3.transfer
-import botocore.config
 import httpx
 import pytest
 from botocore.exceptions import ClientError
-from typer.testing import CliRunner
 
-from blobstore_server.cli.cli import app
 from blobstore_server.services.s3.namespace import open_sqlite
 from tests.support.load import wait_deleted
-from tests.support.processes import LocalCluster, Service, free_port
-
-
-@dataclass
-class Gateway:
-    service: Service
-    namespace: Path
-    cluster: LocalCluster
-
-    def client(self, access_key: str, secret: str, **config: str) -> boto3.client:
-        return boto3.client("s3", endpoint_url=self.service.url, aws_access_key_id=access_key,
-                            aws_secret_access_key=secret, region_name="us-east-1",
-                            config=botocore.config.Config(s3={"addressing_style": "path"},
-                                                          retries={"max_attempts": 1}, **config))
-
-    def user(self, name: str) -> tuple[str, str]:
-        """A user made as an operator makes one: `blobstore s3 user add NAME --json`."""
-        result = CliRunner().invoke(app, ["s3", "user", "add", name, "--namespace", str(self.namespace), "--json"])
-        assert result.exit_code == 0, result.output
-        keys = json.loads(result.output)
-        return keys["access_key"], keys["secret_key"]
-
-
-@contextmanager
-def _gateway(cluster: LocalCluster, workdir: Path) -> Iterator[Gateway]:
-    port = free_port()
-    namespace = workdir / "namespace.db"
-    service = Service("s3", {"bind_addr": f"127.0.0.1:{port}", "access_hosts": [cluster.access[0].url],
-                             "namespace": str(namespace), "segment_size": 1 << 20, "gc_delay": 0.5,
-                             "reap_interval": 0.5}, workdir, f"http://127.0.0.1:{port}")
-    service.start()
-    try:
-        yield Gateway(service, namespace, cluster)
-    finally:
-        service.stop()
+from tests.support.processes import LocalCluster
+from tests.support.s3 import Gateway, running_gateway
 
 
 @pytest.fixture(scope="module")
 def gateway(shared_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """One gateway on the module's cluster: each test makes its own users and buckets."""
-    with _gateway(shared_cluster, tmp_path_factory.mktemp("s3")) as started:
+    with running_gateway(shared_cluster, tmp_path_factory.mktemp("s3")) as started:
         yield started
 
 
@@ -139,7 +100,7 @@ def test_an_overwrite_leaves_its_old_blobs_to_the_reaper(cluster_factory: Callab
                                                           tmp_path: Path) -> None:
     """The gateway's reaper deletes through access, which takes a DELETE only with Kafka behind it: a cluster with
     its pipelines, its own."""
-    with _gateway(cluster_factory(pipelines=True, clustermgrs=1, safe_delay=1.0), tmp_path) as gateway:
+    with running_gateway(cluster_factory(pipelines=True, clustermgrs=1, safe_delay=1.0), tmp_path) as gateway:
         _overwrite_and_reap(gateway)
 
 
@@ -148,7 +109,7 @@ def _overwrite_and_reap(gateway: Gateway) -> None:
     bucket = name()
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="k", Body=os.urandom(2 << 20))
-    store = open_sqlite(gateway.namespace)
+    store = open_sqlite(Path(gateway.namespace))
     try:
         old = [e.location for e in store.get_object(bucket, b"k").manifest]
     finally:
