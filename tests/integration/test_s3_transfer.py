@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from blobstore import AsyncClient, BlobstoreError, NotFound, Unavailable
+from blobstore_server.services.s3.backend import Backend
+from blobstore_server.services.s3.config import S3Config
 from blobstore_server.services.s3.namespace import Extent, ObjectRecord, open_sqlite
 from blobstore_server.services.s3.reaper import reap_forever, reap_once, sweep_intents
 from blobstore_server.services.s3.transfer import read_object, write_object
@@ -36,12 +38,14 @@ DOUBLED = memoryview(PATTERN * 2)
 
 @dataclass
 class Recorder:
-    """`recorded` as the gateway passes it; here it only keeps what it saw."""
+    """`stored` as the gateway passes it; here it only keeps what it saw."""
 
     extents: list[Extent] = field(default_factory=list)
+    finals: list[bool] = field(default_factory=list)
 
-    async def __call__(self, extent: Extent) -> None:
+    async def __call__(self, extent: Extent, final: bool) -> None:
         self.extents.append(extent)
+        self.finals.append(final)
 
 
 async def pieces_of(data: bytes, size: int = 100_003) -> AsyncIterator[bytes]:
@@ -113,13 +117,10 @@ def test_reaper_deletes_what_an_overwrite_and_a_given_up_put_left(cluster_factor
     store.create_bucket("bucket", "alice")
 
     async def put(client: AsyncClient, key: bytes, data: bytes, commit: bool = True) -> tuple[Extent, ...]:
-        intent = await asyncio.to_thread(store.begin_intent, "bucket", key)
-
-        async def recorded(extent: Extent) -> None:
-            await asyncio.to_thread(store.add_intent_extent, intent, extent)
-
+        intent = store.begin_intent(store.get_bucket("bucket"), key)
+        backend = Backend(store, client, S3Config(access_hosts=[cluster.access[0].url]))
         md5 = hashlib.md5(usedforsecurity=False)
-        manifest = await write_object(client, pieces_of(data), SEGMENT, recorded, md5.update)
+        manifest = await write_object(client, pieces_of(data), SEGMENT, backend.stored_into(intent), md5.update)
         if commit:
             record = ObjectRecord(key, len(data), md5.hexdigest(), store.clock(), manifest=manifest)
             await asyncio.to_thread(store.commit_object, "bucket", record, intent)
@@ -138,11 +139,12 @@ def test_reaper_deletes_what_an_overwrite_and_a_given_up_put_left(cluster_factor
             assert manifest == new and await read_all(client, manifest, 0, len(new_data) - 1) == new_data
             assert await reap_once(store, client) == 0, "the outbox rows of deleted Locations are gone"
 
-            abandoned = await put(client, b"crashed", os.urandom(SEGMENT + 1), commit=False)
+            # a gateway that crashed before its commit (whole segments: each was recorded as soon as stored)
+            abandoned = await put(client, b"crashed", os.urandom(2 * SEGMENT), commit=False)
             assert [await gone(client, e.location) for e in abandoned] == [False, False]
             token = old[0].location
             forged = Extent(0, 1, token[:-1] + ("A" if token[-1] != "A" else "B"))  # refused: kept for next round
-            intent = await asyncio.to_thread(store.begin_intent, "bucket", b"forged")
+            intent = store.begin_intent(store.get_bucket("bucket"), b"forged")
             await asyncio.to_thread(store.add_intent_extent, intent, forged)
             await asyncio.to_thread(store.abandon_intent, intent)
             reaping = asyncio.create_task(reap_forever(store, client, interval=0.1, intent_ttl_ms=0))
@@ -170,6 +172,8 @@ def test_bodies_come_back_whole_and_by_ranges_across_extents(shared_cluster: Loc
                 recorder, seen = Recorder(), bytearray()
                 manifest = await write_object(client, pieces_of(data), SEGMENT, recorder, seen.extend)
                 assert list(manifest) == recorder.extents and bytes(seen) == data
+                # a short last segment is known to be the last when it is cut: held for the commit to record
+                assert recorder.finals == [e.size < SEGMENT for e in manifest]
                 assert [e.size for e in manifest] == [len(data[at:at + SEGMENT]) for at in range(0, size, SEGMENT)]
                 assert [e.offset for e in manifest] == list(range(0, size, SEGMENT))
                 assert len({e.location for e in manifest}) == len(manifest)

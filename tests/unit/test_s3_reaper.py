@@ -28,7 +28,7 @@ class Access:
 
 
 def given_up(store: NamespaceStore, key: bytes, locations: list[str]) -> None:
-    intent = store.begin_intent("bucket", key)
+    intent = store.begin_intent(store.get_bucket("bucket"), key)
     for location in locations:
         store.add_intent_extent(intent, Extent(0, 1, location))
     store.abandon_intent(intent)
@@ -70,10 +70,10 @@ def test_intents_older_than_the_ttl_are_swept_into_the_outbox(tmp_path: Path) ->
     now = [1_000_000]
     store = open_sqlite(tmp_path / "ns.sqlite", gc_delay_ms=0, clock=lambda: now[0])
     store.create_bucket("bucket", "alice")
-    old = store.begin_intent("bucket", b"old")
+    old = store.begin_intent(store.get_bucket("bucket"), b"old")
     store.add_intent_extent(old, Extent(0, 1, "old-blob"))
     now[0] += 10_000
-    young = store.begin_intent("bucket", b"young")
+    young = store.begin_intent(store.get_bucket("bucket"), b"young")
     store.add_intent_extent(young, Extent(0, 1, "young-blob"))
     now[0] += 1_000
 

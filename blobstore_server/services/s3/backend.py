@@ -11,7 +11,8 @@ from typing import ParamSpec, TypeVar
 
 from blobstore import AsyncClient
 from blobstore_server.services.s3.config import S3Config
-from blobstore_server.services.s3.namespace import NamespaceStore
+from blobstore_server.services.s3.namespace import Extent, Intent, NamespaceStore
+from blobstore_server.services.s3.transfer import Stored
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -40,3 +41,15 @@ class Backend:
             self._secrets.clear()
         self._secrets[access_key] = (secret, now)
         return secret
+
+    def stored_into(self, intent: Intent) -> Stored:
+        """What a PUT does with each blob it stored: records it in its intent before going on, or holds the body's
+        short last one for the commit, which records it in its own transaction."""
+
+        async def stored(extent: Extent, final: bool) -> None:
+            if final:
+                intent.pending.append(extent.location)
+            else:
+                await self.db(self.store.add_intent_extent, intent, extent)
+
+        return stored

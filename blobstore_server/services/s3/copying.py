@@ -12,7 +12,7 @@ from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.conditions import check_read
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import S3Request
-from blobstore_server.services.s3.namespace import Extent, Intent, ObjectRecord
+from blobstore_server.services.s3.namespace import Intent, ObjectRecord
 from blobstore_server.services.s3.namespace.records import Manifest
 from blobstore_server.services.s3.transfer import read_object, write_object
 
@@ -65,12 +65,8 @@ async def copy_bytes(backend: Backend, record: ObjectRecord, first: int, last: i
                      ) -> tuple[Manifest, str]:
     """Bytes [first, last] of `record` stored again as new Locations recorded in `intent`: (manifest, MD5 hex)."""
     md5 = hashlib.md5()
-
-    async def recorded(extent: Extent) -> None:
-        await backend.db(backend.store.add_intent_extent, intent, extent)
-
     if last < first:  # an empty source
         return (), md5.hexdigest()
     manifest = await write_object(backend.sdk, read_object(backend.sdk, record.manifest, first, last),
-                                  backend.config.segment_size, recorded, md5.update)
+                                  backend.config.segment_size, backend.stored_into(intent), md5.update)
     return manifest, md5.hexdigest()

@@ -44,7 +44,7 @@ async def upload_part(backend: Backend, request: S3Request) -> S3Response:
     upload = await backend.db(store.get_upload, route.bucket, route.query["uploadId"])
     copy = route.op is Op.UPLOAD_PART_COPY
     source = await copy_source(backend, request) if copy else None
-    intent = await backend.db(store.begin_intent, route.bucket, upload.key)
+    intent = store.begin_intent(request.owned_bucket, upload.key)
     try:
         if source is not None:
             first, last = source_range(request.headers.get("x-amz-copy-source-range"), source.record.size)
@@ -54,9 +54,7 @@ async def upload_part(backend: Backend, request: S3Request) -> S3Response:
             manifest, md5_hex, checksums = await store_body(backend, request, intent)
         size = sum(extent.size for extent in manifest)
         part = await backend.db(store.put_part, route.bucket, upload.id, number, size, md5_hex, manifest,
-                                intent if manifest else None, checksums)
-        if not manifest:
-            await backend.db(store.abandon_intent, intent)
+                                intent, checksums)
     except BaseException:
         await asyncio.shield(backend.db(store.abandon_intent, intent))
         raise

@@ -16,7 +16,7 @@ from blobstore_server.services.s3.copying import copy_bytes, copy_source
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import Body, S3Request, S3Response
 from blobstore_server.services.s3.headers import meta_from_headers, object_headers, with_overrides
-from blobstore_server.services.s3.namespace import Condition, Extent, IfMatch, IfNoneMatch, Intent, ObjectRecord
+from blobstore_server.services.s3.namespace import Condition, IfMatch, IfNoneMatch, Intent, ObjectRecord
 from blobstore_server.services.s3.namespace.records import Manifest
 from blobstore_server.services.s3.routing import Op
 from blobstore_server.services.s3.transfer import read_object, write_object
@@ -43,10 +43,6 @@ async def store_body(backend: Backend, request: S3Request, intent: Intent) -> tu
     if declared is not None and declared > limit:
         raise S3Error("EntityTooLarge", f"{declared} bytes is over the limit of {limit} for one PUT")
     decoder, digests = request.decoder(), request.digests()
-    store = backend.store
-
-    async def recorded(extent: Extent) -> None:
-        await backend.db(store.add_intent_extent, intent, extent)
 
     async def bounded(body: Body) -> Body:
         taken = 0
@@ -57,7 +53,7 @@ async def store_body(backend: Backend, request: S3Request, intent: Intent) -> tu
             yield piece
 
     manifest = await write_object(backend.sdk, bounded(request.payload(decoder)), backend.config.segment_size,
-                                  recorded, digests.update)
+                                  backend.stored_into(intent), digests.update)
     size = sum(extent.size for extent in manifest)
     if declared is not None and size != declared:
         raise S3Error("IncompleteBody", f"the body has {size} bytes, {declared} were declared")
@@ -73,14 +69,12 @@ async def put_object(backend: Backend, request: S3Request) -> S3Response:
     meta = meta_from_headers(request.headers)
     if isinstance(condition, IfNoneMatch) and await _exists(backend, bucket, key):
         raise S3Error("PreconditionFailed", "the key exists (If-None-Match: *)", request.route.resource)
-    intent = await backend.db(store.begin_intent, bucket, key)
+    intent = store.begin_intent(request.owned_bucket, key)
     try:
         manifest, md5_hex, checksums = await store_body(backend, request, intent)
         record = ObjectRecord(key, sum(e.size for e in manifest), md5_hex, int(time.time() * 1000), meta, checksums,
                               None, manifest)
-        await backend.db(store.commit_object, bucket, record, intent if manifest else None, condition)
-        if not manifest:
-            await backend.db(store.abandon_intent, intent)
+        await backend.db(store.commit_object, bucket, record, intent, condition)
     except BaseException:
         await asyncio.shield(backend.db(store.abandon_intent, intent))
         raise
@@ -137,14 +131,11 @@ async def copy_object(backend: Backend, request: S3Request) -> S3Response:
         record = replace(source.record, last_modified_ms=now, meta=meta)
         await backend.db(store.commit_object, bucket, record, None, write_condition(request.headers))
     else:
-        intent = await backend.db(store.begin_intent, bucket, key)
+        intent = store.begin_intent(request.owned_bucket, key)
         try:
             manifest, md5_hex = await copy_bytes(backend, source.record, 0, source.record.size - 1, intent)
             record = ObjectRecord(key, source.record.size, md5_hex, now, meta, source.record.checksums, None, manifest)
-            await backend.db(store.commit_object, bucket, record, intent if manifest else None,
-                             write_condition(request.headers))
-            if not manifest:
-                await backend.db(store.abandon_intent, intent)
+            await backend.db(store.commit_object, bucket, record, intent, write_condition(request.headers))
         except BaseException:
             await asyncio.shield(backend.db(store.abandon_intent, intent))
             raise

@@ -2,8 +2,10 @@
 
 A PUT body is cut into segments, each stored as one Location (the SDK cuts it into blobs): access needs a segment's
 length up front, so a segment is held whole, and the next one is read from the client while the previous one is
-being written (at most two held). Each segment is reported to `recorded` as soon as it is stored, before the next
-one is: the gateway notes it in the PUT's intent, so a crash leaves no blob that nothing refers to.
+being written (at most two held). Each segment is reported to `stored` as soon as it is stored, before the next
+one is: the gateway notes it in the PUT's intent, so a crash leaves no blob that nothing refers to. A segment
+shorter than `segment_size` is known to be the last when it is cut (`final`): the gateway holds it for the commit,
+which records it (one write for a small object).
 
 A GET reads only the extents its range overlaps, each with one ranged read, passing the bytes on as received.
 """
@@ -20,44 +22,45 @@ from blobstore_server.services.s3.namespace.records import Extent, Manifest
 
 SEGMENT_SIZE = 8 << 20  # the gateway's default: bytes of a PUT stored as one Location
 
-Recorded = Callable[[Extent], Awaitable[None]]
+Stored = Callable[[Extent, bool], Awaitable[None]]  # (extent, final)
 OnBytes = Callable[[memoryview], None]
 
 
 async def _segments(body: AsyncIterator[bytes | memoryview], segment_size: int,
                     on_bytes: OnBytes | None) -> AsyncGenerator[memoryview, None]:
     """The body in segments of `segment_size` bytes, the last one shorter (none for an empty body); each in a
-    buffer of its own, which the caller may hold while the next one is read."""
-    buffer, filled = bytearray(segment_size), 0
+    buffer of its own, which the caller may hold while the next one is read. A buffer grows with what arrives: a
+    10 KiB object does not zero a whole segment's."""
+    buffer = bytearray()
     async for piece in body:
         view = memoryview(piece).cast("B")
         if on_bytes is not None:
             on_bytes(view)
         while view:
-            taken = min(len(view), segment_size - filled)
-            buffer[filled:filled + taken] = view[:taken]
-            filled += taken
+            taken = min(len(view), segment_size - len(buffer))
+            buffer += view[:taken]
             view = view[taken:]
-            if filled == segment_size:
+            if len(buffer) == segment_size:
                 yield memoryview(buffer)
-                buffer, filled = bytearray(segment_size), 0
-    if filled:
-        yield memoryview(buffer)[:filled]
+                buffer = bytearray()
+    if buffer:
+        yield memoryview(buffer)
 
 
-async def _store(client: AsyncClient, segment: memoryview, offset: int, recorded: Recorded) -> Extent:
+async def _store(client: AsyncClient, segment: memoryview, offset: int, stored: Stored, final: bool) -> Extent:
     extent = Extent(offset, len(segment), await client.put(segment))
-    await recorded(extent)
+    await stored(extent, final)
     return extent
 
 
 async def write_object(client: AsyncClient, body: AsyncIterator[bytes | memoryview], segment_size: int,
-                       recorded: Recorded, on_bytes: OnBytes | None = None) -> Manifest:
+                       stored: Stored, on_bytes: OnBytes | None = None) -> Manifest:
     """Store `body` as `segment_size`-byte Locations and return its manifest (empty for an empty body).
 
-    `recorded` gets each extent, in order, once its Location is stored; `on_bytes` sees every byte of the body as it
-    is read (for digests). If reading the body fails (the client went away, a digest did not match), the segment
-    being stored is still stored and recorded, then the error propagates: the caller gives the intent up."""
+    `stored` gets each extent, in order, once its Location is stored, and whether it is the body's short last one;
+    `on_bytes` sees every byte of the body as it is read (for digests). If reading the body fails (the client went
+    away, a digest did not match), the segment being stored is still stored and reported, then the error
+    propagates: the caller gives the intent up."""
     if segment_size <= 0:
         raise ValueError(f"segment_size {segment_size} is not positive")
     extents: list[Extent] = []
@@ -68,7 +71,8 @@ async def write_object(client: AsyncClient, body: AsyncIterator[bytes | memoryvi
             async for segment in segments:
                 if storing is not None:
                     extents.append(await asyncio.shield(storing))
-                storing = asyncio.create_task(_store(client, segment, offset, recorded))
+                final = len(segment) < segment_size
+                storing = asyncio.create_task(_store(client, segment, offset, stored, final))
                 offset += len(segment)
         if storing is not None:
             extents.append(await asyncio.shield(storing))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.namespace.dialect import Connect, Dialect
@@ -31,6 +31,7 @@ from blobstore_server.services.s3.namespace.records import (
 )
 
 Row = tuple[Any, ...]
+T = TypeVar("T")
 MAX_KEY_BYTES = 1024
 
 
@@ -167,7 +168,8 @@ class StoreBase:
         """An intent about to be committed is still there (a sweep gives up intents that took too long)."""
         if intent.bucket_id != bucket_id:
             raise S3Error("NoSuchBucket", "the bucket was deleted during the upload")
-        if tx.one("SELECT 1 FROM intents WHERE bucket_id = ? AND id = ?{lock}", (bucket_id, intent.id)) is None:
+        if intent.opened and tx.one("SELECT 1 FROM intents WHERE bucket_id = ? AND id = ?{lock}",
+                                    (bucket_id, intent.id)) is None:
             raise S3Error("InternalError", "the upload took too long and was given up; send it again")
 
     def drop_intent(self, tx: Tx, bucket_id: str, intent_id: str, to_gc: bool) -> bool:
@@ -178,6 +180,36 @@ class StoreBase:
             self.send_to_gc(tx, bucket_id, (row[0] for row in rows))
         tx.run("DELETE FROM intent_extents WHERE bucket_id = ? AND intent_id = ?", (bucket_id, intent_id))
         return tx.run("DELETE FROM intents WHERE bucket_id = ? AND id = ?", (bucket_id, intent_id)) > 0
+
+    def give_up(self, tx: Tx, intent: Intent) -> None:
+        """A PUT that will not commit: every blob it stored, recorded or pending, goes to the GC outbox (the
+        caller empties `pending` once this committed)."""
+        self.drop_intent(tx, intent.bucket_id, intent.id, to_gc=True)
+        self.send_to_gc(tx, intent.bucket_id, intent.pending)
+
+    def settle_intent(self, bucket: str, intent: Intent | None, write: Callable[[Tx, str], T]) -> T:
+        """One transaction that makes a PUT's blobs what `write(tx, bucket_id)` records (an object, a part) and
+        closes its intent. If `write` or the checks refuse (an S3Error, raised before anything is written), the
+        same transaction sends all the PUT's blobs to GC, and the error is raised once that committed."""
+        refused: S3Error | None = None
+        with self.transaction(write=True) as tx:
+            try:
+                bucket_id = self.bucket_id(tx, bucket)
+                if intent is not None:
+                    self.check_intent(tx, bucket_id, intent)
+                result = write(tx, bucket_id)
+                if intent is not None:
+                    self.drop_intent(tx, bucket_id, intent.id, to_gc=False)
+            except S3Error as exc:
+                if intent is None:
+                    raise
+                refused = exc
+                self.give_up(tx, intent)
+        if intent is not None:  # committed: its blobs are an object's now, or in the GC outbox
+            intent.opened, intent.pending = False, []
+        if refused is not None:
+            raise refused
+        return result
 
     def replace_object(self, tx: Tx, bucket_id: str, record: ObjectRecord, condition: Condition) -> None:
         """Write `record` over whatever its key holds, if `condition` allows; the old object's blobs go to GC."""

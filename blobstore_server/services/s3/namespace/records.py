@@ -75,12 +75,18 @@ class User:
     created_ms: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class Intent:
-    """A PUT (or part upload) in flight: the blobs it wrote are recorded under it until it commits or is given up."""
+    """A PUT (or part upload) in flight, as its gateway holds it: the blobs it wrote are recorded under it until it
+    commits or is given up. Its row is written with its first recorded blob (`opened`); `pending` are blobs stored
+    but not recorded yet (a body's short last segment: the commit records it in its own transaction, so a small
+    object costs one write)."""
 
     bucket_id: str
     id: str
+    key: bytes
+    opened: bool = False
+    pending: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

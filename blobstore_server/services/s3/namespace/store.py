@@ -4,8 +4,10 @@ Each method is one transaction, committed before it returns: what a request wrot
 store object on the same database) reads and lists. Every statement on bucket data names its bucket_id; only the
 background sweeps (`due_garbage`, `stale_intents`) read across buckets, needing no snapshot.
 
-A PUT: `begin_intent`, then `add_intent_extent` after each blob is written (a crashed gateway's blobs are found by
-`stale_intents`), then `commit_object` (or `abandon_intent` if the PUT fails, commit_object's errors included).
+A PUT: `begin_intent` (in memory), then `add_intent_extent` after each blob but a short last one is written (the
+first writes the intent's row; a crashed gateway's blobs are found by `stale_intents`), then `commit_object`, which
+records the last blob in its own transaction (a small object is one write), or `abandon_intent` if the PUT fails.
+A commit that is refused (a condition, a deleted bucket) sends the PUT's blobs to GC itself.
 """
 
 from __future__ import annotations
@@ -139,47 +141,47 @@ class NamespaceStore(Uploads):
 
     # objects ---------------------------------------------------------------------------------------------------
 
-    def begin_intent(self, bucket: str, key: bytes) -> Intent:
-        """Record a PUT about to write blobs for `key`."""
+    def begin_intent(self, bucket: Bucket, key: bytes) -> Intent:
+        """A PUT about to write blobs for `key` (nothing is written until its first blob is recorded)."""
         check_key(key)
-        with self.transaction(write=True) as tx:
-            bucket_id = self.bucket_id(tx, bucket)
-            now = self.clock()
-            intent = Intent(bucket_id, new_id(now))
-            tx.run("INSERT INTO intents (bucket_id, id, key, started_ms) VALUES (?, ?, ?, ?)",
-                   (bucket_id, intent.id, key, now))
-        return intent
+        return Intent(bucket.id, new_id(self.clock()), key)
 
     def add_intent_extent(self, intent: Intent, extent: Extent) -> None:
-        """Record a blob the PUT wrote (call it once the blob is written, before going on)."""
+        """Record a blob the PUT wrote (call it once the blob is written, before going on); the first writes the
+        intent's row."""
         with self.transaction(write=True) as tx:
-            given_up = tx.one("SELECT 1 FROM intents WHERE bucket_id = ? AND id = ?",
-                              (intent.bucket_id, intent.id)) is None
+            if not intent.opened:
+                tx.run("INSERT INTO intents (bucket_id, id, key, started_ms) VALUES (?, ?, ?, ?)",
+                       (intent.bucket_id, intent.id, intent.key, self.clock()))
+                given_up = False
+            else:
+                given_up = tx.one("SELECT 1 FROM intents WHERE bucket_id = ? AND id = ?",
+                                  (intent.bucket_id, intent.id)) is None
             if given_up:  # the blob goes straight to GC, committed before the PUT learns it failed
                 self.send_to_gc(tx, intent.bucket_id, [extent.location])
             else:
                 tx.run("INSERT INTO intent_extents (bucket_id, intent_id, location) VALUES (?, ?, ?) "
                        "ON CONFLICT (bucket_id, intent_id, location) DO NOTHING",
                        (intent.bucket_id, intent.id, extent.location))
+        intent.opened = True
         if given_up:
             raise S3Error("InternalError", "the upload took too long and was given up; send it again")
 
     def commit_object(self, bucket: str, record: ObjectRecord, intent: Intent | None,
                       condition: Condition = None) -> None:
         """Make `record` the object at its key, if `condition` holds: one transaction checks it, replaces the old
-        object (its blobs to GC) and closes the intent (None: an object with no blobs)."""
-        with self.transaction(write=True) as tx:
-            bucket_id = self.bucket_id(tx, bucket)
-            if intent is not None:
-                self.check_intent(tx, bucket_id, intent)
-            self.replace_object(tx, bucket_id, record, condition)
-            if intent is not None:
-                self.drop_intent(tx, bucket_id, intent.id, to_gc=False)
+        object (its blobs to GC) and closes the intent (None: an object with no blobs, or a metadata-only copy).
+        Refused, the PUT's blobs go to GC in that transaction and the error is raised."""
+        self.settle_intent(bucket, intent,
+                           lambda tx, bucket_id: self.replace_object(tx, bucket_id, record, condition))
 
     def abandon_intent(self, intent: Intent) -> None:
-        """Give up a PUT: its blobs go to GC (no error if it is gone already)."""
+        """Give up a PUT: its blobs go to GC (no error if it is gone already; no write if it holds none)."""
+        if not intent.opened and not intent.pending:
+            return
         with self.transaction(write=True) as tx:
-            self.drop_intent(tx, intent.bucket_id, intent.id, to_gc=True)
+            self.give_up(tx, intent)
+        intent.opened, intent.pending = False, []
 
     def get_object(self, bucket: str, key: bytes) -> ObjectRecord:
         with self.transaction(write=False) as tx:

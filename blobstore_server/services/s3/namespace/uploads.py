@@ -85,11 +85,9 @@ class Uploads(StoreBase):
         """Record an uploaded part (its manifest's offsets from 0); a part of the same number is replaced and its
         blobs go to GC; the intent is closed."""
         check_part_number(part_number)
-        with self.transaction(write=True) as tx:
-            bucket_id = self.bucket_id(tx, bucket)
+
+        def write(tx: Tx, bucket_id: str) -> Part:
             self._upload(tx, bucket_id, upload_id, lock=True)
-            if intent is not None:
-                self.check_intent(tx, bucket_id, intent)
             part = Part(part_number, size, bare_etag(etag), self.clock(), checksums or {}, manifest)
             old = tx.one("SELECT manifest FROM parts WHERE bucket_id = ? AND upload_id = ? AND number = ?",
                          (bucket_id, upload_id, part_number))
@@ -101,9 +99,9 @@ class Uploads(StoreBase):
             tx.run(f"INSERT INTO parts (bucket_id, upload_id, {_PART_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                    (bucket_id, upload_id, part.number, part.size, part.etag, part.last_modified_ms,
                     json.dumps(part.checksums), encode_manifest(manifest)))
-            if intent is not None:
-                self.drop_intent(tx, bucket_id, intent.id, to_gc=False)
-        return part
+            return part
+
+        return self.settle_intent(bucket, intent, write)
 
     def list_parts(self, bucket: str, upload_id: str, part_number_marker: int = 0,
                    max_parts: int = 1000) -> PartsPage:
