@@ -101,10 +101,12 @@ def test_a_body_is_cut_into_full_segments_and_a_tail_recorded_in_order(data: byt
                                                                      cuts: list[int]) -> None:
     blobs = MemoryBlobs()
     recorded: list[Extent] = []
+    finals: list[bool] = []
     seen = bytearray()
 
-    async def record(extent: Extent) -> None:
+    async def record(extent: Extent, final: bool) -> None:
         recorded.append(extent)
+        finals.append(final)
 
     async def run() -> bytes:
         client = cast(AsyncClient, blobs)
@@ -117,6 +119,7 @@ def test_a_body_is_cut_into_full_segments_and_a_tail_recorded_in_order(data: byt
     assert bytes(seen) == data
     assert [e.size for e in recorded] == [len(data[i:i + segment_size]) for i in range(0, len(data), segment_size)]
     assert len(blobs.blobs) == len(recorded), "one Location per segment, none for an empty body"
+    assert finals == [e.size < segment_size for e in recorded], "only a short tail is known to be the last"
 
 
 class SlowBlobs(MemoryBlobs):
@@ -137,7 +140,7 @@ def test_a_put_cancelled_midway_still_records_the_segment_being_stored() -> None
     recorded, else nothing would ever delete it."""
     recorded: list[Extent] = []
 
-    async def record(extent: Extent) -> None:
+    async def record(extent: Extent, final: bool) -> None:
         recorded.append(extent)
 
     async def run() -> None:
