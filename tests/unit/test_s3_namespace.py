@@ -21,6 +21,7 @@ import pytest
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.namespace import (
     SQLITE,
+    Credentials,
     Extent,
     IfMatch,
     IfNoneMatch,
@@ -117,13 +118,14 @@ def test_users_get_aws_shaped_keys_and_secrets_found_by_access_key(opener: Opene
     key2, secret2 = store.add_user("alice")
     assert len(key) == 20 and key.isalnum() and key.isupper() and len(secret) == 40
     assert key != key2 and secret != secret2
-    assert store.secret_for(key) == secret and store.secret_for("AKNOTAKEY") is None
+    assert store.credentials(key) == Credentials(store.list_users()[1], secret)
+    assert store.credentials("AKNOTAKEY") is None
     assert [(u.name, u.access_key) for u in store.list_users()] == [("alice", key2), ("bob", key)]
-    assert store.user_of(key2) is not None and store.user_of(key2).name == "alice"  # type: ignore[union-attr]
+    assert [c.user.name if c else None for c in map(store.credentials, (key2, key))] == ["alice", "bob"]
     with pytest.raises(UserExists):
         store.add_user("bob")
     store.remove_user("bob")
-    assert store.secret_for(key) is None and [u.name for u in store.list_users()] == ["alice"]
+    assert store.credentials(key) is None and [u.name for u in store.list_users()] == ["alice"]
     with pytest.raises(NoSuchUser):
         store.remove_user("bob")
 

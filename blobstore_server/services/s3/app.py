@@ -18,6 +18,7 @@ from blobstore_server.libs.rpc.server import Lifecycle, create_app
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import S3Request, S3Response
+from blobstore_server.services.s3.namespace import Credentials
 from blobstore_server.services.s3.operations import perform
 from blobstore_server.services.s3.routing import route
 from blobstore_server.services.s3.sigv4 import WireRequest, verify
@@ -60,7 +61,14 @@ async def _request(backend: Backend, scope: Scope, receive: Receive, request_id:
     raw_path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
     query = scope.get("query_string", b"").decode("latin-1")
     wire = WireRequest(scope["method"], raw_path, query, pairs)
-    verified = await asyncio.to_thread(verify, wire, backend.secret_for, datetime.now(UTC))
+    signer: list[Credentials] = []  # who the signature check found: the request's user, without a second lookup
+
+    def secret_for(access_key: str) -> str | None:
+        found = backend.credentials(access_key)
+        signer.extend([found] if found is not None else [])
+        return None if found is None else found.secret
+
+    verified = await asyncio.to_thread(verify, wire, secret_for, datetime.now(UTC))
     headers: dict[str, str] = {}
     for name, value in pairs:
         headers[name.lower()] = f"{headers[name.lower()]},{value}" if name.lower() in headers else value
@@ -71,10 +79,9 @@ async def _request(backend: Backend, scope: Scope, receive: Receive, request_id:
             raise S3Error("InvalidRequest", "The authorization mechanism you have provided is not supported. Please "
                           "use AWS4-HMAC-SHA256 (boto3: Config(signature_version='s3v4')).", routed.resource)
         raise S3Error("AccessDenied", "anonymous requests are not served: sign with an access key", routed.resource)
-    user = await backend.db(backend.store.user_of, verified.access_key)
-    if user is None:
+    if not signer:
         raise S3Error("InvalidAccessKeyId", "the access key was removed", routed.resource)
-    return S3Request(routed, headers, _body(receive), verified, user, request_id)
+    return S3Request(routed, headers, _body(receive), verified, signer[-1].user, request_id)
 
 
 async def _send(send: Send, response: S3Response, head: bool, request_id: str, started: list[bool]) -> None:

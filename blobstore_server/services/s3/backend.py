@@ -11,12 +11,12 @@ from typing import ParamSpec, TypeVar
 
 from blobstore import AsyncClient
 from blobstore_server.services.s3.config import S3Config
-from blobstore_server.services.s3.namespace import Extent, Intent, NamespaceStore
+from blobstore_server.services.s3.namespace import Credentials, Extent, Intent, NamespaceStore
 from blobstore_server.services.s3.transfer import Stored
 
 P = ParamSpec("P")
 T = TypeVar("T")
-SECRET_TTL = 5.0  # seconds a user's secret is served from memory: a removed user is refused within it
+CREDENTIALS_TTL = 5.0  # seconds a user's credentials are served from memory: a removed user is refused within it
 
 
 @dataclass
@@ -24,23 +24,23 @@ class Backend:
     store: NamespaceStore
     sdk: AsyncClient
     config: S3Config
-    _secrets: dict[str, tuple[str | None, float]] = field(default_factory=dict)
+    _known: dict[str, tuple[Credentials | None, float]] = field(default_factory=dict)
 
     async def db(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """A store call in a thread (SQLite blocks; each thread has its own connection)."""
         return await asyncio.to_thread(call, *args, **kwargs)
 
-    def secret_for(self, access_key: str) -> str | None:
-        """The secret of an access key, for the signature check (runs in its thread)."""
-        cached = self._secrets.get(access_key)
+    def credentials(self, access_key: str) -> Credentials | None:
+        """Who signs with an access key and its secret, for the signature check (blocks: run it in a thread)."""
+        cached = self._known.get(access_key)
         now = time.monotonic()
-        if cached is not None and now - cached[1] < SECRET_TTL:
+        if cached is not None and now - cached[1] < CREDENTIALS_TTL:
             return cached[0]
-        secret = self.store.secret_for(access_key)
-        if len(self._secrets) > 10_000:
-            self._secrets.clear()
-        self._secrets[access_key] = (secret, now)
-        return secret
+        found = self.store.credentials(access_key)
+        if len(self._known) > 10_000:
+            self._known.clear()
+        self._known[access_key] = (found, now)
+        return found
 
     def stored_into(self, intent: Intent) -> Stored:
         """What a PUT does with each blob it stored: records it in its intent before going on, or holds the body's

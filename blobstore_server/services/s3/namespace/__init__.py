@@ -7,6 +7,7 @@ from blobstore_server.services.s3.namespace.listing import continuation_token, t
 from blobstore_server.services.s3.namespace.records import (
     Bucket,
     Condition,
+    Credentials,
     Extent,
     Garbage,
     IfMatch,
@@ -24,7 +25,7 @@ from blobstore_server.services.s3.namespace.records import (
 )
 from blobstore_server.services.s3.namespace.store import NamespaceStore, NoSuchUser, UserExists, open_sqlite
 
-__all__ = ["SQLITE", "Bucket", "Condition", "Dialect", "Extent", "Garbage", "IfMatch", "IfNoneMatch", "Intent",
-           "ListedObject", "NamespaceStore", "NoSuchUser", "ObjectMeta", "ObjectRecord", "ObjectsPage", "Part",
-           "PartsPage", "Upload", "UploadsPage", "User", "UserExists", "continuation_token", "open_sqlite",
+__all__ = ["SQLITE", "Bucket", "Condition", "Credentials", "Dialect", "Extent", "Garbage", "IfMatch", "IfNoneMatch",
+           "Intent", "ListedObject", "NamespaceStore", "NoSuchUser", "ObjectMeta", "ObjectRecord", "ObjectsPage",
+           "Part", "PartsPage", "Upload", "UploadsPage", "User", "UserExists", "continuation_token", "open_sqlite",
            "sqlite_connect", "token_marker"]

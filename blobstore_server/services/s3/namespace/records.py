@@ -68,11 +68,19 @@ class Bucket:
 
 @dataclass(frozen=True)
 class User:
-    """A user of the gateway (its secret only through `secret_for`)."""
+    """A user of the gateway (its secret only in its Credentials)."""
 
     name: str
     access_key: str
     created_ms: int
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A user and the secret it signs with."""
+
+    user: User
+    secret: str
 
 
 @dataclass

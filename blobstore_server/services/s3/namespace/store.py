@@ -34,6 +34,7 @@ from blobstore_server.services.s3.namespace.naming import valid_bucket_name
 from blobstore_server.services.s3.namespace.records import (
     Bucket,
     Condition,
+    Credentials,
     Extent,
     Garbage,
     Intent,
@@ -84,16 +85,11 @@ class NamespaceStore(Uploads):
             if tx.run("DELETE FROM users WHERE name = ?", (name,)) == 0:
                 raise NoSuchUser(name)
 
-    def secret_for(self, access_key: str) -> str | None:
+    def credentials(self, access_key: str) -> Credentials | None:
+        """Who signs with `access_key` (the owner of the buckets it creates) and the secret it signs with."""
         with self.transaction(write=False) as tx:
-            row = tx.one("SELECT secret FROM users WHERE access_key = ?", (access_key,))
-        return None if row is None else str(row[0])
-
-    def user_of(self, access_key: str) -> User | None:
-        """Who signs with `access_key` (the owner of the buckets it creates)."""
-        with self.transaction(write=False) as tx:
-            row = tx.one("SELECT name, access_key, created_ms FROM users WHERE access_key = ?", (access_key,))
-        return None if row is None else User(*row)
+            row = tx.one("SELECT name, access_key, created_ms, secret FROM users WHERE access_key = ?", (access_key,))
+        return None if row is None else Credentials(User(*row[:3]), str(row[3]))
 
     # buckets ---------------------------------------------------------------------------------------------------
 
