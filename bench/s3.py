@@ -2,8 +2,11 @@
 gateways beside the access nodes).
 
 - 10 KiB PUT and GET: boto3 through the gateway (8 threads, one client each) against the SDK straight to access
-  (8 concurrent requests), alternated in rounds (A B A B A B); the ratio is boto3's rate over the SDK's. The
-  gateway's CPU per request is read from /proc over its rounds.
+  (8 concurrent requests), alternated in rounds (A B A B A B); the ratio is boto3's rate over the SDK's. CPU per
+  request from /proc over each side's rounds: the gateway's, the data path's (gateways, access nodes and
+  blobnodes, less what they spend idle: heartbeats, scrubbing) and the client's (boto3 in this process, or the
+  SDK): on this 2-core box the client shares the cores, so the rate ratio is bounded by (SDK path's CPU) / (S3
+  path's CPU), boto3's own included.
 - A large object (256 MiB; --big-mib): boto3's transfer manager (what the aws CLI runs: 8 MiB parts, 4 at once)
   up and down against the SDK's put and get of the same bytes.
 - ListObjectsV2 pages of 1000 keys out of a bucket of --keys keys (1,000,000), with and without a delimiter: the
@@ -64,13 +67,45 @@ def _threads(count: int, op: Callable[[int], object]) -> float:
     return count / (time.perf_counter() - start)
 
 
+DATA_PATH = ("s3", "access", "blobnode")
+
+
+class _CPU:
+    """CPU seconds spent by the gateway, by the data path's processes (less their idle rate) and by this process
+    (the client) over what it measures."""
+
+    def __init__(self, info: ClusterInfo, gateway: Any, idle_per_second: float) -> None:
+        self.pids, self.gateway = [p.pid for p in info.processes if p.role in DATA_PATH], gateway.pid
+        self.idle_per_second = idle_per_second
+        self.spent = {"gateway": 0.0, "cluster": 0.0, "client": 0.0}
+
+    def __enter__(self) -> None:
+        self._start, self._started = self._now(), time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        for name, (before, after) in zip(self.spent, zip(self._start, self._now(), strict=True), strict=True):
+            self.spent[name] += after - before
+        self.spent["cluster"] -= self.idle_per_second * (time.perf_counter() - self._started)
+
+    def _now(self) -> tuple[float, float, float]:
+        return cpu_seconds(self.gateway), sum(map(cpu_seconds, self.pids)), time.process_time()
+
+    def per_request_ms(self, done: int) -> dict[str, float]:
+        return {name: round(seconds / done * 1e3, 3) for name, seconds in self.spent.items()}
+
+
 def small_objects(info: ClusterInfo, gateway: Any, s3: Any, count: int) -> dict[str, Any]:
     data = os.urandom(SMALL)
     keys = [f"small/{i:06d}" for i in range(count)]
     locations: list[str] = []
     out: dict[str, Any] = {}
+    idle = _CPU(info, gateway, 0.0)
+    with idle:
+        time.sleep(5)
+    idle_per_second = idle.spent["cluster"] / 5
     for name in ("put", "get"):
-        ratios, cpu, done = [], 0.0, 0
+        ratios, done = [], 0
+        by_s3, by_sdk = _CPU(info, gateway, idle_per_second), _CPU(info, gateway, idle_per_second)
         for r in range(ROUNDS):
             part = range(r * count // ROUNDS, (r + 1) * count // ROUNDS)
             def one(i: int, p: range = part, op: str = name) -> object:
@@ -78,18 +113,30 @@ def small_objects(info: ClusterInfo, gateway: Any, s3: Any, count: int) -> dict[
                     return s3.put_object(Bucket="bench", Key=keys[p[i]], Body=data)
                 return s3.get_object(Bucket="bench", Key=keys[p[i]])["Body"].read()
 
-            before = cpu_seconds(gateway.pid)
-            s3_rate = _threads(len(part), one)
-            cpu += cpu_seconds(gateway.pid) - before
+            with by_s3:
+                s3_rate = _threads(len(part), one)
+            with by_sdk:
+                sdk_rate = asyncio.run(_sdk_rate(_access_hosts(info), name, data, len(part), locations))
             done += len(part)
-            ratios.append(s3_rate / asyncio.run(_sdk_rate(info.access_url, name, data, len(part), locations)))
+            ratios.append(s3_rate / sdk_rate)
+        s3_cpu, sdk_cpu = by_s3.per_request_ms(done), by_sdk.per_request_ms(done)
         out[name] = {"ratio": round(statistics.median(ratios), 3),
-                     "gateway_cpu_ms_per_request": round(cpu / done * 1e3, 3)}
+                     "gateway_cpu_ms_per_request": s3_cpu["gateway"],
+                     "s3_path_cpu_ms_per_request": {"cluster": s3_cpu["cluster"], "client": s3_cpu["client"]},
+                     "sdk_path_cpu_ms_per_request": {"cluster": sdk_cpu["cluster"], "client": sdk_cpu["client"]},
+                     "cpu_bound_ratio": round((sdk_cpu["cluster"] + sdk_cpu["client"])
+                                              / (s3_cpu["cluster"] + s3_cpu["client"]), 3)}
     return out
 
 
-async def _sdk_rate(url: str, name: str, data: bytes, count: int, locations: list[str]) -> float:
-    async with AsyncClient(url, timeout=600, direct_reads=False) as sdk:
+def _access_hosts(info: ClusterInfo) -> list[str]:
+    """Every access node, as the gateway is given them: spread over two, a PUT costs the access nodes and the
+    blobnodes more CPU than through one (each batches less), so the SDK is measured on the same spread."""
+    return [p.url for p in info.processes if p.role == "access"]
+
+
+async def _sdk_rate(hosts: list[str], name: str, data: bytes, count: int, locations: list[str]) -> float:
+    async with AsyncClient(hosts, timeout=600, direct_reads=False) as sdk:
         async def put(i: int) -> None:
             locations.append(await sdk.put(data))
 
@@ -114,7 +161,7 @@ def big_object(info: ClusterInfo, s3: Any, size: int) -> dict[str, Any]:
     assert sink.getvalue() == data
 
     async def sdk() -> tuple[float, float]:
-        async with AsyncClient(info.access_url, timeout=600, direct_reads=False) as client:
+        async with AsyncClient(_access_hosts(info), timeout=600, direct_reads=False) as client:
             start = time.perf_counter()
             location = await client.put(data, parallel=4)
             put = size / (time.perf_counter() - start)
@@ -194,7 +241,8 @@ def main() -> None:
     small, big, listed = results["small"], results["big"], results["list"]
     print(f"S3 gateway vs SDK: 10 KiB PUT {small['put']['ratio']}x, GET {small['get']['ratio']}x "
           f"(gateway CPU {small['put']['gateway_cpu_ms_per_request']}/{small['get']['gateway_cpu_ms_per_request']} "
-          f"ms a request); {big['size_mib']} MiB up {big['upload_ratio']}x, down {big['download_ratio']}x; "
+          f"ms a request; CPU-bound ratios {small['put']['cpu_bound_ratio']}/{small['get']['cpu_bound_ratio']}); "
+          f"{big['size_mib']} MiB up {big['upload_ratio']}x, down {big['download_ratio']}x; "
           f"ListObjectsV2 page of 1000 of {args.keys} keys (served; parsed by boto3): "
           + ", ".join(f"{k} {v['median_ms']}; {v['boto3_median_ms']} ms" for k, v in listed.items()))
 
