@@ -179,8 +179,7 @@ def test_multipart_copy_and_presigned_urls(gateway: Gateway, tmp_path: Path) -> 
     s3.abort_multipart_upload(Bucket=bucket, Key="parts", UploadId=upload)
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     v2 = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "copy"}, ExpiresIn=60)
-    refused = httpx.get(v2)  # boto3 presigns with signature version 2 unless told otherwise
-    assert refused.status_code == 400 and b"AWS4-HMAC-SHA256" in refused.content
+    assert "Signature=" in v2 and httpx.get(v2).content == data  # boto3 presigns with signature version 2 unless told
     s3 = gateway.client(*keys, signature_version="s3v4")
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "copy"}, ExpiresIn=60)
     got = httpx.get(url)

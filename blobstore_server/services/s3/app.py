@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from blobstore.errors import BlobstoreError, Unavailable
 from blobstore_server.libs.rpc.metrics import instrument
 from blobstore_server.libs.rpc.server import Lifecycle, create_app
+from blobstore_server.services.s3 import sigv2
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import S3Request, S3Response
@@ -68,16 +69,14 @@ async def _request(backend: Backend, scope: Scope, receive: Receive, request_id:
         signer.extend([found] if found is not None else [])
         return None if found is None else found.secret
 
-    verified = await asyncio.to_thread(verify, wire, secret_for, datetime.now(UTC))
+    check = sigv2.verify if sigv2.presigned(query) else verify
+    verified = await asyncio.to_thread(check, wire, secret_for, datetime.now(UTC))
     headers: dict[str, str] = {}
     for name, value in pairs:
         headers[name.lower()] = f"{headers[name.lower()]},{value}" if name.lower() in headers else value
     routed = route(scope["method"], raw_path, query, "x-amz-copy-source" in headers)
     scope["route"] = _Measured(f"S3 {routed.op.value}")  # the request metrics' route label
     if verified.anonymous or verified.access_key is None:
-        if "AWSAccessKeyId=" in query and "Signature=" in query:  # a signature version 2 presigned URL
-            raise S3Error("InvalidRequest", "The authorization mechanism you have provided is not supported. Please "
-                          "use AWS4-HMAC-SHA256 (boto3: Config(signature_version='s3v4')).", routed.resource)
         raise S3Error("AccessDenied", "anonymous requests are not served: sign with an access key", routed.resource)
     if not signer:
         raise S3Error("InvalidAccessKeyId", "the access key was removed", routed.resource)
