@@ -4,8 +4,10 @@ code and output are checked, and what the bucket holds afterwards is read back t
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -181,9 +183,12 @@ def test_aws_cli_copies_a_multipart_file_and_a_small_one_up_and_down(account: Ac
     aws.ok("s3", "cp", "--no-progress", f"s3://{bucket}/data/big.bin", str(tmp_path / "big.down"))
     assert (tmp_path / "big.down").read_bytes() == big
     assert aws.ok("s3", "cp", f"s3://{bucket}/small.txt", "-") == small.decode()
-    described = aws.ok("s3api", "head-object", "--bucket", bucket, "--key", "small.txt",
-                       "--query", "[ContentLength, ETag]", "--output", "text")
-    assert described.split() == [str(len(small)), account.s3.head_object(Bucket=bucket, Key="small.txt")["ETag"]]
+    # the CLI asks for CRC32s: each part's, and the object's is S3's composite of them
+    parts = [zlib.crc32(big[start:start + 8 * MiB]).to_bytes(4, "big") for start in range(0, len(big), 8 * MiB)]
+    composite = base64.b64encode(zlib.crc32(b"".join(parts)).to_bytes(4, "big")).decode() + "-3"
+    described = aws.ok("s3api", "head-object", "--bucket", bucket, "--key", "data/big.bin", "--checksum-mode",
+                       "ENABLED", "--query", "[ContentLength, ETag, ChecksumCRC32, ChecksumType]", "--output", "text")
+    assert described.split() == [str(len(big)), head["ETag"], composite, "COMPOSITE"]
 
     url = aws.ok("s3", "presign", f"s3://{bucket}/small.txt", "--expires-in", "60").strip()
     assert "Signature=" in url and httpx.get(url).content == small  # signature version 2: the CLI v1's default

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 from botocore.httpchecksum import BaseChecksum, Crc32Checksum, Sha1Checksum, Sha256Checksum
 
-from blobstore_server.services.s3.checksums import Digests, UploadDigests
+from blobstore_server.services.s3.checksums import Digests, UploadDigests, composite
 from blobstore_server.services.s3.errors import S3Error
 
 DATA = bytes(range(256)) * 1000 + b"tail"
@@ -166,3 +166,19 @@ def test_from_headers_reads_what_boto3_sends() -> None:
     trailer = UploadDigests.from_headers({"x-amz-trailer": "x-amz-checksum-crc32c"}, hashlib.sha256(DATA).hexdigest())
     assert _digest(trailer, trailers={"x-amz-checksum-crc32c": _reference("crc32c")}).checksums == {
         "x-amz-checksum-crc32c": _reference("crc32c")}
+
+
+@pytest.mark.parametrize("algorithm", sorted(REFERENCE))
+def test_a_multipart_objects_checksum_is_the_composite_of_its_parts(algorithm: str) -> None:
+    """S3's COMPOSITE checksum: the algorithm over the parts' binary checksums, base64, then -N."""
+    name = f"x-amz-checksum-{algorithm}"
+    parts = [DATA[:100_000], DATA[100_000:200_000], DATA[200_000:]]
+    raws = [base64.b64decode(_reference(algorithm, part)) for part in parts]
+    expected = f"{_reference(algorithm, b''.join(raws))}-3"
+    assert composite([{name: _b64(raw)} for raw in raws]) == {name: expected}
+
+
+def test_parts_without_one_shared_checksum_make_an_object_without_one() -> None:
+    crc, sha = {"x-amz-checksum-crc32": _b64(bytes(4))}, {"x-amz-checksum-sha1": _b64(bytes(20))}
+    assert composite([crc, {}]) == composite([crc, sha]) == composite([]) == composite([crc | sha]) == {}
+    assert composite([crc, crc]) != {}

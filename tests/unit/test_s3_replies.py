@@ -329,7 +329,8 @@ def test_every_reply_is_utf8_xml_in_s3s_namespace() -> None:
         "ListBucketResult": replies.list_objects_v2(BUCKET, ListParams(delimiter=b"/"), objects, OWNER),
         "ListVersionsResult": replies.list_object_versions(BUCKET, ListParams(), objects, OWNER),
         "InitiateMultipartUploadResult": replies.initiate_multipart_upload(BUCKET, b"k\xff", "u"),
-        "CompleteMultipartUploadResult": replies.complete_multipart_upload("http://h/b/k", BUCKET, b"k", "e-2"),
+        "CompleteMultipartUploadResult": replies.complete_multipart_upload("http://h/b/k", BUCKET, b"k", "e-2",
+                                                                            {}),
         "ListPartsResult": replies.list_parts(BUCKET, PartsPage(upload, [], False, None), 0, 1000),
         "ListMultipartUploadsResult": replies.list_multipart_uploads(BUCKET, ListParams(), UploadsPage(
             [upload], [], False, None, None)),
@@ -366,10 +367,12 @@ def test_multipart_replies(s3: Any, wire: Wire, store: NamespaceStore) -> None:
         key, upload_id, 2, True)
     assert got[0]["Initiator"] == {"ID": OWNER, "DisplayName": OWNER} and got[1]["PartNumberMarker"] == 2
     wire.reply = lambda found, _: (200, [], replies.complete_multipart_upload(
-        f"http://127.0.0.1:9/{found.bucket}/big/%C3%A9%20file%2B1", found.bucket, found.key, "f" * 32 + "-3"))
+        f"http://127.0.0.1:9/{found.bucket}/big/%C3%A9%20file%2B1", found.bucket, found.key, "f" * 32 + "-3",
+        {"x-amz-checksum-crc32": "AAAAAA==-3"}))
     done = s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload_id, MultipartUpload={"Parts": [
         {"PartNumber": n, "ETag": f"{n:032x}"} for n in (1, 2, 3)]})
     assert (done["Key"], done["Bucket"], done["ETag"]) == (key, BUCKET, '"' + "f" * 32 + '-3"')
+    assert (done["ChecksumCRC32"], done["ChecksumType"]) == ("AAAAAA==-3", "COMPOSITE")
     assert done["Location"].endswith("/photos/big/%C3%A9%20file%2B1")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,8 +58,9 @@ class Digests:
     checksums: dict[str, str]  # e.g. {"x-amz-checksum-crc32": "<base64>"}
 
 
-def _algorithm(name: str) -> str:
-    """The algorithm an x-amz-checksum-* header or trailer (or x-amz-sdk-checksum-algorithm) names."""
+def algorithm_named(name: str) -> str:
+    """The algorithm an x-amz-checksum-* header or trailer (or x-amz-sdk-checksum-algorithm, or a multipart
+    upload's x-amz-checksum-algorithm) names: 501 for one S3 knows and the gateway does not, 400 for another."""
     algorithm = name.strip().lower().removeprefix(PREFIX)
     if algorithm in UNSUPPORTED:
         raise S3Error("NotImplemented", f"The checksum algorithm {algorithm} is not implemented")
@@ -76,6 +77,23 @@ def _decoded(value: str, size: int) -> bytes | None:
     return raw if len(raw) == size else None
 
 
+def composite(parts: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """The checksum of a multipart object whose every part carried one checksum of the same algorithm (`parts`:
+    each part's, as UploadDigests echoed them): that algorithm over the parts' binary checksums, base64, then `-N`
+    (S3's ChecksumType COMPOSITE). Empty when a part carried none, or another."""
+    names = {tuple(name.lower() for name in checksums) for checksums in parts}
+    if len(names) != 1 or len(name := next(iter(names))) != 1 or name[0].removeprefix(PREFIX) not in ALGORITHMS:
+        return {}
+    factory, size = ALGORITHMS[name[0].removeprefix(PREFIX)]
+    digest = factory()
+    for checksums in parts:
+        raw = _decoded(next(iter(checksums.values())), size)
+        if raw is None:
+            return {}
+        digest.update(raw)
+    return {name[0]: f"{base64.b64encode(digest.digest()).decode()}-{len(parts)}"}
+
+
 class UploadDigests:
     """Feed the decoded body to `update`, then `check` it against everything declared (S3Error on a mismatch)."""
 
@@ -88,16 +106,16 @@ class UploadDigests:
             raise S3Error("InvalidDigest", "The Content-MD5 you specified was invalid.")
         self._content_sha256 = content_sha256.lower() if content_sha256 else None
         self._expected: dict[str, bytes] = {}
-        wanted = {_algorithm(name) for name in trailer_names if name.strip()}
+        wanted = {algorithm_named(name) for name in trailer_names if name.strip()}
         for name, value in (checksum_headers or {}).items():
-            algorithm = _algorithm(name)
+            algorithm = algorithm_named(name)
             raw = _decoded(value, ALGORITHMS[algorithm][1])
             if raw is None:
                 raise S3Error("InvalidRequest", f"Value for {PREFIX}{algorithm} header is invalid.")
             self._expected[algorithm] = raw
         wanted |= set(self._expected)
         if sdk_algorithm:
-            wanted.add(_algorithm(sdk_algorithm))
+            wanted.add(algorithm_named(sdk_algorithm))
         if len(wanted) > 1:
             raise S3Error("InvalidRequest", "Expecting a single x-amz-checksum- header. Multiple checksum Types are "
                                             "not allowed.")
@@ -133,7 +151,7 @@ class UploadDigests:
         for name, value in (trailers or {}).items():
             if not name.lower().startswith(PREFIX):
                 continue
-            algorithm = _algorithm(name)
+            algorithm = algorithm_named(name)
             raw = _decoded(value, ALGORITHMS[algorithm][1])
             if algorithm not in self._echo or raw is None:
                 raise S3Error("InvalidRequest", f"The trailer {name} was not declared in x-amz-trailer or is invalid")

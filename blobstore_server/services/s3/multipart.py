@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.bodies import MAX_BODY, parse_complete
+from blobstore_server.services.s3.checksums import algorithm_named
 from blobstore_server.services.s3.copying import copy_bytes, copy_source, source_range
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import S3Request, S3Response
@@ -29,11 +30,25 @@ def _number(query: dict[str, str], name: str, default: int) -> int:
     return int(raw)
 
 
+def _checksum_headers(headers: dict[str, str]) -> list[tuple[str, str]]:
+    """What CreateMultipartUpload answers to x-amz-checksum-algorithm (the aws CLI sends CRC32): the algorithm and
+    the one checksum type the gateway gives a multipart object, COMPOSITE (checksums.composite)."""
+    name = headers.get("x-amz-checksum-algorithm", "").strip()
+    if not name:
+        return []
+    algorithm = algorithm_named(name)
+    if headers.get("x-amz-checksum-type", "COMPOSITE").strip().upper() != "COMPOSITE":
+        raise S3Error("NotImplemented", "multipart objects get COMPOSITE checksums only, not FULL_OBJECT ones")
+    return [("x-amz-checksum-algorithm", algorithm.upper()), ("x-amz-checksum-type", "COMPOSITE")]
+
+
 async def create_upload(backend: Backend, request: S3Request) -> S3Response:
     route = request.route
+    checksum_headers = _checksum_headers(request.headers)
     upload = await backend.db(backend.store.create_upload, route.bucket, route.key, request.user.name,
                               meta_from_headers(request.headers))
-    return S3Response.xml(replies.initiate_multipart_upload(route.bucket, route.key, upload.id))
+    return S3Response.xml(replies.initiate_multipart_upload(route.bucket, route.key, upload.id),
+                          headers=checksum_headers)
 
 
 async def upload_part(backend: Backend, request: S3Request) -> S3Response:
@@ -69,7 +84,8 @@ async def complete_upload(backend: Backend, request: S3Request) -> S3Response:
     record = await backend.db(backend.store.complete_upload, route.bucket, route.query["uploadId"], parts,
                               write_condition(request.headers))
     location = f"{backend.config.advertised_host}{route.resource}"
-    return S3Response.xml(replies.complete_multipart_upload(location, route.bucket, route.key, record.etag))
+    return S3Response.xml(replies.complete_multipart_upload(location, route.bucket, route.key, record.etag,
+                                                            record.checksums))
 
 
 async def abort_upload(backend: Backend, request: S3Request) -> S3Response:

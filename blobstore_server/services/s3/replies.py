@@ -251,10 +251,13 @@ def initiate_multipart_upload(bucket: str, key: bytes, upload_id: str) -> bytes:
                      _leaf("UploadId", upload_id))
 
 
-def complete_multipart_upload(location: str, bucket: str, key: bytes, etag: str) -> bytes:
-    """CompleteMultipartUploadResult; `location` is the object's URL, `etag` bare (it is quoted here)."""
+def complete_multipart_upload(location: str, bucket: str, key: bytes, etag: str,
+                              checksums: Mapping[str, str]) -> bytes:
+    """CompleteMultipartUploadResult; `location` is the object's URL, `etag` bare (it is quoted here), `checksums`
+    the object's composite one, if its parts had one."""
     return _document("CompleteMultipartUploadResult", _leaf("Location", location), _leaf("Bucket", bucket),
-                     _leaf("Key", _echoed(key)), _etag(etag))
+                     _leaf("Key", _echoed(key)), _etag(etag), _checksums(checksums),
+                     _leaf("ChecksumType", "COMPOSITE") if checksums else "")
 
 
 def _checksums(checksums: Mapping[str, str]) -> str:

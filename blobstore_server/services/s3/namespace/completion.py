@@ -1,7 +1,8 @@
 """CompleteMultipartUpload's rules, with no I/O: which parts, in what order, how big, and the object they make.
 
 The object's manifest is the listed parts' manifests one after the other, offsets shifted (no byte is copied); its
-ETag is the MD5 of the parts' binary MD5s, then `-N`.
+ETag is the MD5 of the parts' binary MD5s, then `-N`; its checksum, when every part carried one of the same
+algorithm, is S3's composite one (checksums.composite).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from blobstore_server.services.s3.checksums import composite
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.namespace.records import Extent, Manifest, Part, bare_etag
 
@@ -24,6 +26,7 @@ class Completed:
     etag: str
     manifest: Manifest
     unlisted: list[Part]  # uploaded but not listed: their blobs go to GC
+    checksums: dict[str, str]  # e.g. {"x-amz-checksum-crc32": "<base64>-3"}, or none
 
 
 def multipart_etag(part_etags: Sequence[str]) -> str:
@@ -58,4 +61,5 @@ def complete(listed: Sequence[tuple[int, str]], uploaded: Mapping[int, Part]) ->
         offset += part.size
     chosen = set(numbers)
     return Completed(offset, multipart_etag([part.etag for part in parts]), tuple(manifest),
-                     [part for number, part in sorted(uploaded.items()) if number not in chosen])
+                     [part for number, part in sorted(uploaded.items()) if number not in chosen],
+                     composite([part.checksums for part in parts]))

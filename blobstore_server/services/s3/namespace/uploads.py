@@ -125,8 +125,8 @@ class Uploads(StoreBase):
             rows = tx.all(f"SELECT {_PART_COLUMNS} FROM parts WHERE bucket_id = ? AND upload_id = ?",
                           (bucket_id, upload_id))
             done = complete(parts, {part.number: part for part in map(_part, rows)})
-            record = ObjectRecord(upload.key, done.size, done.etag, self.clock(), upload.meta, {}, len(parts),
-                                  done.manifest)
+            record = ObjectRecord(upload.key, done.size, done.etag, self.clock(), upload.meta, done.checksums,
+                                  len(parts), done.manifest)
             self.replace_object(tx, bucket_id, record, condition)
             self.send_to_gc(tx, bucket_id, (e.location for part in done.unlisted for e in part.manifest))
             self._drop_rows(tx, bucket_id, upload_id)
