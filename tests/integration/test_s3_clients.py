@@ -280,7 +280,7 @@ def test_rclone_multipart_upload_checks_out(account: Account, tmp_path: Path) ->
     rclone.ok("copy", "--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M", str(source), f"gw:{bucket}")
 
     head = account.s3.head_object(Bucket=bucket, Key="big.bin")
-    assert head["ETag"].endswith('-3"') and head["ContentLength"] == len(big)
+    assert head["ETag"].endswith('-3"') and head["ContentLength"] == len(big) and "md5chksum" in head["Metadata"]
     assert account.stored() == {"big.bin": big, "small.txt": b"small\n"}
     checked = rclone.ok("check", str(source), f"gw:{bucket}")
     assert "0 differences found" in checked.stderr and "2 matching files" in checked.stderr
@@ -290,13 +290,13 @@ def test_rclone_multipart_upload_checks_out(account: Account, tmp_path: Path) ->
 
 
 @pytest.fixture
-def fs(account: Account) -> Iterator[tuple[s3fs.S3FileSystem, dict[str, Any]]]:
+def fs(account: Account) -> tuple[s3fs.S3FileSystem, dict[str, Any]]:
     """s3fs as the user, no listings cached (each read sees the store), and the storage_options pandas takes."""
     options: dict[str, Any] = {
         "key": account.access_key, "secret": account.secret, "use_listings_cache": False,
         "client_kwargs": {"endpoint_url": account.gateway.url, "region_name": "us-east-1"},
         "config_kwargs": {"s3": {"addressing_style": "path"}}}
-    yield s3fs.S3FileSystem(skip_instance_cache=True, **options), options
+    return s3fs.S3FileSystem(skip_instance_cache=True, **options), options
 
 
 def test_pandas_writes_and_reads_parquet_through_s3fs(account: Account,
