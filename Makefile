@@ -27,7 +27,7 @@ DEBIAN_TOOLS := redis-server:redis-server java:openjdk-17-jre-headless mvn:maven
 	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus ip:iproute2 nft:nftables \
 	mkfs.ext4:e2fsprogs losetup:mount pg_ctlcluster:postgresql rclone:rclone
 
-# Then the jars (Kafka's broker, Spark's Kafka source) into ~/.cache/blobstore, once: nothing downloads at run time.
+# Then the jars (Kafka's broker, Spark's Kafka source and S3A connector) into ~/.cache/blobstore, once: nothing downloads at run time.
 setup: .venv/.installed $(AWS_CLI)
 	@missing="$$(for pair in $(DEBIAN_TOOLS); do command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done)"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$(echo $$missing | tr , ' '); fi

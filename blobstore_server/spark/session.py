@@ -1,9 +1,10 @@
 """The SparkSession both jobs run in: `local[*]` by default, or a standalone (or any) master, unchanged.
 
-Spark's Kafka source is not part of pyspark: `make setup` fetches its jars from Maven Central through the
-pom.xml beside this file into ~/.cache/blobstore (deploy/spark/jars.py); a job never downloads anything. Only the
-backlog job puts them on the classpath (`spark.jars`, handed to the driver and every executor), without the jars
-pyspark already ships (Scala, Hadoop, logging...), so pyspark's own versions win.
+Spark's Kafka source and Hadoop's S3A connector are not part of pyspark: `make setup` fetches their jars from
+Maven Central through the poms beside this file (pom.xml, s3a-pom.xml) into ~/.cache/blobstore
+(deploy/spark/jars.py); a job never downloads anything. A session asked for them puts them on the classpath
+(`spark.jars`, handed to the driver and every executor), without the jars pyspark already ships (Scala, Hadoop,
+Netty, logging...), so pyspark's own versions win.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from pyspark.sql import SparkSession
 from blobstore_server.libs.maven import cache_root, fetch_jars
 
 POM = Path(__file__).resolve().parent / "pom.xml"
+S3A_POM = POM.with_name("s3a-pom.xml")
 PYSPARK_JARS = Path(pyspark.__file__).resolve().parent / "jars"
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.+-]*\.jar$")
 LOOPBACK = ("local", "spark://127.0.0.1:", "spark://localhost:")
 KAFKA_SOURCE_JAR = "spark-sql-kafka-*.jar"
+S3A_JAR = "hadoop-aws-*.jar"
 
 
 def spark_version() -> str:
@@ -34,6 +37,18 @@ def spark_version() -> str:
     if match.group(1) != pyspark.__version__:
         raise RuntimeError(f"{POM} fetches Spark {match.group(1)}'s Kafka source but pyspark is "
                            f"{pyspark.__version__}: change them together")
+    return match.group(1)
+
+
+def hadoop_version() -> str:
+    """The hadoop-aws version s3a-pom.xml fetches, which must be the Hadoop pyspark ships."""
+    match = re.search(r"<hadoop\.version>([^<]+)</hadoop\.version>", S3A_POM.read_text())
+    if match is None:
+        raise RuntimeError(f"no <hadoop.version> in {S3A_POM}")
+    shipped = sorted(jar.name for jar in PYSPARK_JARS.glob("hadoop-client-api-*.jar"))
+    if shipped != [f"hadoop-client-api-{match.group(1)}.jar"]:
+        raise RuntimeError(f"{S3A_POM} fetches hadoop-aws {match.group(1)} but pyspark ships {shipped}: "
+                           f"change them together")
     return match.group(1)
 
 
@@ -51,21 +66,40 @@ def fetch_kafka_source() -> Path:
     return fetch_jars(POM, kafka_source_dir(), KAFKA_SOURCE_JAR)
 
 
-def kafka_source_jars() -> list[Path]:
-    """The Kafka source and the jars it needs that pyspark lacks, as `make setup` installed them."""
-    libs = kafka_source_dir()
-    if not any(libs.glob(KAFKA_SOURCE_JAR)):
-        raise FileNotFoundError(f"Spark's Kafka source is not installed (no {KAFKA_SOURCE_JAR} in {libs}): "
+def s3a_dir() -> Path:
+    return cache_root() / f"spark-s3a-{hadoop_version()}" / "jars"
+
+
+def fetch_s3a() -> Path:
+    """Fetch the S3A connector's jars into the cache once (`make setup`; needs Maven)."""
+    return fetch_jars(S3A_POM, s3a_dir(), S3A_JAR)
+
+
+def _beside_pyspark(what: str, libs: Path, expect: str) -> list[Path]:
+    """The jars in `libs` that pyspark lacks, as `make setup` installed them."""
+    if not any(libs.glob(expect)):
+        raise FileNotFoundError(f"{what} is not installed (no {expect} in {libs}): "
                                 f"run `make setup`, which fetches it with Maven")
     shipped = {_artifact(jar) for jar in PYSPARK_JARS.glob("*.jar")}
     return sorted(jar for jar in libs.glob("*.jar") if _artifact(jar) not in shipped)
 
 
+def kafka_source_jars() -> list[Path]:
+    """The Kafka source and the jars it needs that pyspark lacks."""
+    return _beside_pyspark("Spark's Kafka source", kafka_source_dir(), KAFKA_SOURCE_JAR)
+
+
+def s3a_jars() -> list[Path]:
+    """Hadoop's S3A connector (s3a:// paths) and the AWS SDK modules it needs that pyspark lacks."""
+    return _beside_pyspark("Hadoop's S3A connector", s3a_dir(), S3A_JAR)
+
+
 @contextmanager
 def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = None,
-                  kafka_source: bool = False) -> Iterator[SparkSession]:
-    """A session on `master`, with Spark's Kafka source when asked; stopped at the end unless one was already
-    running in this process (a test or a notebook shares its own across jobs, started with what they need)."""
+                  kafka_source: bool = False, s3a: bool = False) -> Iterator[SparkSession]:
+    """A session on `master`, with Spark's Kafka source and S3A connector when asked; stopped at the end unless
+    one was already running in this process (a test or a notebook shares its own across jobs, started with what
+    they need)."""
     existing = SparkSession.getActiveSession()
     if existing is not None:
         yield existing
@@ -79,8 +113,9 @@ def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = N
     if master.startswith(LOOPBACK):  # everything on this machine: bind nothing but the loopback address
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    if kafka_source:
-        builder = builder.config("spark.jars", ",".join(str(j) for j in kafka_source_jars()))
+    jars = (kafka_source_jars() if kafka_source else []) + (s3a_jars() if s3a else [])
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -15,5 +15,5 @@ LOCAL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    with spark_session("local[2]", "blobstore-tests", LOCAL_CONF, kafka_source=True) as session:
+    with spark_session("local[2]", "blobstore-tests", LOCAL_CONF, kafka_source=True, s3a=True) as session:
         yield session

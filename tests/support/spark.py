@@ -33,3 +33,14 @@ def found(out: Path, finding: str) -> set[tuple[int, int, int]]:
     if not folder.exists():
         return set()
     return {(r["vid"], r["bid"], r["unit_index"]) for r in pq.read_table(folder).to_pylist()}
+
+
+def s3a_options(endpoint: str, access_key: str, secret_key: str) -> dict[str, str]:
+    """Hadoop options for Spark to read and write s3a://bucket/key on an S3 gateway at `endpoint` (http, path
+    style) as one user; a read or write takes them as `.options(**...)`. 5 MiB blocks (S3's smallest part) make a
+    file of a few MiB a multipart upload, as gigabytes would be; no retries, so a test sees the first answer."""
+    return {"fs.s3a.endpoint": endpoint, "fs.s3a.endpoint.region": "us-east-1",
+            "fs.s3a.path.style.access": "true", "fs.s3a.connection.ssl.enabled": "false",
+            "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            "fs.s3a.access.key": access_key, "fs.s3a.secret.key": secret_key,
+            "fs.s3a.multipart.size": "5M", "fs.s3a.attempts.maximum": "1", "fs.s3a.retry.limit": "1"}
