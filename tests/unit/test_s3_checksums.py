@@ -66,11 +66,15 @@ def test_md5_is_always_computed_and_nothing_else_is_echoed() -> None:
     assert _digest(UploadDigests()) == Digests(hashlib.md5(DATA).hexdigest(), {})
 
 
-@pytest.mark.parametrize("algorithm,check", [("crc32", 0xCBF43926), ("crc32c", 0xE3069283)])
-def test_the_crcs_give_their_published_check_values(algorithm: str, check: int) -> None:
+@pytest.mark.parametrize("algorithm,check,size", [("crc32", 0xCBF43926, 4), ("crc32c", 0xE3069283, 4),
+                                                   ("crc64nvme", 0xAE8B14860A799888, 8)])
+def test_the_crcs_give_their_published_check_values(algorithm: str, check: int, size: int) -> None:
     """The CRC catalogue's check value: the CRC of b"123456789"."""
-    header = {f"x-amz-checksum-{algorithm}": _b64(check.to_bytes(4, "big"))}
+    header = {f"x-amz-checksum-{algorithm}": _b64(check.to_bytes(size, "big"))}
     assert _digest(UploadDigests(checksum_headers=header), b"123456789").checksums == header
+    with pytest.raises(S3Error) as caught:
+        _digest(UploadDigests(checksum_headers=header), b"123456780")
+    assert caught.value.code == "BadDigest"
 
 
 @pytest.mark.parametrize("algorithm", sorted(REFERENCE))
@@ -111,12 +115,12 @@ def test_the_sdk_algorithm_alone_is_computed_and_echoed() -> None:
     assert _digest(UploadDigests(sdk_algorithm="CRC32C")).checksums == {"x-amz-checksum-crc32c": _reference("crc32c")}
 
 
-def test_crc64nvme_is_not_implemented_wherever_it_is_named() -> None:
-    for kwargs in ({"checksum_headers": {"x-amz-checksum-crc64nvme": "AAAAAAAAAAA="}},
-                   {"trailer_names": ["x-amz-checksum-crc64nvme"]}, {"sdk_algorithm": "CRC64NVME"}):
-        with pytest.raises(S3Error) as caught:
-            UploadDigests(**kwargs)  # type: ignore[arg-type]
-        assert caught.value.code == "NotImplemented"
+def test_crc64nvme_as_pyarrow_sends_it_is_checked_fed_in_pieces_and_never_composed() -> None:
+    whole = UploadDigests(sdk_algorithm="CRC64NVME")
+    value = _digest(whole).checksums["x-amz-checksum-crc64nvme"]
+    name = "x-amz-checksum-crc64nvme"
+    assert _digest(UploadDigests(trailer_names=[name]), trailers={name: value}).checksums == {name: value}
+    assert composite([{name: value}, {name: value}]) == {}, "S3 gives multipart objects FULL_OBJECT CRC64NVME only"
 
 
 @pytest.mark.parametrize("value", ["AAAA", "not base64!", "AAAAAAAA", ""])

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.bodies import MAX_BODY, parse_complete
-from blobstore_server.services.s3.checksums import algorithm_named
+from blobstore_server.services.s3.checksums import NOT_COMPOSED, algorithm_named
 from blobstore_server.services.s3.copying import copy_bytes, copy_source, source_range
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import S3Request, S3Response
@@ -37,6 +37,8 @@ def _checksum_headers(headers: dict[str, str]) -> list[tuple[str, str]]:
     if not name:
         return []
     algorithm = algorithm_named(name)
+    if algorithm in NOT_COMPOSED:  # S3's only type for it; each part's is checked, the object gets none yet
+        return [("x-amz-checksum-algorithm", algorithm.upper()), ("x-amz-checksum-type", "FULL_OBJECT")]
     if headers.get("x-amz-checksum-type", "COMPOSITE").strip().upper() != "COMPOSITE":
         raise S3Error("NotImplemented", "multipart objects get COMPOSITE checksums only, not FULL_OBJECT ones")
     return [("x-amz-checksum-algorithm", algorithm.upper()), ("x-amz-checksum-type", "COMPOSITE")]
