@@ -179,6 +179,7 @@ class Settings:
     audit_log: bool = True
     export_roots: tuple[str, ...] = ()  # where blobnodes may write the inspection's exports
     kafka_sasl: bool = True  # our brokers require SASL/SCRAM logins (cluster/kafka_auth.py); an operator's need not
+    s3_namespace: str = ""  # the gateways' shared PostgreSQL DSN; empty: the first gateway's SQLite file
 
 
 # The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
@@ -280,11 +281,12 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
 
 def _gateways(places: list[Place], nodes: list[ProcessSpec], s: Settings) -> list[ProcessSpec]:
     """The S3 gateways: gateway i sits beside access node i (on its host, in a spec) and is given every access
-    node, its own first. All share the first one's namespace file, so they must run on one machine: SQLite in WAL
-    mode is safe for several processes there, not across hosts (a spec plans one gateway, see spec.hosts_of)."""
+    node, its own first. All share `s.s3_namespace` (a PostgreSQL DSN) or else the first one's SQLite file, and then
+    must run on one machine: SQLite in WAL mode is safe for several processes there, not across hosts (a spec
+    without a DSN plans one gateway, see spec.hosts_of)."""
     urls = [n.url for n in nodes]
-    return [_service(p, s, S3Config(access_hosts=[urls[i], *urls[:i], *urls[i + 1:]],
-                                    namespace=str(places[0].workdir / "namespace.db")))
+    shared = s.s3_namespace or str(places[0].workdir / "namespace.db")
+    return [_service(p, s, S3Config(access_hosts=[urls[i], *urls[:i], *urls[i + 1:]], namespace=shared))
             for i, p in enumerate(places)]
 
 
@@ -415,7 +417,8 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
                  spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
                  with_credentials(redis[0].url, auth_secret) if redis else spec.redis.url, spec.chunk_size,
-                 spec.kafka.partitions, export_roots=(spec.export_root,), kafka_sasl=bool(brokers))
+                 spec.kafka.partitions, export_roots=(spec.export_root,), kafka_sasl=bool(brokers),
+                 s3_namespace=spec.s3_namespace)
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
     return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("s3"),

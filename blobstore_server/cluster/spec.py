@@ -109,6 +109,9 @@ class ClusterSpec(Strict):
     config_dir: str = "/etc/blobstore"
     data_root: str = "/var/lib/blobstore"
     export_root: str = "/var/lib/blobstore/inspect"  # blobnodes write inspection exports only under it (path or URI)
+    # The S3 gateways' shared namespace, a postgresql:// DSN (the operator's server): a gateway on every access host.
+    # Empty: one gateway, on the first access host, with its namespace in a SQLite file of its own.
+    s3_namespace: str = Field("", pattern=r"^(postgres(ql)?://.*)?$")
     python: str = "/opt/blobstore/bin/python"  # the interpreter the blobstore package is installed for
     user: str = "blobstore"  # the dedicated user every process runs as
     ports: Ports = Field(default_factory=Ports)
@@ -125,9 +128,8 @@ class ClusterSpec(Strict):
         if role == "blobnode":
             return [h for h in self.hosts if h.disks]
         if role == "s3":
-            # One gateway, on the first access host: a gateway keeps its namespace in a SQLite file, which gateways
-            # on several hosts cannot share until the PostgreSQL backend exists.
-            return self.hosts_of("access")[:1]
+            # Without a shared namespace, one gateway: a SQLite file is one machine's, not several hosts'
+            return self.hosts_of("access")[:None if self.s3_namespace else 1]
         return [self.host(name) for name in getattr(self.services, role)]
 
     def config_dir_of(self, host: Host) -> Path:

@@ -9,12 +9,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner, Result
 
 from blobstore_server.cli.cli import app
 from blobstore_server.cluster.plan import CAPABILITIES, plan_spec
-from blobstore_server.cluster.spec import Services, SpecError, for_hosts, load, parse
+from blobstore_server.cluster.spec import ClusterSpec, Services, SpecError, for_hosts, load, parse
 from blobstore_server.libs.proto import scheduler as api
 from blobstore_server.libs.rpc.auth import new_secret
 from blobstore_server.services.access.config import AccessConfig
@@ -149,7 +149,7 @@ def test_cluster_up_hosts_spec_spreads_roles_and_racks(tmp_path: Path) -> None:
 
 
 def test_a_spec_runs_one_s3_gateway_on_the_first_access_host_writing_through_every_access_node(tmp_path: Path) -> None:
-    """One, until gateways on several hosts can share a namespace (its SQLite file is one machine's)."""
+    """One, unless the spec names a shared namespace (a SQLite file is one machine's)."""
     spec = load(EXAMPLE)
     plan = plan_spec(spec, "python", new_secret())
     (gateway,) = plan.of_role("s3")
@@ -161,6 +161,18 @@ def test_a_spec_runs_one_s3_gateway_on_the_first_access_host_writing_through_eve
     assert ("s3-h1", "10.0.1.11", 9400) in list(spec.listeners())
     eight = for_hosts([(f"h{i}", f"10.77.9.{10 + i}") for i in range(1, 9)], 2, tmp_path)
     assert [(p.name, p.host) for p in plan_spec(eight, "python", new_secret()).of_role("s3")] == [("s3-h7", "h7")]
+
+
+def test_a_spec_with_a_postgresql_namespace_runs_a_gateway_on_every_access_host_sharing_it() -> None:
+    dsn = "postgresql://s3@10.0.1.20:5432/namespace"
+    spec = load(EXAMPLE).model_copy(update={"s3_namespace": dsn})
+    plan = plan_spec(spec, "python", new_secret())
+    gateways = plan.of_role("s3")
+    assert [(p.name, p.host) for p in gateways] == [("s3-h1", "h1"), ("s3-h4", "h4")]
+    assert {S3Config.model_validate_json(p.config_text).namespace for p in gateways} == {dsn}
+    assert ("s3-h4", "10.0.2.14", 9400) in list(spec.listeners())
+    with pytest.raises(ValidationError, match="s3_namespace"):
+        ClusterSpec.model_validate({**spec.model_dump(), "s3_namespace": "/var/lib/namespace.db"})
 
 
 def test_the_operators_kafka_and_redis_are_used_and_not_rendered(tmp_path: Path) -> None:
