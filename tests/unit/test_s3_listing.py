@@ -1,6 +1,7 @@
 """The S3 listing engine against a brute-force reference: random byte keys, prefixes, delimiters (multi-byte and
-not '/'), markers and max-keys; pages chained through their markers give the whole listing; a delimiter costs one
-probe per common prefix, not a scan of its children."""
+not '/'), markers and max-keys, with a source that fetches and one that also walks (as PostgreSQL does); pages
+chained through their markers give the whole listing; a delimiter costs one probe per common prefix, not a scan of its
+children, or one walk."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class SortedKeys:
     """A source over sorted unique keys that counts what it is asked."""
 
     keys: list[bytes]
+    walking: bool = False
     calls: int = 0
     rows: int = 0
     limits: list[int] = field(default_factory=list)
@@ -49,8 +51,20 @@ class SortedKeys:
         self.rows += len(rows)
         return rows
 
+    def walk(self, lo: bytes, hi: bytes | None, limit: int, cut: int, delimiter: bytes, past: bytes) -> list[bytes]:
+        """listing.Walk by its definition: each next key the first at or past the bound the key before sets."""
+        self.calls += 1
+        end = len(self.keys) if hi is None else bisect.bisect_left(self.keys, hi)
+        rows: list[bytes] = []
+        while len(rows) < limit and (at := bisect.bisect_left(self.keys, lo)) < end:
+            rows.append(self.keys[at])
+            rolled_at = self.keys[at].find(delimiter, cut)
+            lo = self.keys[at] + b"\x00" if rolled_at < 0 else self.keys[at][:rolled_at] + past
+        self.rows += len(rows)
+        return rows
+
     def source(self) -> Source[bytes, bytes]:
-        return Source(self.fetch, key=lambda k: k, position=lambda k: k)
+        return Source(self.fetch, key=lambda k: k, position=lambda k: k, walk=self.walk if self.walking else None)
 
 
 def reference(keys: list[bytes], prefix: bytes, delimiter: bytes, marker: bytes | None) -> list[tuple[str, bytes]]:
@@ -76,14 +90,15 @@ def as_items(page: Page[bytes]) -> list[tuple[str, bytes]]:
 
 @settings(max_examples=1000, deadline=None)
 @given(keys=st.lists(byte_strings(6), max_size=40), prefix=byte_strings(2), delimiter=st.sampled_from(DELIMITERS),
-       marker=st.none() | byte_strings(5), max_keys=st.integers(0, 12))
-@example(keys=[b"foo/", b"foo+1/", b"foo/bar"], prefix=b"", delimiter=b"/", marker=None, max_keys=5)
-@example(keys=[b"a/a", b"a/c", b"b"], prefix=b"", delimiter=b"/", marker=b"a/b", max_keys=5)
-@example(keys=[b"\xff/x", b"\xff\xff"], prefix=b"\xff", delimiter=b"/", marker=None, max_keys=5)
+       marker=st.none() | byte_strings(5), max_keys=st.integers(0, 12), walking=st.booleans())
+@example(keys=[b"foo/", b"foo+1/", b"foo/bar"], prefix=b"", delimiter=b"/", marker=None, max_keys=5, walking=False)
+@example(keys=[b"a/a", b"a/c", b"b"], prefix=b"", delimiter=b"/", marker=b"a/b", max_keys=5, walking=True)
+@example(keys=[b"\xff/x", b"\xff\xff"], prefix=b"\xff", delimiter=b"/", marker=None, max_keys=5, walking=True)
 def test_a_page_is_the_reference_listing_cut_at_max_keys(keys: list[bytes], prefix: bytes, delimiter: bytes,
-                                                         marker: bytes | None, max_keys: int) -> None:
+                                                         marker: bytes | None, max_keys: int, walking: bool) -> None:
     expected = reference(keys, prefix, delimiter, marker)
-    page = list_page(SortedKeys(sorted(set(keys))).source(), Query(prefix, delimiter, marker, None, max_keys))
+    page = list_page(SortedKeys(sorted(set(keys)), walking).source(), Query(prefix, delimiter, marker, None,
+                                                                            max_keys))
     assert as_items(page) == expected[:max_keys]
     assert page.truncated == (max_keys > 0 and len(expected) > max_keys)
     if page.truncated:
@@ -92,11 +107,12 @@ def test_a_page_is_the_reference_listing_cut_at_max_keys(keys: list[bytes], pref
 
 @settings(max_examples=500, deadline=None)
 @given(keys=st.lists(byte_strings(6), max_size=40), prefix=byte_strings(2), delimiter=st.sampled_from(DELIMITERS),
-       max_keys=st.integers(1, 5))
-@example(keys=[b"\xff", b"\xff\x00"], prefix=b"", delimiter=b"\xff", max_keys=2)
+       max_keys=st.integers(1, 5), walking=st.booleans())
+@example(keys=[b"\xff", b"\xff\x00"], prefix=b"", delimiter=b"\xff", max_keys=2, walking=False)
 def test_pages_chained_through_their_markers_list_everything_once(keys: list[bytes], prefix: bytes,
-                                                                  delimiter: bytes, max_keys: int) -> None:
-    source = SortedKeys(sorted(set(keys))).source()
+                                                                  delimiter: bytes, max_keys: int,
+                                                                  walking: bool) -> None:
+    source = SortedKeys(sorted(set(keys)), walking).source()
     seen: list[tuple[str, bytes]] = []
     marker: bytes | None = None
     for _ in range(len(keys) + 2):
@@ -116,6 +132,9 @@ def test_a_delimiter_costs_one_probe_per_common_prefix_not_a_scan_of_its_childre
     page = list_page(keys.source(), Query(b"", b"/", None, None, 1000))
     assert page.prefixes == [b"dir%03d/" % d for d in range(100)] and not page.truncated
     assert keys.calls == 101 and keys.rows <= 100 * 8  # the last probe finds nothing past dir099/
+    walked = SortedKeys(keys.keys, walking=True)
+    assert list_page(walked.source(), Query(b"", b"/", None, None, 1000)) == page
+    assert walked.calls == 1 and walked.rows == 100
 
 
 def test_without_a_delimiter_a_page_is_read_in_one_fetch_of_max_keys_plus_one() -> None:

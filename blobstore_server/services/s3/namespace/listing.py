@@ -5,6 +5,7 @@ delimiter, an entry whose key rolls up into common prefix P makes the engine emi
 past every key starting with P: one probe per distinct prefix, never a scan of P's children. A marker is exclusive;
 a marker inside a common prefix P skips all of P (P itself sorts before the marker, so it was already given), as
 Ceph RGW does. max-keys counts entries and prefixes together; one item more is looked for to tell IsTruncated.
+A source whose every statement is a round trip (a database server) may walk those seeks itself, in one statement.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ E = TypeVar("E")  # an entry: an object, an upload
 A = TypeVar("A")  # where a source resumes past an entry: an object's key, an upload's (key, id)
 
 Fetch = Callable[[bytes, A | None, bytes | None, int], Sequence[E]]
+# walk(lo, hi, n, cut, delimiter, past): up to n entries, the first with key >= lo, each next the first past the one
+# before: past its key, or, when the delimiter is in that key at or after byte `cut`, at or past the key cut before
+# the delimiter with `past` (the delimiter's prefix_end) appended: past the common prefix. All keys < hi.
+Walk = Callable[[bytes, bytes | None, int, int, bytes, bytes], Sequence[E]]
 
 FIRST_BATCH = 1  # entries fetched where the first may roll up into a common prefix (x4 each batch that did not)
 
@@ -41,11 +46,13 @@ def common_prefix(key: bytes, prefix: bytes, delimiter: bytes) -> bytes | None:
 
 @dataclass(frozen=True)
 class Source(Generic[E, A]):
-    """An ordered range of entries: `fetch(lo, after, hi, n)`, and each entry's key and resume position."""
+    """An ordered range of entries: `fetch(lo, after, hi, n)`, each entry's key and resume position, and maybe a
+    `walk` (Walk above) taken for a delimiter listing instead of a fetch per common prefix."""
 
     fetch: Fetch[A, E]
     key: Callable[[E], bytes]
     position: Callable[[E], A]
+    walk: Walk[E] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,11 @@ def _items(source: Source[E, A], query: Query[A]) -> Iterator[E | _Rolled]:
     after = query.after if past_after else None
     hi = prefix_end(query.prefix) if query.prefix else None
     wanted = query.max_items + 1
+    past = prefix_end(query.delimiter) if query.delimiter else None
+    if source.walk is not None and past is not None and after is None:
+        if lo is not None and (hi is None or lo < hi):
+            yield from _walked(source.walk(lo, hi, wanted, len(query.prefix), query.delimiter, past), source, query)
+        return
     batch = FIRST_BATCH if query.delimiter else wanted  # with a delimiter, the first key may well roll up
     while lo is not None and (hi is None or lo < hi) and wanted > 0:
         rows = source.fetch(lo, after, hi, min(batch, wanted))
@@ -131,6 +143,13 @@ def _items(source: Source[E, A], query: Query[A]) -> Iterator[E | _Rolled]:
             return
         else:
             lo, after, batch = source.key(rows[-1]), source.position(rows[-1]), batch * 4
+
+
+def _walked(rows: Sequence[E], source: Source[E, A], query: Query[A]) -> Iterator[E | _Rolled]:
+    """A walk's rows as items: each that rolls up is its common prefix (the walk went past the prefix's others)."""
+    for row in rows:
+        rolled = common_prefix(source.key(row), query.prefix, query.delimiter)
+        yield row if rolled is None else _Rolled(rolled)
 
 
 def continuation_token(marker: bytes) -> str:
