@@ -16,6 +16,7 @@ from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import SECRET_ENV, operator_signer
 from tests.support.kafka import kafka_broker  # noqa: F401  (a session fixture)
 from tests.support.launched import Launch, LaunchedClusters
+from tests.support.postgres import postgres_dsn, postgres_server  # noqa: F401  (fixtures)
 from tests.support.processes import (
     TEST_SECRET,
     BlobnodeFactory,

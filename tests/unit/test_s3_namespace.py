@@ -1,8 +1,9 @@
-"""The S3 namespace store on a real database file: every operation and every S3 error it answers, the GC outbox
-after each way an object's blobs are orphaned, conditions that fail changing nothing, strong read-after-write
-between store objects, bytewise key order, and the time a page of 1000 takes out of 100,000 keys.
+"""The S3 namespace store on both of its engines, a real SQLite file and a real PostgreSQL server: every operation
+and every S3 error it answers, the GC outbox after each way an object's blobs are orphaned, conditions that fail
+changing nothing, strong read-after-write between store objects, writers racing on one key, bytewise key order,
+and the time a page of 1000 takes out of 100,000 keys.
 
-The `opener` fixture is the only place that knows the backend: a PostgreSQL backend is one more param."""
+The `opener` fixture is the only place that knows the backend; the tests at the end are each engine's own."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.namespace import (
+    POSTGRESQL,
     SQLITE,
     Credentials,
     Extent,
@@ -30,6 +33,8 @@ from blobstore_server.services.s3.namespace import (
     ObjectMeta,
     ObjectRecord,
     UserExists,
+    open_namespace,
+    postgres_connect,
     sqlite_connect,
 )
 from blobstore_server.services.s3.namespace.base import encode_manifest, encode_meta
@@ -55,15 +60,15 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgresql"])
 def opener(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Iterator[Opener]:
-    """Opens store objects on one database of the backend under test."""
+    """Opens store objects on one database of the backend under test: a SQLite file, or a schema of the test's own
+    on the session's PostgreSQL server."""
+    spec = str(tmp_path / "namespace.db") if request.param == "sqlite" else request.getfixturevalue("postgres_dsn")
     opened: list[NamespaceStore] = []
 
     def open_store() -> NamespaceStore:
-        assert request.param == "sqlite"
-        store = NamespaceStore(sqlite_connect(tmp_path / "namespace.db"), SQLITE, gc_delay_ms=GC_DELAY_MS,
-                               clock=clock)
+        store = open_namespace(spec, gc_delay_ms=GC_DELAY_MS, clock=clock)
         opened.append(store)
         return store
 
@@ -353,6 +358,7 @@ def test_a_page_of_1000_out_of_100000_keys_takes_under_50_ms(opener: Opener) -> 
                 "VALUES (?, ?, 1, ?, 0, ?, '{}', NULL, ?)",
                 [(bucket_id, key, "e" * 32, encode_meta(ObjectMeta()), encode_manifest([Extent(0, 1, f"loc-{i}")]))
                  for i, key in enumerate(keys)])
+        tx.run("ANALYZE objects")  # the statistics a live table has (PostgreSQL's autovacuum keeps them)
     cases = {"no delimiter": (b"", b"", b"deep/0042/img00500.jpg", 1000, 0),
              "delimiter, 1000 keys": (b"deep/0042/", b"/", None, 1000, 0),
              "delimiter, 50 prefixes": (b"deep/", b"/", None, 0, 50),
@@ -527,6 +533,71 @@ def test_threads_writing_through_one_store_and_another_lose_nothing(opener: Open
     assert stores[0].list_objects("busy", delimiter=b"/").prefixes == [b"t0/", b"t1/", b"t2/", b"t3/"]
 
 
+def race(count: int, work: Callable[[int], object]) -> list[object]:
+    """`work(0)` .. `work(count - 1)` at once in threads; what each returned or raised."""
+    results: list[object] = [None] * count
+
+    def run(n: int) -> None:
+        try:
+            results[n] = work(n)
+        except Exception as exc:
+            results[n] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_of_two_racing_if_none_match_puts_of_a_key_one_wins_the_other_is_refused(opener: Opener) -> None:
+    stores = [opener(), opener()]
+    stores[0].create_bucket("race", "alice")
+    for round_ in range(10):
+        key = b"k%d" % round_
+        ready = threading.Barrier(2)
+
+        def conditional_put(n: int, key: bytes = key, ready: threading.Barrier = ready) -> object:
+            store = stores[n]
+            intent = store.begin_intent("race", key)
+            store.add_intent_extent(intent, Extent(0, 10, f"loc-{key.decode()}-{n}"))
+            ready.wait()  # both hold their blobs; now both commit
+            try:
+                store.commit_object("race", ObjectRecord(key, 10, "ab" * 16, 0, manifest=(
+                    Extent(0, 10, f"loc-{key.decode()}-{n}"),)), intent, IfNoneMatch())
+            except S3Error:
+                store.abandon_intent(intent)
+                raise
+            return n
+
+        results = race(2, conditional_put)
+        winners = [r for r in results if isinstance(r, int)]
+        refused = [r for r in results if isinstance(r, S3Error)]
+        assert len(winners) == 1 and len(refused) == 1, results
+        assert refused[0].code in ("PreconditionFailed", "ConditionalRequestConflict")
+        loser = 1 - winners[0]
+        assert stores[loser].get_object("race", key).manifest[0].location == f"loc-{key.decode()}-{winners[0]}"
+        assert f"loc-{key.decode()}-{loser}" in garbage(stores[0])
+
+
+def test_racing_overwrites_of_keys_lose_no_blob_and_leak_none(opener: Opener) -> None:
+    """Every PUT but the last of each key has its blobs in the GC outbox, whoever wrote first (or inserted first)."""
+    stores = [opener(), opener()]
+    stores[0].create_bucket("race", "alice")
+
+    def overwrite(n: int) -> None:
+        for i in range(8):
+            for key in (b"a", b"b", b"new%d" % i):
+                put(stores[n], key, [f"{key.decode()}-{n}-{i}"], bucket="race")
+
+    assert race(2, overwrite) == [None, None]
+    live = {o.key: stores[1].get_object("race", o.key).manifest[0].location
+            for o in stores[1].list_objects("race").objects}
+    written = {f"{key}-{n}-{i}" for n in range(2) for i in range(8) for key in ("a", "b", f"new{i}")}
+    assert len(live) == 10 and garbage(stores[0]) == written - set(live.values())
+
+
 def test_sqlite_commits_are_durable_and_a_writer_kept_waiting_answers_slow_down(tmp_path: Path, clock: Clock) -> None:
     path = tmp_path / "namespace.db"
     store = NamespaceStore(sqlite_connect(path, busy_timeout_ms=100), SQLITE, clock=clock)
@@ -541,4 +612,36 @@ def test_sqlite_commits_are_durable_and_a_writer_kept_waiting_answers_slow_down(
     other.close()
     store.create_bucket("photos", "alice")
     assert [b.name for b in store.list_buckets("alice")] == ["photos"]
+    store.close()
+
+
+def test_postgresql_commits_are_durable_and_a_writer_kept_waiting_answers_slow_down(postgres_dsn: str,
+                                                                                    clock: Clock) -> None:
+    store = NamespaceStore(postgres_connect(postgres_dsn, lock_timeout_ms=100), POSTGRESQL, clock=clock)
+    with store.transaction(write=False) as tx:
+        assert tx.all("SHOW synchronous_commit") == [("on",)] and tx.all("SHOW fsync") == [("on",)]
+    store.create_bucket("photos", "alice")
+    put(store, b"k", ["loc-1"])
+    with psycopg.connect(postgres_dsn, autocommit=True) as other:
+        other.execute("BEGIN")
+        other.execute("SELECT 1 FROM objects WHERE key = %s FOR UPDATE", (b"k",))
+        with s3_error("SlowDown"):
+            store.delete_object("photos", b"k")
+        assert store.get_object("photos", b"k").manifest[0].location == "loc-1"  # readers do not wait
+        other.execute("ROLLBACK")
+    assert store.delete_object("photos", b"k") is True
+    store.close()
+
+
+def test_a_lost_postgresql_connection_answers_service_unavailable_once_then_a_new_one_serves(
+        postgres_dsn: str) -> None:
+    store = open_namespace(postgres_dsn)
+    store.create_bucket("photos", "alice")
+    with store.transaction(write=False) as tx:
+        (backend,) = tx.one("SELECT pg_backend_pid()") or ()
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    with s3_error("ServiceUnavailable"):
+        store.get_bucket("photos")
+    assert store.get_bucket("photos").name == "photos"
     store.close()

@@ -124,7 +124,7 @@ class StoreBase:
 
     def _connection(self) -> Any:
         db = getattr(self._local, "db", None)
-        if db is None:
+        if db is None or self.dialect.broken(db):  # a server restart ends PostgreSQL's connections
             db = self._connect()
             self._local.db = db
             with self._opened_lock:
@@ -173,7 +173,9 @@ class StoreBase:
             raise S3Error("InternalError", "the upload took too long and was given up; send it again")
 
     def drop_intent(self, tx: Tx, bucket_id: str, intent_id: str, to_gc: bool) -> bool:
-        """Delete an intent; its blobs go to the GC outbox when `to_gc` (given up), else they are now an object's."""
+        """Delete an intent; its blobs go to the GC outbox when `to_gc` (given up), else they are now an object's.
+        The intent is locked first: a commit of it in flight decides whether its blobs are an object's."""
+        tx.one("SELECT 1 FROM intents WHERE bucket_id = ? AND id = ?{lock}", (bucket_id, intent_id))
         if to_gc:
             rows = tx.all("SELECT location FROM intent_extents WHERE bucket_id = ? AND intent_id = ?",
                           (bucket_id, intent_id))
@@ -223,12 +225,14 @@ class StoreBase:
                 raise S3Error("NoSuchKey", "no object to match If-Match against")
             if old[0] != bare_etag(condition.etag):
                 raise S3Error("PreconditionFailed", "the object's ETag does not match If-Match")
-        if old is not None:
+        values = (record.size, bare_etag(record.etag), record.last_modified_ms, encode_meta(record.meta),
+                  json.dumps(record.checksums), record.parts_count, encode_manifest(record.manifest))
+        if old is not None:  # updated in place: a writer waiting on its lock then reads what this one wrote
             kept = {e.location for e in record.manifest}  # a metadata-only self-copy keeps its blobs
             self.send_to_gc(tx, bucket_id, (e.location for e in decode_manifest(old[1]) if e.location not in kept))
-            tx.run("DELETE FROM objects WHERE bucket_id = ? AND key = ?", (bucket_id, record.key))
-        tx.run("INSERT INTO objects (bucket_id, key, size, etag, mtime_ms, meta, checksums, parts_count, manifest) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-               (bucket_id, record.key, record.size, bare_etag(record.etag), record.last_modified_ms,
-                encode_meta(record.meta), json.dumps(record.checksums), record.parts_count,
-                encode_manifest(record.manifest)))
+            tx.run("UPDATE objects SET size = ?, etag = ?, mtime_ms = ?, meta = ?, checksums = ?, parts_count = ?, "
+                   "manifest = ? WHERE bucket_id = ? AND key = ?", (*values, bucket_id, record.key))
+        elif tx.run("INSERT INTO objects (bucket_id, key, size, etag, mtime_ms, meta, checksums, parts_count, "
+                    "manifest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (bucket_id, key) DO NOTHING",
+                    (bucket_id, record.key, *values)) == 0:
+            self.replace_object(tx, bucket_id, record, condition)  # a racing PUT inserted the key first: over it

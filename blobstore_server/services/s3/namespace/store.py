@@ -28,7 +28,7 @@ from blobstore_server.services.s3.namespace.base import (
     new_id,
     wall_ms,
 )
-from blobstore_server.services.s3.namespace.dialect import SQLITE, sqlite_connect
+from blobstore_server.services.s3.namespace.dialect import engine
 from blobstore_server.services.s3.namespace.listing import Query, Source, list_page
 from blobstore_server.services.s3.namespace.naming import valid_bucket_name
 from blobstore_server.services.s3.namespace.records import (
@@ -129,7 +129,7 @@ class NamespaceStore(Uploads):
             bucket_id = self.bucket_id(tx, name)
             if tx.one("SELECT 1 FROM objects WHERE bucket_id = ? LIMIT 1", (bucket_id,)) is not None:
                 raise S3Error("BucketNotEmpty", "the bucket holds objects", name)
-            for (upload_id,) in tx.all("SELECT id FROM uploads WHERE bucket_id = ?", (bucket_id,)):
+            for (upload_id,) in tx.all("SELECT id FROM uploads WHERE bucket_id = ?{lock}", (bucket_id,)):
                 self.drop_upload(tx, bucket_id, upload_id)
             for (intent_id,) in tx.all("SELECT id FROM intents WHERE bucket_id = ?", (bucket_id,)):
                 self.drop_intent(tx, bucket_id, intent_id, to_gc=True)
@@ -151,7 +151,7 @@ class NamespaceStore(Uploads):
                        (intent.bucket_id, intent.id, intent.key, self.clock()))
                 given_up = False
             else:
-                given_up = tx.one("SELECT 1 FROM intents WHERE bucket_id = ? AND id = ?",
+                given_up = tx.one("SELECT 1 FROM intents WHERE bucket_id = ? AND id = ?{lock}",
                                   (intent.bucket_id, intent.id)) is None
             if given_up:  # the blob goes straight to GC, committed before the PUT learns it failed
                 self.send_to_gc(tx, intent.bucket_id, [extent.location])
@@ -225,8 +225,10 @@ class NamespaceStore(Uploads):
                     return tx.all(f"{_LIST} ORDER BY key LIMIT ?", (bucket_id, lo, limit))
                 return tx.all(f"{_LIST} AND key < ? ORDER BY key LIMIT ?", (bucket_id, lo, hi, limit))
 
-            page = list_page(Source(fetch, key=_row_key, position=_row_key), Query(prefix, delimiter, after, None,
-                                                                                  max_keys))
+            steps = self.dialect.walk  # the seeks past each common prefix in one statement, where it has one
+            walk = None if steps is None else lambda *args: tx.all(*steps(bucket_id, *args))
+            page = list_page(Source(fetch, key=_row_key, position=_row_key, walk=walk),
+                             Query(prefix, delimiter, after, None, max_keys))
         last = page.last  # rows become records only once in the page: a probe past a common prefix stays cheap
         return ObjectsPage([ListedObject(bytes(key), size, etag, mtime) for key, size, etag, mtime in page.entries],
                            page.prefixes, page.truncated, bytes(last[0]) if isinstance(last, tuple) else last)
@@ -264,4 +266,11 @@ def _row_key(row: Row) -> bytes:
 
 def open_sqlite(path: Path, gc_delay_ms: int = 60_000, clock: Callable[[], int] = wall_ms) -> NamespaceStore:
     """The namespace in the SQLite file at `path` (created if missing)."""
-    return NamespaceStore(sqlite_connect(path), SQLITE, gc_delay_ms=gc_delay_ms, clock=clock)
+    return open_namespace(str(path), gc_delay_ms, clock)
+
+
+def open_namespace(spec: str, gc_delay_ms: int = 60_000, clock: Callable[[], int] = wall_ms) -> NamespaceStore:
+    """The namespace `spec` names: a `postgresql://` DSN (PostgreSQL), or the path of a SQLite file (created if
+    missing). The gateway's `namespace` config and the CLI's --namespace take either."""
+    connect, dialect = engine(spec)
+    return NamespaceStore(connect, dialect, gc_delay_ms=gc_delay_ms, clock=clock)
