@@ -12,7 +12,8 @@ import typer
 
 from blobstore_server.cli.cli_common import DirOpt
 from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo
-from blobstore_server.services.s3.namespace import NamespaceStore, open_sqlite
+from blobstore_server.services.s3.namespace import NamespaceStore, open_namespace
+from blobstore_server.services.s3.namespace.dialect import POSTGRES_SCHEMES
 
 s3_app = typer.Typer(help="The S3 gateway: users and their access keys.", no_args_is_help=True,
                      pretty_exceptions_show_locals=False)
@@ -20,28 +21,29 @@ user_app = typer.Typer(help="Users: each holds one access key; buckets belong to
                        no_args_is_help=True, pretty_exceptions_show_locals=False)
 s3_app.add_typer(user_app, name="user")
 
-NamespaceOpt = Annotated[Path | None, typer.Option(
+NamespaceOpt = Annotated[str | None, typer.Option(
     "--namespace", envvar="BLOBSTORE_S3_NAMESPACE",
-    help="The gateway's namespace (its config's `namespace` file); default: that of --dir's cluster.")]
+    help="The gateway's namespace, as its config's `namespace`: a SQLite file or a postgresql:// DSN; default: that "
+         "of --dir's cluster.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _namespace(path: Path | None, root: Path) -> Path:
-    """The namespace file named, or the one the gateways of the cluster in `root` share."""
-    if path is not None:
-        return path
+def _namespace(spec: str | None, root: Path) -> str:
+    """The namespace named, or the one the gateways of the cluster in `root` share."""
+    if spec is not None:
+        return spec
     gateways = [p for p in ClusterInfo.load(root).processes if p.role == "s3"]
     if not gateways:
         raise ValueError(f"the cluster in {root} runs no S3 gateway: pass --namespace")
-    return Path(json.loads(Path(gateways[0].config).read_text())["namespace"])
+    return str(json.loads(Path(gateways[0].config).read_text())["namespace"])
 
 
 @contextmanager
-def _store(path: Path | None, root: Path) -> Iterator[NamespaceStore]:
-    path = _namespace(path, root)
-    if not path.exists():
-        raise ValueError(f"no namespace at {path}: pass --namespace (the gateway's `namespace` file)")
-    store = open_sqlite(path)
+def _store(spec: str | None, root: Path) -> Iterator[NamespaceStore]:
+    spec = _namespace(spec, root)
+    if not spec.startswith(POSTGRES_SCHEMES) and not Path(spec).exists():  # a mistyped file would be a new one
+        raise ValueError(f"no namespace at {spec}: pass --namespace (the gateway's `namespace`)")
+    store = open_namespace(spec)
     try:
         yield store
     finally:

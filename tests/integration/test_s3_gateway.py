@@ -16,16 +16,18 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from blobstore_server.services.s3.namespace import open_sqlite
+from blobstore_server.services.s3.namespace import open_namespace
 from tests.support.load import wait_deleted
 from tests.support.processes import LocalCluster
-from tests.support.s3 import Gateway, running_gateway
+from tests.support.s3 import NAMESPACE_ENGINES, Gateway, new_namespace, running_gateway
 
 
-@pytest.fixture(scope="module")
-def gateway(shared_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """One gateway on the module's cluster: each test makes its own users and buckets."""
-    with running_gateway(shared_cluster, tmp_path_factory.mktemp("s3")) as started:
+@pytest.fixture(scope="module", params=NAMESPACE_ENGINES)
+def gateway(request: pytest.FixtureRequest, shared_cluster: LocalCluster,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """One gateway on the module's cluster for each namespace engine: each test makes its own users and buckets."""
+    namespace = new_namespace(request.param, request)
+    with running_gateway(shared_cluster, tmp_path_factory.mktemp("s3"), namespace) as started:
         yield started
 
 
@@ -109,7 +111,7 @@ def _overwrite_and_reap(gateway: Gateway) -> None:
     bucket = name()
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="k", Body=os.urandom(2 << 20))
-    store = open_sqlite(Path(gateway.namespace))
+    store = open_namespace(gateway.namespace)
     try:
         old = [e.location for e in store.get_object(bucket, b"k").manifest]
     finally:

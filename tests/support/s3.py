@@ -1,4 +1,5 @@
-"""An S3 gateway in front of a test's cluster, and users made as an operator makes them."""
+"""An S3 gateway in front of a test's cluster, on either namespace engine, and users made as an operator makes
+them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import boto3
 import botocore.config
+import pytest
 from typer.testing import CliRunner
 
 from blobstore_server.cli.cli import app
@@ -51,11 +53,20 @@ def gateway_service(cluster: LocalCluster, workdir: Path, namespace: str, port: 
     return Service("s3", settings, workdir, f"http://127.0.0.1:{port}")
 
 
+NAMESPACE_ENGINES = ["sqlite", "postgresql"]  # a fixture's params: its tests run on each
+
+
+def new_namespace(engine: str, request: pytest.FixtureRequest) -> str | None:
+    """A namespace of its own on `engine` for `running_gateway`: None (a SQLite file in the gateway's workdir), or
+    a DSN of a fresh schema on the session's PostgreSQL server (started on first use)."""
+    return None if engine == "sqlite" else request.getfixturevalue("postgres_server").new_schema()
+
+
 @contextmanager
 def running_gateway(cluster: LocalCluster, workdir: Path, namespace: str | None = None,
                     **config: Any) -> Iterator[Gateway]:
     """A started gateway, stopped (by its PID) on the way out; its namespace a SQLite file in `workdir` unless
-    given."""
+    given (a file or a postgresql:// DSN)."""
     namespace = namespace or str(workdir / "namespace.db")
     service = gateway_service(cluster, workdir, namespace, **config)
     service.start()

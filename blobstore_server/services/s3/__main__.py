@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from blobstore import AsyncClient
 from blobstore_server.libs.rpc.routes import NO_ROUTES
 from blobstore_server.libs.rpc.server import ASGIApp, Lifecycle, run_service
 from blobstore_server.services.s3.app import build_app
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.config import S3Config
-from blobstore_server.services.s3.namespace import open_sqlite
+from blobstore_server.services.s3.namespace import open_namespace
 from blobstore_server.services.s3.reaper import reap_forever
 
 
 def build(config: S3Config) -> tuple[ASGIApp, str]:
-    Path(config.namespace).parent.mkdir(parents=True, exist_ok=True)
-    store = open_sqlite(Path(config.namespace), gc_delay_ms=int(config.gc_delay * 1000))
+    store = open_namespace(config.namespace, gc_delay_ms=int(config.gc_delay * 1000))
     backend = Backend(store, AsyncClient(config.access_hosts), config)
     life = Lifecycle()
 

@@ -11,7 +11,9 @@ class S3Config(ServiceSettings):
     bind_addr: str = "127.0.0.1:9400"  # (9800 is the scheduler's)
     host: str = ""  # advertised URL; defaults to http://<bind_addr>
     access_hosts: list[str] = Field(min_length=1)  # where object bytes go, through the project's SDK
-    namespace: str = "s3/namespace.db"  # the SQLite file of buckets, keys, users and the GC outbox
+    # Where buckets, keys, users and the GC outbox are: a SQLite file (the gateways of one machine), or a
+    # PostgreSQL DSN, postgresql://user[:password]@host[:port]/database (any number of gateways)
+    namespace: str = "s3/namespace.db"
     region: str = "us-east-1"  # what GetBucketLocation answers; requests signed for any region are taken
     segment_size: int = Field(8 << 20, ge=1 << 20, le=64 << 20)  # bytes of an object per Location
     max_object_size: int = Field(5 << 30, gt=0)  # a single PUT (S3's limit); multipart objects are sums of parts
