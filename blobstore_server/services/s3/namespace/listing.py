@@ -116,16 +116,13 @@ def _start(query: Query[A]) -> tuple[bytes | None, bool]:
 
 def _items(source: Source[E, A], query: Query[A]) -> Iterator[E | _Rolled]:
     """Every item of the listing in order (the page takes max_items + 1), fetched in batches no larger than what
-    the page may still take."""
+    the page may still take; past a first common prefix (more are likely) the rest in one walk, if the source has
+    one."""
     lo, past_after = _start(query)
     after = query.after if past_after else None
     hi = prefix_end(query.prefix) if query.prefix else None
     wanted = query.max_items + 1
     past = prefix_end(query.delimiter) if query.delimiter else None
-    if source.walk is not None and past is not None and after is None:
-        if lo is not None and (hi is None or lo < hi):
-            yield from _walked(source.walk(lo, hi, wanted, len(query.prefix), query.delimiter, past), source, query)
-        return
     batch = FIRST_BATCH if query.delimiter else wanted  # with a delimiter, the first key may well roll up
     while lo is not None and (hi is None or lo < hi) and wanted > 0:
         rows = source.fetch(lo, after, hi, min(batch, wanted))
@@ -139,16 +136,23 @@ def _items(source: Source[E, A], query: Query[A]) -> Iterator[E | _Rolled]:
             yield row
         if rolled is not None:
             lo, after, batch = prefix_end(rolled), None, FIRST_BATCH
+            if source.walk is not None and past is not None:
+                yield from _walked(source.walk, source.key, query, lo, hi, wanted, past)
+                return
         elif len(rows) < min(batch, wanted + len(rows)):
             return
         else:
             lo, after, batch = source.key(rows[-1]), source.position(rows[-1]), batch * 4
 
 
-def _walked(rows: Sequence[E], source: Source[E, A], query: Query[A]) -> Iterator[E | _Rolled]:
-    """A walk's rows as items: each that rolls up is its common prefix (the walk went past the prefix's others)."""
-    for row in rows:
-        rolled = common_prefix(source.key(row), query.prefix, query.delimiter)
+def _walked(walk: Walk[E], key: Callable[[E], bytes], query: Query[A], lo: bytes | None, hi: bytes | None,
+            wanted: int, past: bytes) -> Iterator[E | _Rolled]:
+    """The items from `lo` on, by one walk: each row that rolls up is its common prefix (the walk went past the
+    prefix's other keys)."""
+    if lo is None or (hi is not None and lo >= hi) or wanted <= 0:
+        return
+    for row in walk(lo, hi, wanted, len(query.prefix), query.delimiter, past):
+        rolled = common_prefix(key(row), query.prefix, query.delimiter)
         yield row if rolled is None else _Rolled(rolled)
 
 
