@@ -11,9 +11,10 @@ gateways beside the access nodes).
   .venv/awscli: 8 MiB parts, 10 at once) between a file and the gateway, against the SDK's put (4 parts at once)
   and get of the same bytes from memory.
 - ListObjectsV2 pages of 1000 keys out of a bucket of --keys keys (1,000,000), with and without a delimiter: the
-  gateway's answer read whole (a presigned GET), and the same page through boto3, which parses it. The keys are
-  inserted straight into the namespace (their listing is what is measured).
-Writes JSON and prints one summary line.
+  gateway's answer read whole (a presigned GET), and the same page through boto3, which parses it; on the cluster's
+  SQLite namespace, then on PostgreSQL (a server of its own, tests/support/postgres.py, and a second gateway on it).
+  The keys are inserted straight into the namespace (their listing is what is measured).
+`--parts` picks what runs (small,big,list). Writes JSON and prints one summary line.
 """
 
 from __future__ import annotations
@@ -27,24 +28,29 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import boto3
 import botocore.config
 import httpx
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_seconds, drive
 from blobstore import AsyncClient
 from blobstore_server.cluster import launcher
-from blobstore_server.cluster.launcher import ClusterInfo
+from blobstore_server.cluster.launcher import ClusterInfo, ProcessRecord
 from blobstore_server.cluster.plan import ClusterShape
-from blobstore_server.services.s3.namespace import Extent, ObjectMeta, open_sqlite
+from blobstore_server.services.s3.namespace import Extent, NamespaceStore, ObjectMeta, open_namespace
 from blobstore_server.services.s3.namespace.base import encode_manifest, encode_meta
+from blobstore_server.services.s3.namespace.dialect import POSTGRES_SCHEMES
+from tests.support.postgres import running_postgres
+from tests.support.processes import Service, free_port
 
 ROUNDS = 3
 THREADS = 8
@@ -191,24 +197,43 @@ def big_object(info: ClusterInfo, aws: Callable[..., None], size: int, workdir: 
             "sdk_get_mb_s": round(sdk_down / 1e6, 1), "download_ratio": round(down / sdk_down, 3)}
 
 
-def listing(namespace: Path, s3: Any, count: int) -> dict[str, Any]:
-    """Pages of 1000 keys out of `count` keys in `dir%04d/obj%06d` form (1000 objects a folder)."""
-    store = open_sqlite(namespace)
-    try:
-        store.create_bucket("listed", "bench")
+Row = tuple[str, bytes, int, str, int, str, str, None, str]
+_COLUMNS = "bucket_id, key, size, etag, mtime_ms, meta, checksums, parts_count, manifest"
+
+
+def _load(store: NamespaceStore, spec: str, rows: Iterable[Row]) -> None:
+    """Rows straight into the objects table (PostgreSQL's COPY: a million INSERTs would take minutes), then the
+    statistics a live table has."""
+    if spec.startswith(POSTGRES_SCHEMES):
+        with psycopg.connect(spec) as db, db.cursor().copy(f"COPY objects ({_COLUMNS}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    else:
         with store.transaction(write=True) as tx:
-            bucket_id = store.bucket_id(tx, "listed")
-            meta, manifest = encode_meta(ObjectMeta()), encode_manifest([Extent(0, 1, "unused")])
-            tx.many("INSERT INTO objects (bucket_id, key, size, etag, mtime_ms, meta, checksums, parts_count, "
-                    "manifest) VALUES (?, ?, 1, ?, 0, ?, '{}', NULL, ?)",
-                    ((bucket_id, b"dir%04d/obj%06d" % (i // 1000, i), "e" * 32, meta, manifest)
-                     for i in range(count)))
+            tx.many(f"INSERT INTO objects ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    with store.transaction(write=True) as tx:
+        tx.run("ANALYZE objects")
+
+
+def listing(namespace: str, url: str, count: int) -> dict[str, Any]:
+    """Pages of 1000 keys out of `count` keys in `dir%04d/obj%06d` form (1000 objects a folder), through the gateway
+    at `url` on `namespace`."""
+    store = open_namespace(namespace)
+    try:
+        keys = store.add_user("lister")
+        bucket_id = store.create_bucket("listed", "lister").id
+        meta, manifest = encode_meta(ObjectMeta()), encode_manifest([Extent(0, 1, "unused")])
+        start = time.perf_counter()
+        _load(store, namespace, ((bucket_id, b"dir%04d/obj%06d" % (i // 1000, i), 1, "e" * 32, 0, meta, "{}", None,
+                                  manifest) for i in range(count)))
+        loaded = time.perf_counter() - start
     finally:
         store.close()
+    s3 = _client(url, keys)
     cases = {"no delimiter": {"StartAfter": f"dir{count // 2000:04d}/obj{count // 2:06d}"},
              "delimiter": {"Delimiter": "/"},
              "delimiter in a folder": {"Prefix": f"dir{count // 2000:04d}/", "Delimiter": "/"}}
-    out = {}
+    out: dict[str, Any] = {"load_s": round(loaded, 1)}
     with httpx.Client(timeout=60) as http:
         for name, params in cases.items():
             # the gateway's answer alone (a presigned GET read whole), then as boto3 users see it (parsed)
@@ -228,40 +253,80 @@ def listing(namespace: Path, s3: Any, count: int) -> dict[str, Any]:
     return out
 
 
+@contextmanager
+def _gateway_on(launched: ProcessRecord, namespace: str, workdir: Path) -> Iterator[str]:
+    """A second gateway like `launched` (its keys, its access nodes) on `namespace`, stopped by its PID; its URL."""
+    port = free_port()
+    config = {**json.loads(Path(launched.config).read_text()), "bind_addr": f"127.0.0.1:{port}", "host": "",
+              "namespace": namespace}
+    workdir.mkdir(parents=True, exist_ok=True)
+    service = Service("s3", config, workdir, f"http://127.0.0.1:{port}").start(60)
+    try:
+        yield service.url
+    finally:
+        service.stop()
+
+
+def listings(gateway: ProcessRecord, count: int, root: Path) -> dict[str, Any]:
+    """The listing on the cluster's SQLite namespace, then on PostgreSQL through a gateway of its own."""
+    out = {"sqlite": listing(json.loads(Path(gateway.config).read_text())["namespace"], gateway.url, count)}
+    with running_postgres() as server, _gateway_on(gateway, server.dsn(), root / "s3-postgres") as url:
+        out["postgresql"] = listing(server.dsn(), url, count)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", type=int, default=1500, help="10 KiB objects per side")
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--parts", default="small,big,list", help="what to run: some of small,big,list")
     parser.add_argument("--out", default="bench/results/s3.json")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape(chunk_size=8 << 30))
         try:
             gateway = next(p for p in info.processes if p.role == "s3")
-            namespace = Path(json.loads(Path(gateway.config).read_text())["namespace"])
-            store = open_sqlite(namespace)
-            keys = store.add_user("bench")
-            store.close()
-            s3 = _client(gateway.url, keys)
-            s3.create_bucket(Bucket="bench")
-            results = {"small": small_objects(info, gateway, s3, args.small),
-                       "big": big_object(info, _aws_cli(gateway.url, keys, Path(tmp) / "aws"), args.big_mib * MiB,
-                                         Path(tmp)),
-                       "list": listing(namespace, s3, args.keys)}
+            if parts & {"small", "big"}:
+                store = open_namespace(json.loads(Path(gateway.config).read_text())["namespace"])
+                keys = store.add_user("bench")
+                store.close()
+                s3 = _client(gateway.url, keys)
+                s3.create_bucket(Bucket="bench")
+            if "small" in parts:
+                results["small"] = small_objects(info, gateway, s3, args.small)
+            if "big" in parts:
+                results["big"] = big_object(info, _aws_cli(gateway.url, keys, Path(tmp) / "aws"), args.big_mib * MiB,
+                                            Path(tmp))
+            if "list" in parts:
+                results["list"] = listings(gateway, args.keys, Path(tmp))
         finally:
             launcher.down(root)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
-    small, big, listed = results["small"], results["big"], results["list"]
-    print(f"S3 gateway vs SDK: 10 KiB PUT {small['put']['ratio']}x, GET {small['get']['ratio']}x "
-          f"(gateway CPU {small['put']['gateway_cpu_ms_per_request']}/{small['get']['gateway_cpu_ms_per_request']} "
-          f"ms a request; CPU-bound ratios {small['put']['cpu_bound_ratio']}/{small['get']['cpu_bound_ratio']}); "
-          f"{big['size_mib']} MiB up {big['upload_ratio']}x, down {big['download_ratio']}x; "
-          f"ListObjectsV2 page of 1000 of {args.keys} keys (served; parsed by boto3): "
-          + ", ".join(f"{k} {v['median_ms']}; {v['boto3_median_ms']} ms" for k, v in listed.items()))
+    print("; ".join(_summary(results, args.keys)))
+
+
+def _summary(results: dict[str, Any], keys: int) -> list[str]:
+    lines = []
+    if "small" in results:
+        small = results["small"]
+        lines.append(f"S3 gateway vs SDK: 10 KiB PUT {small['put']['ratio']}x, GET {small['get']['ratio']}x (gateway "
+                     f"CPU {small['put']['gateway_cpu_ms_per_request']}/{small['get']['gateway_cpu_ms_per_request']} "
+                     f"ms a request; CPU-bound ratios {small['put']['cpu_bound_ratio']}/"
+                     f"{small['get']['cpu_bound_ratio']})")
+    if "big" in results:
+        big = results["big"]
+        lines.append(f"{big['size_mib']} MiB up {big['upload_ratio']}x, down {big['download_ratio']}x")
+    for engine, listed in results.get("list", {}).items():
+        lines.append(f"ListObjectsV2 page of 1000 of {keys} keys on {engine} (served; parsed by boto3): "
+                     + ", ".join(f"{k} {v['median_ms']}; {v['boto3_median_ms']} ms" for k, v in listed.items()
+                                 if k != "load_s"))
+    return lines
 
 
 if __name__ == "__main__":
