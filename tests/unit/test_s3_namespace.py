@@ -560,14 +560,14 @@ def test_of_two_racing_if_none_match_puts_of_a_key_one_wins_the_other_is_refused
 
         def conditional_put(n: int, key: bytes = key, ready: threading.Barrier = ready) -> object:
             store = stores[n]
-            intent = store.begin_intent("race", key)
+            intent = store.begin_intent(store.get_bucket("race"), key)
             store.add_intent_extent(intent, Extent(0, 10, f"loc-{key.decode()}-{n}"))
             ready.wait()  # both hold their blobs; now both commit
             try:
                 store.commit_object("race", ObjectRecord(key, 10, "ab" * 16, 0, manifest=(
                     Extent(0, 10, f"loc-{key.decode()}-{n}"),)), intent, IfNoneMatch())
             except S3Error:
-                store.abandon_intent(intent)
+                store.abandon_intent(intent)  # as the gateway does after any failure
                 raise
             return n
 
