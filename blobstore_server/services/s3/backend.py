@@ -49,7 +49,11 @@ class Backend:
         async def stored(extent: Extent, final: bool) -> None:
             if final:
                 intent.pending.append(extent.location)
-            else:
+                return
+            try:
                 await self.db(self.store.add_intent_extent, intent, extent)
+            except BaseException:  # not recorded (the namespace failed): the PUT's abandon gives it to GC
+                intent.pending.append(extent.location)
+                raise
 
         return stored
