@@ -28,7 +28,9 @@ from blobstore_server.cli.cli_common import (
     on_cluster,
     out,
 )
-from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo, LauncherError
+from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, cluster_secret
+from blobstore_server.cluster.plan import EXPORT_ROOT, export_access
+from blobstore_server.libs.proto.blobnode import S3Access
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized
@@ -45,6 +47,8 @@ REFUSED_EXIT = 3  # a request of the job (export, shard reads, queued repairs, t
 OutOpt = Annotated[str, typer.Option("--out", help="Output folder or URI [default: DIR/inspect or DIR/backlog].")]
 MasterOpt = Annotated[str, typer.Option("--master", help="Spark master: local[*], spark://HOST:PORT, ...")]
 ConfOpt = Annotated[list[str] | None, typer.Option("--conf", help="Spark setting KEY=VALUE (repeatable).")]
+S3Opt = Annotated[str, typer.Option("--s3", help="The S3 gateway of the cluster's inspection bucket "
+                                                 "[default: the cluster folder's first].")]
 
 
 def _conf(pairs: list[str] | None) -> dict[str, str]:
@@ -84,6 +88,18 @@ def _absolute(path_or_uri: str) -> str:
     return path_or_uri if "://" in path_or_uri else str(Path(path_or_uri).resolve())
 
 
+def _export_access(root: Path, gateway: str) -> S3Access | None:
+    """The user of the inspection's bucket on `gateway` (or the cluster folder's first), its keys derived from the
+    cluster secret as the blobnodes' are; None without a gateway or a secret."""
+    secret = cluster_secret(root)
+    if not gateway:
+        try:
+            gateway = next((p.url for p in ClusterInfo.load(root).processes if p.role == "s3"), "")
+        except LauncherError:
+            gateway = ""
+    return export_access(secret, gateway) if secret and gateway else None
+
+
 def _tinker_config(root: Path) -> dict[str, Any]:
     """The local cluster's tinker config (its cluster id and group prefix), if there is one."""
     try:
@@ -113,43 +129,46 @@ def inspect_run(out_: OutOpt = "", master: MasterOpt = "local[*]",
                 export_timeout: Annotated[float, typer.Option(help="Seconds a blobnode may take to export.")] = 600.0,
                 grant_ttl: Annotated[float, typer.Option(
                     help="Seconds the executors' read grant (--deep) lasts.")] = 86400.0,
-                conf: ConfOpt = None, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "") -> None:
+                conf: ConfOpt = None, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "", s3: S3Opt = "") -> None:
     """Export every disk's shard index and clustermgr's tables, then classify every blob on Spark: missing
-    shards, unrecoverable, size mismatch, partial delete, not purged, orphan units. Exits 2 when anything is
-    unrecoverable, 3 when the cluster refused a request of the job."""
+    shards, unrecoverable, size mismatch, partial delete, not purged, orphan units. Exports and findings go to the
+    bucket s3://blobstore-inspect/inspect of the cluster's S3 gateway (a folder of DIR without one). Exits 2 when
+    anything is unrecoverable, 3 when the cluster refused a request of the job."""
     with _refusals_fail():
         _inspect_run(out_, master, deep, repair, settle, delete_delay, repair_rate, deep_rate, input_, export_timeout,
-                     grant_ttl, conf, dir, clustermgr)
+                     grant_ttl, conf, dir, clustermgr, _export_access(dir, s3))
 
 
 def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float, delete_delay: float,
                  repair_rate: float, deep_rate: float, input_: str, export_timeout: float, grant_ttl: float,
-                 conf: list[str] | None, dir: Path, clustermgr: str) -> None:
+                 conf: list[str] | None, dir: Path, clustermgr: str, bucket: S3Access | None) -> None:
     from blobstore_server.spark.inputs import export_all, load_inputs
     from blobstore_server.spark.inspect import InspectOptions, inspect, write_text
     from blobstore_server.spark.repair import queue_all, requests
     from blobstore_server.spark.session import spark_session
 
-    target = _absolute(out_ or str(dir / "inspect"))
+    target = _absolute(out_ or (f"{EXPORT_ROOT}inspect" if bucket else str(dir / "inspect")))
     source = _absolute(input_) if input_ else f"{target.rstrip('/')}/input"
+    if not any(where.startswith("s3://") for where in (target, source)):
+        bucket = None  # a folder: Spark needs no S3A connector
     hosts = clustermgr_urls(dir, clustermgr)
     if not input_:
         err.print(f"exporting clustermgr's tables and every disk's shard index to {source}")
 
         async def export() -> Any:
             async with ClusterClient(hosts) as cm, BlobnodeClient() as blobnodes:
-                return await export_all(cm, blobnodes, source, export_timeout)
+                return await export_all(cm, blobnodes, source, export_timeout, bucket)
 
         report = asyncio.run(export())
         for host, why in report.failed_hosts.items():
             err.print(f"blobnode {host} did not export: {why}", style="yellow", markup=False)
-    inputs = load_inputs(source)
+    inputs = load_inputs(source, bucket)
     signer = auth.installed()
     grant = signer.grant(Capability.READ_SHARD, grant_ttl) if deep and signer is not None else None
     options = InspectOptions(settle=settle, delete_delay=delete_delay, deep=deep, deep_rate=deep_rate * 1e6,
-                             deep_grant=grant)
+                             deep_grant=grant, s3=bucket)
     sized = {"spark.sql.shuffle.partitions": str(inputs.shuffle_partitions()), **_conf(conf)}
-    with spark_session(master, "blobstore-inspect", sized) as spark:
+    with spark_session(master, "blobstore-inspect", sized, s3=bucket) as spark:
         summary = inspect(spark, inputs, target, options)
         if repair:
             loop = asyncio.new_event_loop()
@@ -162,7 +181,7 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
                 loop.run_until_complete(cm.close())
                 loop.close()
             summary["queued"] = {"repairs": queued.repairs, "deletes": queued.deletes}
-            write_text(target, "summary.json", json.dumps(summary, indent=2, sort_keys=True))
+            write_text(target, "summary.json", json.dumps(summary, indent=2, sort_keys=True), bucket)
     _print_inspection(summary, target)
     if summary["unrecoverable"]:
         raise typer.Exit(UNRECOVERABLE_EXIT)

@@ -22,6 +22,7 @@ from blobstore_server.cluster.spec import ClusterSpec
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.mq.seal import message_key
 from blobstore_server.libs.mq.settings import KafkaAuth
+from blobstore_server.libs.proto.blobnode import S3Access
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.rpc.auth import AuthConfig
 from blobstore_server.libs.rpc.config import ServiceSettings
@@ -32,7 +33,7 @@ from blobstore_server.services.blobnode.config import BlobnodeConfig, DiskConfig
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig, Member
 from blobstore_server.services.dashboard.config import DashboardConfig, Target
 from blobstore_server.services.mqproxy.config import MqProxyConfig
-from blobstore_server.services.s3.config import S3Config
+from blobstore_server.services.s3.config import S3Config, ServiceUser
 from blobstore_server.services.scheduler.config import SchedulerConfig
 from blobstore_server.services.tinker.config import TinkerConfig
 from blobstore_server.services.worker.config import WorkerConfig
@@ -180,7 +181,13 @@ class Settings:
     export_roots: tuple[str, ...] = ()  # where blobnodes may write the inspection's exports
     kafka_sasl: bool = True  # our brokers require SASL/SCRAM logins (cluster/kafka_auth.py); an operator's need not
     s3_namespace: str = ""  # the gateways' shared PostgreSQL DSN; empty: the first gateway's SQLite file
+    export_s3: S3Access | None = None  # the inspection's bucket on the first gateway (none: a plan without one)
 
+
+# The inspection's exports and findings go to a bucket of the cluster's first gateway: the blobnodes of every host
+# and a Spark driver anywhere reach it, where a folder would be one machine's
+EXPORT_USER = EXPORT_BUCKET = "blobstore-inspect"
+EXPORT_ROOT = f"s3://{EXPORT_BUCKET}/"
 
 # The capabilities (libs/rpc/auth.py) each kind of process holds: what it calls and what it serves, nothing
 # more; the note of issue 27 has the table. The operator's CLI derives every key from the cluster secret. A
@@ -253,7 +260,7 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
     cm_urls = [cm.url for cm in cms]
     blobnodes = [_service(p, s, BlobnodeConfig(
                      hostname=p.host, rack=p.rack, idc=p.az, disks=[DiskConfig(path=d) for d in p.disks],
-                     clustermgr_hosts=cm_urls, export_roots=list(s.export_roots),
+                     clustermgr_hosts=cm_urls, export_roots=list(s.export_roots), export_s3=s.export_s3,
                      delete_hold=s.delete_delay), cluster_id)  # tinker's safe delay, enforced
                  for p in layout["blobnode"]]
     tinker = layout["tinker"][0]
@@ -286,7 +293,10 @@ def _gateways(places: list[Place], nodes: list[ProcessSpec], s: Settings) -> lis
     without a DSN plans one gateway, see spec.hosts_of)."""
     urls = [n.url for n in nodes]
     shared = s.s3_namespace or str(places[0].workdir / "namespace.db")
-    return [_service(p, s, S3Config(access_hosts=[urls[i], *urls[:i], *urls[i + 1:]], namespace=shared))
+    users = [] if s.export_s3 is None else [ServiceUser(name=EXPORT_USER, access_key=s.export_s3.access_key,
+                                                        secret_key=s.export_s3.secret_key, buckets=[EXPORT_BUCKET])]
+    return [_service(p, s, S3Config(access_hosts=[urls[i], *urls[:i], *urls[i + 1:]], namespace=shared,
+                                    service_users=users))
             for i, p in enumerate(places)]
 
 
@@ -366,12 +376,13 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     redis = _redis(_local(root, "redis", ports), auth_secret)
     kafka_place = _local(root, "kafka", ports, second_port=True)
     kafka = KafkaPlan([BrokerSpec(1, kafka_place)], kafka_place.bind)
-    s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
-                 shape.disk_broken_after, kafka.bootstrap, with_credentials(redis.url, auth_secret), shape.chunk_size,
-                 audit_log=shape.audit_log, export_roots=(str(root), *shape.export_roots))
-    clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
     access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
     gateways = [_local(root, f"s3gw{n}", ports) for n in range(1, shape.access_nodes + 1)]
+    s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
+                 shape.disk_broken_after, kafka.bootstrap, with_credentials(redis.url, auth_secret), shape.chunk_size,
+                 audit_log=shape.audit_log, export_roots=(str(root), EXPORT_ROOT, *shape.export_roots),
+                 export_s3=export_access(auth_secret, gateways[0].url))
+    clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
     dashboard = [_local(root, "dashboard", ports)]
     return ClusterPlan(kafka, [redis, *_front(clusters, access, gateways, dashboard, s)])
 
@@ -379,6 +390,13 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
 def derived(secret: str, purpose: str, size: int = 32) -> bytes:
     """A value derived from the cluster secret, so rendering a spec again gives the same one."""
     return hmac.digest(bytes.fromhex(secret), f"blobstore {purpose}".encode(), hashlib.sha256)[:size]
+
+
+def export_access(secret: str, endpoint: str) -> S3Access:
+    """The S3 user that blobnodes write the inspection's exports as and `inspect run` reads them as, on the gateway
+    at `endpoint`: derived from the cluster secret, so the operator's CLI has it too."""
+    key_id = base64.b32encode(derived(secret, "s3 export user", 15)).decode()[:18]
+    return S3Access(endpoint=endpoint, access_key=f"AK{key_id}", secret_key=derived(secret, "s3 export secret").hex())
 
 
 def kafka_cluster_uuid(secret: str) -> str:
@@ -417,8 +435,9 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
                  spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
                  with_credentials(redis[0].url, auth_secret) if redis else spec.redis.url, spec.chunk_size,
-                 spec.kafka.partitions, export_roots=(spec.export_root,), kafka_sasl=bool(brokers),
-                 s3_namespace=spec.s3_namespace)
+                 spec.kafka.partitions, export_roots=(spec.export_root, EXPORT_ROOT), kafka_sasl=bool(brokers),
+                 s3_namespace=spec.s3_namespace,
+                 export_s3=export_access(auth_secret, places("s3")[0].url) if places("s3") else None)
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
     return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("s3"),

@@ -25,10 +25,10 @@ from pyarrow import fs as pafs
 from pydantic import ValidationError
 
 from blobstore_server.libs.ec import tactic
-from blobstore_server.libs.proto.blobnode import DiskExport
+from blobstore_server.libs.proto.blobnode import DiskExport, S3Access
 from blobstore_server.libs.proto.cluster import VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import DiskView
-from blobstore_server.libs.proto.export import manifest_path, open_target
+from blobstore_server.libs.proto.export import manifest_path, open_target, spark_path
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import Forbidden, RpcError, Unauthorized
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -84,11 +84,12 @@ class ExportReport:
 
 
 async def export_all(cluster: ClusterClient, blobnodes: BlobnodeClient, target: str,
-                     timeout: float = 600.0) -> ExportReport:
+                     timeout: float = 600.0, s3: S3Access | None = None) -> ExportReport:
     """clustermgr's tables, then every blobnode's disks at once into `target`. A blobnode that fails or does not
     answer within `timeout` is reported; its disks stay unavailable. A refusal (401, 403) is raised: it is the
-    caller's credentials, not the node, that failed."""
-    filesystem, base = open_target(target)
+    caller's credentials, not the node, that failed. An s3:// target is written as `s3` here, and as each
+    blobnode's configured user there."""
+    filesystem, base = open_target(target, s3)
     filesystem.create_dir(f"{base}/cluster", recursive=True)
     exported_at = time.time()
     volumes, disks = await cluster.list_volumes(), await cluster.list_disks()
@@ -134,10 +135,6 @@ class Inputs:
         return max(4, self.shards // rows_each)
 
 
-def _spark_path(target: str, base: str, relative: str) -> str:
-    return f"{target.rstrip('/')}/{relative}" if "://" in target else f"{base}/{relative}"
-
-
 def _check_export(filesystem: pafs.FileSystem, base: str, disk_id: int) -> DiskExport | str:
     """The disk's manifest if its files are all there and hold what it says; otherwise why not."""
     try:
@@ -159,9 +156,9 @@ def _check_export(filesystem: pafs.FileSystem, base: str, disk_id: int) -> DiskE
     return manifest
 
 
-def load_inputs(target: str) -> Inputs:
+def load_inputs(target: str, s3: S3Access | None = None) -> Inputs:
     """Read the cluster tables and judge every disk clustermgr knows (footers only: cheap for any size)."""
-    filesystem, base = open_target(target)
+    filesystem, base = open_target(target, s3)
     try:
         with filesystem.open_input_stream(f"{base}/cluster/manifest.json") as f:
             exported_at = float(json.loads(f.read())["exported_at"])
@@ -178,8 +175,8 @@ def load_inputs(target: str) -> Inputs:
             unavailable[disk["disk_id"]] = verdict
     files: dict[str, list[str]] = defaultdict(list)
     for manifest in available.values():
-        files["shards"].append(_spark_path(target, base, manifest.shard_file))
-        files["chunks"].append(_spark_path(target, base, manifest.chunk_file))
-    return Inputs(target, _spark_path(target, base, "cluster/units.parquet"),
-                  _spark_path(target, base, "cluster/disks.parquet"), exported_at, files["shards"], files["chunks"],
-                  available, unavailable, {d["disk_id"]: d["host"] for d in disks})
+        files["shards"].append(spark_path(target, manifest.shard_file))
+        files["chunks"].append(spark_path(target, manifest.chunk_file))
+    return Inputs(target, spark_path(target, "cluster/units.parquet"), spark_path(target, "cluster/disks.parquet"),
+                  exported_at, files["shards"], files["chunks"], available, unavailable,
+                  {d["disk_id"]: d["host"] for d in disks})

@@ -21,7 +21,8 @@ from pyarrow import fs as pafs
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from blobstore_server.libs.proto.export import CHUNK_SCHEMA, SHARD_SCHEMA, open_target
+from blobstore_server.libs.proto.blobnode import S3Access
+from blobstore_server.libs.proto.export import CHUNK_SCHEMA, SHARD_SCHEMA, open_target, spark_path
 from blobstore_server.libs.rpc.auth import Grant
 from blobstore_server.spark.inputs import UNIT_SCHEMA, Inputs, load_inputs, spark_ddl
 from blobstore_server.spark.rules import (
@@ -48,6 +49,7 @@ class InspectOptions:
     deep: bool = False
     deep_rate: float = 32 << 20  # bytes/s of shard reads per executor task in --deep
     deep_grant: Grant | None = None  # signs the executors' shard reads (None: the cluster does not sign)
+    s3: S3Access | None = None  # whom an s3:// output is written as (Spark's session has the same, for s3a://)
 
 
 def _read(spark: SparkSession, files: list[str], ddl: str) -> DataFrame:
@@ -139,8 +141,8 @@ def _orphan_units(units: DataFrame, chunks: DataFrame, hosts: DataFrame, cutoff:
                                             F.col("chunk_id"), F.col("epoch"), F.col("vid")))
 
 
-def write_text(target: str, relative: str, text: str) -> None:
-    filesystem, base = open_target(target)
+def write_text(target: str, relative: str, text: str, s3: S3Access | None = None) -> None:
+    filesystem, base = open_target(target, s3)
     filesystem.create_dir(base, recursive=True)
     with filesystem.open_output_stream(f"{base}/{relative}") as out:
         out.write(text.encode())
@@ -157,7 +159,7 @@ def _counts(rows: list[Any], key: str) -> dict[str, dict[str, int]]:
 def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptions) -> dict[str, Any]:
     """Run the inspection; writes findings and summary.json under `out` and returns the summary. A summary left by
     an earlier run goes first: a job that fails leaves none, never an old one that could pass for its own."""
-    filesystem, base = open_target(out)
+    filesystem, base = open_target(out, options.s3)
     with contextlib.suppress(FileNotFoundError):
         filesystem.delete_file(f"{base}/summary.json")
     cutoff = inputs.exported_at - options.settle
@@ -178,13 +180,13 @@ def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptio
 
         parts.append(_findings(deep_findings(blobs, current, options.deep_rate, options.deep_grant), F.col("finding"),
                                **{c: F.col(c) for c in FINDING_COLUMNS if c != "finding"}))
-    findings_path = f"{out.rstrip('/')}/findings"
+    findings_path = spark_path(out, "findings")
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
     union.write.mode("overwrite").partitionBy("finding").parquet(findings_path)
-    findings = spark.read.schema(FINDING_DDL).parquet(findings_path) if _has_files(out) else spark.createDataFrame(
-        [], FINDING_DDL)
+    findings = (spark.read.schema(FINDING_DDL).parquet(findings_path) if _has_files(out, options.s3)
+                else spark.createDataFrame([], FINDING_DDL))
     by_type = {r["finding"]: r["count"] for r in findings.groupBy("finding").count().collect()}
     by_disk = findings.groupBy("disk_id", "finding").count().collect()
     by_host = findings.groupBy("host", "finding").count().collect()
@@ -216,12 +218,12 @@ def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptio
         "cutoff": cutoff,
         "deep": options.deep,
     })
-    write_text(out, "summary.json", json.dumps(summary, indent=2, sort_keys=True))
+    write_text(out, "summary.json", json.dumps(summary, indent=2, sort_keys=True), options.s3)
     return summary
 
 
-def _has_files(out: str) -> bool:
-    filesystem, base = open_target(out)
+def _has_files(out: str, s3: S3Access | None) -> bool:
+    filesystem, base = open_target(out, s3)
     info = filesystem.get_file_info(pafs.FileSelector(f"{base}/findings", allow_not_found=True, recursive=True))
     return any(i.path.endswith(".parquet") for i in info)
 

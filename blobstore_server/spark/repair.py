@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from blobstore_server.libs.proto.export import spark_path
 from blobstore_server.libs.proto.mqproxy import DeleteIn, RepairIn
 from blobstore_server.services.mqproxy.client import MqProxyClient
 from blobstore_server.spark.rules import DELETABLE, FINDING_DDL, REPAIRABLE
@@ -30,7 +31,7 @@ class Queued:
 
 def requests(spark: SparkSession, out: str) -> Iterator[RepairIn | DeleteIn]:
     """One message per blob with a repairable or deletable finding, streamed from the findings table."""
-    findings = spark.read.schema(FINDING_DDL).parquet(f"{out.rstrip('/')}/findings")
+    findings = spark.read.schema(FINDING_DDL).parquet(spark_path(out, "findings"))
     wanted = [f.value for f in (*REPAIRABLE, *DELETABLE)]
     rows = (findings.filter(F.col("finding").isin(wanted))
             .groupBy("vid", "bid").agg(F.collect_set("finding").alias("kinds"),

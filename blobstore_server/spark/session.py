@@ -20,6 +20,8 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from blobstore_server.libs.maven import cache_root, fetch_jars
+from blobstore_server.libs.proto.blobnode import S3Access
+from blobstore_server.libs.proto.export import s3a_options
 
 POM = Path(__file__).resolve().parent / "pom.xml"
 S3A_POM = POM.with_name("s3a-pom.xml")
@@ -96,12 +98,13 @@ def s3a_jars() -> list[Path]:
 
 @contextmanager
 def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = None,
-                  kafka_source: bool = False, s3a: bool = False) -> Iterator[SparkSession]:
-    """A session on `master`, with Spark's Kafka source and S3A connector when asked; stopped at the end unless
-    one was already running in this process (a test or a notebook shares its own across jobs, started with what
-    they need)."""
+                  kafka_source: bool = False, s3a: bool = False, s3: S3Access | None = None) -> Iterator[SparkSession]:
+    """A session on `master`, with Spark's Kafka source and S3A connector when asked (`s3`: s3a:// paths reach its
+    endpoint as its user); stopped at the end unless one was already running in this process (a test or a notebook
+    shares its own across jobs, started with the jars they need)."""
     existing = SparkSession.getActiveSession()
     if existing is not None:
+        _reach(existing, s3)
         yield existing
         return
     # Executors run the same interpreter as the driver, so they import libs/ and spark/ as it does (pyspark
@@ -113,14 +116,26 @@ def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = N
     if master.startswith(LOOPBACK):  # everything on this machine: bind nothing but the loopback address
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    jars = (kafka_source_jars() if kafka_source else []) + (s3a_jars() if s3a else [])
+    jars = (kafka_source_jars() if kafka_source else []) + (s3a_jars() if s3a or s3 else [])
     if jars:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    _reach(session, s3)
     try:
         yield session
     finally:
         session.stop()
+
+
+def _reach(session: SparkSession, s3: S3Access | None) -> None:
+    """Point the session's s3a:// at `s3`, for the jobs run in it from now on. Hadoop caches a filesystem per bucket
+    with the settings it was opened with: the cache is off for s3a, so a session that outlives a cluster (a test's,
+    a notebook's) reaches the one it is pointed at now."""
+    if s3 is None:
+        return
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in {**s3a_options(s3), "fs.s3a.impl.disable.cache": "true"}.items():
+        hadoop.set(key, value)

@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner, Result
 
 from blobstore_server.cli.cli import app
+from blobstore_server.libs.proto import export
+from blobstore_server.libs.proto.blobnode import S3Access
 from tests.support.processes import LocalCluster
 
 
@@ -36,11 +38,9 @@ def found(out: Path, finding: str) -> set[tuple[int, int, int]]:
 
 
 def s3a_options(endpoint: str, access_key: str, secret_key: str) -> dict[str, str]:
-    """Hadoop options for Spark to read and write s3a://bucket/key on an S3 gateway at `endpoint` (http, path
-    style) as one user; a read or write takes them as `.options(**...)`. 5 MiB blocks (S3's smallest part) make a
-    file of a few MiB a multipart upload, as gigabytes would be; no retries, so a test sees the first answer."""
-    return {"fs.s3a.endpoint": endpoint, "fs.s3a.endpoint.region": "us-east-1",
-            "fs.s3a.path.style.access": "true", "fs.s3a.connection.ssl.enabled": "false",
-            "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-            "fs.s3a.access.key": access_key, "fs.s3a.secret.key": secret_key,
-            "fs.s3a.multipart.size": "5M", "fs.s3a.attempts.maximum": "1", "fs.s3a.retry.limit": "1"}
+    """Hadoop options for Spark to read and write s3a://bucket/key on an S3 gateway at `endpoint` as one user; a read
+    or write takes them as `.options(**...)`. 5 MiB blocks (S3's smallest part) make a file of a few MiB a
+    multipart upload, as gigabytes would be; no retries, so a test sees the first answer."""
+    user = S3Access(endpoint=endpoint, access_key=access_key, secret_key=secret_key)
+    return {**export.s3a_options(user), "fs.s3a.multipart.size": "5M", "fs.s3a.attempts.maximum": "1",
+            "fs.s3a.retry.limit": "1"}

@@ -13,7 +13,14 @@ from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner, Result
 
 from blobstore_server.cli.cli import app
-from blobstore_server.cluster.plan import CAPABILITIES, plan_spec
+from blobstore_server.cluster.plan import (
+    CAPABILITIES,
+    EXPORT_BUCKET,
+    EXPORT_ROOT,
+    EXPORT_USER,
+    export_access,
+    plan_spec,
+)
 from blobstore_server.cluster.spec import ClusterSpec, Services, SpecError, for_hosts, load, parse
 from blobstore_server.libs.proto import scheduler as api
 from blobstore_server.libs.rpc.auth import new_secret
@@ -173,6 +180,24 @@ def test_a_spec_with_a_postgresql_namespace_runs_a_gateway_on_every_access_host_
     assert ("s3-h4", "10.0.2.14", 9400) in list(spec.listeners())
     with pytest.raises(ValidationError, match="s3_namespace"):
         ClusterSpec.model_validate({**spec.model_dump(), "s3_namespace": "/var/lib/namespace.db"})
+
+
+def test_every_blobnode_writes_inspection_exports_to_the_first_gateways_bucket_as_the_cli_reads_them() -> None:
+    """The bucket is how `inspect run` works across hosts: the keys derive from the cluster secret, so the
+    gateways set the user up, the blobnodes write as it and the operator's CLI reads as it, all from one secret."""
+    secret = new_secret()
+    spec = load(EXAMPLE).model_copy(update={"s3_namespace": "postgresql://s3@10.0.1.20:5432/namespace"})
+    plan = plan_spec(spec, "python", secret)
+    first = plan.of_role("s3")[0].url
+    expected = export_access(secret, first)
+    for gateway in plan.of_role("s3"):
+        (user,) = S3Config.model_validate_json(gateway.config_text).service_users
+        assert (user.name, user.access_key, user.secret_key, user.buckets) == (
+            EXPORT_USER, expected.access_key, expected.secret_key, [EXPORT_BUCKET])
+    for node in plan.of_role("blobnode"):
+        config = BlobnodeConfig.model_validate_json(node.config_text)
+        assert config.export_s3 == expected and EXPORT_ROOT in config.export_roots
+    assert export_access(new_secret(), first) != expected
 
 
 def test_the_operators_kafka_and_redis_are_used_and_not_rendered(tmp_path: Path) -> None:

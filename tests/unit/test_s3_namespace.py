@@ -135,6 +135,23 @@ def test_users_get_aws_shaped_keys_and_secrets_found_by_access_key(opener: Opene
         store.remove_user("bob")
 
 
+def test_a_service_user_is_set_up_with_its_keys_and_buckets_by_every_gateway_start(opener: Opener) -> None:
+    store = opener()
+    store.ensure_user("inspect", "AKSERVICEUSER0000001", "s" * 64, ["exports"])
+    store.ensure_user("inspect", "AKSERVICEUSER0000001", "s" * 64, ["exports"])  # the next start, or a second gateway
+    credentials = store.credentials("AKSERVICEUSER0000001")
+    assert credentials is not None and (credentials.user.name, credentials.secret) == ("inspect", "s" * 64)
+    assert [(b.name, b.owner) for b in store.list_buckets("inspect")] == [("exports", "inspect")]
+    store.ensure_user("inspect", "AKSERVICEUSER0000002", "t" * 64)  # a new cluster secret: new keys, same buckets
+    assert store.credentials("AKSERVICEUSER0000001") is None
+    assert [u.name for u in store.list_users()] == ["inspect"] and len(store.list_buckets("inspect")) == 1
+    store.add_user("mallory")
+    store.create_bucket("taken", "mallory")
+    with pytest.raises(S3Error, match="BucketAlreadyExists"):  # a gateway will not start on another's bucket
+        store.ensure_user("inspect", "AKSERVICEUSER0000002", "t" * 64, ["taken"])
+    assert [b.name for b in store.list_buckets("inspect")] == ["exports"]
+
+
 # buckets -------------------------------------------------------------------------------------------------------
 
 

@@ -280,6 +280,16 @@ class ExportRequest(RequestBody):
     piece_rows: int = Field(20_000, ge=100, le=1_000_000)  # index entries read per trip to the disk's pool
 
 
+class S3Access(BaseModel):
+    """One user of an S3 endpoint (path-style; the cluster's own gateway), for export targets of the form
+    s3://bucket/prefix: the bucket of the inspection's exports and findings."""
+
+    endpoint: str = Field(pattern=r"^https?://[^/?#]+$")
+    access_key: str = Field(min_length=1)
+    secret_key: str = Field(min_length=1)
+    region: str = "us-east-1"
+
+
 class DiskExport(BaseModel):
     """A disk's manifest, written last: a disk without one (or with a broken one) is unavailable, not empty.
     Paths are relative to the export's target."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from blobstore_server.libs.proto.blobnode import S3Access
 from blobstore_server.libs.rpc.config import ServiceSettings
 
 
@@ -88,6 +89,7 @@ class BlobnodeConfig(ServiceSettings):
     compact_idle: float = Field(600.0, ge=0)
     # inspection exports are written only under these (absolute paths or URIs); none: every export is refused
     export_roots: list[str] = Field(default_factory=list)
+    export_s3: S3Access | None = None  # whom s3:// export targets are written as (the cluster's gateway)
 
     @field_validator("disks")
     @classmethod

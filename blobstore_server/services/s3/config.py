@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from blobstore_server.libs.rpc.config import ServiceSettings
+
+
+class ServiceUser(BaseModel):
+    """A user the cluster's own services sign as (the inspection's exports), with the buckets it owns: every
+    gateway sets it up in the namespace at start, its keys derived from the cluster's secret."""
+
+    name: str = Field(min_length=1)
+    access_key: str = Field(min_length=16)
+    secret_key: str = Field(min_length=32)
+    buckets: list[str] = Field(default_factory=list)
 
 
 class S3Config(ServiceSettings):
@@ -24,6 +34,7 @@ class S3Config(ServiceSettings):
     # Seconds after which a PUT's intent is taken for a crashed gateway's and its blobs are reaped; longer than
     # the slowest PUT of max_object_size (a PUT still running past it fails at its commit)
     intent_ttl: float = Field(3600.0, gt=0)
+    service_users: list[ServiceUser] = Field(default_factory=list)
 
     @property
     def advertised_host(self) -> str:

@@ -74,6 +74,25 @@ class NamespaceStore(Uploads):
                    (name, access_key, secret, self.clock()))
         return access_key, secret
 
+    def ensure_user(self, name: str, access_key: str, secret: str, buckets: Sequence[str] = ()) -> None:
+        """The user `name` signing with these keys, owning `buckets`, whether or not they existed: a service user
+        whose keys the cluster's secret derives, set up by every gateway at its start."""
+        with self.transaction(write=True) as tx:
+            tx.run("INSERT INTO users (name, access_key, secret, created_ms) VALUES (?, ?, ?, ?) ON CONFLICT (name) "
+                   "DO UPDATE SET access_key = excluded.access_key, secret = excluded.secret",
+                   (name, access_key, secret, self.clock()))
+        for bucket in buckets:
+            for attempt in range(2):  # a racing gateway's insert of the same bucket (PostgreSQL) wins first
+                try:
+                    self.create_bucket(bucket, name)
+                except S3Error as exc:
+                    if exc.code == "BucketAlreadyOwnedByYou":
+                        break
+                    if exc.code != "ConditionalRequestConflict" or attempt:
+                        raise
+                else:
+                    break
+
     def list_users(self) -> list[User]:
         with self.transaction(write=False) as tx:
             rows = tx.all("SELECT name, access_key, created_ms FROM users ORDER BY name")
