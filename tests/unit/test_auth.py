@@ -305,3 +305,29 @@ def test_a_presigned_shard_read_passes_once_as_given_and_an_unsigning_process_gi
     assert check("GET", "/shard/get", query, headers[AUTH_HEADER], b"", 0, "h:1") == Caller(C.READ_SHARD)
     with pytest.raises(Unauthorized, match="used before"):
         check("GET", "/shard/get", query, headers[AUTH_HEADER], b"", 0, "h:1")
+
+
+def test_a_blobnodes_key_cannot_lease_and_an_allocators_cannot_report_disks() -> None:
+    clustermgr = verifier((C.OBSERVE,), identities=True, clock=0)
+    node = signer(C.OBSERVE, C.DISK_REPORT, name="http://a:1")
+    allocator = signer(C.OBSERVE, C.LEASE, name="http://alloc:1")
+    with pytest.raises(Forbidden, match="own lease identity"):
+        signed(node, "POST", "http://h/volume/release")
+    with pytest.raises(Forbidden, match="own disk-report identity"):
+        signed(allocator, "POST", "http://h/disk/broken")
+    header = signed(allocator, "POST", "http://h/volume/release")
+    clustermgr.clock = lambda: float(dict(p.partition("=")[::2] for p in header.split()[1:])["ts"])
+    assert clustermgr.check("POST", "/volume/release", "", header, b"{}", 2, "h") == Caller(C.LEASE, "http://alloc:1")
+    # the disk-report key relabelled as a lease signature is not the lease key
+    forged = signed(node, "POST", "http://h/disk/broken").replace("cap=disk-report", "cap=lease")
+    with pytest.raises(Unauthorized, match="bad signature"):
+        clustermgr.check("POST", "/volume/release", "", forged, b"{}", 2, "h")
+    assert C.LEASE not in AuthConfig.for_capabilities(SECRET, (C.OBSERVE, C.LEASE), name="x").keys  # not shared
+
+
+def test_a_config_of_one_identity_key_is_its_disk_report_key() -> None:
+    config = AuthConfig.for_capabilities(SECRET, (C.OBSERVE, C.DISK_REPORT), name="http://a:1")
+    assert config.identity is not None
+    legacy = AuthConfig.model_validate({"keys": config.keys, "identity": {
+        "name": "http://a:1", "key": config.identity.keys[C.DISK_REPORT]}})
+    assert legacy.identity == config.identity

@@ -14,9 +14,11 @@ only once: it remembers every nonce it accepted until the signature is too old t
 anyway, so a captured request cannot be replayed. A missing, stale, replayed or wrong signature is 401; a good
 one for another capability than the route's is 403. During a rotation the `previous` keys are accepted too.
 
-Identity-bound capabilities (`disk-report`: a blobnode adding, heartbeating or failing its own disks) are signed
-with the process's own key, HMAC(HMAC(secret, "identities"), name), so the server (which holds the identities
-root) learns who called and the route checks the caller owns what it touches.
+Identity-bound capabilities (`disk-report`: a blobnode adding, heartbeating or failing its own disks; `lease`: an
+allocator leasing volumes and bids under its own name) are signed with a key of the process's own, derived from
+HMAC(secret, "identities") with its name and the capability (`identity_key`), so the server (which holds the
+identities root) learns who called, the route checks the caller owns what it touches, and one identity-bound
+capability's key never signs another's (a blobnode cannot lease volumes).
 
 A `Grant` hands a capability on for a while without its key: HMAC(key, "grant <expires>"). Its holder signs
 with `exp=<expires>` added to the header; the server derives the same key from its own, so nobody can move the
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote_plus, urlsplit
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from blobstore.signing import AUTH_HEADER, Grant, auth_header, grant_text, signed_text
 from blobstore_server.libs.mac import hmac_sha256
@@ -52,7 +54,8 @@ UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: their length,
 CALLER_SCOPE_KEY = "blobstore.caller"  # where `authenticated` leaves the verified identity for a route
 
 
-IDENTITY_BOUND = frozenset({Capability.DISK_REPORT})
+IDENTITY_BOUND = frozenset({Capability.DISK_REPORT, Capability.LEASE})
+OPERATOR = "operator"  # the identity of the operator's signer, which holds every key and may act for any name
 PUBLIC = frozenset({"/health", "/metrics"})
 CRC_PARAM = "crc"
 MAX_GRANT = 7 * 86400.0  # a grant may not reach further ahead than this
@@ -76,8 +79,10 @@ def identities_root(secret: str) -> str:
     return hmac.new(bytes.fromhex(secret), b"blobstore identities", hashlib.sha256).hexdigest()
 
 
-def identity_key(root: str, name: str) -> str:
-    return hmac.new(bytes.fromhex(root), f"identity {name}".encode(), hashlib.sha256).hexdigest()
+def identity_key(root: str, name: str, capability: Capability = Capability.DISK_REPORT) -> str:
+    """`name`'s key for the identity-bound `capability` (disk-report keeps the derivation it had alone)."""
+    text = f"identity {name}" if capability is Capability.DISK_REPORT else f"identity {capability} {name}"
+    return hmac.new(bytes.fromhex(root), text.encode(), hashlib.sha256).hexdigest()
 
 
 def new_secret() -> str:
@@ -89,10 +94,22 @@ def _grant_key(key: bytes, expires: int) -> bytes:
 
 
 class Identity(BaseModel):
-    """A process's own name (for a blobnode, its advertised host) and the key proving it (hex)."""
+    """A process's own name (its advertised host) and the key proving it (hex) for each identity-bound capability
+    it signs. A config of before `lease` names one `key`: its disk-report key."""
 
-    name: str = Field(min_length=1)
-    key: str
+    name: str = Field(min_length=1, pattern=r"^\S+$")
+    keys: dict[Capability, str] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_key(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "key" in raw and "keys" not in raw:
+            return {**{k: v for k, v in raw.items() if k != "key"}, "keys": {Capability.DISK_REPORT: raw["key"]}}
+        return raw
+
+    @classmethod
+    def of(cls, root: str, name: str, capabilities: Iterable[Capability]) -> Identity:
+        return cls(name=name, keys={c: identity_key(root, name, c) for c in capabilities})
 
 
 class AuthConfig(BaseModel):
@@ -113,13 +130,15 @@ class AuthConfig(BaseModel):
     @classmethod
     def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,
                          *, name: str | None = None, verifies_identities: bool = False) -> AuthConfig:
+        """A process named `name` signs the identity-bound ones of `capabilities` (a blobnode's disk reports
+        when it lists none) with keys of its own; it holds a shared key for each of the others."""
         capabilities = list(capabilities)
-        previous = {c: capability_key(previous_secret, c) for c in capabilities} if previous_secret else {}
-        identity = None
-        if name is not None:
-            identity = Identity(name=name, key=identity_key(identities_root(secret), name))
+        bound = [c for c in capabilities if c in IDENTITY_BOUND] or [Capability.DISK_REPORT]
+        shared = [c for c in capabilities if c not in IDENTITY_BOUND]
+        previous = {c: capability_key(previous_secret, c) for c in shared} if previous_secret else {}
+        identity = None if name is None else Identity.of(identities_root(secret), name, bound)
         roots = [identities_root(s) for s in (secret, previous_secret) if s] if verifies_identities else []
-        return cls(keys={c: capability_key(secret, c) for c in capabilities}, previous=previous, identity=identity,
+        return cls(keys={c: capability_key(secret, c) for c in shared}, previous=previous, identity=identity,
                    identities=roots)
 
 
@@ -238,9 +257,11 @@ class Signer:
         digest = body_digest(body, streamed=parts.path in routes.streamed)
         name = ""
         if capability in IDENTITY_BOUND:
-            if self.identity is None:
-                raise Forbidden(f"{method} {parts.path} is signed by a process's own identity; this one has none")
-            key, name = bytes.fromhex(self.identity.key), self.identity.name
+            own = None if self.identity is None else self.identity.keys.get(capability)
+            if self.identity is None or own is None:
+                raise Forbidden(f"{method} {parts.path} is signed by a process's own {capability} identity; this "
+                                f"one has none")
+            key, name = bytes.fromhex(own), self.identity.name
         elif capability in self.keys:
             key = self.keys[capability]
         else:
@@ -346,7 +367,7 @@ class Verifier:
                 raise Unauthorized(f"a {capability} signature must name its signer (id=)")
             if not self.identities:
                 raise Unauthorized(f"this service takes no {capability} signatures")
-            return [bytes.fromhex(identity_key(root, name)) for root in self.identities]
+            return [bytes.fromhex(identity_key(root, name, capability)) for root in self.identities]
         if capability not in self.keys:
             raise Unauthorized(f"this service takes no {capability} signatures")
         return self.keys[capability]
@@ -357,7 +378,7 @@ def operator_signer(secret: str | None = None) -> Signer | None:
     `secret` (else $BLOBSTORE_SECRET); None without one."""
     secret = secret if secret is not None else os.environ.get(SECRET_ENV)
     return None if secret is None else Signer.from_config(
-        AuthConfig.for_capabilities(secret.strip(), Capability, name="operator"))
+        AuthConfig.for_capabilities(secret.strip(), Capability, name=OPERATOR))
 
 
 _installed: Signer | None = None
