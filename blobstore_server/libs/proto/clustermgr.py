@@ -23,13 +23,14 @@ from blobstore_server.libs.proto.cluster import (
     VolumeStatus,
 )
 from blobstore_server.libs.proto.widths import U32, U64
+from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.errors import BadRequest
 from blobstore_server.libs.rpc.routes import Capability as C
 from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 DISK_ID = Field(ge=1, lt=2**32)
 POLICY_KEY = "code_mode_policy"  # the config key of the size policy
-SESSION_HEADER = "x-clustermgr-session"  # carries a `Session` on every mutating request
+SESSION_HEADER = auth.SESSION_HEADER  # carries a `Session` on every mutating request; signed with the request
 
 
 # client sessions
