@@ -13,7 +13,7 @@ nonce N, the identity I and the `SESSION_HEADER` (clustermgr's session: fencing 
 The server takes a signature only from T - `window` to T + `skew` of its clock, never one dated before the
 second it started (so what its previous run accepted cannot pass again), and only once: it remembers every
 nonce it accepted until the signature is too old to pass anyway, so a captured request cannot be replayed;
-each caller (capability, or identity for an identity-bound one) may fill at most `caller_nonces` of that memory,
+each caller (capability, or identity for an identity-bound one) may fill at most `caller_nonces` (half) of it,
 so one flooding it gets 503 while the others are served. A missing, stale, replayed or wrong signature is 401;
 a good one for another capability than the route's is 403. During a rotation the `previous` keys are accepted.
 
@@ -129,7 +129,8 @@ class AuthConfig(BaseModel):
     window: float = Field(60.0, gt=0)
     skew: float = Field(5.0, ge=0)  # seconds a signature's time may run ahead of this clock
     nonces: int = Field(1_000_000, ge=1)  # accepted signatures remembered at most (beyond: 503, never a replay)
-    caller_nonces: int = Field(500_000, ge=1)  # of those, at most this many of one caller (beyond: 503 to it)
+    caller_nonces: int | None = Field(None, ge=1)  # of those, at most this many of one caller (beyond: 503 to it;
+    # None: half of `nonces`). A caller: a capability, or the identity signing an identity-bound one
     # host:port names others reach this service by besides the address it listens on (a DNS name, a proxy)
     names: list[str] = Field(default_factory=list)
 
@@ -340,7 +341,7 @@ class Verifier:
             self.keys.setdefault(capability, []).append(bytes.fromhex(key))
         self.identities = config.identities
         self.window, self.skew = config.window, config.skew
-        self.nonces = NonceCache(config.nonces, config.caller_nonces)
+        self.nonces = NonceCache(config.nonces, config.caller_nonces or max(1, config.nonces // 2))
         self.clock = clock
         # Its previous run remembered the nonces it took, this one does not: it takes no signature dated before
         # the second it started (a restart takes longer than that second, so nothing that run took qualifies)
