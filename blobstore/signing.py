@@ -21,11 +21,12 @@ _GRANT_TOKEN = re.compile(r"([a-z-]+)\.(\d+)\.([0-9a-f]{64})")
 
 
 def signed_text(method: str, target: str, path: str, query: str, digest: str, ts: str, capability: str, nonce: str,
-                identity: str) -> bytes:
+                identity: str, session: str) -> bytes:
     """What a request's signature is the HMAC of: method, the host:port it is sent to, path, query as sent, the body's
-    digest, its time, capability, nonce and the signer's identity ("" for none)."""
+    digest, its time, capability, nonce, the signer's identity ("" for none) and its clustermgr session header (its
+    fencing epoch and seq; "" for none)."""
     return "\n".join(("v2", method.upper(), target.lower(), path, query, digest, ts, capability, nonce,
-                      identity)).encode()
+                      identity, session)).encode()
 
 
 def auth_header(capability: str, ts: str, nonce: str, sig: str, expires: int | None = None, identity: str = "") -> str:
@@ -70,6 +71,6 @@ class Grant:
         parts = urlsplit(url)
         ts, nonce = str(int(time.time() if now is None else now)), secrets.token_hex(12)
         text = signed_text(method, parts.netloc, parts.path, parts.query, hashlib.sha256(body).hexdigest(), ts,
-                           self.capability, nonce, "")
+                           self.capability, nonce, "", "")
         return auth_header(self.capability, ts, nonce, hmac.new(bytes.fromhex(self.key), text, hashlib.sha256)
                            .hexdigest(), self.expires)

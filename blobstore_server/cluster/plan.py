@@ -195,13 +195,13 @@ EXPORT_ROOT = f"s3://{EXPORT_BUCKET}/"
 # disk's owner; blobnodes also check read-shard grants (the inspection's executors).
 C = Capability
 CAPABILITIES: dict[str, tuple[Capability, ...]] = {
-    "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.ALLOCATE, C.UNITS, C.KV, C.CANCEL_DELETE, C.ADMIN,
+    "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.UNITS, C.KV, C.CANCEL_DELETE, C.ADMIN,
                    C.CHUNK, C.RAFT_MEMBER),
     "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.DISCARD_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE,
-                 C.QUEUE_REPAIR),
+                 C.QUEUE_REPAIR, C.DISK_REPORT),
     "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE, C.UNDELETE,
                C.CANCEL_DELETE),
-    "allocator": (C.ALLOCATE, C.OBSERVE),
+    "allocator": (C.ALLOCATE, C.OBSERVE, C.LEASE),
     "mqproxy": (C.QUEUE_REPAIR, C.QUEUE_DELETE, C.REGISTER, C.OBSERVE),
     "scheduler": (C.OBSERVE, C.REGISTER, C.KV, C.UNITS, C.DISK_STATUS, C.TASKS, C.TASK_CONTROL, C.QUEUE_REPAIR,
                   C.READ_SHARD, C.CHUNK),
@@ -210,6 +210,9 @@ CAPABILITIES: dict[str, tuple[Capability, ...]] = {
     "dashboard": (C.OBSERVE,),
     "s3": (C.OBSERVE,),  # the gateway reaches access's public routes (PUT, GET, DELETE of a Location)
 }
+
+
+NAMED = frozenset({"blobnode", "allocator"})  # sign their identity-bound routes under their advertised host
 
 
 ROLES: dict[type[ServiceSettings], str] = {
@@ -223,7 +226,9 @@ def _service(place: Place, settings: Settings, config: ServiceSettings, cluster_
     """The process running `config` (the service's own config model, so a misnamed setting fails type checks and
     validation here, not at the service's start) at `place`, with its role's keys and its bind address."""
     role = ROLES[type(config)]
-    name = (config.host or f"http://{place.bind}") if isinstance(config, BlobnodeConfig) else None  # advertised
+    name = None
+    if isinstance(config, BlobnodeConfig | AllocatorConfig):  # NAMED: each signs as its advertised host
+        name = config.host or f"http://{place.bind}"
     keys = AuthConfig.for_capabilities(settings.auth_secret, CAPABILITIES[role], name=name,
                                        verifies_identities=role == "clustermgr")
     bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry

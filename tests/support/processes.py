@@ -22,7 +22,7 @@ from blobstore_server.cluster.procs import wait_until as wait_until  # the one p
 from blobstore_server.cluster.service_auth import with_auth
 from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.rpc import auth
-from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer, new_secret
+from blobstore_server.libs.rpc.auth import AUTH_HEADER, SESSION_HEADER, AuthConfig, Signer, new_secret
 from blobstore_server.libs.rpc.routes import Capability
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ class Signed(httpx.Auth):
         signer = auth.installed()
         if signer is not None and AUTH_HEADER not in request.headers:
             request.headers[AUTH_HEADER] = signer.header(request.method, str(request.url), None, request.content,
-                                                         CATALOG)
+                                                         CATALOG, request.headers.get(SESSION_HEADER, ""))
         yield request
 
 

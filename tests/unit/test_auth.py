@@ -305,3 +305,80 @@ def test_a_presigned_shard_read_passes_once_as_given_and_an_unsigning_process_gi
     assert check("GET", "/shard/get", query, headers[AUTH_HEADER], b"", 0, "h:1") == Caller(C.READ_SHARD)
     with pytest.raises(Unauthorized, match="used before"):
         check("GET", "/shard/get", query, headers[AUTH_HEADER], b"", 0, "h:1")
+
+
+def test_a_blobnodes_key_cannot_lease_and_an_allocators_cannot_report_disks() -> None:
+    clustermgr = verifier((C.OBSERVE,), identities=True, clock=0)
+    node = signer(C.OBSERVE, C.DISK_REPORT, name="http://a:1")
+    allocator = signer(C.OBSERVE, C.LEASE, name="http://alloc:1")
+    with pytest.raises(Forbidden, match="own lease identity"):
+        signed(node, "POST", "http://h/volume/release")
+    with pytest.raises(Forbidden, match="own disk-report identity"):
+        signed(allocator, "POST", "http://h/disk/broken")
+    header = signed(allocator, "POST", "http://h/volume/release")
+    clustermgr.clock = lambda: float(dict(p.partition("=")[::2] for p in header.split()[1:])["ts"])
+    assert clustermgr.check("POST", "/volume/release", "", header, b"{}", 2, "h") == Caller(C.LEASE, "http://alloc:1")
+    # the disk-report key relabelled as a lease signature is not the lease key
+    forged = signed(node, "POST", "http://h/disk/broken").replace("cap=disk-report", "cap=lease")
+    with pytest.raises(Unauthorized, match="bad signature"):
+        clustermgr.check("POST", "/volume/release", "", forged, b"{}", 2, "h")
+    assert C.LEASE not in AuthConfig.for_capabilities(SECRET, (C.OBSERVE, C.LEASE), name="x").keys  # not shared
+
+
+def test_a_config_of_one_identity_key_is_its_disk_report_key() -> None:
+    config = AuthConfig.for_capabilities(SECRET, (C.OBSERVE, C.DISK_REPORT), name="http://a:1")
+    assert config.identity is not None
+    legacy = AuthConfig.model_validate({"keys": config.keys, "identity": {
+        "name": "http://a:1", "key": config.identity.keys[C.DISK_REPORT]}})
+    assert legacy.identity == config.identity
+
+
+def test_a_signature_dated_before_the_verifier_started_is_refused() -> None:
+    """Its previous run's nonces are gone: what it could have taken then must not pass now (a restart)."""
+    restarted = verifier(clock=NOW)
+    for ts in (NOW - 1, NOW - 59):
+        with pytest.raises(Unauthorized, match="before this service started"):
+            restarted.check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=ts), "POST",
+                                                               "http://h/volume/lock"), b"{}", 2, "h")
+    later = NOW + 0.9  # signed within the second it started: taken
+    restarted.clock = lambda: later
+    assert restarted.check("POST", "/volume/lock", "", signed(signer(C.UNITS, clock=later), "POST",
+                                                              "http://h/volume/lock"), b"{}", 2, "h")
+
+
+def test_the_session_header_is_signed_so_it_cannot_be_stripped_added_or_altered() -> None:
+    check = verifier().check
+    header = signer(C.UNITS).header("POST", "http://h/volume/lock", None, b"{}", CATALOG, "c1 7 6 sched/leader 3")
+    for session in ("", "c1 7 6 sched/leader 4", "c1 8 6 sched/leader 3"):
+        with pytest.raises(Unauthorized, match="bad signature"):
+            check("POST", "/volume/lock", "", header, b"{}", 2, "h", session)
+    plain = signed(signer(C.UNITS), "POST", "http://h/volume/lock")
+    with pytest.raises(Unauthorized, match="bad signature"):  # one added to a request signed without
+        check("POST", "/volume/lock", "", plain, b"{}", 2, "h", "c1 7 6")
+    assert check("POST", "/volume/lock", "", header, b"{}", 2, "h", "c1 7 6 sched/leader 3")
+    assert check("POST", "/volume/lock", "", plain, b"{}", 2, "h")
+
+
+def test_one_caller_filling_its_share_of_the_nonce_cache_leaves_the_others_served() -> None:
+    cache = NonceCache(limit=10, per_caller=3)
+    for n in range(3):
+        cache.add(f"a{n}", until=10, now=0, caller="allocate")
+    with pytest.raises(Unavailable, match="of allocate"):
+        cache.add("a3", until=10, now=0, caller="allocate")
+    with pytest.raises(Unauthorized):  # a replay is still a replay, full or not
+        cache.add("a0", until=10, now=0, caller="allocate")
+    cache.add("a0", until=10, now=0, caller="units")  # the same nonce under another caller is not a replay
+    cache.add("b1", until=10, now=0, caller="units")
+    cache.add("a3", until=20, now=11, caller="allocate")  # its first three expired: its share is free again
+
+
+def test_a_verifier_answers_503_only_to_the_caller_that_floods_it() -> None:
+    config = AuthConfig.for_capabilities(SECRET, (C.UNITS, C.OBSERVE)).model_copy(update={"caller_nonces": 5})
+    flooded = Verifier(config, CATALOG, clock=lambda: NOW)
+    units = signer(C.UNITS)
+    for _ in range(5):
+        flooded.check("POST", "/volume/lock", "", signed(units, "POST", "http://h/volume/lock"), b"{}", 2, "h")
+    with pytest.raises(Unavailable):
+        flooded.check("POST", "/volume/lock", "", signed(units, "POST", "http://h/volume/lock"), b"{}", 2, "h")
+    assert flooded.check("GET", "/volume/list", "", signed(signer(C.OBSERVE), "GET", "http://h/volume/list",
+                                                           body=None), b"", 0, "h")

@@ -23,7 +23,7 @@ from blobstore_server.cluster.plan import (
 )
 from blobstore_server.cluster.spec import ClusterSpec, Services, SpecError, for_hosts, load, parse
 from blobstore_server.libs.proto import scheduler as api
-from blobstore_server.libs.rpc.auth import new_secret
+from blobstore_server.libs.rpc.auth import IDENTITY_BOUND, new_secret
 from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.allocator.config import AllocatorConfig
 from blobstore_server.services.blobnode.config import BlobnodeConfig
@@ -72,10 +72,13 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
                 bind = raw["members"][str(spec.services.clustermgr.index(host.name) + 1)]["http_addr"] \
                     if role == "clustermgr" else raw["bind_addr"]
                 assert bind == f"{host.address}:{getattr(spec.ports, role)}"
-                assert sorted(raw["auth"]["keys"]) == sorted(CAPABILITIES[role]), path  # only what it needs
+                shared = [c for c in CAPABILITIES[role] if c not in IDENTITY_BOUND]  # the others: its identity's
+                assert sorted(raw["auth"]["keys"]) == sorted(shared), path  # only what it needs
+                assert sorted((raw["auth"].get("identity") or {}).get("keys", {})) == sorted(
+                    c for c in CAPABILITIES[role] if c in IDENTITY_BOUND), path
                 assert "admin" not in raw["auth"]["keys"] or role == "clustermgr", path
                 assert bool(raw["auth"].get("identities")) == (role == "clustermgr"), path
-                if role == "blobnode":  # it signs its disk reports as itself
+                if role in ("blobnode", "allocator"):  # it signs its disk reports or leases as itself
                     assert raw["auth"]["identity"]["name"] == f"http://{bind}", path
             unit = (bundle / "systemd" / f"blobstore-{role}.service").read_text()
             for line in ("Restart=on-failure", "LimitNOFILE=1048576", "After=network-online.target",

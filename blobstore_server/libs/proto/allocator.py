@@ -82,6 +82,6 @@ class AllocatorStat(BaseModel):
 
 # Routes: each declared once, served by the app, called by the client, checked by auth (libs/rpc/routes.py).
 
-ALLOC = Route("POST", "/volume/alloc", C.ALLOCATE, AllocResult, AllocRequest)
+ALLOC = Route("POST", "/alloc", C.ALLOCATE, AllocResult, AllocRequest)
 STAT = Route("GET", "/stat", C.OBSERVE, AllocatorStat)
 ROUTES = RouteTable(ALLOC, STAT)

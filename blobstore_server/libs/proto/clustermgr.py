@@ -23,13 +23,14 @@ from blobstore_server.libs.proto.cluster import (
     VolumeStatus,
 )
 from blobstore_server.libs.proto.widths import U32, U64
+from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.errors import BadRequest
 from blobstore_server.libs.rpc.routes import Capability as C
 from blobstore_server.libs.rpc.routes import Route, RouteTable
 
 DISK_ID = Field(ge=1, lt=2**32)
 POLICY_KEY = "code_mode_policy"  # the config key of the size policy
-SESSION_HEADER = "x-clustermgr-session"  # carries a `Session` on every mutating request
+SESSION_HEADER = auth.SESSION_HEADER  # carries a `Session` on every mutating request; signed with the request
 
 
 # client sessions
@@ -503,17 +504,17 @@ DISK_GET = Route("GET", "/disk/get", C.OBSERVE, DiskView)
 DISK_LIST = Route("GET", "/disk/list", C.OBSERVE, DiskList)
 VOLUME_GET = Route("GET", "/volume/get", C.OBSERVE, VolumeView)
 VOLUME_LIST = Route("GET", "/volume/list", C.OBSERVE, VolumeList)
-VOLUME_ALLOC = Route("POST", "/volume/alloc", C.ALLOCATE, VolumeList, VolumeAlloc)
-VOLUME_RETAIN = Route("POST", "/volume/retain", C.ALLOCATE, RetainResult, VolumeRetain)
-VOLUME_RELEASE = Route("POST", "/volume/release", C.ALLOCATE, VolumeInfo, VolumeHolder)
+VOLUME_ALLOC = Route("POST", "/volume/alloc", C.LEASE, VolumeList, VolumeAlloc)
+VOLUME_RETAIN = Route("POST", "/volume/retain", C.LEASE, RetainResult, VolumeRetain)
+VOLUME_RELEASE = Route("POST", "/volume/release", C.LEASE, VolumeInfo, VolumeHolder)
 # A blobnode answered ChunkFull for one of the volume's shards: no room is left, whatever `used` says.
-VOLUME_FULL = Route("POST", "/volume/full", C.ALLOCATE, VolumeInfo, VolumeRef)
+VOLUME_FULL = Route("POST", "/volume/full", C.LEASE, VolumeInfo, VolumeRef)
 VOLUME_LOCK = Route("POST", "/volume/lock", C.UNITS, VolumeInfo, VolumeRef)
 VOLUME_UNLOCK = Route("POST", "/volume/unlock", C.UNITS, VolumeInfo, VolumeRef)
 UNIT_ALLOC = Route("POST", "/volume/unit/alloc", C.UNITS, Unit, UnitAlloc)
 UNIT_RELEASE = Route("POST", "/volume/unit/release", C.UNITS, VolumeInfo, UnitRelease)
 UNIT_UPDATE = Route("POST", "/volume/unit/update", C.UNITS, VolumeInfo, UnitUpdate)
-SCOPE_ALLOC = Route("POST", "/scope/alloc", C.ALLOCATE, ScopeRange, ScopeAlloc)
+SCOPE_ALLOC = Route("POST", "/scope/alloc", C.LEASE, ScopeRange, ScopeAlloc)
 SERVICE_REGISTER = Route("POST", "/service/register", C.REGISTER, ServiceInfo, ServiceRegister)
 SERVICE_HEARTBEAT = Route("POST", "/service/heartbeat", C.REGISTER, ServiceInfo, ServiceRef)
 SERVICE_UNREGISTER = Route("POST", "/service/unregister", C.REGISTER, ServiceRef, ServiceRef)

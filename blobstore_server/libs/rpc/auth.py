@@ -9,14 +9,19 @@ calls (cluster/plan.py), never the secret; only the operator's CLI derives every
 `x-blobstore-auth: v2 cap=C ts=T n=N [id=I] [exp=E] sig=S`, S being the HMAC under C's key of the method,
 the target host:port (a service takes only requests whose Host names itself), path, sorted query, a body
 digest (SHA-256, or `unsigned:<length>` for shard bytes, whose CRC is then signed in the query), T, C, the
-nonce N and the identity I. The server takes a signature only from T - `window` to T + `skew` of its clock and
-only once: it remembers every nonce it accepted until the signature is too old to pass
-anyway, so a captured request cannot be replayed. A missing, stale, replayed or wrong signature is 401; a good
-one for another capability than the route's is 403. During a rotation the `previous` keys are accepted too.
+nonce N, the identity I and the `SESSION_HEADER` (clustermgr's session: fencing epoch and seq; "" when absent).
+The server takes a signature only from T - `window` to T + `skew` of its clock, never one dated before the
+second it started (so what its previous run accepted cannot pass again), and only once: it remembers every
+nonce it accepted until the signature is too old to pass anyway, so a captured request cannot be replayed;
+each caller (capability, or identity for an identity-bound one) may fill at most `caller_nonces` (half) of it,
+so one flooding it gets 503 while the others are served. A missing, stale, replayed or wrong signature is 401;
+a good one for another capability than the route's is 403. During a rotation the `previous` keys are accepted.
 
-Identity-bound capabilities (`disk-report`: a blobnode adding, heartbeating or failing its own disks) are signed
-with the process's own key, HMAC(HMAC(secret, "identities"), name), so the server (which holds the identities
-root) learns who called and the route checks the caller owns what it touches.
+Identity-bound capabilities (`disk-report`: a blobnode adding, heartbeating or failing its own disks; `lease`: an
+allocator leasing volumes and bids under its own name) are signed with a key of the process's own, derived from
+HMAC(secret, "identities") with its name and the capability (`identity_key`), so the server (which holds the
+identities root) learns who called, the route checks the caller owns what it touches, and one identity-bound
+capability's key never signs another's (a blobnode cannot lease volumes).
 
 A `Grant` hands a capability on for a while without its key: HMAC(key, "grant <expires>"). Its holder signs
 with `exp=<expires>` added to the header; the server derives the same key from its own, so nobody can move the
@@ -34,12 +39,13 @@ import os
 import secrets
 import string
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote_plus, urlsplit
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from blobstore.signing import AUTH_HEADER, Grant, auth_header, grant_text, signed_text
 from blobstore_server.libs.mac import hmac_sha256
@@ -50,9 +56,11 @@ SECRET_ENV = "BLOBSTORE_SECRET"  # the cluster secret, for an operator's command
 Buffer = bytes | bytearray | memoryview
 UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: their length, and their CRC in the query
 CALLER_SCOPE_KEY = "blobstore.caller"  # where `authenticated` leaves the verified identity for a route
+SESSION_HEADER = "x-clustermgr-session"  # clustermgr's session (libs/proto/clustermgr.Session): signed too
 
 
-IDENTITY_BOUND = frozenset({Capability.DISK_REPORT})
+IDENTITY_BOUND = frozenset({Capability.DISK_REPORT, Capability.LEASE})
+OPERATOR = "operator"  # the identity of the operator's signer, which holds every key and may act for any name
 PUBLIC = frozenset({"/health", "/metrics"})
 CRC_PARAM = "crc"
 MAX_GRANT = 7 * 86400.0  # a grant may not reach further ahead than this
@@ -76,8 +84,10 @@ def identities_root(secret: str) -> str:
     return hmac.new(bytes.fromhex(secret), b"blobstore identities", hashlib.sha256).hexdigest()
 
 
-def identity_key(root: str, name: str) -> str:
-    return hmac.new(bytes.fromhex(root), f"identity {name}".encode(), hashlib.sha256).hexdigest()
+def identity_key(root: str, name: str, capability: Capability = Capability.DISK_REPORT) -> str:
+    """`name`'s key for the identity-bound `capability` (disk-report keeps the derivation it had alone)."""
+    text = f"identity {name}" if capability is Capability.DISK_REPORT else f"identity {capability} {name}"
+    return hmac.new(bytes.fromhex(root), text.encode(), hashlib.sha256).hexdigest()
 
 
 def new_secret() -> str:
@@ -89,10 +99,22 @@ def _grant_key(key: bytes, expires: int) -> bytes:
 
 
 class Identity(BaseModel):
-    """A process's own name (for a blobnode, its advertised host) and the key proving it (hex)."""
+    """A process's own name (its advertised host) and the key proving it (hex) for each identity-bound capability
+    it signs. A config of before `lease` names one `key`: its disk-report key."""
 
-    name: str = Field(min_length=1)
-    key: str
+    name: str = Field(min_length=1, pattern=r"^\S+$")
+    keys: dict[Capability, str] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_key(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "key" in raw and "keys" not in raw:
+            return {**{k: v for k, v in raw.items() if k != "key"}, "keys": {Capability.DISK_REPORT: raw["key"]}}
+        return raw
+
+    @classmethod
+    def of(cls, root: str, name: str, capabilities: Iterable[Capability]) -> Identity:
+        return cls(name=name, keys={c: identity_key(root, name, c) for c in capabilities})
 
 
 class AuthConfig(BaseModel):
@@ -107,19 +129,23 @@ class AuthConfig(BaseModel):
     window: float = Field(60.0, gt=0)
     skew: float = Field(5.0, ge=0)  # seconds a signature's time may run ahead of this clock
     nonces: int = Field(1_000_000, ge=1)  # accepted signatures remembered at most (beyond: 503, never a replay)
+    caller_nonces: int | None = Field(None, ge=1)  # of those, at most this many of one caller (beyond: 503 to it;
+    # None: half of `nonces`). A caller: a capability, or the identity signing an identity-bound one
     # host:port names others reach this service by besides the address it listens on (a DNS name, a proxy)
     names: list[str] = Field(default_factory=list)
 
     @classmethod
     def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,
                          *, name: str | None = None, verifies_identities: bool = False) -> AuthConfig:
+        """A process named `name` signs the identity-bound ones of `capabilities` (a blobnode's disk reports
+        when it lists none) with keys of its own; it holds a shared key for each of the others."""
         capabilities = list(capabilities)
-        previous = {c: capability_key(previous_secret, c) for c in capabilities} if previous_secret else {}
-        identity = None
-        if name is not None:
-            identity = Identity(name=name, key=identity_key(identities_root(secret), name))
+        bound = [c for c in capabilities if c in IDENTITY_BOUND] or [Capability.DISK_REPORT]
+        shared = [c for c in capabilities if c not in IDENTITY_BOUND]
+        previous = {c: capability_key(previous_secret, c) for c in shared} if previous_secret else {}
+        identity = None if name is None else Identity.of(identities_root(secret), name, bound)
         roots = [identities_root(s) for s in (secret, previous_secret) if s] if verifies_identities else []
-        return cls(keys={c: capability_key(secret, c) for c in capabilities}, previous=previous, identity=identity,
+        return cls(keys={c: capability_key(secret, c) for c in shared}, previous=previous, identity=identity,
                    identities=roots)
 
 
@@ -179,9 +205,11 @@ def query_as_sent(url: str, params: Mapping[str, str] | None) -> str:
 
 
 def sign(key: bytes, method: str, target: str, path: str, query: str, digest: str, ts: str, capability: Capability,
-         nonce: str, identity: str) -> str:
-    """The signature of a request to `target` (the host:port it is sent to, as its Host header says)."""
-    return hmac_sha256(key, signed_text(method, target, path, query, digest, ts, capability, nonce, identity)).hex()
+         nonce: str, identity: str, session: str = "") -> str:
+    """The signature of a request to `target` (the host:port it is sent to, as its Host header says) carrying
+    `session` in its `SESSION_HEADER` ("": none)."""
+    return hmac_sha256(key, signed_text(method, target, path, query, digest, ts, capability, nonce, identity,
+                                        session)).hex()
 
 
 class _Nonces:
@@ -228,8 +256,9 @@ class Signer:
         return Grant.of(capability, self.keys[capability], int(self.clock() + ttl))
 
     def header(self, method: str, url: str, params: Mapping[str, str] | None, body: Buffer | None,
-               routes: RouteTable) -> str:
-        """The header of a request to `url`, one of `routes` (those of the service it goes to)."""
+               routes: RouteTable, session: str = "") -> str:
+        """The header of a request to `url`, one of `routes` (those of the service it goes to), whose
+        `SESSION_HEADER` is `session` ("": none)."""
         parts = urlsplit(url)
         capability = required_capability(routes, parts.path)
         if capability is None:
@@ -238,42 +267,59 @@ class Signer:
         digest = body_digest(body, streamed=parts.path in routes.streamed)
         name = ""
         if capability in IDENTITY_BOUND:
-            if self.identity is None:
-                raise Forbidden(f"{method} {parts.path} is signed by a process's own identity; this one has none")
-            key, name = bytes.fromhex(self.identity.key), self.identity.name
+            own = None if self.identity is None else self.identity.keys.get(capability)
+            if self.identity is None or own is None:
+                raise Forbidden(f"{method} {parts.path} is signed by a process's own {capability} identity; this "
+                                f"one has none")
+            key, name = bytes.fromhex(own), self.identity.name
         elif capability in self.keys:
             key = self.keys[capability]
         else:
             raise Forbidden(f"{method} {parts.path} takes the {capability} capability, which this process lacks")
         query = query_as_sent(url, params) if params else parts.query
-        sig = sign(key, method, parts.netloc, parts.path, query, digest, ts, capability, nonce, name)
+        sig = sign(key, method, parts.netloc, parts.path, query, digest, ts, capability, nonce, name, session)
         return auth_header(capability, ts, nonce, sig, self.expires, name)
 
 
 class NonceCache:
-    """Nonces of accepted signatures, in sets by the second they stop mattering (their signature's time plus the
-    window: a replay carries its signed time, so it meets its original's set); a set is dropped whole once past.
-    Bounded. Sets by second rather than an entry per nonce in one ordered map: 1.0-1.7 us per add against 2.0-2.2
-    at 4,000 adds a second, and no timestamp object kept per nonce."""
+    """Nonces of accepted signatures, each under its caller, in sets by the second they stop mattering (their
+    signature's time plus the window: a replay carries its signed time, so it meets its original's set); a set is
+    dropped whole once past. Bounded in all (`limit`) and per caller (`per_caller`), so one caller filling its
+    share is refused (503) while the others are still served. Sets by second rather than an entry per nonce in one
+    ordered map: 1.0-1.7 us per add against 2.0-2.2 at 4,000 adds a second, and no timestamp object per nonce."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_caller: int | None = None) -> None:
         self.limit = limit
-        self._sets: dict[int, set[str]] = {}  # second (rounded up) -> nonces that matter until then
+        self.per_caller = limit if per_caller is None else per_caller
+        self._sets: dict[int, set[str]] = {}  # second (rounded up) -> "caller nonce" that matter until then
+        self._counts: dict[int, Counter[str]] = {}  # second -> how many of its set each caller has
+        self._held: Counter[str] = Counter()  # caller -> nonces remembered
         self._size = 0
         self._swept = -math.inf
 
-    def add(self, nonce: str, until: float, now: float) -> None:
-        """Remember `nonce` until `until`; Unauthorized if it was seen, Unavailable if the cache is full."""
+    def add(self, nonce: str, until: float, now: float, caller: str = "") -> None:
+        """Remember `caller`'s `nonce` until `until`; Unauthorized if it was seen, Unavailable if the cache or the
+        caller's share of it is full."""
         if now >= self._swept + 1:  # at most once a second
             for second in [s for s in self._sets if s < now]:
                 self._size -= len(self._sets.pop(second))
+                self._held -= self._counts.pop(second)
             self._swept = now
-        nonces = self._sets.setdefault(math.ceil(until), set())
-        if nonce in nonces:
+        second = math.ceil(until)
+        nonces = self._sets.setdefault(second, set())
+        key = f"{caller} {nonce}"
+        if key in nonces:
             raise Unauthorized("this signature was used before (a replayed request)")
         if self._size >= self.limit:
             raise Unavailable("too many signed requests within the signature window; retry shortly")
-        nonces.add(nonce)
+        if self._held[caller] >= self.per_caller:
+            raise Unavailable(f"too many signed requests of {caller} within the signature window; retry shortly")
+        nonces.add(key)
+        counts = self._counts.get(second)
+        if counts is None:
+            counts = self._counts[second] = Counter()
+        counts[caller] += 1
+        self._held[caller] += 1
         self._size += 1
 
 
@@ -295,14 +341,17 @@ class Verifier:
             self.keys.setdefault(capability, []).append(bytes.fromhex(key))
         self.identities = config.identities
         self.window, self.skew = config.window, config.skew
-        self.nonces = NonceCache(config.nonces)
+        self.nonces = NonceCache(config.nonces, config.caller_nonces or max(1, config.nonces // 2))
         self.clock = clock
+        # Its previous run remembered the nonces it took, this one does not: it takes no signature dated before
+        # the second it started (a restart takes longer than that second, so nothing that run took qualifies)
+        self.started = int(clock())
 
     def check(self, method: str, path: str, query_string: str, header: str | None, body: bytes | None,
-              content_length: int | None, target: str = "") -> Caller | None:
+              content_length: int | None, target: str = "", session: str = "") -> Caller | None:
         """Who called, or Unauthorized / Forbidden saying why not. `body` is None for a streamed route (its
         declared length and the CRC in its query are signed); `target` is the request's Host, which the caller
-        checks names this service."""
+        checks names this service; `session` its `SESSION_HEADER` ("": none)."""
         needed = required_capability(self.routes, path)
         if needed is None:
             return None
@@ -321,6 +370,9 @@ class Verifier:
         if signed_at > now + self.skew:
             raise Unauthorized(f"signature dated {signed_at - now:.0f}s ahead of this clock (at most "
                                f"{self.skew:.0f}s)")
+        if signed_at < self.started:
+            raise Unauthorized(f"signature dated {self.started - signed_at}s before this service started: sign it "
+                               f"anew")
         name = fields.get("id", "")
         keys = self._keys(capability, name)
         if expires is not None:
@@ -333,11 +385,11 @@ class Verifier:
             raise Unauthorized(f"{method} {path} must sign the shard's CRC ({CRC_PARAM}=) in its query")
         digest = f"{UNSIGNED}{content_length or 0}" if body is None else body_digest(body)
         if not any(hmac.compare_digest(sig, sign(key, method, target, path, query_string, digest, ts, capability,
-                                                 nonce, name)) for key in keys):
+                                                 nonce, name, session)) for key in keys):
             raise Unauthorized(f"bad signature for {method} {path}")
         if capability is not needed:
             raise Forbidden(f"{method} {path} takes the {needed} capability, not {capability}")
-        self.nonces.add(nonce, signed_at + self.window + 1, now)
+        self.nonces.add(nonce, signed_at + self.window + 1, now, f"{capability} {name}" if name else capability)
         return Caller(capability, name or None)
 
     def _keys(self, capability: Capability, name: str) -> list[bytes]:
@@ -346,7 +398,7 @@ class Verifier:
                 raise Unauthorized(f"a {capability} signature must name its signer (id=)")
             if not self.identities:
                 raise Unauthorized(f"this service takes no {capability} signatures")
-            return [bytes.fromhex(identity_key(root, name)) for root in self.identities]
+            return [bytes.fromhex(identity_key(root, name, capability)) for root in self.identities]
         if capability not in self.keys:
             raise Unauthorized(f"this service takes no {capability} signatures")
         return self.keys[capability]
@@ -357,7 +409,7 @@ def operator_signer(secret: str | None = None) -> Signer | None:
     `secret` (else $BLOBSTORE_SECRET); None without one."""
     secret = secret if secret is not None else os.environ.get(SECRET_ENV)
     return None if secret is None else Signer.from_config(
-        AuthConfig.for_capabilities(secret.strip(), Capability, name="operator"))
+        AuthConfig.for_capabilities(secret.strip(), Capability, name=OPERATOR))
 
 
 _installed: Signer | None = None

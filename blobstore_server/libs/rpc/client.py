@@ -22,7 +22,7 @@ import yarl
 from pydantic import BaseModel, ValidationError
 
 from blobstore_server.libs.rpc import auth
-from blobstore_server.libs.rpc.auth import AUTH_HEADER
+from blobstore_server.libs.rpc.auth import AUTH_HEADER, SESSION_HEADER
 from blobstore_server.libs.rpc.errors import Internal, Unreachable, error_from_response
 from blobstore_server.libs.rpc.routes import NO_ROUTES, Route, RouteTable
 from blobstore_server.libs.rpc.splice import SocketBody
@@ -236,7 +236,7 @@ def _sign(request: Request, routes: RouteTable) -> None:
     signer = auth.installed()
     if signer is not None and AUTH_HEADER not in request.headers:
         request.headers[AUTH_HEADER] = signer.header(request.method, request.url, request.params, request.body,
-                                                     routes)
+                                                     routes, request.headers.get(SESSION_HEADER, ""))
 
 
 def presigned(method: str, url: str, params: Params | None, routes: RouteTable) -> tuple[str, dict[str, str]]:

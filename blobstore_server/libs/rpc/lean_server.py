@@ -28,7 +28,15 @@ from pydantic import BaseModel
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from blobstore_server.libs.buffers import uninitialized
-from blobstore_server.libs.rpc.auth import AUTH_HEADER, Caller, Verifier, address, check_target, query_pairs
+from blobstore_server.libs.rpc.auth import (
+    AUTH_HEADER,
+    SESSION_HEADER,
+    Caller,
+    Verifier,
+    address,
+    check_target,
+    query_pairs,
+)
 from blobstore_server.libs.rpc.errors import Internal, LengthMismatch, RequestTimeout, RpcError
 from blobstore_server.libs.rpc.limits import Admission
 from blobstore_server.libs.rpc.metrics import ENABLED, STATS
@@ -269,7 +277,8 @@ class LeanConnection(asyncio.BufferedProtocol):
                 target = headers.get("host", "").lower()
                 check_target(target, self.site.names, self.local)
                 caller = self.site.verifier.check(method, path, query, headers.get(AUTH_HEADER),
-                                                  None if path in self.site.streamed else b"", self.unread, target)
+                                                  None if path in self.site.streamed else b"", self.unread, target,
+                                                  headers.get(SESSION_HEADER, ""))
             await handler(Request(method, path, query, headers, caller, self._read_body), writer)
             if not writer.started:
                 raise Internal(f"{path} answered nothing")

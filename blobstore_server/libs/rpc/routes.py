@@ -27,7 +27,8 @@ class Capability(StrEnum):
     REGISTER = "register"  # a service announcing itself
     DISK_REPORT = "disk-report"  # a blobnode adding, heartbeating or failing its own disks (identity-bound)
     DISK_STATUS = "disk-status"  # marking any disk broken, repaired or read-only (operator, scheduler)
-    ALLOCATE = "allocate"  # leasing volumes and id ranges (allocator; access from the allocator)
+    ALLOCATE = "allocate"  # taking space and bids from an allocator (access)
+    LEASE = "lease"  # leasing volumes and bid ranges from clustermgr under the caller's own name (identity-bound)
     UNITS = "units"  # locking volumes and moving their units (scheduler)
     KV = "kv"  # writing clustermgr's kv: the scheduler's lease and task records
     TASKS = "tasks"  # taking and reporting background tasks (worker)

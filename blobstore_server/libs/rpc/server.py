@@ -36,6 +36,7 @@ from blobstore_server.libs.rpc.asgi import SPLICE_MESSAGE, ASGIApp, Message, Rec
 from blobstore_server.libs.rpc.auth import (
     AUTH_HEADER,
     CALLER_SCOPE_KEY,
+    SESSION_HEADER,
     Signer,
     Verifier,
     address,
@@ -463,7 +464,8 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
             check_target(target, names, address(scope.get("server")))
             scope[CALLER_SCOPE_KEY] = verifier.check(scope["method"], path,
                                                      scope.get("query_string", b"").decode("latin-1"),
-                                                     headers.get(AUTH_HEADER), body, declared, target)
+                                                     headers.get(AUTH_HEADER), body, declared, target,
+                                                     headers.get(SESSION_HEADER, ""))
         except RpcError as exc:
             await _send_error(send, exc)
             return
@@ -472,7 +474,8 @@ def authenticated(app: ASGIApp, verifier: Verifier, max_body: int = MAX_SIGNED_B
     return guard
 
 
-_GUARDED = frozenset(name.encode() for name in ("content-length", "transfer-encoding", "host", AUTH_HEADER))
+_GUARDED = frozenset(name.encode() for name in ("content-length", "transfer-encoding", "host", AUTH_HEADER,
+                                                 SESSION_HEADER))
 
 
 async def _send_error(send: Send, exc: RpcError) -> None:

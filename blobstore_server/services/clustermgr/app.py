@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from blobstore_server.libs import space
 from blobstore_server.libs.ec import CodeMode
 from blobstore_server.libs.proto import clustermgr as api
-from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeStatus
+from blobstore_server.libs.proto.cluster import DiskInfo, DiskStatus, Unit, VolumeInfo, VolumeStatus
 from blobstore_server.libs.proto.clustermgr import (
     KV_PAGE,
     SESSION_HEADER,
@@ -38,6 +38,7 @@ from blobstore_server.libs.proto.clustermgr import (
     RaftStatus,
     ReplicaStatus,
     RetainResult,
+    ScopeRange,
     ServiceList,
     Session,
     Undeleted,
@@ -53,6 +54,7 @@ from blobstore_server.libs.rpc.auth import CALLER_SCOPE_KEY
 from blobstore_server.libs.rpc.errors import BadRequest, Forbidden, NotFound
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import ASGIApp, create_app, serves
+from blobstore_server.services.clustermgr.callers import check_disk_move, check_holder, check_scope_request
 from blobstore_server.services.clustermgr.commands.disks import DiskAddCmd, DiskHeartbeatCmd, DiskSetCmd
 from blobstore_server.services.clustermgr.commands.keys import (
     ConfigSet,
@@ -93,13 +95,13 @@ async def _session(raw: Annotated[str | None, Header(alias=SESSION_HEADER)] = No
 Caller = Annotated[Session | None, Depends(_session)]
 
 
-async def _reporter(request: Request) -> str | None:
-    """The identity that signed a disk report (None when this clustermgr runs without auth)."""
+async def _signed_by(request: Request) -> str | None:
+    """The identity that signed a disk report or a lease request (None when this clustermgr runs without auth)."""
     caller = request.scope.get(CALLER_SCOPE_KEY)
     return None if caller is None else caller.identity
 
 
-Reporter = Annotated[str | None, Depends(_reporter)]
+SignedBy = Annotated[str | None, Depends(_signed_by)]
 
 
 def _owned(cm: ClusterManager, reporter: str | None, disk_ids: list[int]) -> None:
@@ -118,13 +120,11 @@ def _owned(cm: ClusterManager, reporter: str | None, disk_ids: list[int]) -> Non
 # Routes whose body is the command they commit, as it came (`Command`): route -> that command. The route's
 # declaration names its body and answer; `serves` refuses a command that is not that body or answers otherwise.
 PROPOSED: tuple[tuple[Route[Any], type[Command[Any]]], ...] = (
-    (api.VOLUME_RELEASE, VolumeRelease),
     (api.VOLUME_FULL, VolumeFull),
     (api.VOLUME_LOCK, VolumeLock),
     (api.VOLUME_UNLOCK, VolumeUnlock),
     (api.UNIT_RELEASE, UnitReleaseCmd),
     (api.UNIT_UPDATE, UnitUpdateCmd),
-    (api.SCOPE_ALLOC, ScopeAlloc),
     (api.SERVICE_REGISTER, ServiceRegisterCmd),
     (api.SERVICE_HEARTBEAT, ServiceHeartbeat),
     (api.SERVICE_UNREGISTER, ServiceUnregister),
@@ -171,14 +171,14 @@ def _serve_disks(app: FastAPI, cm: ClusterManager) -> None:
         return DiskId(disk_id=(await cm.submit(ScopeAlloc(name="disk_id", count=1), caller)).start)
 
     @serves(app, api.DISK_ADD)
-    async def disk_add(req: DiskAdd, caller: Caller, reporter: Reporter) -> DiskInfo:
+    async def disk_add(req: DiskAdd, caller: Caller, reporter: SignedBy) -> DiskInfo:
         if reporter is not None and req.host != reporter:
             raise Forbidden(f"{reporter} may add only its own disks, not one of {req.host}")
         _owned(cm, reporter, [req.disk_id])
         return await cm.submit(DiskAddCmd(disk=req), caller)
 
     @serves(app, api.DISK_HEARTBEAT)
-    async def disk_heartbeat(req: DiskHeartbeatCmd, reporter: Reporter) -> HeartbeatAnswer:
+    async def disk_heartbeat(req: DiskHeartbeatCmd, reporter: SignedBy) -> HeartbeatAnswer:
         _owned(cm, reporter, [d.disk_id for d in req.disks])
         for beat in req.disks:  # here, so that an unknown disk fails its own report, not the whole batch
             cm.state.disk(beat.disk_id)
@@ -188,10 +188,13 @@ def _serve_disks(app: FastAPI, cm: ClusterManager) -> None:
     async def disk_set(req: DiskSetCmd, caller: Caller) -> DiskInfo:
         if req.status is None and req.readonly is None:
             raise BadRequest("give a status, readonly, or both")
+        state = await cm.fresh()
+        units_left = sum(1 for v in state.volumes() for u in v.units if u.disk_id == req.disk_id)
+        check_disk_move(req.disk_id, state.disk(req.disk_id).status, req.status, units_left)
         return await cm.submit(req, caller)
 
     @serves(app, api.DISK_BROKEN)
-    async def disk_broken(req: DiskRef, caller: Caller, reporter: Reporter) -> DiskInfo:
+    async def disk_broken(req: DiskRef, caller: Caller, reporter: SignedBy) -> DiskInfo:
         """A blobnode reporting its own disk failing: the one status change a data-path service may make."""
         _owned(cm, reporter, [req.disk_id])
         return await cm.submit(DiskSetCmd(disk_id=req.disk_id, status=DiskStatus.BROKEN), caller)
@@ -227,8 +230,9 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
                           revision=state.applied_index())
 
     @serves(app, api.VOLUME_ALLOC)
-    async def volume_alloc(req: VolumeAlloc, caller: Caller) -> VolumeList:
+    async def volume_alloc(req: VolumeAlloc, caller: Caller, signer: SignedBy) -> VolumeList:
         mode = req.code_mode
+        check_holder(signer, req.holder)
         alloc = VolumeAllocCmd(code_mode=mode, holder=req.holder, count=req.count, lease_ttl=lease_ttl,
                                    min_free=space.blob_bytes(mode, req.largest_blob),
                                    heartbeat_timeout=heartbeat_timeout,
@@ -237,10 +241,21 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
         return await cm.lease_volumes(alloc, caller)
 
     @serves(app, api.VOLUME_RETAIN)
-    async def volume_retain(req: VolumeRetain, caller: Caller) -> RetainResult:
+    async def volume_retain(req: VolumeRetain, caller: Caller, signer: SignedBy) -> RetainResult:
+        check_holder(signer, req.holder)
         retain = VolumeRetainCmd(holder=req.holder, lease_ttl=lease_ttl, volumes=req.volumes,
-                                     heartbeat_timeout=heartbeat_timeout)
+                                 heartbeat_timeout=heartbeat_timeout)
         return await cm.submit(retain, caller)
+
+    @serves(app, api.VOLUME_RELEASE)
+    async def volume_release(req: VolumeRelease, caller: Caller, signer: SignedBy) -> VolumeInfo:
+        check_holder(signer, req.holder)
+        return await cm.submit(req, caller)
+
+    @serves(app, api.SCOPE_ALLOC)
+    async def scope_alloc(req: ScopeAlloc, caller: Caller) -> ScopeRange:
+        check_scope_request(req.name, req.count)
+        return await cm.submit(req, caller)
 
     @serves(app, api.UNIT_ALLOC)
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
