@@ -283,12 +283,12 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
             *each("worker", WorkerConfig(clustermgr_hosts=cm_urls)),
             *each("mqproxy", MqProxyConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
                                            partitions=s.partitions, cluster_id=cluster_id, message_key=sealing,
-                                           kafka_auth=login("mqproxy"))),
+                                           kafka_auth=login("mqproxy"), insecure=not s.kafka_sasl)),
             *each("tinker", TinkerConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
                                          delete_safe_delay=s.delete_delay,
                                          delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
                                          group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing,
-                                         kafka_auth=login("tinker")))]
+                                         kafka_auth=login("tinker"), insecure=not s.kafka_sasl))]
 
 
 def _gateways(places: list[Place], nodes: list[ProcessSpec], s: Settings) -> list[ProcessSpec]:

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from blobstore_server.cluster.plan import CAPABILITIES, NAMED
+from blobstore_server.libs.mq.seal import message_key
 from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
+
+MESSAGE_ROLES = ("mqproxy", "tinker")
 
 
 def role_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -25,8 +28,14 @@ def role_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
-    """`config` with its role's `auth` section (any `insecure` flag dropped: the two exclude each other)."""
-    rest = {k: v for k, v in config.items() if k not in ("auth", "insecure")}
+    """`config` with its role's `auth` section, and for mqproxy and tinker the key sealing their messages. An
+    `insecure` flag stays only where a link is left open that the secret cannot close (Kafka without a login:
+    the operator's to give); otherwise `auth` and `insecure` exclude each other."""
+    rest = {k: v for k, v in config.items() if k != "auth"}
+    if role in MESSAGE_ROLES:
+        rest.setdefault("message_key", message_key(secret).hex())
+    if role not in MESSAGE_ROLES or "kafka_auth" in rest:
+        rest.pop("insecure", None)
     return {**rest, "auth": role_auth(secret, role, config)}
 
 

@@ -19,11 +19,11 @@ from tests.support.browser import headless_chromium
 from tests.support.processes import REPO, BlobnodeFactory, Service, free_port, wait_until
 
 
-def exit_of(tmp_path: Path, config: dict[str, object]) -> subprocess.CompletedProcess[str]:
-    """Start a blobnode with exactly `config` and wait for it to exit (it must, at once)."""
+def exit_of(tmp_path: Path, config: dict[str, object], role: str = "blobnode") -> subprocess.CompletedProcess[str]:
+    """Start a `role` process with exactly `config` and wait for it to exit (it must, at once)."""
     path = tmp_path / "conf.json"
     path.write_text(json.dumps(config))
-    return subprocess.run([sys.executable, "-m", "blobstore_server.services.blobnode", "-c", str(path)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", f"blobstore_server.services.{role}", "-c", str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=30)
 
 
@@ -99,3 +99,28 @@ def test_insecure_warns_reports_in_health_and_the_dashboard_badge(blobnode_facto
     finally:
         dashboard.stop()
         signed_node.stop()
+
+
+def test_a_clustermgr_whose_raft_port_takes_any_peer_starts_only_when_insecure_says_so(tmp_path: Path) -> None:
+    """Keys on its routes but none on its Raft transport: anyone reaching that port could vote or append."""
+    secret = new_secret()
+    keys = AuthConfig.for_capabilities(secret, [c for c in Capability if c != Capability.RAFT_MEMBER],
+                                       verifies_identities=True).model_dump(mode="json", exclude_none=True)
+    port = free_port()
+    config = {"node_id": 1, "data_dir": str(tmp_path / "data"), "auth": keys,
+              "members": {"1": {"raft_addr": f"127.0.0.1:{free_port()}", "http_addr": f"127.0.0.1:{port}"}}}
+    done = exit_of(tmp_path, config, "clustermgr")
+    assert done.returncode != 0
+    line = done.stderr.strip().splitlines()[-1]
+    assert "raft-member" in line and '"insecure": true' in line, done.stderr
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())  # nothing was served
+
+    (tmp_path / "open").mkdir()
+    node = Service("clustermgr", {**config, "insecure": True}, tmp_path / "open", f"http://127.0.0.1:{port}")
+    try:
+        node.start()
+        assert httpx.get(f"{node.url}/health").json() == {"status": "ok", "insecure": True}
+        warning = [line for line in node.log_path.read_text().splitlines() if "INSECURE" in line]
+        assert warning and "the Raft port takes any peer" in warning[0]
+    finally:
+        node.stop()

@@ -19,7 +19,7 @@ import httpx
 from blobstore_server.cluster.procs import free_port as free_port  # the one port helper, for the tests too
 from blobstore_server.cluster.procs import healthy
 from blobstore_server.cluster.procs import wait_until as wait_until  # the one polling helper, for the tests too
-from blobstore_server.cluster.service_auth import with_auth
+from blobstore_server.cluster.service_auth import MESSAGE_ROLES, with_auth
 from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, SESSION_HEADER, AuthConfig, Signer, new_secret
@@ -38,6 +38,8 @@ def secured(role: str, config: dict[str, Any], insecure: bool = False) -> dict[s
         return config
     if insecure:
         return {**config, "insecure": True}
+    if role in MESSAGE_ROLES and "kafka_auth" not in config:
+        config = {**config, "insecure": True}  # the tests' own broker (tests/support/kafka.py) takes no logins
     return with_auth(TEST_SECRET, role, config)
 
 

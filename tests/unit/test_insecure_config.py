@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pytest import MonkeyPatch
 
+from blobstore_server.cluster.plan import ROLES
 from blobstore_server.cluster.service_auth import role_auth, with_auth
 from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
 from blobstore_server.libs.rpc.config import ServiceSettings, auth_problem, unknown_keys
@@ -27,6 +28,29 @@ def test_only_auth_or_insecure_alone_may_start() -> None:
     assert '"insecure": true' in neither and "\n" not in neither
     both = auth_problem(ServiceSettings(auth=keys, insecure=True), "a.json", "worker")
     assert both is not None and "both" in both
+
+
+MEMBERS = {"1": {"raft_addr": "h:1", "http_addr": "h:2"}}
+
+
+@pytest.mark.parametrize(("role", "config", "left_open"), [
+    ("clustermgr", {"node_id": 1, "data_dir": "/d", "members": MEMBERS}, "raft-member"),
+    ("tinker", {"clustermgr_hosts": ["http://cm"], "kafka_auth": {"username": "u", "password": "p"}}, "message_key"),
+    ("mqproxy", {"clustermgr_hosts": ["http://cm"], "message_key": "ab" * 32}, "kafka_auth"),
+])
+def test_auth_with_another_link_left_open_starts_only_when_insecure_says_so(role: str, config: dict[str, object],
+                                                                           left_open: str) -> None:
+    """A clustermgr whose Raft port takes any peer, a tinker or mqproxy with unsealed messages or a Kafka without a
+    login: refused with the reason, unless `insecure: true` (then logged, /health and the dashboard say so)."""
+    keys = AuthConfig.for_capabilities(new_secret(), [Capability.OBSERVE])  # clustermgr's without raft-member
+    model = next(model for model, name in ROLES.items() if name == role)
+    refused = auth_problem(model.model_validate({**config, "auth": keys}), "a.json", role)
+    assert refused is not None and left_open in refused and '"insecure": true' in refused
+    assert auth_problem(model.model_validate({**config, "auth": keys, "insecure": True}), "a.json", role) is None
+    secured = with_auth(new_secret(), role, {**config, "insecure": True})  # what `blobstore auth config` writes
+    closes_all = role != "mqproxy"  # the key and message key are derived; a Kafka login is the operator's to give
+    assert ("insecure" not in secured) is closes_all
+    assert auth_problem(model.model_validate(secured), "a.json", role) is None
 
 
 def test_role_auth_names_a_blobnode_by_its_advertised_host() -> None:

@@ -27,7 +27,8 @@ class ServiceSettings(BaseModel):
     """What every service's config has: signing keys (with `auth` set, the service signs what it sends and
     checks what it serves, if its API is public only its declared routes), per-request limits, and optional TLS.
     A service without `auth` refuses to start unless `insecure` is true, so running every route open is never an
-    accident."""
+    accident; nor does one with `auth` whose other links are open (`open_links`: an unsigned Raft port, unsealed
+    or unauthenticated Kafka) unless `insecure` says so."""
 
     auth: AuthConfig | None = None
     insecure: bool = False  # no auth on purpose: every route open, nothing signed (logged, shown in /health)
@@ -39,12 +40,20 @@ class ServiceSettings(BaseModel):
     # alternated pairs), with no measurable CPU cost per operation (bench/access.py, 2 pairs).
     gil_switch_ms: float = Field(0.5, gt=0, le=100)
 
+    def open_links(self) -> list[str]:
+        """What this config leaves open to anyone on the network besides its HTTP routes (none here)."""
+        return []
+
 
 def auth_problem(settings: ServiceSettings, path: str | Path, role: str) -> str | None:
     """Why a service must not start with these settings (one line naming the config file), or None."""
-    if settings.auth is not None and settings.insecure:
+    open_links = settings.open_links() if settings.auth is not None else []
+    if settings.auth is not None and settings.insecure and not open_links:
         return (f"config file {path} has both `auth` and `\"insecure\": true`; "
                 f"remove `insecure` (auth set) or `auth` (open on purpose)")
+    if open_links and not settings.insecure:
+        return (f"config file {path} leaves open: {'; '.join(open_links)}; close them or add `\"insecure\": true` "
+                f"to run so on purpose")
     if settings.auth is None and not settings.insecure:
         return (f"config file {path} has no `auth`: add an `auth` section (`blobstore auth config {role} {path} "
                 f"--secret-file SECRET -o OUT` writes one) or `\"insecure\": true` to run every route open, unsigned")

@@ -416,8 +416,12 @@ def run_service(name: str, model: type[ConfigModel], build: Callable[[ConfigMode
     if settings.insecure:
         _insecure = True
         INSECURE.set(1)
-        log.warning("INSECURE: %s runs without auth (`insecure: true` in %s): every route is open to anyone who "
-                    "reaches it and nothing it sends is signed", name, args.config)
+        if settings.auth is None:
+            log.warning("INSECURE: %s runs without auth (`insecure: true` in %s): every route is open to anyone who "
+                        "reaches it and nothing it sends is signed", name, args.config)
+        else:
+            log.warning("INSECURE: %s leaves open (`insecure: true` in %s): %s", name, args.config,
+                        "; ".join(settings.open_links()))
     if settings.auth is not None:
         auth.install(Signer.from_config(settings.auth))
     if settings.tls is not None:

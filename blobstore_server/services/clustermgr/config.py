@@ -8,6 +8,7 @@ from blobstore_server.libs.ec import DEFAULT_BACKEND
 from blobstore_server.libs.proto.clustermgr import HEARTBEAT_HOLD_MAX, CodeModeRule
 from blobstore_server.libs.proto.scheduler import DEFAULT_BROKEN_AFTER
 from blobstore_server.libs.rpc.config import ServiceSettings
+from blobstore_server.libs.rpc.routes import Capability
 
 
 class Member(BaseModel):
@@ -67,3 +68,9 @@ class ClusterMgrConfig(ServiceSettings):
     @property
     def me(self) -> Member:
         return self.members[self.node_id]
+
+    def open_links(self) -> list[str]:
+        if self.auth is not None and Capability.RAFT_MEMBER not in self.auth.keys:
+            return ["the Raft port takes any peer (no `raft-member` key in `auth`): anyone who reaches it can vote "
+                    "or append entries"]
+        return []

@@ -4,26 +4,20 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from blobstore_server.libs.mq.settings import KafkaAuth
-from blobstore_server.libs.rpc.config import ServiceSettings
+from blobstore_server.libs.mq.settings import MessageServiceSettings
 
 
-class MqProxyConfig(ServiceSettings):
+class MqProxyConfig(MessageServiceSettings):
     bind_addr: str = "127.0.0.1:9600"
     host: str = ""  # advertised URL; defaults to http://<bind_addr>
     idc: str = "z0"
     cluster_id: int = Field(1, ge=0, lt=2**32)  # stamped on every message; tinker takes only its own
     clustermgr_hosts: list[str] = Field(min_length=1)
-    kafka_bootstrap: str = "127.0.0.1:9092"
     partitions: int = Field(4, ge=1)  # for topics this proxy creates when they are missing
     register_ttl: float = Field(10.0, gt=0)
     # Seconds a request waits for Kafka to confirm its messages before answering 503; the messages stay with
     # the producer, which keeps trying for two minutes, so a 503 means "not known", never "not queued".
     confirm_timeout: float = Field(5.0, gt=0)
-    # Hex key sealing repair and delete messages (libs/mq/seal.py), derived from the cluster secret; None:
-    # messages go unsealed (a cluster run without auth).
-    message_key: str | None = Field(None, pattern="^[0-9a-f]{64}$")
-    kafka_auth: KafkaAuth | None = None  # its SASL/SCRAM login (cluster/kafka_auth.py); None: PLAINTEXT
 
     @property
     def advertised_host(self) -> str:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from blobstore_server.libs.mq.settings import KafkaAuth
-from blobstore_server.libs.rpc.config import ServiceSettings
+from blobstore_server.libs.mq.settings import MessageServiceSettings
 
 
-class TinkerConfig(ServiceSettings):
+class TinkerConfig(MessageServiceSettings):
     bind_addr: str = "127.0.0.1:9700"
     cluster_id: int = Field(1, ge=0, lt=2**32)  # messages of other clusters sharing the Kafka are skipped
     clustermgr_hosts: list[str] = Field(min_length=1)
-    kafka_bootstrap: str = "127.0.0.1:9092"
     group_prefix: str = "tinker"  # consumer groups are <prefix>-repair-prior, <prefix>-repair, <prefix>-delete
     # seconds a deleted blob's shards stay marked (recoverable) before tinker removes them for good; its blobnodes'
     # delete_hold should be the same (`cluster up` and `deploy render` set both), or they refuse the removal
@@ -24,7 +22,3 @@ class TinkerConfig(ServiceSettings):
     commit_interval: float = Field(0.5, gt=0)
     switch_interval: float = Field(2.0, gt=0)  # how often the task switches are re-read from clustermgr
     shard_timeout: float = Field(30.0, gt=0)
-    # Hex key sealing repair and delete messages (libs/mq/seal.py), derived from the cluster secret; None:
-    # messages go unsealed and are accepted unsealed (a cluster run without auth).
-    message_key: str | None = Field(None, pattern="^[0-9a-f]{64}$")
-    kafka_auth: KafkaAuth | None = None  # its SASL/SCRAM login (cluster/kafka_auth.py); None: PLAINTEXT
