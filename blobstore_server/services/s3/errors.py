@@ -6,6 +6,7 @@ element, so these are kept apart from libs/rpc's errors and mapped to XML in one
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 # code -> HTTP status, for every code the gateway answers with
@@ -52,13 +53,15 @@ STATUS: dict[str, int] = {
 
 
 class S3Error(Exception):
-    """An S3 error answer. `code` must be a key of STATUS; `resource` is the bucket or key path it is about."""
+    """An S3 error answer. `code` must be a key of STATUS; `resource` is the bucket or key path it is about;
+    `headers` go out with it (a 304 names the object's ETag)."""
 
-    def __init__(self, code: str, message: str, resource: str = "") -> None:
+    def __init__(self, code: str, message: str, resource: str = "",
+                 headers: Sequence[tuple[str, str]] = ()) -> None:
         if code not in STATUS:
             raise ValueError(f"unknown S3 error code {code!r}")
         super().__init__(f"{code}: {message}")
-        self.code, self.message, self.resource = code, message, resource
+        self.code, self.message, self.resource, self.headers = code, message, resource, list(headers)
 
     @property
     def status(self) -> int:

@@ -15,7 +15,12 @@ from blobstore_server.services.s3.conditions import byte_range, check_read
 from blobstore_server.services.s3.copying import copy_bytes, copy_source
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import Body, S3Request, S3Response
-from blobstore_server.services.s3.headers import meta_from_headers, object_headers, with_overrides
+from blobstore_server.services.s3.headers import (
+    meta_from_headers,
+    not_modified_headers,
+    object_headers,
+    with_overrides,
+)
 from blobstore_server.services.s3.namespace import Condition, IfMatch, IfNoneMatch, Intent, ObjectRecord
 from blobstore_server.services.s3.namespace.records import Manifest
 from blobstore_server.services.s3.routing import Op
@@ -93,7 +98,12 @@ async def _exists(backend: Backend, bucket: str, key: bytes) -> bool:
 
 async def get_object(backend: Backend, request: S3Request) -> S3Response:
     record = await backend.db(backend.store.get_object, request.route.bucket, request.route.key)
-    check_read(request.headers, record.etag, record.last_modified_ms)
+    try:
+        check_read(request.headers, record.etag, record.last_modified_ms)
+    except S3Error as exc:
+        if exc.code != "NotModified":
+            raise
+        raise S3Error(exc.code, exc.message, request.route.resource, not_modified_headers(record)) from None
     wanted = byte_range(request.headers.get("range"), record.size)
     # the stored checksums are the whole object's: a range is sent without them (boto3 would check them against it)
     checksums = wanted is None and request.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
