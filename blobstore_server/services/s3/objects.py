@@ -153,7 +153,11 @@ async def copy_object(backend: Backend, request: S3Request) -> S3Response:
 
 
 async def delete_objects(backend: Backend, request: S3Request) -> S3Response:
-    """DeleteObjects: up to 1000 keys in one transaction; S3 reports a key that held nothing as deleted too."""
+    """DeleteObjects: up to 1000 keys in one transaction; S3 reports a key that held nothing as deleted too. S3
+    requires Content-MD5 or a checksum of the body (every SDK sends one)."""
+    if not request.digests().declared:
+        raise S3Error("InvalidRequest", "Missing required header for this request: Content-MD5 or x-amz-checksum-*",
+                      request.route.resource)
     keys, quiet = parse_delete(await request.read_all(MAX_BODY))
     await backend.db(backend.store.delete_objects, request.route.bucket, keys)
     return S3Response.xml(replies.delete_result(keys, [], quiet))

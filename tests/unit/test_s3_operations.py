@@ -1,24 +1,16 @@
-"""Multipart operations over a real namespace (SQLite), no blob store: an upload id is its key's."""
+"""Operations over a real namespace (SQLite) with no blob store: the rules S3 applies before any byte moves."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from blobstore import AsyncClient
-from blobstore_server.services.s3 import multipart
-from blobstore_server.services.s3.backend import Backend
-from blobstore_server.services.s3.config import S3Config
 from blobstore_server.services.s3.errors import S3Error
-from blobstore_server.services.s3.exchange import S3Request, S3Response
 from blobstore_server.services.s3.namespace import NamespaceStore
 from blobstore_server.services.s3.namespace.store import open_sqlite
-from tests.support.s3_requests import s3_request
-
-UNUSED = "http://127.0.0.1:1"  # no operation here reaches the blob store
+from tests.support.s3_requests import perform, s3_request
 
 
 @pytest.fixture
@@ -26,14 +18,6 @@ def store(tmp_path: Path) -> Iterator[NamespaceStore]:
     store = open_sqlite(tmp_path / "ns.sqlite")
     yield store
     store.close()
-
-
-def perform(store: NamespaceStore, request: S3Request) -> S3Response:
-    async def run() -> S3Response:
-        async with AsyncClient(UNUSED) as sdk:
-            return await multipart.OPERATIONS[request.route.op](Backend(store, sdk, S3Config(access_hosts=[UNUSED])),
-                                                                request)
-    return asyncio.run(run())
 
 
 COMPLETE = b"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>x</ETag></Part></CompleteMultipartUpload>"
@@ -69,3 +53,25 @@ def test_a_part_number_outside_1_to_10000_is_refused_before_any_byte_is_stored(s
     with pytest.raises(S3Error) as err:
         perform(store, request)  # the blob store is unreachable: storing a byte would fail otherwise
     assert err.value.code == "InvalidArgument"
+
+
+DELETE = b"<Delete><Object><Key>a.jpg</Key></Object></Delete>"
+DELETE_MD5 = "FHi1sHTSQ0ZmJt41FeGmdw=="  # base64 of the MD5 of DELETE
+
+
+@pytest.mark.parametrize(("headers", "answer"), [
+    ({}, "InvalidRequest"),
+    ({"content-md5": DELETE_MD5}, 200),
+    ({"x-amz-checksum-crc32": "R7fyTQ=="}, 200),
+    ({"content-md5": "AAAAAAAAAAAAAAAAAAAAAA=="}, "BadDigest"),
+])
+def test_delete_objects_requires_content_md5_or_a_checksum(store: NamespaceStore, headers: dict[str, str],
+                                                           answer: str | int) -> None:
+    bucket = store.create_bucket("photos", "alice")
+    request = s3_request("POST", "/photos", "delete", {"content-length": str(len(DELETE)), **headers}, DELETE,
+                         bucket=bucket)
+    try:
+        got: str | int = perform(store, request).status
+    except S3Error as exc:
+        got = exc.code
+    assert got == answer
