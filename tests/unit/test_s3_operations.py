@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from blobstore_server.services.s3.copying import copied_checksums
 from blobstore_server.services.s3.errors import S3Error
-from blobstore_server.services.s3.namespace import NamespaceStore
+from blobstore_server.services.s3.namespace import NamespaceStore, ObjectRecord
 from blobstore_server.services.s3.namespace.store import open_sqlite
 from tests.support.s3_requests import perform, s3_request
 
@@ -75,3 +76,10 @@ def test_delete_objects_requires_content_md5_or_a_checksum(store: NamespaceStore
     except S3Error as exc:
         got = exc.code
     assert got == answer
+
+
+def test_a_copy_keeps_a_whole_objects_checksum_but_not_a_multipart_ones_composite() -> None:
+    whole = ObjectRecord(b"a", 3, "e", 0, checksums={"x-amz-checksum-crc32": "NSRBwg=="})
+    assert copied_checksums(whole) == {"x-amz-checksum-crc32": "NSRBwg=="}
+    multipart = ObjectRecord(b"b", 3, "e-2", 0, checksums={"x-amz-checksum-crc32": "kG1jvw==-2"}, parts_count=2)
+    assert copied_checksums(multipart) == {}

@@ -12,7 +12,7 @@ from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.bodies import MAX_BODY, parse_delete
 from blobstore_server.services.s3.conditions import byte_range, check_read
-from blobstore_server.services.s3.copying import copy_bytes, copy_source
+from blobstore_server.services.s3.copying import copied_checksums, copy_bytes, copy_source
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import Body, S3Request, S3Response
 from blobstore_server.services.s3.headers import (
@@ -144,7 +144,8 @@ async def copy_object(backend: Backend, request: S3Request) -> S3Response:
         intent = store.begin_intent(request.owned_bucket, key)
         try:
             manifest, md5_hex = await copy_bytes(backend, source.record, 0, source.record.size - 1, intent)
-            record = ObjectRecord(key, source.record.size, md5_hex, now, meta, source.record.checksums, None, manifest)
+            record = ObjectRecord(key, source.record.size, md5_hex, now, meta, copied_checksums(source.record), None,
+                                  manifest)
             await backend.db(store.commit_object, bucket, record, intent, write_condition(request.headers))
         except BaseException:
             await asyncio.shield(backend.db(store.abandon_intent, intent))
