@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from blobstore_server.services.s3.copying import copied_checksums
-from blobstore_server.services.s3.errors import S3Error
+from blobstore_server.services.s3.errors import NOT_CONFIGURED, S3Error
 from blobstore_server.services.s3.namespace import NamespaceStore, ObjectRecord
 from blobstore_server.services.s3.namespace.store import open_sqlite
 from tests.support.s3_requests import perform, s3_request
@@ -83,3 +83,12 @@ def test_a_copy_keeps_a_whole_objects_checksum_but_not_a_multipart_ones_composit
     assert copied_checksums(whole) == {"x-amz-checksum-crc32": "NSRBwg=="}
     multipart = ObjectRecord(b"b", 3, "e-2", 0, checksums={"x-amz-checksum-crc32": "kG1jvw==-2"}, parts_count=2)
     assert copied_checksums(multipart) == {}
+
+
+@pytest.mark.parametrize(("subresource", "code"), sorted(NOT_CONFIGURED.items()))
+def test_a_configuration_the_gateway_never_holds_is_s3s_not_found(store: NamespaceStore, subresource: str,
+                                                                 code: str) -> None:
+    bucket = store.create_bucket("photos", "alice")
+    with pytest.raises(S3Error) as err:
+        perform(store, s3_request("GET", "/photos", subresource, bucket=bucket))
+    assert (err.value.code, err.value.status) == (code, 404)

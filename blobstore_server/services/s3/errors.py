@@ -39,8 +39,18 @@ STATUS: dict[str, int] = {
     "MissingContentLength": 411,
     "MissingSecurityHeader": 400,
     "NoSuchBucket": 404,
+    "NoSuchBucketPolicy": 404,
+    "NoSuchCORSConfiguration": 404,
     "NoSuchKey": 404,
+    "NoSuchLifecycleConfiguration": 404,
+    "NoSuchPublicAccessBlockConfiguration": 404,
+    "NoSuchTagSet": 404,
     "NoSuchUpload": 404,
+    "NoSuchWebsiteConfiguration": 404,
+    "ObjectLockConfigurationNotFoundError": 404,
+    "OwnershipControlsNotFoundError": 404,
+    "ReplicationConfigurationNotFoundError": 404,
+    "ServerSideEncryptionConfigurationNotFoundError": 404,
     "NotImplemented": 501,
     "NotModified": 304,
     "PreconditionFailed": 412,
@@ -49,6 +59,21 @@ STATUS: dict[str, int] = {
     "SignatureDoesNotMatch": 403,
     "SlowDown": 503,
     "XAmzContentSHA256Mismatch": 400,
+}
+
+# A bucket's configurations the gateway never holds (none can be set: their PUTs answer NotImplemented), by the
+# subresource that names each: a GET of one answers what S3 answers for a bucket without it.
+NOT_CONFIGURED: dict[str, str] = {
+    "cors": "NoSuchCORSConfiguration",
+    "encryption": "ServerSideEncryptionConfigurationNotFoundError",
+    "lifecycle": "NoSuchLifecycleConfiguration",
+    "object-lock": "ObjectLockConfigurationNotFoundError",
+    "ownershipControls": "OwnershipControlsNotFoundError",
+    "policy": "NoSuchBucketPolicy",
+    "publicAccessBlock": "NoSuchPublicAccessBlockConfiguration",
+    "replication": "ReplicationConfigurationNotFoundError",
+    "tagging": "NoSuchTagSet",
+    "website": "NoSuchWebsiteConfiguration",
 }
 
 
