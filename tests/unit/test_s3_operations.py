@@ -11,6 +11,7 @@ from blobstore_server.services.s3.copying import copied_checksums
 from blobstore_server.services.s3.errors import NOT_CONFIGURED, S3Error
 from blobstore_server.services.s3.namespace import NamespaceStore, ObjectRecord
 from blobstore_server.services.s3.namespace.store import open_sqlite
+from blobstore_server.services.s3.operations import refuse_unsupported
 from tests.support.s3_requests import perform, s3_request
 
 
@@ -92,3 +93,24 @@ def test_a_configuration_the_gateway_never_holds_is_s3s_not_found(store: Namespa
     with pytest.raises(S3Error) as err:
         perform(store, s3_request("GET", "/photos", subresource, bucket=bucket))
     assert (err.value.code, err.value.status) == (code, 404)
+
+
+@pytest.mark.parametrize(("headers", "refused"), [
+    ({"x-amz-server-side-encryption": "AES256"}, False),
+    ({"x-amz-server-side-encryption": "aws:kms"}, True),
+    ({"x-amz-server-side-encryption-customer-algorithm": "AES256"}, True),
+    ({"x-amz-copy-source-server-side-encryption-customer-algorithm": "AES256"}, True),
+    ({"x-amz-object-lock-mode": "GOVERNANCE"}, True),
+    ({"x-amz-object-lock-legal-hold": "OFF"}, False),
+    ({"x-amz-object-lock-legal-hold": "ON"}, True),
+    ({"x-amz-bucket-object-lock-enabled": "false"}, False),
+    ({"x-amz-bucket-object-lock-enabled": "true"}, True),
+])
+def test_a_header_asking_for_what_the_gateway_does_not_do_is_not_implemented(headers: dict[str, str],
+                                                                            refused: bool) -> None:
+    try:
+        refuse_unsupported(headers, "/photos/a.jpg")
+    except S3Error as exc:
+        assert refused and (exc.code, exc.status) == ("NotImplemented", 501)
+    else:
+        assert not refused
