@@ -291,6 +291,10 @@ def test_list_params_from_queries() -> None:
         with pytest.raises(S3Error) as err:
             ListParams.from_query(op, query)
         assert err.value.code == "InvalidArgument"
+    assert ListParams.from_query(Op.LIST_OBJECTS_V2, {"continuation-token": ""}).after() is None  # none, echoed
+    with pytest.raises(S3Error) as err:
+        ListParams.from_query(Op.LIST_OBJECTS_V2, {"continuation-token": "abcd"}).after()
+    assert err.value.code == "InvalidArgument"
     with pytest.raises(S3Error) as err:
         ListParams.from_query(Op.LIST_OBJECTS_V2, {"continuation-token": "not base64!"}).after()
     assert err.value.code == "InvalidArgument"
