@@ -61,7 +61,7 @@ def test_objects_round_trip_through_boto3(gateway: Gateway) -> None:
     assert s3.get_object(Bucket=bucket, Key="empty")["Body"].read() == b""
     with pytest.raises(ClientError) as err:
         s3.get_object(Bucket=bucket, Key="2026/a b+€.jpg", IfNoneMatch=put["ETag"])
-    assert _code(err)[0] == 304
+    assert _code(err)[0] == 304 and err.value.response["ResponseMetadata"]["HTTPHeaders"]["etag"] == put["ETag"]
     with pytest.raises(ClientError) as err:
         s3.put_object(Bucket=bucket, Key="empty", Body=b"x", IfNoneMatch="*")
     assert _code(err) == (412, "PreconditionFailed")
@@ -167,6 +167,7 @@ def test_multipart_copy_and_presigned_urls(gateway: Gateway, tmp_path: Path) -> 
         data[5242870:5242891]
     s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "big"})
     assert s3.get_object(Bucket=bucket, Key="copy")["Body"].read() == data
+    assert "ChecksumCRC32" not in s3.head_object(Bucket=bucket, Key="copy", ChecksumMode="ENABLED")  # not "...-3"
     s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "copy"},
                    MetadataDirective="REPLACE", Metadata={"k": "v"}, ContentType="text/plain")
     replaced = s3.get_object(Bucket=bucket, Key="copy")
@@ -174,6 +175,9 @@ def test_multipart_copy_and_presigned_urls(gateway: Gateway, tmp_path: Path) -> 
     upload = s3.create_multipart_upload(Bucket=bucket, Key="parts")["UploadId"]
     assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == [upload]
     s3.upload_part(Bucket=bucket, Key="parts", UploadId=upload, PartNumber=1, Body=b"x" * 10)
+    with pytest.raises(ClientError) as err:
+        s3.upload_part(Bucket=bucket, Key="other", UploadId=upload, PartNumber=1, Body=b"y")
+    assert _code(err) == (404, "NoSuchUpload")
     with pytest.raises(ClientError) as err:
         s3.complete_multipart_upload(Bucket=bucket, Key="parts", UploadId=upload, MultipartUpload={
             "Parts": [{"PartNumber": 1, "ETag": '"00000000000000000000000000000000"'}]})

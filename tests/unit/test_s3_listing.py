@@ -151,7 +151,9 @@ def test_prefix_end_is_the_least_string_past_every_string_with_the_prefix() -> N
     assert prefix_end(b"") is None
 
 
-def test_a_token_that_is_not_base64_is_refused() -> None:
+def test_a_token_the_gateway_did_not_give_is_refused() -> None:
     key = b"\x00\xff/+" + "é".encode()
-    assert token_marker(continuation_token(key)) == key
+    assert token_marker(continuation_token(key)) == key and token_marker(continuation_token(b"")) == b""
     assert token_marker("not base64!") is None
+    assert token_marker("abcd") is None and token_marker("") is None  # base64, but of no marker of ours
+    assert token_marker(continuation_token(key)[:-4] + "AAAA") is None

@@ -26,7 +26,12 @@ from urllib3 import HTTPHeaderDict, HTTPResponse
 
 from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.errors import S3Error
-from blobstore_server.services.s3.headers import meta_from_headers, object_headers, with_overrides
+from blobstore_server.services.s3.headers import (
+    meta_from_headers,
+    not_modified_headers,
+    object_headers,
+    with_overrides,
+)
 from blobstore_server.services.s3.namespace import (
     Bucket,
     ListedObject,
@@ -286,6 +291,10 @@ def test_list_params_from_queries() -> None:
         with pytest.raises(S3Error) as err:
             ListParams.from_query(op, query)
         assert err.value.code == "InvalidArgument"
+    assert ListParams.from_query(Op.LIST_OBJECTS_V2, {"continuation-token": ""}).after() is None  # none, echoed
+    with pytest.raises(S3Error) as err:
+        ListParams.from_query(Op.LIST_OBJECTS_V2, {"continuation-token": "abcd"}).after()
+    assert err.value.code == "InvalidArgument"
     with pytest.raises(S3Error) as err:
         ListParams.from_query(Op.LIST_OBJECTS_V2, {"continuation-token": "not base64!"}).after()
     assert err.value.code == "InvalidArgument"
@@ -479,6 +488,13 @@ def test_response_overrides_replace_the_stored_headers(s3: Any, wire: Wire) -> N
                                                         datetime(2031, 1, 1, tzinfo=UTC))
     assert [name for name, _ in with_overrides([("content-type", "a")], {"response-content-type": "b"})] == [
         "Content-Type"]
+
+
+def test_a_304_names_the_validators_and_caching_headers_a_200_would_have() -> None:
+    record = ObjectRecord(b"k", 1, "e", T0, ObjectMeta("text/plain", cache_control="no-cache", expires="never",
+                                                        content_language="fr", metadata={"a": "b"}))
+    assert dict(not_modified_headers(record)) == {"ETag": '"e"', "Last-Modified": "Mon, 30 Nov 2026 00:53:20 GMT",
+                                                  "Cache-Control": "no-cache", "Expires": "never"}
 
 
 def test_meta_from_headers_rules() -> None:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from blobstore_server.services.s3.errors import S3Error
+from blobstore_server.services.s3.errors import NOT_CONFIGURED, S3Error
 from blobstore_server.services.s3.routing import SUBRESOURCES, Op, route
 
 CASES = [
@@ -37,6 +37,7 @@ CASES = [
     ("POST", "/b/k", "uploadId=u", False, Op.COMPLETE_MULTIPART_UPLOAD),
     ("DELETE", "/b/k", "uploadId=u", False, Op.ABORT_MULTIPART_UPLOAD),
     ("GET", "/b/k", "uploadId=u&max-parts=2", False, Op.LIST_PARTS),
+    *(("GET", "/b", name, False, Op.GET_BUCKET_CONFIGURATION) for name in NOT_CONFIGURED),
 ]
 
 

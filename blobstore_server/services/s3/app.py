@@ -143,6 +143,7 @@ def build_app(backend: Backend, life: Lifecycle) -> ASGIApp:
             error = _error(exc)
             answer = (S3Response.xml(error.to_xml(request_id), error.status) if not head and error.status != 304
                       else S3Response(error.status))
+            answer.headers.extend(error.headers)
             if _has_body(scope):
                 # what is left of the body is not read (a client waiting on 100-continue never sends it): the
                 # connection closes after the answer, or those bytes would be read as the next request

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.bodies import parse_create_bucket
+from blobstore_server.services.s3.errors import NOT_CONFIGURED, S3Error
 from blobstore_server.services.s3.exchange import S3Request, S3Response
 from blobstore_server.services.s3.replies import ListParams
 from blobstore_server.services.s3.routing import Op
@@ -43,6 +44,14 @@ async def bucket_versioning(backend: Backend, request: S3Request) -> S3Response:
     return S3Response.xml(replies.versioning_configuration())
 
 
+async def bucket_configuration(backend: Backend, request: S3Request) -> S3Response:
+    """GET of a configuration the gateway never holds (CORS, policy, tagging, ...): S3's answer for a bucket without
+    one."""
+    name = next(name for name in request.route.query if name in NOT_CONFIGURED)
+    raise S3Error(NOT_CONFIGURED[name], f"The bucket has no {name} configuration (the gateway keeps none)",
+                  request.route.resource)
+
+
 async def list_objects(backend: Backend, request: S3Request) -> S3Response:
     """ListObjects v1 and v2, and ListObjectVersions (every object is its one "null" version)."""
     op, bucket = request.route.op, request.route.bucket
@@ -61,6 +70,7 @@ OPERATIONS: dict[Op, Operation] = {
     Op.DELETE_BUCKET: delete_bucket,
     Op.GET_BUCKET_LOCATION: bucket_location,
     Op.GET_BUCKET_VERSIONING: bucket_versioning,
+    Op.GET_BUCKET_CONFIGURATION: bucket_configuration,
     Op.LIST_OBJECTS: list_objects,
     Op.LIST_OBJECTS_V2: list_objects,
     Op.LIST_OBJECT_VERSIONS: list_objects,

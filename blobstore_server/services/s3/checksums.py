@@ -138,6 +138,11 @@ class UploadDigests:
                    [name for name in trailer.split(",") if name.strip().lower().startswith(PREFIX)],
                    headers.get("x-amz-sdk-checksum-algorithm"))
 
+    @property
+    def declared(self) -> bool:
+        """Whether the client declared a digest of the body to check (Content-MD5, or a checksum)."""
+        return self._content_md5 is not None or bool(self._echo)
+
     def update(self, data: Buffer) -> None:
         self._md5.update(data)
         for digest in self._digests.values():

@@ -46,6 +46,13 @@ async def copy_source(backend: Backend, request: S3Request) -> Source:
     return Source(bucket, record)
 
 
+def copied_checksums(record: ObjectRecord) -> dict[str, str]:
+    """The checksums a copy of `record` under another key carries: a whole object's are its bytes', so the copy's
+    too; a multipart object's are COMPOSITE, of its parts, and the copy is one part: it gets none (S3 answering
+    none is safe, a wrong one fails every client that checks it)."""
+    return {} if record.parts_count else dict(record.checksums)
+
+
 def source_range(header: str | None, size: int) -> tuple[int, int]:
     """[first, last] of `x-amz-copy-source-range: bytes=first-last` (both required, inside the object), else the
     whole object."""

@@ -6,6 +6,7 @@ element, so these are kept apart from libs/rpc's errors and mapped to XML in one
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 # code -> HTTP status, for every code the gateway answers with
@@ -38,8 +39,18 @@ STATUS: dict[str, int] = {
     "MissingContentLength": 411,
     "MissingSecurityHeader": 400,
     "NoSuchBucket": 404,
+    "NoSuchBucketPolicy": 404,
+    "NoSuchCORSConfiguration": 404,
     "NoSuchKey": 404,
+    "NoSuchLifecycleConfiguration": 404,
+    "NoSuchPublicAccessBlockConfiguration": 404,
+    "NoSuchTagSet": 404,
     "NoSuchUpload": 404,
+    "NoSuchWebsiteConfiguration": 404,
+    "ObjectLockConfigurationNotFoundError": 404,
+    "OwnershipControlsNotFoundError": 404,
+    "ReplicationConfigurationNotFoundError": 404,
+    "ServerSideEncryptionConfigurationNotFoundError": 404,
     "NotImplemented": 501,
     "NotModified": 304,
     "PreconditionFailed": 412,
@@ -50,15 +61,32 @@ STATUS: dict[str, int] = {
     "XAmzContentSHA256Mismatch": 400,
 }
 
+# A bucket's configurations the gateway never holds (none can be set: their PUTs answer NotImplemented), by the
+# subresource that names each: a GET of one answers what S3 answers for a bucket without it.
+NOT_CONFIGURED: dict[str, str] = {
+    "cors": "NoSuchCORSConfiguration",
+    "encryption": "ServerSideEncryptionConfigurationNotFoundError",
+    "lifecycle": "NoSuchLifecycleConfiguration",
+    "object-lock": "ObjectLockConfigurationNotFoundError",
+    "ownershipControls": "OwnershipControlsNotFoundError",
+    "policy": "NoSuchBucketPolicy",
+    "publicAccessBlock": "NoSuchPublicAccessBlockConfiguration",
+    "replication": "ReplicationConfigurationNotFoundError",
+    "tagging": "NoSuchTagSet",
+    "website": "NoSuchWebsiteConfiguration",
+}
+
 
 class S3Error(Exception):
-    """An S3 error answer. `code` must be a key of STATUS; `resource` is the bucket or key path it is about."""
+    """An S3 error answer. `code` must be a key of STATUS; `resource` is the bucket or key path it is about;
+    `headers` go out with it (a 304 names the object's ETag)."""
 
-    def __init__(self, code: str, message: str, resource: str = "") -> None:
+    def __init__(self, code: str, message: str, resource: str = "",
+                 headers: Sequence[tuple[str, str]] = ()) -> None:
         if code not in STATUS:
             raise ValueError(f"unknown S3 error code {code!r}")
         super().__init__(f"{code}: {message}")
-        self.code, self.message, self.resource = code, message, resource
+        self.code, self.message, self.resource, self.headers = code, message, resource, list(headers)
 
     @property
     def status(self) -> int:

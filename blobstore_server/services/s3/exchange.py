@@ -33,10 +33,14 @@ class S3Request:
 
     def declared_length(self) -> int | None:
         """The payload's length as the client declared it: the decoded length of an aws-chunked body, else
-        Content-Length; None for a plain chunked body."""
+        Content-Length; None for a plain chunked body. A body framed neither way (no Content-Length, no
+        Transfer-Encoding) is MissingContentLength (411), as S3 answers."""
         raw = self.headers.get("x-amz-decoded-content-length") if self.auth.payload.streaming else \
             self.headers.get("content-length")
         if raw is None:
+            if "content-length" not in self.headers and "transfer-encoding" not in self.headers:
+                raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.",
+                              self.route.resource)
             return None
         if not raw.isdigit():
             raise S3Error("InvalidArgument", f"the length {raw!r} is not a number")

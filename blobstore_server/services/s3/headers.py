@@ -98,6 +98,14 @@ def object_headers(record: ObjectRecord, checksum_mode: bool = False) -> list[tu
     return headers
 
 
+NOT_MODIFIED = frozenset({"etag", "last-modified", "cache-control", "expires"})
+
+
+def not_modified_headers(record: ObjectRecord) -> list[tuple[str, str]]:
+    """What a 304 answers of an object: the validators and caching headers a 200 would have sent (RFC 7232 4.1)."""
+    return [(name, value) for name, value in object_headers(record) if name.lower() in NOT_MODIFIED]
+
+
 def with_overrides(headers: list[tuple[str, str]], query: Mapping[str, str]) -> list[tuple[str, str]]:
     """`headers` with the response-* query parameters' values in place of the headers they name (GetObject)."""
     replaced = {OVERRIDES[param]: value for param, value in query.items() if param in OVERRIDES}

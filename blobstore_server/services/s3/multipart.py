@@ -14,6 +14,8 @@ from blobstore_server.services.s3.copying import copy_bytes, copy_source, source
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import S3Request, S3Response
 from blobstore_server.services.s3.headers import meta_from_headers
+from blobstore_server.services.s3.namespace import Upload
+from blobstore_server.services.s3.namespace.completion import check_part_number
 from blobstore_server.services.s3.objects import store_body, write_condition
 from blobstore_server.services.s3.replies import ListParams
 from blobstore_server.services.s3.routing import Op
@@ -44,6 +46,16 @@ def _checksum_headers(headers: dict[str, str]) -> list[tuple[str, str]]:
     return [("x-amz-checksum-algorithm", algorithm.upper()), ("x-amz-checksum-type", "COMPOSITE")]
 
 
+async def _upload(backend: Backend, request: S3Request) -> Upload:
+    """The request's upload: an upload id is its key's, so under any other key it is NoSuchUpload, as S3 answers."""
+    route = request.route
+    upload = await backend.db(backend.store.get_upload, route.bucket, route.query["uploadId"])
+    if upload.key != route.key:
+        raise S3Error("NoSuchUpload", "The specified upload does not exist: its key is another one",
+                      route.query["uploadId"])
+    return upload
+
+
 async def create_upload(backend: Backend, request: S3Request) -> S3Response:
     route = request.route
     checksum_headers = _checksum_headers(request.headers)
@@ -58,7 +70,8 @@ async def upload_part(backend: Backend, request: S3Request) -> S3Response:
     replaces the old one, whose Locations go to the GC outbox)."""
     route, store = request.route, backend.store
     number = _number(route.query, "partNumber", 0)
-    upload = await backend.db(store.get_upload, route.bucket, route.query["uploadId"])
+    check_part_number(number)  # before any byte is stored
+    upload = await _upload(backend, request)
     copy = route.op is Op.UPLOAD_PART_COPY
     source = await copy_source(backend, request) if copy else None
     intent = store.begin_intent(request.owned_bucket, upload.key)
@@ -83,6 +96,7 @@ async def upload_part(backend: Backend, request: S3Request) -> S3Response:
 async def complete_upload(backend: Backend, request: S3Request) -> S3Response:
     route = request.route
     parts = parse_complete(await request.read_all(MAX_BODY))
+    await _upload(backend, request)
     record = await backend.db(backend.store.complete_upload, route.bucket, route.query["uploadId"], parts,
                               write_condition(request.headers))
     location = f"{backend.config.advertised_host}{route.resource}"
@@ -91,6 +105,7 @@ async def complete_upload(backend: Backend, request: S3Request) -> S3Response:
 
 
 async def abort_upload(backend: Backend, request: S3Request) -> S3Response:
+    await _upload(backend, request)
     await backend.db(backend.store.abort_upload, request.route.bucket, request.route.query["uploadId"])
     return S3Response(204)
 
@@ -98,6 +113,7 @@ async def abort_upload(backend: Backend, request: S3Request) -> S3Response:
 async def list_parts(backend: Backend, request: S3Request) -> S3Response:
     route = request.route
     marker, most = _number(route.query, "part-number-marker", 0), min(_number(route.query, "max-parts", 1000), 1000)
+    await _upload(backend, request)
     page = await backend.db(backend.store.list_parts, route.bucket, route.query["uploadId"], marker, most)
     return S3Response.xml(replies.list_parts(route.bucket, page, marker, most))
 

@@ -12,10 +12,15 @@ from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.bodies import MAX_BODY, parse_delete
 from blobstore_server.services.s3.conditions import byte_range, check_read
-from blobstore_server.services.s3.copying import copy_bytes, copy_source
+from blobstore_server.services.s3.copying import copied_checksums, copy_bytes, copy_source
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import Body, S3Request, S3Response
-from blobstore_server.services.s3.headers import meta_from_headers, object_headers, with_overrides
+from blobstore_server.services.s3.headers import (
+    meta_from_headers,
+    not_modified_headers,
+    object_headers,
+    with_overrides,
+)
 from blobstore_server.services.s3.namespace import Condition, IfMatch, IfNoneMatch, Intent, ObjectRecord
 from blobstore_server.services.s3.namespace.records import Manifest
 from blobstore_server.services.s3.routing import Op
@@ -93,7 +98,12 @@ async def _exists(backend: Backend, bucket: str, key: bytes) -> bool:
 
 async def get_object(backend: Backend, request: S3Request) -> S3Response:
     record = await backend.db(backend.store.get_object, request.route.bucket, request.route.key)
-    check_read(request.headers, record.etag, record.last_modified_ms)
+    try:
+        check_read(request.headers, record.etag, record.last_modified_ms)
+    except S3Error as exc:
+        if exc.code != "NotModified":
+            raise
+        raise S3Error(exc.code, exc.message, request.route.resource, not_modified_headers(record)) from None
     wanted = byte_range(request.headers.get("range"), record.size)
     # the stored checksums are the whole object's: a range is sent without them (boto3 would check them against it)
     checksums = wanted is None and request.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
@@ -134,7 +144,8 @@ async def copy_object(backend: Backend, request: S3Request) -> S3Response:
         intent = store.begin_intent(request.owned_bucket, key)
         try:
             manifest, md5_hex = await copy_bytes(backend, source.record, 0, source.record.size - 1, intent)
-            record = ObjectRecord(key, source.record.size, md5_hex, now, meta, source.record.checksums, None, manifest)
+            record = ObjectRecord(key, source.record.size, md5_hex, now, meta, copied_checksums(source.record), None,
+                                  manifest)
             await backend.db(store.commit_object, bucket, record, intent, write_condition(request.headers))
         except BaseException:
             await asyncio.shield(backend.db(store.abandon_intent, intent))
@@ -143,7 +154,11 @@ async def copy_object(backend: Backend, request: S3Request) -> S3Response:
 
 
 async def delete_objects(backend: Backend, request: S3Request) -> S3Response:
-    """DeleteObjects: up to 1000 keys in one transaction; S3 reports a key that held nothing as deleted too."""
+    """DeleteObjects: up to 1000 keys in one transaction; S3 reports a key that held nothing as deleted too. S3
+    requires Content-MD5 or a checksum of the body (every SDK sends one)."""
+    if not request.digests().declared:
+        raise S3Error("InvalidRequest", "Missing required header for this request: Content-MD5 or x-amz-checksum-*",
+                      request.route.resource)
     keys, quiet = parse_delete(await request.read_all(MAX_BODY))
     await backend.db(backend.store.delete_objects, request.route.bucket, keys)
     return S3Response.xml(replies.delete_result(keys, [], quiet))

@@ -155,8 +155,9 @@ class ListParams:
                    version_id_marker=query.get("version-id-marker"), upload_id_marker=query.get("upload-id-marker"))
 
     def after(self) -> bytes | None:
-        """The key the store lists after: the continuation token's (it wins over start-after), else the marker."""
-        if self.token is not None:
+        """The key the store lists after: the continuation token's (it wins over start-after), else the marker. An
+        empty token is none (S3 lists from the start, and echoes it)."""
+        if self.token:
             marker = token_marker(self.token)
             if marker is None:
                 raise S3Error("InvalidArgument", "The continuation token provided is incorrect")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import parse_qsl, unquote_to_bytes
 
-from blobstore_server.services.s3.errors import S3Error
+from blobstore_server.services.s3.errors import NOT_CONFIGURED, S3Error
 
 
 class Op(Enum):
@@ -20,6 +20,7 @@ class Op(Enum):
     DELETE_BUCKET = "DeleteBucket"
     GET_BUCKET_LOCATION = "GetBucketLocation"
     GET_BUCKET_VERSIONING = "GetBucketVersioning"
+    GET_BUCKET_CONFIGURATION = "GetBucketConfiguration"  # one the gateway never holds (errors.NOT_CONFIGURED)
     LIST_OBJECTS = "ListObjects"
     LIST_OBJECTS_V2 = "ListObjectsV2"
     LIST_OBJECT_VERSIONS = "ListObjectVersions"
@@ -71,6 +72,7 @@ _TABLE: dict[tuple[str, str, frozenset[str], bool], Op] = {
     ("object", "POST", frozenset({"uploadId"}), False): Op.COMPLETE_MULTIPART_UPLOAD,
     ("object", "DELETE", frozenset({"uploadId"}), False): Op.ABORT_MULTIPART_UPLOAD,
     ("object", "GET", frozenset({"uploadId"}), False): Op.LIST_PARTS,
+    **{("bucket", "GET", frozenset({name}), False): Op.GET_BUCKET_CONFIGURATION for name in NOT_CONFIGURED},
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -157,13 +158,16 @@ def _walked(walk: Walk[E], key: Callable[[E], bytes], query: Query[A], lo: bytes
 
 
 def continuation_token(marker: bytes) -> str:
-    """The opaque ListObjectsV2 token for a page that ended at `marker` (a key or a common prefix)."""
-    return base64.urlsafe_b64encode(marker).decode()
+    """The opaque ListObjectsV2 token for a page that ended at `marker` (a key or a common prefix): the marker and
+    its CRC32, so a token the gateway did not give is told apart (InvalidArgument) instead of listed from."""
+    return base64.urlsafe_b64encode(marker + zlib.crc32(marker).to_bytes(4, "big")).decode()
 
 
 def token_marker(token: str) -> bytes | None:
     """The marker a continuation token stands for; None when it is not one of ours (InvalidArgument)."""
     try:
-        return base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True)
+        raw = base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True)
     except (binascii.Error, UnicodeEncodeError, ValueError):
         return None
+    marker, crc = raw[:-4], raw[-4:]
+    return marker if len(raw) >= 4 and zlib.crc32(marker).to_bytes(4, "big") == crc else None
