@@ -7,6 +7,7 @@ import base64
 
 import pytest
 
+from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.errors import Forbidden, TicketRefused
 from blobstore_server.libs.rpc.tickets import Gate, Minter
@@ -112,3 +113,8 @@ def test_a_gate_without_auth_lets_every_release_go() -> None:
 
 def test_a_refusal_is_a_403() -> None:
     assert issubclass(TicketRefused, Forbidden) and TicketRefused.status == 403
+
+
+def test_a_vuid_object_and_its_int_name_the_same_chunk() -> None:
+    vuid = Vuid.make(7, 2, 1)
+    gate().check(minter().mint(HOST, DISK, vuid), DISK, int(vuid))

@@ -45,7 +45,8 @@ def public_key(signing: str) -> str:
 
 
 def _signed(host: str, disk_id: int, vuid: int, expires: int) -> bytes:
-    return f"blobstore release ticket {VERSION}\n{host}\n{disk_id}\n{vuid}\n{expires}".encode()
+    # int(): a `Vuid` (an int) prints as its parts
+    return f"blobstore release ticket {VERSION}\n{host}\n{int(disk_id)}\n{int(vuid)}\n{int(expires)}".encode()
 
 
 class Minter:
