@@ -215,6 +215,14 @@ CAPABILITIES: dict[str, tuple[Capability, ...]] = {
 NAMED = frozenset({"blobnode", "allocator"})  # sign their identity-bound routes under their advertised host
 
 
+def role_keys(secret: str, role: str, name: str | None = None) -> AuthConfig:
+    """The `auth` section of a `role` process (named `name` if its role is NAMED): its capabilities' keys;
+    clustermgr also the identities root it checks disk reports and leases against and the private key of
+    release tickets (libs/rpc/tickets.py), a blobnode that key's public half."""
+    return AuthConfig.for_capabilities(secret, CAPABILITIES[role], name=name, verifies_identities=role == "clustermgr",
+                                       mints_tickets=role == "clustermgr", verifies_tickets=role == "blobnode")
+
+
 ROLES: dict[type[ServiceSettings], str] = {
     ClusterMgrConfig: "clustermgr", BlobnodeConfig: "blobnode", AllocatorConfig: "allocator", AccessConfig: "access",
     SchedulerConfig: "scheduler", WorkerConfig: "worker", MqProxyConfig: "mqproxy", TinkerConfig: "tinker",
@@ -229,8 +237,7 @@ def _service(place: Place, settings: Settings, config: ServiceSettings, cluster_
     name = None
     if isinstance(config, BlobnodeConfig | AllocatorConfig):  # NAMED: each signs as its advertised host
         name = config.host or f"http://{place.bind}"
-    keys = AuthConfig.for_capabilities(settings.auth_secret, CAPABILITIES[role], name=name,
-                                       verifies_identities=role == "clustermgr")
+    keys = role_keys(settings.auth_secret, role, name)
     bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry
     config = config.model_copy(update={**bind, "auth": keys})
     return ProcessSpec(role, place.name, place.port, place.url, place.workdir, place.config_path,

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from blobstore_server.cluster.plan import CAPABILITIES, NAMED
+from blobstore_server.cluster.plan import NAMED, role_keys
 from blobstore_server.libs.mq.seal import message_key
-from blobstore_server.libs.rpc.auth import AuthConfig, new_secret
+from blobstore_server.libs.rpc.auth import new_secret
 
 MESSAGE_ROLES = ("mqproxy", "tinker")
 
@@ -18,13 +18,11 @@ MESSAGE_ROLES = ("mqproxy", "tinker")
 def role_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
     """The `auth` section of a `role` process with `config`: the role's capabilities, a blobnode's or an
     allocator's identity named after its advertised host (its `host`, else http://<bind_addr>, as clustermgr knows
-    it), and for clustermgr the identities root it checks disk reports and leases against."""
+    it), and for clustermgr the identities root and the release tickets' private key (a blobnode: its public key)."""
     name = None
     if role in NAMED:
         name = str(config.get("host") or f"http://{config['bind_addr']}")
-    return AuthConfig.for_capabilities(secret, CAPABILITIES[role], name=name,
-                                       verifies_identities=role == "clustermgr").model_dump(mode="json",
-                                                                                            exclude_none=True)
+    return role_keys(secret, role, name).model_dump(mode="json", exclude_none=True)
 
 
 def with_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:

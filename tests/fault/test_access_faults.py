@@ -175,7 +175,8 @@ def test_a_moved_unit_is_refetched_not_served_stale(cluster_factory: ClusterFact
                     await bn.put_shard(new.host, new.disk_id, new.vuid, shard.bid, payload)
                 await cm.update_unit(vid, 0, new.vuid, new.disk_id)
                 await cm.unlock_volume(vid)
-                await bn.release_chunk(old.host, old.disk_id, old.vuid)
+                released = await cm.release_unit(vid, old.vuid, old.disk_id)  # its ticket, as a scheduler gets it
+                await bn.release_chunk(old.host, old.disk_id, old.vuid, ticket=released.ticket)
                 try:
                     await bn.get_shard(old.host, old.disk_id, old.vuid, bid)
                     raise AssertionError("the old chunk still serves")

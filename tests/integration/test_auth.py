@@ -217,6 +217,12 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             answer = await post(url, body, header_for(Capability.DELETE_SHARD, url, body))
             assert answer.status_code == 403 and "discard-shard" in answer.text, answer.text
             await bn.unmark_delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+            # the chunk key every blobnode holds releases no live chunk: that takes clustermgr's release ticket
+            body = {"disk_id": unit.disk_id, "vuid": unit.vuid}
+            url = f"{unit.host}/chunk/release"
+            answer = await post(url, body, header_for(Capability.CHUNK, url, body))
+            assert answer.status_code == 403 and "ticket_refused" in answer.text, answer.text
+            assert (await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)).status == "normal"
             # a request signed for one blobnode, replayed to another (its Host header kept, or rewritten)
             body = {"disk_id": unit.disk_id, "vuid": unit.vuid, "bid": bid}
             content = json.dumps(body).encode()

@@ -18,11 +18,12 @@ from isal.isal_zlib import crc32
 
 from blobstore_server.libs.proto.blobnode import DiskStat, ShardPutBatchResult
 from blobstore_server.libs.proto.ids import Vuid
-from blobstore_server.libs.rpc import errors
+from blobstore_server.libs.rpc import errors, tickets
 from blobstore_server.libs.rpc.client import HttpClient
+from blobstore_server.libs.rpc.tickets import Minter
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.metrics import sample
-from tests.support.processes import BlobnodeFactory
+from tests.support.processes import TEST_SECRET, BlobnodeFactory
 
 T = TypeVar("T")
 VUID = Vuid.make(7, 2, 1)
@@ -123,7 +124,7 @@ def test_epoch_fencing_readonly_and_release(blobnode_factory: BlobnodeFactory) -
         assert await c.get_shard(bn.url, 1, VUID, 1) == b"abc"
         await c.set_chunk_readonly(bn.url, 1, VUID, readonly=False)
         await c.put_shard(bn.url, 1, VUID, 2, b"x")
-        await c.release_chunk(bn.url, 1, VUID)
+        await c.release_chunk(bn.url, 1, VUID, ticket=Minter(tickets.signing_key(TEST_SECRET)).mint(bn.url, 1, VUID))
         with pytest.raises(errors.ChunkNotFound):
             await c.get_shard(bn.url, 1, VUID, 1)
         assert await c.list_chunks(bn.url, 1) == []

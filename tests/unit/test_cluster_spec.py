@@ -23,6 +23,7 @@ from blobstore_server.cluster.plan import (
 )
 from blobstore_server.cluster.spec import ClusterSpec, Services, SpecError, for_hosts, load, parse
 from blobstore_server.libs.proto import scheduler as api
+from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.auth import IDENTITY_BOUND, new_secret
 from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.allocator.config import AllocatorConfig
@@ -222,3 +223,18 @@ def test_a_worker_holds_the_capability_of_every_task_call_it_sends() -> None:
     """Its cancel (a failed destination, a lost source) was once `task-control`, an operator's: every one refused."""
     for route in (api.TASK_ACQUIRE, api.TASK_RENEW, api.TASK_REPORT, api.TASK_COMPLETE, api.TASK_CANCEL):
         assert route.capability in CAPABILITIES["worker"], route.path
+
+
+def test_a_spec_gives_the_release_tickets_private_key_to_clustermgr_alone_and_its_public_key_to_each_blobnode(
+        ) -> None:
+    """What `deploy render` and `cluster up --hosts` write: clustermgr signs release tickets, blobnodes verify."""
+    secret = new_secret()
+    signing = tickets.signing_key(secret)
+    plan = plan_spec(load(EXAMPLE), "python", secret)
+    roles = {p.role for p in plan.processes if p.role not in ("kafka", "redis")}
+    for process in (p for p in plan.processes if p.role in roles):
+        auth = json.loads(process.config_text)["auth"]
+        assert auth.get("ticket_signing_key") == (signing if process.role == "clustermgr" else None), process.name
+        assert auth.get("ticket_public_keys", []) == (
+            [tickets.public_key(signing)] if process.role == "blobnode" else []), process.name
+    assert {"clustermgr", "blobnode"} <= roles

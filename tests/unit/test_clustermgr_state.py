@@ -32,7 +32,12 @@ from blobstore_server.services.clustermgr.commands.keys import (
 )
 from blobstore_server.services.clustermgr.commands.services import ServiceHeartbeat, ServiceRegisterCmd
 from blobstore_server.services.clustermgr.commands.table import COMMANDS, encode
-from blobstore_server.services.clustermgr.commands.units import UnitAllocCmd, UnitReleaseCmd, UnitUpdateCmd
+from blobstore_server.services.clustermgr.commands.units import (
+    UnitAllocCmd,
+    UnitReleaseCmd,
+    UnitUpdateCmd,
+    dead_for_good,
+)
 from blobstore_server.services.clustermgr.commands.volumes import (
     VolumeAllocCmd,
     VolumeCommitted,
@@ -271,6 +276,28 @@ def test_releasing_a_reserved_unit_drops_the_reservation_and_its_epoch_is_never_
     with pytest.raises(errors.Conflict, match="not the reserved move"):
         cm(UnitUpdateCmd(vid=1, index=0, vuid=given_up.vuid, disk_id=7))
     assert cm(UnitUpdateCmd(vid=1, index=0, vuid=again.vuid, disk_id=7)).dropped_epochs == {}
+
+
+def test_a_release_ticket_is_only_for_a_unit_dead_for_good(cm: Driver) -> None:
+    """Dead for good: issued, and neither live nor the reserved move; an epoch not issued yet may still live."""
+    add_disks(cm, hosts=8)
+    cm(ScopeAlloc(name="vid", count=1))
+    create_volume(cm, 1)
+    cm(VolumeLock(vid=1))
+    live = cm.state.volume(1).units[0].vuid
+    moving = cm(UnitAllocCmd(vid=1, index=0, disk_id=7))
+    volume = cm.state.volume(1)
+    assert not dead_for_good(volume, live) and not dead_for_good(volume, moving.vuid)
+    assert not dead_for_good(volume, Vuid.make(1, 0, 5))  # not issued yet
+    assert not dead_for_good(volume, Vuid.make(2, 0, 1))  # another volume's
+    assert not dead_for_good(volume, Vuid.make(1, 40, 1))  # no such unit
+    with pytest.raises(errors.BadRequest, match="reserved on disk 7"):
+        cm(UnitReleaseCmd(vid=1, vuid=moving.vuid, disk_id=8))
+    volume = cm(UnitReleaseCmd(vid=1, vuid=moving.vuid, disk_id=7))
+    assert dead_for_good(volume, moving.vuid) and not dead_for_good(volume, Vuid.make(1, 0, 3))
+    again = cm(UnitAllocCmd(vid=1, index=0, disk_id=7))
+    volume = cm(UnitUpdateCmd(vid=1, index=0, vuid=again.vuid, disk_id=7))
+    assert dead_for_good(volume, live) and dead_for_good(volume, moving.vuid) and not dead_for_good(volume, again.vuid)
 
 
 def test_kv_compare_and_set(cm: Driver) -> None:

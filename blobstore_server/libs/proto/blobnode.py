@@ -77,6 +77,13 @@ class ChunkCreate(ChunkChange):
     chunk_size: int | None = Field(None, ge=1 << 20)
 
 
+class ChunkRelease(ChunkChange):
+    """A release carries clustermgr's release ticket for this chunk (libs/rpc/tickets.py): a blobnode with auth
+    refuses one without (403 ticket_refused), whoever signed the request."""
+
+    ticket: str | None = Field(None, max_length=256)
+
+
 class TaskFenceChange(ChunkRef):
     """Open the chunk's task fence at `token` (each hand-out of the task a larger one), or with None close it
     for good: the chunk is about to become a live unit. Only a scheduler sends it, under its lease's epoch."""
@@ -313,7 +320,7 @@ class ExportResult(BaseModel):
 STAT = Route("GET", "/stat", C.OBSERVE, NodeStat)
 DISK_STAT = Route("GET", "/disk/stat", C.OBSERVE, DiskStat)
 CHUNK_CREATE = Route("POST", "/chunk/create", C.CHUNK, ChunkInfo, ChunkCreate)
-CHUNK_RELEASE = Route("POST", "/chunk/release", C.CHUNK, ChunkInfo, ChunkChange)
+CHUNK_RELEASE = Route("POST", "/chunk/release", C.CHUNK, ChunkInfo, ChunkRelease)
 CHUNK_READONLY = Route("POST", "/chunk/readonly", C.CHUNK, ChunkInfo, ChunkChange)
 CHUNK_READWRITE = Route("POST", "/chunk/readwrite", C.CHUNK, ChunkInfo, ChunkChange)
 CHUNK_TASK_FENCE = Route("POST", "/chunk/fence", C.CHUNK, ChunkInfo, TaskFenceChange)

@@ -246,9 +246,18 @@ class UnitUpdate(UnitRef):
 
 class UnitRelease(VolumeRef):
     """May the chunk of unit `vuid` be released? Only if it is not the volume's live unit; if it is the unit
-    reserved for a move, the reservation goes with it."""
+    reserved for a move, the reservation goes with it. With `disk_id` (the disk holding that chunk) the answer
+    carries clustermgr's release ticket for it, which a blobnode with auth requires."""
 
     vuid: int = U64
+    disk_id: int | None = Field(None, ge=1, lt=2**32)
+
+
+class UnitReleased(VolumeInfo):
+    """The volume after a unit release, and the release ticket of its chunk (None: no `disk_id` asked, or this
+    clustermgr runs without auth)."""
+
+    ticket: str | None = None
 
 
 # scopes, services, config, kv
@@ -512,7 +521,7 @@ VOLUME_FULL = Route("POST", "/volume/full", C.LEASE, VolumeInfo, VolumeRef)
 VOLUME_LOCK = Route("POST", "/volume/lock", C.UNITS, VolumeInfo, VolumeRef)
 VOLUME_UNLOCK = Route("POST", "/volume/unlock", C.UNITS, VolumeInfo, VolumeRef)
 UNIT_ALLOC = Route("POST", "/volume/unit/alloc", C.UNITS, Unit, UnitAlloc)
-UNIT_RELEASE = Route("POST", "/volume/unit/release", C.UNITS, VolumeInfo, UnitRelease)
+UNIT_RELEASE = Route("POST", "/volume/unit/release", C.UNITS, UnitReleased, UnitRelease)
 UNIT_UPDATE = Route("POST", "/volume/unit/update", C.UNITS, VolumeInfo, UnitUpdate)
 SCOPE_ALLOC = Route("POST", "/scope/alloc", C.LEASE, ScopeRange, ScopeAlloc)
 SERVICE_REGISTER = Route("POST", "/service/register", C.REGISTER, ServiceInfo, ServiceRegister)

@@ -49,6 +49,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from blobstore.signing import AUTH_HEADER, Grant, auth_header, grant_text, signed_text
 from blobstore_server.libs.mac import hmac_sha256
+from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
 from blobstore_server.libs.rpc.routes import Capability, RouteTable
 
@@ -133,20 +134,30 @@ class AuthConfig(BaseModel):
     # None: half of `nonces`). A caller: a capability, or the identity signing an identity-bound one
     # host:port names others reach this service by besides the address it listens on (a DNS name, a proxy)
     names: list[str] = Field(default_factory=list)
+    # Release tickets (libs/rpc/tickets.py): clustermgr's private key (hex Ed25519 seed), which signs them; a
+    # blobnode's public keys (hex: the current one, then a rotation's previous), which check them
+    ticket_signing_key: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    ticket_public_keys: list[str] = Field(default_factory=list)
 
     @classmethod
     def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,
-                         *, name: str | None = None, verifies_identities: bool = False) -> AuthConfig:
+                         *, name: str | None = None, verifies_identities: bool = False,
+                         mints_tickets: bool = False, verifies_tickets: bool = False) -> AuthConfig:
         """A process named `name` signs the identity-bound ones of `capabilities` (a blobnode's disk reports
-        when it lists none) with keys of its own; it holds a shared key for each of the others."""
+        when it lists none) with keys of its own; it holds a shared key for each of the others. One that
+        `mints_tickets` (clustermgr) holds the release tickets' private key, one that `verifies_tickets`
+        (a blobnode) its public key only."""
         capabilities = list(capabilities)
         bound = [c for c in capabilities if c in IDENTITY_BOUND] or [Capability.DISK_REPORT]
         shared = [c for c in capabilities if c not in IDENTITY_BOUND]
         previous = {c: capability_key(previous_secret, c) for c in shared} if previous_secret else {}
         identity = None if name is None else Identity.of(identities_root(secret), name, bound)
         roots = [identities_root(s) for s in (secret, previous_secret) if s] if verifies_identities else []
+        minting = tickets.signing_key(secret) if mints_tickets else None
+        checking = [tickets.public_key(tickets.signing_key(s)) for s in (secret, previous_secret) if s]
         return cls(keys={c: capability_key(secret, c) for c in shared}, previous=previous, identity=identity,
-                   identities=roots)
+                   identities=roots, ticket_signing_key=minting,
+                   ticket_public_keys=checking if verifies_tickets else [])
 
 
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()

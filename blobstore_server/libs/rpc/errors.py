@@ -60,6 +60,14 @@ class Forbidden(RpcError):
     status = 403
 
 
+class TicketRefused(Forbidden):
+    """A chunk release without a valid release ticket (libs/rpc/tickets.py): missing, forged, expired, or made
+    for another chunk."""
+
+    code = "ticket_refused"
+    status = 403
+
+
 class NotFound(RpcError):
     """The named object does not exist."""
 

@@ -22,6 +22,7 @@ from blobstore_server.libs.proto.blobnode import (
     ChunkInfo,
     ChunkList,
     ChunkRef,
+    ChunkRelease,
     ChunkStat,
     ChunkStatus,
     DiskStat,
@@ -47,6 +48,7 @@ from blobstore_server.libs.rpc.errors import BadRequest, RpcError, TooLarge
 from blobstore_server.libs.rpc.lean_server import LeanHandler, Request, Responder
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
+from blobstore_server.libs.rpc.tickets import Gate
 from blobstore_server.services.blobnode.cluster import ClusterLink
 from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, ready, shard_info
 from blobstore_server.services.blobnode.reader_process import ReaderProcess
@@ -210,7 +212,15 @@ def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
 
         serves(app, route)(set_status)
 
-    chunk_status_route(api.CHUNK_RELEASE, ChunkStatus.RELEASED)
+    # without auth every route is open, and so is this one; with auth, clustermgr's ticket is needed
+    auth = node.config.auth
+    gate = Gate(None if auth is None else auth.ticket_public_keys, node.config.advertised_host)
+
+    @serves(app, api.CHUNK_RELEASE)
+    async def chunk_release(req: ChunkRelease) -> ChunkInfo:
+        gate.check(req.ticket, req.disk_id, req.vuid)
+        return await node.set_chunk_status(req.disk_id, req.vuid, ChunkStatus.RELEASED, req.scheduler_epoch)
+
     chunk_status_route(api.CHUNK_READONLY, ChunkStatus.READONLY)
     chunk_status_route(api.CHUNK_READWRITE, ChunkStatus.NORMAL)
 

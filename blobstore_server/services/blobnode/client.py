@@ -22,6 +22,7 @@ from blobstore_server.libs.proto.blobnode import (
     ChunkCreate,
     ChunkInfo,
     ChunkRef,
+    ChunkRelease,
     ChunkStat,
     DiskStat,
     ExportRequest,
@@ -202,8 +203,9 @@ class BlobnodeClient(ServiceClient):
         return await self.http.call_route(route, host, body=body, timeout=timeout)
 
     async def release_chunk(self, host: str, disk_id: int, vuid: int, timeout: float | None = None,
-                            scheduler_epoch: int | None = None) -> ChunkInfo:
-        body = ChunkChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch)
+                            scheduler_epoch: int | None = None, ticket: str | None = None) -> ChunkInfo:
+        """`ticket`: clustermgr's release ticket for this chunk, which a blobnode with auth requires."""
+        body = ChunkRelease(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch, ticket=ticket)
         return await self._chunk_op(host, api.CHUNK_RELEASE, body, timeout)
 
     async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True,

@@ -43,6 +43,7 @@ from blobstore_server.libs.proto.clustermgr import (
     Session,
     Undeleted,
     UnitAlloc,
+    UnitReleased,
     VolumeAlloc,
     VolumeList,
     VolumeRetain,
@@ -123,7 +124,6 @@ PROPOSED: tuple[tuple[Route[Any], type[Command[Any]]], ...] = (
     (api.VOLUME_FULL, VolumeFull),
     (api.VOLUME_LOCK, VolumeLock),
     (api.VOLUME_UNLOCK, VolumeUnlock),
-    (api.UNIT_RELEASE, UnitReleaseCmd),
     (api.UNIT_UPDATE, UnitUpdateCmd),
     (api.SERVICE_REGISTER, ServiceRegisterCmd),
     (api.SERVICE_HEARTBEAT, ServiceHeartbeat),
@@ -260,6 +260,10 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.UNIT_ALLOC)
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
         return await cm.alloc_unit(req, caller)
+
+    @serves(app, api.UNIT_RELEASE)
+    async def unit_release(req: UnitReleaseCmd, caller: Caller) -> UnitReleased:
+        return await cm.release_unit(req, caller)
 
 
 def _serve_config(app: FastAPI, cm: ClusterManager) -> None:

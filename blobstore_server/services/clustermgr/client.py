@@ -63,6 +63,7 @@ from blobstore_server.libs.proto.clustermgr import (
     UndeleteSlice,
     UnitAlloc,
     UnitRelease,
+    UnitReleased,
     UnitUpdate,
     VolumeAlloc,
     VolumeHolder,
@@ -297,9 +298,10 @@ class ClusterClient(ServiceClient):
         body = UnitAlloc(vid=vid, index=index, disk_id=disk_id, avoid=list(avoid))
         return await self.call(api.UNIT_ALLOC, body=body)
 
-    async def release_unit(self, vid: int, vuid: int) -> VolumeInfo:
-        """Conflict while `vuid` is the volume's live unit: its chunk must stay."""
-        return await self.call(api.UNIT_RELEASE, body=UnitRelease(vid=vid, vuid=vuid))
+    async def release_unit(self, vid: int, vuid: int, disk_id: int | None = None) -> UnitReleased:
+        """Conflict while `vuid` is the volume's live unit: its chunk must stay. With `disk_id`, the chunk's disk,
+        the answer carries the release ticket a blobnode with auth requires."""
+        return await self.call(api.UNIT_RELEASE, body=UnitRelease(vid=vid, vuid=vuid, disk_id=disk_id))
 
     async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int) -> VolumeInfo:
         body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id)

@@ -30,6 +30,7 @@ from blobstore_server.libs.proto.clustermgr import (
     RaftStatus,
     Session,
     UnitAlloc,
+    UnitReleased,
     VolumeList,
     VolumeView,
 )
@@ -41,12 +42,13 @@ from blobstore_server.libs.raft.server import RaftServer
 from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader, RpcError, Unavailable
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.server import Lifecycle
+from blobstore_server.libs.rpc.tickets import Minter
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
 from blobstore_server.services.clustermgr.client import SessionClock
 from blobstore_server.services.clustermgr.commands.keys import ConfigSet, KvSet
 from blobstore_server.services.clustermgr.commands.table import Command, decode_result, encode
-from blobstore_server.services.clustermgr.commands.units import UnitAllocCmd
+from blobstore_server.services.clustermgr.commands.units import UnitAllocCmd, UnitReleaseCmd, dead_for_good
 from blobstore_server.services.clustermgr.commands.volumes import VolumeAllocCmd
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
 from blobstore_server.services.clustermgr.health import volume_health
@@ -93,11 +95,17 @@ class ClusterManager:
         self.raft = RaftServer(raft_config, self.state)
         self.session = SessionClock(f"cm{config.node_id}-{secrets.token_hex(4)}")  # this replica's own commands
         self.blobnodes = BlobnodeClient()
+        # release tickets (libs/rpc/tickets.py): none without auth, where blobnodes take releases without them
+        signing = config.auth.ticket_signing_key if config.auth else None
+        if config.auth is not None and signing is None:
+            log.warning("auth has no ticket_signing_key: blobnodes will refuse every chunk release this clustermgr "
+                        "or a scheduler asks for")
+        self.tickets = None if signing is None else Minter(signing)
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
                                      heartbeat_timeout=config.disk_heartbeat_timeout,
                                      reserve=config.repair_reserve_chunks,
-                                     chunk_timeout=config.chunk_request_timeout)
+                                     chunk_timeout=config.chunk_request_timeout, tickets=self.tickets)
         self._create_failure: dict[CodeMode, str] = {}  # the last reason volume creation failed, per mode
         self._next_avoiding: dict[CodeMode, float] = {}  # monotonic time: no volume made for avoided disks before
         # The largest blob allocators asked room for, per mode: the floor counts only volumes with room for one
@@ -165,6 +173,17 @@ class ClusterManager:
             FENCED.labels(str(exc.details.get("key", ""))).inc()
             log.warning("fenced %s from client %s: %s", cmd.op, session.client if session else "?", exc)
             raise
+
+    async def release_unit(self, cmd: UnitReleaseCmd, session: Session | None) -> UnitReleased:
+        """Commit a unit release (Conflict while the unit is live) and, when it names the chunk's disk, answer
+        the chunk's release ticket: made here, after the log said the unit is dead for good."""
+        volume = await self.submit(cmd, session)
+        ticket = None
+        if cmd.disk_id is not None and self.tickets is not None:
+            if not dead_for_good(volume, cmd.vuid):
+                raise Conflict(f"vuid {cmd.vuid} of volume {cmd.vid} was never issued: no release ticket for it")
+            ticket = self.tickets.mint(self.state.disk(cmd.disk_id).host, cmd.disk_id, cmd.vuid)
+        return UnitReleased.model_validate({**volume.model_dump(), "ticket": ticket})
 
     async def fresh(self) -> ClusterState:
         """The state, after confirming this node leads and has applied everything committed."""

@@ -42,6 +42,7 @@ from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import NotFound, RpcError
+from blobstore_server.libs.rpc.tickets import Minter
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.commands.keys import KvDelete, KvSet, ScopeAlloc
 from blobstore_server.services.clustermgr.commands.table import Proposer
@@ -81,7 +82,7 @@ def volumes_short(state: ClusterState, rule: CodeModeRule, now: float, heartbeat
 class VolumeCreator:
     def __init__(self, state: ClusterState, propose: Proposer, blobnodes: BlobnodeClient, *,
                  idcs: list[str], backend: str, chunk_size: int, heartbeat_timeout: float, reserve: int,
-                 chunk_timeout: float) -> None:
+                 chunk_timeout: float, tickets: Minter | None = None) -> None:
         self.state = state
         self.propose = propose
         self.blobnodes = blobnodes
@@ -91,6 +92,7 @@ class VolumeCreator:
         self.heartbeat_timeout = heartbeat_timeout
         self.reserve = reserve
         self.chunk_timeout = chunk_timeout
+        self.tickets = tickets  # signs the release of a rolled back volume's chunks (None: no auth, none needed)
         self.rng = random.Random()
         self._failed: dict[int, float] = {}  # disk id -> its last heartbeat when a chunk creation on it failed
         self._in_flight: set[int] = set()  # vids this leader is creating now: their intents are not leftovers
@@ -153,9 +155,10 @@ class VolumeCreator:
         Answers whether the volume was committed; raises, releasing nothing, when the log cannot say (this node no
         longer leads)."""
         committed = (await self.propose(VolumeCommitted(vid=intent.vid))).committed
-        if not committed:
+        if not committed:  # in the log's order: no unit of it is live, ever, so its chunks get release tickets
             results = await asyncio.gather(
-                *(self.blobnodes.release_chunk(u.host, u.disk_id, u.vuid, self.chunk_timeout) for u in intent.units),
+                *(self.blobnodes.release_chunk(u.host, u.disk_id, u.vuid, self.chunk_timeout, ticket=self._ticket(u))
+                  for u in intent.units),
                 return_exceptions=True)
             failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, NotFound)]
             if failed:
@@ -163,6 +166,9 @@ class VolumeCreator:
             log.warning("rolled back half-created volume %d", intent.vid)
         await self.propose(KvDelete(key=f"{INTENT_PREFIX}{intent.vid}"))
         return committed
+
+    def _ticket(self, unit: Unit) -> str | None:
+        return None if self.tickets is None else self.tickets.mint(unit.host, unit.disk_id, unit.vuid)
 
     async def roll_back_leftovers(self) -> None:
         """Finish every intent still present (a dead leader's, or one whose blobnode was down):

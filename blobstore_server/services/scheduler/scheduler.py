@@ -328,11 +328,12 @@ class Scheduler:
 
     async def _release(self, action: ReleaseChunk) -> None:
         """Best effort: a chunk on a dead disk goes with the disk. clustermgr first confirms, in the log's order
-        and under this scheduler's fence, that the unit is no volume's live unit."""
+        and under this scheduler's fence, that the unit is no volume's live unit, and answers the release ticket
+        the blobnode takes."""
         try:
-            await self.cluster.release_unit(Vuid(action.vuid).vid(), action.vuid)
+            released = await self.cluster.release_unit(Vuid(action.vuid).vid(), action.vuid, action.disk_id)
             await self.blobnodes.release_chunk(action.host, action.disk_id, action.vuid,
-                                               scheduler_epoch=self.state.epoch)
+                                               scheduler_epoch=self.state.epoch, ticket=released.ticket)
         except Fenced:
             raise  # superseded: stand by (see `_changing`), release nothing
         except RpcError as exc:

@@ -61,10 +61,27 @@ def volume_unit_release(s: ClusterState, batch: Batch, now: float, cmd: UnitRele
         raise Conflict(f"vuid {cmd.vuid} is unit {index} of volume {cmd.vid}, live: its chunk stays")
     pending = volume.pending_units.get(index)
     if pending is not None and pending.vuid == cmd.vuid:
+        if cmd.disk_id is not None and cmd.disk_id != pending.disk_id:
+            raise BadRequest(f"vuid {cmd.vuid} was reserved on disk {pending.disk_id}, not on {cmd.disk_id}")
         del volume.pending_units[index]
         volume.dropped_epochs[index] = Vuid(cmd.vuid).epoch()
         s.put_volume(batch, volume)
     return volume
+
+
+def dead_for_good(volume: VolumeInfo, vuid: int) -> bool:
+    """Whether the chunk of `vuid` can never hold a live unit of `volume` (as the volume stands after a unit
+    release of it): its epoch was issued, and it is neither the live unit nor the move reserved. An epoch never
+    issued yet may still be: a release ticket is made only for a dead one."""
+    index, epoch = Vuid(vuid).index(), Vuid(vuid).epoch()
+    if Vuid(vuid).vid() != volume.vid or index >= len(volume.units):
+        return False
+    pending = volume.pending_units.get(index)
+    if vuid == volume.units[index].vuid or (pending is not None and vuid == pending.vuid):
+        return False
+    issued = max(Vuid(volume.units[index].vuid).epoch(), Vuid(pending.vuid).epoch() if pending else 0,
+                 volume.dropped_epochs.get(index, 0))
+    return epoch <= issued
 
 
 class UnitUpdateCmd(api.UnitUpdate, Command[VolumeInfo]):
