@@ -41,7 +41,8 @@ def idle_cpu_group() -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules that share a launched cluster (the same `LAUNCH`) run one after the other, from where the first of
-    them stands in the usual order: the cluster starts once and is stopped before any other test runs."""
+    them stands in the usual order (one that stops it last): the cluster starts once and is stopped before any
+    other test runs."""
     modules: dict[object, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(getattr(item, "module", None), []).append(item)
@@ -51,7 +52,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         launch = _launch_of(module)
         key = first_of.setdefault(launch, module) if launch is not None else module
         grouped.setdefault(key, []).append(module)
-    items[:] = [item for key in grouped for module in grouped[key] for item in modules[module]]
+    items[:] = [item for key in grouped for module in sorted(grouped[key], key=_stops_its_cluster)
+                for item in modules[module]]
+
+
+def _stops_its_cluster(module: object) -> bool:
+    """A module that ends by stopping its launched cluster (`STOPS_ITS_CLUSTER`) runs last of those sharing it."""
+    return bool(getattr(module, "STOPS_ITS_CLUSTER", False))
 
 
 def _launch_of(module: object) -> Launch | None:

@@ -43,6 +43,7 @@ from tests.support.launched import SIX_HOSTS, SMALL
 from tests.support.metrics import sample
 
 LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
+STOPS_ITS_CLUSTER = True  # its last tests take the cluster down: the other modules on it run first
 
 MiB = 1 << 20
 SIZES = [0, 1, 5 * MiB + 1]
