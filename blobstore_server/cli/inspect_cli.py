@@ -44,7 +44,9 @@ inspect_app = typer.Typer(help="Offline checks on Spark: volume inspection and t
 
 UNRECOVERABLE_EXIT = 2
 REFUSED_EXIT = 3  # a request of the job (export, shard reads, queued repairs, task records) was refused
-OutOpt = Annotated[str, typer.Option("--out", help="Output folder or URI [default: DIR/inspect or DIR/backlog].")]
+OutOpt = Annotated[str, typer.Option("--out", help="Output folder or URI [default: run: the gateway's bucket "
+                                                   "s3://blobstore-inspect/inspect, else DIR/inspect; backlog: "
+                                                   "DIR/backlog].")]
 MasterOpt = Annotated[str, typer.Option("--master", help="Spark master: local[*], spark://HOST:PORT, ...")]
 ConfOpt = Annotated[list[str] | None, typer.Option("--conf", help="Spark setting KEY=VALUE (repeatable).")]
 S3Opt = Annotated[str, typer.Option("--s3", help="The S3 gateway of the cluster's inspection bucket "
