@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import hmac
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -74,14 +75,23 @@ def ca_certificate(secret: str, now: datetime.datetime | None = None) -> str:
     return _pem(_ca(secret, now or datetime.datetime.now(datetime.UTC))[0])
 
 
-def host_tls(secret: str, name: str, address: str, now: datetime.datetime | None = None) -> HostTLS:
-    """The CA certificate and a certificate for host `name` at IP `address` (both in its subjectAltName, for
-    server and client use), with its key."""
+def host_certificates(secret: str, hosts: Sequence[tuple[str, str]],
+                      now: datetime.datetime | None = None) -> dict[str, HostTLS]:
+    """For each host `(name, IP address)`: the CA certificate (one for all) and a certificate for its address and
+    name (both in its subjectAltName, for server and client use), with its key."""
     now = now or datetime.datetime.now(datetime.UTC)
     ca, ca_key = _ca(secret, now)
-    key = _key(secret, f"host {name}")
-    public = key.public_key()
-    cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(_CA_NAME).public_key(public)
+    return {name: HostTLS(_pem(ca), _pem(_host_certificate(secret, name, address, ca_key, now)),
+                          _key(secret, f"host {name}").private_bytes(
+                              serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()).decode())
+            for name, address in hosts}
+
+
+def _host_certificate(secret: str, name: str, address: str, ca_key: ec.EllipticCurvePrivateKey,
+                      now: datetime.datetime) -> x509.Certificate:
+    public = _key(secret, f"host {name}").public_key()
+    return (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(_CA_NAME).public_key(public)
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -95,6 +105,3 @@ def host_tls(secret: str, name: str, address: str, now: datetime.datetime | None
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    return HostTLS(_pem(ca), _pem(cert), key_pem)

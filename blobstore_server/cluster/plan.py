@@ -12,10 +12,11 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from blobstore_server.cluster import pki
 from blobstore_server.cluster.kafka_auth import kafka_user
 from blobstore_server.cluster.redis_auth import acl_config, with_credentials
 from blobstore_server.cluster.spec import ClusterSpec
@@ -25,7 +26,7 @@ from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.proto.blobnode import S3Access
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
 from blobstore_server.libs.rpc.auth import AuthConfig
-from blobstore_server.libs.rpc.config import ServiceSettings
+from blobstore_server.libs.rpc.config import ServiceSettings, TLSConfig
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.services.access.config import AccessConfig, ClusterHosts
 from blobstore_server.services.allocator.config import AllocatorConfig
@@ -148,6 +149,7 @@ class ProcessSpec:
 class ClusterPlan:
     kafka: KafkaPlan
     processes: list[ProcessSpec]  # in start order; Kafka's brokers are in `kafka`
+    tls: dict[str, pki.HostTLS] = field(default_factory=dict)  # each host's certificates (none: plaintext)
 
     def clustermgr_urls(self) -> dict[int, list[str]]:
         """Each cluster's clustermgr URLs, by cluster id."""
@@ -434,6 +436,15 @@ def _spec_place(spec: ClusterSpec, role: str, host_name: str) -> Place:
                  tuple(host.disks) if role == "blobnode" else (), second)
 
 
+def tls_files(spec: ClusterSpec, host: str) -> TLSConfig | None:
+    """Where a host's processes find its certificate, key and the cluster CA (in its config folder), if TLS."""
+    if not spec.tls:
+        return None
+    folder = spec.config_dir_of(spec.host(host))
+    return TLSConfig(cert_file=str(folder / pki.CERT_FILE), key_file=str(folder / pki.KEY_FILE),
+                     ca_file=str(folder / pki.CA_FILE))
+
+
 def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     """Every process of `spec` on its hosts; keys and the Location secret derive from `auth_secret`."""
     def places(role: str) -> list[Place]:
@@ -452,8 +463,9 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
                  export_s3=export_access(auth_secret, places("s3")[0].url) if places("s3") else None)
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")
     cluster = _cluster({role: places(role) for role in roles}, s, spec.cluster_id)
+    tls = pki.host_certificates(auth_secret, [(h.name, h.address) for h in spec.hosts]) if spec.tls else {}
     return ClusterPlan(kafka, [*redis, *_front({spec.cluster_id: cluster}, places("access"), places("s3"),
-                                              places("dashboard"), s)])
+                                              places("dashboard"), s)], tls)
 
 
 def hosts_of(processes: Sequence[ProcessSpec]) -> list[str]:

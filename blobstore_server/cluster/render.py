@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from blobstore_server.cluster import kafka_auth
+from blobstore_server.cluster import kafka_auth, pki
 from blobstore_server.cluster import kafka_broker as broker
 from blobstore_server.cluster.plan import ClusterPlan, ProcessSpec, hosts_of
 from blobstore_server.cluster.spec import ClusterSpec
@@ -177,6 +177,10 @@ def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:
             if p.role == "kafka" and plan.kafka.secret:
                 files.extend(BundleFile(root / "kafka" / name, text, 0o600)
                              for name, text in kafka_scripts(spec, plan, spec.config_dir_of(spec.host(host))))
+        if host in plan.tls:
+            tls = plan.tls[host]
+            files.extend([BundleFile(root / "config" / pki.CA_FILE, tls.ca), BundleFile(root / "config" / pki.CERT_FILE,
+                          tls.cert), BundleFile(root / "config" / pki.KEY_FILE, tls.key, 0o600)])
         files.append(BundleFile(root / "systemd" / TARGET, _target(host, mine)))
         files.append(BundleFile(root / "README.md", _readme(spec, plan, host, mine)))
     return files

@@ -112,6 +112,9 @@ class ClusterSpec(Strict):
     # The S3 gateways' shared namespace, a postgresql:// DSN (the operator's server): a gateway on every access host.
     # Empty: one gateway, on the first access host, with its namespace in a SQLite file of its own.
     s3_namespace: str = Field("", pattern=r"^(postgres(ql)?://.*)?$")
+    # TLS on every link between hosts (HTTP, Raft, Kafka, Redis), certificates from a CA derived from the cluster
+    # secret (cluster/pki.py); false only where something else encrypts the network
+    tls: bool = True
     python: str = "/opt/blobstore/bin/python"  # the interpreter the blobstore package is installed for
     user: str = "blobstore"  # the dedicated user every process runs as
     ports: Ports = Field(default_factory=Ports)

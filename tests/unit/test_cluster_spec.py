@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner, Result
 
 from blobstore_server.cli.cli import app
+from blobstore_server.cluster import pki
 from blobstore_server.cluster.plan import (
     CAPABILITIES,
     EXPORT_BUCKET,
@@ -58,7 +59,10 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
     seen_roles: set[str] = set()
     for host in spec.hosts:
         bundle = out / host.name
-        configs = sorted((bundle / "config").iterdir())
+        tls = {pki.CA_FILE, pki.CERT_FILE, pki.KEY_FILE}
+        assert tls <= {p.name for p in (bundle / "config").iterdir()}, "each host gets its certificate and the CA"
+        assert stat.S_IMODE((bundle / "config" / pki.KEY_FILE).stat().st_mode) == 0o600
+        configs = sorted(p for p in (bundle / "config").iterdir() if p.name not in tls)
         roles = sorted(p.name.split(".")[0] for p in configs)
         expected = sorted(r for r in (*MODELS, "kafka", "redis") if host in spec.hosts_of(r))
         assert roles == expected, host.name

@@ -11,10 +11,14 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from blobstore_server.cluster.pki import ca_certificate, host_tls
+from blobstore_server.cluster.pki import HostTLS, ca_certificate, host_certificates
 
 SECRET = "11" * 32
 OTHER = "22" * 32
+
+
+def host_tls(secret: str, name: str, address: str, now: datetime.datetime | None = None) -> HostTLS:
+    return host_certificates(secret, [(name, address)], now)[name]
 
 
 def _server(tls_dir: Path, secret: str) -> ssl.SSLContext:
