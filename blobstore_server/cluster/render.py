@@ -16,6 +16,7 @@ from pathlib import Path
 from blobstore_server.cluster import kafka_auth, pki
 from blobstore_server.cluster import kafka_broker as broker
 from blobstore_server.cluster.plan import ClusterPlan, ProcessSpec, hosts_of, tls_files
+from blobstore_server.cluster.redis_auth import REDIS_USER
 from blobstore_server.cluster.spec import ClusterSpec
 
 TARGET = "blobstore.target"
@@ -133,6 +134,7 @@ Kafka (once, before its first start; every broker takes the same cluster id):
         -c {config_dir}/kafka.properties
 """ if kafka else "")
     checks = "\n".join(f"    curl -s {p.url}/health" for p in processes if p.url.startswith("http"))
+    checks += _tls_checks(spec, plan, host, processes)
     return f"""# blobstore on {host} ({h.address}, rack {h.rack}, AZ {h.az})
 
 {listing}
@@ -163,6 +165,29 @@ with it (`BLOBSTORE_SECRET`); no process here needs it.
     journalctl -u 'blobstore-*' --since -10min
 {checks}
 """
+
+
+def _tls_checks(spec: ClusterSpec, plan: ClusterPlan, host: str, processes: list[ProcessSpec]) -> str:
+    """The README's checks that this host's Kafka broker and Redis speak TLS only, trusting the cluster CA."""
+    tls = tls_files(spec, host)
+    if tls is None:
+        return ""
+    lines = []
+    for p in processes:
+        address = p.url.split("://", 1)[1].split("/", 1)[0]
+        if p.role == "redis":
+            ip, port = address.rsplit(":", 1)
+            lines += ["", "Redis takes TLS only (`port 0`, `tls-port`), and the password of the access nodes' "
+                          "`redis_url`:", "",
+                      f"    redis-cli --tls --cacert {tls.ca_file} -h {ip} -p {port} --user {REDIS_USER} "
+                      "--askpass ping"]
+        if p.role == "kafka" and plan.kafka.secret:
+            lines += ["", "Kafka listens SASL_SSL only, its controller listener too (the host's certificate inline in",
+                          "kafka.properties); a tool logs in with kafka/kafka-admin.properties (trusting the CA), e.g.",
+                          "before `kafka/` is deleted:",
+                      "", f"    {spec.kafka.home}/bin/kafka-topics.sh --bootstrap-server {address} "
+                          "--command-config kafka/kafka-admin.properties --list"]
+    return "\n".join(["", *lines]) if lines else ""
 
 
 def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:

@@ -8,7 +8,7 @@ import secrets
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -108,24 +108,32 @@ def test_redis_answers_only_over_tls_to_a_client_trusting_the_ca_with_the_passwo
 
 
 @pytest.fixture
-def capture(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Path]:
-    """Every packet on the hosts' bridge while the test runs, in a pcap file (read once the test is done)."""
+def capture(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[[], bytes]]:
+    """A capture of every TCP packet on the hosts' bridge from now on; calling it ends the capture and gives the
+    pcap file's bytes (tcpdump writes the last of them out as it exits)."""
     net = cluster.net()
     assert net is not None
     pcap = tmp_path / "bridge.pcap"
-    dump = subprocess.Popen(["tcpdump", "-i", net.bridge, "-s", "0", "-U", "-w", str(pcap), "tcp"],
+    dump = subprocess.Popen(["tcpdump", "-i", net.bridge, "-s", "0", "--immediate-mode", "-w", str(pcap), "tcp"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def packets() -> bytes:
+        dump.terminate()
+        dump.wait(10)
+        return pcap.read_bytes()
+
     try:
         assert dump.stderr is not None
         assert b"listening on" in dump.stderr.readline()  # capturing from here on
-        yield pcap
+        yield packets
     finally:
-        dump.terminate()
-        dump.wait(10)
+        if dump.poll() is None:
+            dump.terminate()
+            dump.wait(10)
 
 
 def test_a_capture_on_the_bridge_shows_no_record_or_password_in_clear(cluster: ClusterInfo, secret: str, ca: str,
-                                                                      capture: Path) -> None:
+                                                                      capture: Callable[[], bytes]) -> None:
     marker = f"blobstore-tls-probe-{secrets.token_hex(8)}".encode()
     control = f"blobstore-clear-probe-{secrets.token_hex(8)}".encode()
     login = client_auth(kafka_user(secret, ADMIN, ca))
@@ -151,8 +159,7 @@ def test_a_capture_on_the_bridge_shows_no_record_or_password_in_clear(cluster: C
         cache.set(topic, marker, ex=60)
         assert cache.get(topic) == marker
     _in_clear(_redis_address(cluster), control)  # the capture sees what crosses the bridge in clear
-    time.sleep(0.5)  # tcpdump writes each packet out (-U)
-    seen = capture.read_bytes()
+    seen = capture()
     assert control in seen, "the capture missed the probe sent in clear: it proves nothing"
     assert marker not in seen
     for password in (redis_password(secret), kafka_password(secret, ADMIN)):
