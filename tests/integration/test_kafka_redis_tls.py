@@ -4,7 +4,9 @@ on the hosts' bridge shows neither a Kafka record nor a Redis or Kafka password 
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import socket
 import subprocess
 import time
@@ -20,11 +22,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from blobstore_server.cluster import pki
 from blobstore_server.cluster.kafka_auth import ADMIN, kafka_password, kafka_user
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, cluster_ca
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, cluster_ca, restart
 from blobstore_server.cluster.redis_auth import redis_password, with_credentials
 from blobstore_server.libs.mq.settings import client_auth
 from blobstore_server.libs.rpc.auth import new_secret
 from tests.support.launched import SMALL
+from tests.support.processes import wait_until
 
 LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
 pytestmark = pytest.mark.skipif(not SMALL.hosts, reason="hosts are network namespaces (root only); 127.0.0.1 is clear")
@@ -134,6 +137,12 @@ def capture(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[[], bytes
 
 def test_a_capture_on_the_bridge_shows_no_record_or_password_in_clear(cluster: ClusterInfo, secret: str, ca: str,
                                                                       capture: Callable[[], bytes]) -> None:
+    """Sought: a record written and read, Redis' password (our client logs in), and the Kafka admin's
+    password, which a restarted broker sends (SASL PLAIN) to the controllers as it rejoins."""
+    broker = next(p for p in ClusterInfo.load(Path(cluster.dir)).processes if p.role == "kafka")
+    os.kill(broker.pid, signal.SIGTERM)
+    wait_until(lambda: not broker.running, 30, f"{broker.name} to stop")
+    restart(Path(cluster.dir), broker.name, timeout=90)  # back once every broker serves
     marker = f"blobstore-tls-probe-{secrets.token_hex(8)}".encode()
     control = f"blobstore-clear-probe-{secrets.token_hex(8)}".encode()
     login = client_auth(kafka_user(secret, ADMIN, ca))
