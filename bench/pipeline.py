@@ -144,7 +144,7 @@ def main() -> None:
             blobs = [next(Location.from_token(t, key).blob_ids()) for t in tokens]
             repair = asyncio.run(bench_repair(info, blobs))
             delete = asyncio.run(bench_delete(info, tokens))
-            admin = kafka_user((root / launcher.SECRET_FILE).read_text().strip(), ADMIN)
+            admin = kafka_user((root / launcher.SECRET_FILE).read_text().strip(), ADMIN, launcher.cluster_ca(root))
             raw = asyncio.run(bench_raw_kafka(info.kafka_bootstrap, args.blobs, client_auth(admin)))
         finally:
             launcher.down(root)

@@ -20,7 +20,14 @@ from typer.core import TyperGroup
 from blobstore.errors import BlobstoreError
 from blobstore.signing import Grant
 from blobstore_server.cluster.kafka_auth import kafka_user
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, LauncherError, cluster_secret, sign_as_operator
+from blobstore_server.cluster.launcher import (
+    SECRET_FILE,
+    ClusterInfo,
+    LauncherError,
+    cluster_ca,
+    cluster_secret,
+    sign_as_operator,
+)
 from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.rpc.auth import SECRET_ENV, capability_key
 from blobstore_server.libs.rpc.errors import RpcError
@@ -87,7 +94,8 @@ KafkaUserOpt = Annotated[str, typer.Option(
 
 def kafka_login(root: Path, kafka: str, user: str) -> KafkaAuth | None:
     """The SASL login for the Kafka of `kafka_bootstrap`: the read-only backlog user on the cluster folder's own broker
-    (which requires one), `user` if named; the password derives from $BLOBSTORE_SECRET or the folder's secret."""
+    (which requires one, over TLS trusting the folder's CA when it has one), `user` if named; the password derives
+    from $BLOBSTORE_SECRET or the folder's secret."""
     user = user or ("" if kafka else "backlog")
     if not user:
         return None
@@ -96,7 +104,7 @@ def kafka_login(root: Path, kafka: str, user: str) -> KafkaAuth | None:
         if kafka:
             raise ValueError(f"--kafka-user {user} needs the cluster secret: ${SECRET_ENV} or {root}/{SECRET_FILE}")
         return None  # a cluster folder without a secret was started before Kafka had users
-    return kafka_user(secret, user)
+    return kafka_user(secret, user, None if kafka else cluster_ca(root))
 
 
 def operator_grant(root: Path, capability: Capability, ttl: float) -> str | None:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from confluent_kafka import admin as kafka_admin
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
-from blobstore_server.libs.mq.settings import KafkaAuth, client_auth
+from blobstore_server.libs.mq.settings import KafkaAuth, client_auth, java_client_auth
 from blobstore_server.libs.mq.topics import ALL_TOPICS, Topic
 
 ADMIN = "admin"
@@ -34,11 +34,12 @@ def kafka_password(secret: str, user: str) -> str:
     return hmac.digest(bytes.fromhex(secret), f"blobstore kafka password {user}".encode(), hashlib.sha256).hex()
 
 
-def kafka_user(secret: str, user: str) -> KafkaAuth:
-    """The login of `user` (one of USERS), as a service's `kafka_auth` config block holds it."""
+def kafka_user(secret: str, user: str, ca_file: str | None = None) -> KafkaAuth:
+    """The login of `user` (one of USERS), as a service's `kafka_auth` config block holds it; over TLS trusting
+    `ca_file` (the cluster CA) when given."""
     if user not in USERS:
         raise ValueError(f"no Kafka user {user!r}: one of {', '.join(USERS)}")
-    return KafkaAuth(username=user, password=kafka_password(secret, user), mechanism=MECHANISM)
+    return KafkaAuth(username=user, password=kafka_password(secret, user), mechanism=MECHANISM, ca_file=ca_file)
 
 
 def scram_users(secret: str) -> dict[str, str]:
@@ -66,10 +67,12 @@ def acls(group_prefixes: Iterable[str]) -> list[Acl]:
     return rules
 
 
-def apply_acls(bootstrap: str, secret: str, group_prefixes: Iterable[str], timeout: float = 30.0) -> None:
-    """Create the ACLs (as admin) on the running cluster; creating one that exists is a no-op."""
+def apply_acls(bootstrap: str, secret: str, group_prefixes: Iterable[str], timeout: float = 30.0,
+               ca_file: str | None = None) -> None:
+    """Create the ACLs (as admin, over TLS trusting `ca_file` if given) on the running cluster; creating one that
+    exists is a no-op."""
     admin = kafka_admin.AdminClient({"bootstrap.servers": bootstrap, "client.id": "blobstore-acls",
-                         **client_auth(kafka_user(secret, ADMIN))})
+                                     **client_auth(kafka_user(secret, ADMIN, ca_file))})
     kinds = {"cluster": ResourceType.BROKER, "topic": ResourceType.TOPIC, "group": ResourceType.GROUP}  # Kafka's
     # CLUSTER resource has librdkafka's BROKER code (4)
     bindings = [AclBinding(kinds[kind], name, ResourcePatternType[pattern.upper()], f"User:{user}",
@@ -89,9 +92,6 @@ def acl_commands(kafka_home: str, bootstrap: str, config: str, group_prefixes: I
     return lines
 
 
-def client_properties(secret: str, user: str = ADMIN) -> str:
-    """A Kafka tool's client.properties logging in as `user`."""
-    auth = kafka_user(secret, user)
-    return (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={auth.mechanism}\n"
-            f'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
-            f'username="{auth.username}" password="{auth.password}";\n')
+def client_properties(secret: str, user: str = ADMIN, ca_file: str | None = None) -> str:
+    """A Kafka tool's client.properties logging in as `user` (over TLS, trusting `ca_file`, if given)."""
+    return "".join(f"{key}={value}\n" for key, value in java_client_auth(kafka_user(secret, user, ca_file)).items())

@@ -36,6 +36,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from blobstore_server.cluster.pki import HostTLS
 from blobstore_server.libs.maven import cache_root, fetch_jars
 
 HERE = Path(__file__).resolve().parent
@@ -86,18 +87,20 @@ broker.heartbeat.interval.ms=1500
 
 # With users: clients and brokers log in with SASL/SCRAM-SHA-512 on the client listener, whose credentials live
 # in the metadata log (bootstrapped by `format --add-scram`). The controller listener cannot use SCRAM in KRaft
-# (a controller must authenticate before it has read any metadata), so it takes PLAIN with the admin's password
-# from this file. The StandardAuthorizer lets only the admin (super user) do what no ACL allows.
+# (a controller must authenticate before it has read any metadata; still so in Kafka 4.1, KAFKA-15513), so it takes
+# PLAIN with the admin's password from this file: over TLS (`tls`) that password never crosses the network in
+# clear. The StandardAuthorizer lets only the admin (super user) do what no ACL allows. {protocol} is
+# SASL_PLAINTEXT, or SASL_SSL with TLS_PROPERTIES.
 SASL_PROPERTIES = """\
-listeners=SASL_PLAINTEXT://{address}:{port},CONTROLLER://{address}:{cport}
-advertised.listeners=SASL_PLAINTEXT://{address}:{port}
-listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT
-inter.broker.listener.name=SASL_PLAINTEXT
+listeners={protocol}://{address}:{port},CONTROLLER://{address}:{cport}
+advertised.listeners={protocol}://{address}:{port}
+listener.security.protocol.map={protocol}:{protocol},CONTROLLER:{protocol}
+inter.broker.listener.name={protocol}
 sasl.enabled.mechanisms=SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
 sasl.mechanism.controller.protocol=PLAIN
-listener.name.sasl_plaintext.sasl.enabled.mechanisms=SCRAM-SHA-512
-listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \\
+listener.name.{listener}.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.{listener}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \\
     required username="{admin}" password="{password}";
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
 listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\
@@ -106,6 +109,24 @@ authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:{admin}
 allow.everyone.if.no.acl.found=false
 """
+
+# Every listener (and the broker's and controller's own connections to the others, which check the peer's
+# certificate against the CA and its address) with the host's certificate. The PEM text is inline: Kafka's PEM
+# keystore file must hold the key and its chain in one file, where a host has them in two; inline, an unencrypted
+# PKCS#8 key needs no `ssl.key.password`. Clients present no certificate: they log in with SCRAM.
+TLS_PROPERTIES = """\
+ssl.keystore.type=PEM
+ssl.keystore.key={key}
+ssl.keystore.certificate.chain={cert}
+ssl.truststore.type=PEM
+ssl.truststore.certificates={ca}
+ssl.client.auth=none
+"""
+
+
+def _inline(pem: str) -> str:
+    """PEM text as one property value: its lines joined by the properties format's continuation (`\\`)."""
+    return " \\\n    ".join(pem.strip().splitlines())
 
 
 def kafka_version() -> str:
@@ -136,7 +157,7 @@ def random_cluster_uuid() -> str:
 
 def server_properties(*, node_id: int, address: str, port: int, controller_port: int, voters: Sequence[Voter],
                       data_dir: Path | str, replication_factor: int = 1, min_insync_replicas: int = 1,
-                      admin: tuple[str, str] | None = None) -> str:
+                      admin: tuple[str, str] | None = None, tls: HostTLS | None = None) -> str:
     """The server.properties of one broker+controller node; pure, so a renderer for other machines can use it.
 
     Every topic (internal ones too) gets `replication_factor` replicas, and an acks=all write needs
@@ -145,7 +166,10 @@ def server_properties(*, node_id: int, address: str, port: int, controller_port:
     so a later change here is shadowed (change it with kafka-configs instead).
 
     With `admin` (user, password) every listener requires SASL (SASL_PROPERTIES); without, all is PLAINTEXT.
+    With `tls` too (the host's certificate, key and the cluster CA) every listener is SASL_SSL.
     """
+    if tls is not None and admin is None:
+        raise ValueError("TLS on Kafka comes with logins (admin): a SSL listener without SASL is not planned")
     if node_id not in {voter[0] for voter in voters}:
         raise ValueError(f"node {node_id} is not among the voters {voters}: every node is a controller")
     if not 1 <= min_insync_replicas <= replication_factor <= len(voters):
@@ -161,8 +185,12 @@ def server_properties(*, node_id: int, address: str, port: int, controller_port:
     kept = [line for line in text.splitlines(keepends=True)
             if not line.startswith(("listeners=", "advertised.listeners=", "listener.security.protocol.map=",
                                     "inter.broker.listener.name="))]
-    return "".join(kept) + SASL_PROPERTIES.format(address=address, port=port, cport=controller_port,
-                                                  admin=admin[0], password=admin[1])
+    protocol = "SASL_PLAINTEXT" if tls is None else "SASL_SSL"
+    text = "".join(kept) + SASL_PROPERTIES.format(protocol=protocol, listener=protocol.lower(), address=address,
+                                                  port=port, cport=controller_port, admin=admin[0], password=admin[1])
+    if tls is None:
+        return text
+    return text + TLS_PROPERTIES.format(key=_inline(tls.key), cert=_inline(tls.cert), ca=_inline(tls.ca))
 
 
 def scram_arguments(users: Mapping[str, str]) -> list[str]:
@@ -275,7 +303,8 @@ def _await_exec(proc: subprocess.Popen[bytes], jvm: list[str], directory: Path) 
 def start(directory: Path, port: int, controller_port: int, timeout: float = 90.0, *, address: str = "127.0.0.1",
           node_id: int = 1, voters: Sequence[Voter] | None = None, replication_factor: int = 1,
           min_insync_replicas: int = 1, cluster_uuid: str | None = None, wrap: Sequence[str] = (),
-          wait: bool = True, users: Mapping[str, str] | None = None, admin: str = "admin") -> tuple[int, str]:
+          wait: bool = True, users: Mapping[str, str] | None = None, admin: str = "admin",
+          tls: HostTLS | None = None, client: Mapping[str, Any] | None = None) -> tuple[int, str]:
     """Start a broker with its data under `directory` (formatted on first start); returns (pid, bootstrap).
 
     Without `voters` it is a quorum of its own. `wrap` prefixes the JVM's argv and must exec it, e.g.
@@ -283,7 +312,9 @@ def start(directory: Path, port: int, controller_port: int, timeout: float = 90.
     serves only once a majority of its voters runs, so start them all and then call `wait_serving`.
     Restarting on the same directory and ports keeps every topic and committed offset.
     With `users` (name -> password, `admin` among them: the super user the brokers log in as) clients must log
-    in with SASL/SCRAM-SHA-512; the users are stored at the first start's format only.
+    in with SASL/SCRAM-SHA-512; the users are stored at the first start's format only. With `tls` (the host's
+    certificate and key, the cluster CA) too, every listener takes TLS only. `client`: the librdkafka settings the
+    wait logs in with (the admin's, libs/mq/settings.client_auth, on a broker with users).
     """
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -295,14 +326,14 @@ def start(directory: Path, port: int, controller_port: int, timeout: float = 90.
                                        voters=voters or [(node_id, address, controller_port)], data_dir=data,
                                        replication_factor=replication_factor,
                                        min_insync_replicas=min_insync_replicas,
-                                       admin=(admin, users[admin]) if users else None))
-    props.chmod(0o600)  # with users it holds the admin's password
+                                       admin=(admin, users[admin]) if users else None, tls=tls))
+    props.chmod(0o600)  # with users it holds the admin's password, with TLS the host's key
     log4j2.write_text(LOG4J2.format(log=directory / "kafka.log"))
     _format(libs, log4j2, props, data, cluster_uuid, wrap, users or {})
     pid = relaunch(directory, wrap)
     bootstrap = f"{address}:{port}"
     if wait:
-        wait_serving(bootstrap, timeout, directories=[directory], client=login(admin, users[admin]) if users else {})
+        wait_serving(bootstrap, timeout, directories=[directory], client=client)
     return pid, bootstrap
 
 
@@ -326,7 +357,7 @@ def wait_serving(bootstrap: str, timeout: float = 90.0, *, brokers: int | None =
 
     `directories` are the members started here: one whose JVM exits ends the wait early, and if the cluster
     does not come up they are all stopped (a quorum missing a member is of no use) and their logs quoted.
-    `client`: further librdkafka settings, e.g. `login(...)` on a cluster with users.
+    `client`: further librdkafka settings, e.g. libs/mq/settings.client_auth's on a cluster with users.
     """
     wanted = len(bootstrap.split(",")) if brokers is None else brokers
     addresses = [_host_port(item) for item in bootstrap.split(",")]
@@ -340,12 +371,6 @@ def wait_serving(bootstrap: str, timeout: float = 90.0, *, brokers: int | None =
     for d in members:
         stop(d)
     raise RuntimeError(f"Kafka did not serve {wanted} broker(s) on {bootstrap} within {timeout}s:\n{tails}")
-
-
-def login(user: str, password: str) -> dict[str, Any]:
-    """librdkafka settings that log in as `user` on a broker started with users."""
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
-            "sasl.password": password}
 
 
 def stop(directory: Path, timeout: float = 30.0) -> None:

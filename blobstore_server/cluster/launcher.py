@@ -30,7 +30,7 @@ from confluent_kafka import KafkaException
 
 from blobstore import Client
 from blobstore.errors import BlobstoreError
-from blobstore_server.cluster import kafka_auth, netns, render
+from blobstore_server.cluster import kafka_auth, netns, pki, render
 from blobstore_server.cluster import kafka_broker as broker
 from blobstore_server.cluster.netns import Network
 from blobstore_server.cluster.plan import (
@@ -46,6 +46,7 @@ from blobstore_server.cluster.plan import (
 from blobstore_server.cluster.procs import free_ports, healthy, poll, running, spawn, start_time, stop
 from blobstore_server.cluster.spec import SpecError, for_hosts
 from blobstore_server.libs import cpugroup
+from blobstore_server.libs.mq.settings import client_auth
 from blobstore_server.libs.proto import clustermgr as clustermgr_api
 from blobstore_server.libs.rpc import auth
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, SECRET_ENV, new_secret, operator_signer
@@ -211,13 +212,14 @@ def _start(spec: ProcessSpec, env: dict[str, str], namespace: str) -> ProcessRec
 
 
 def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float, secret: str,
-                 group_prefixes: list[str]) -> list[ProcessRecord]:
+                 group_prefixes: list[str], tls: dict[str, pki.HostTLS], ca_file: str | None) -> list[ProcessRecord]:
     """Every broker, and wait until they serve together (a quorum member cannot serve alone); kafka_broker.py stops
     a broker that did not come up. Clients log in with SASL/SCRAM as the users cluster/kafka_auth.py derives
-    from `secret`; once the brokers serve, the launcher (as admin) gives each user its ACLs."""
+    from `secret`, over TLS when the brokers' hosts have certificates (`tls`, and `ca_file` the CA the launcher
+    trusts); once the brokers serve, the launcher (as admin) gives each user its ACLs."""
     records = []
     users = kafka_auth.scram_users(secret)
-    admin = broker.login(kafka_auth.ADMIN, users[kafka_auth.ADMIN])
+    admin = client_auth(kafka_auth.kafka_user(secret, kafka_auth.ADMIN, ca_file))
     try:
         broker.fetch()
         for b in kafka.brokers:
@@ -230,12 +232,13 @@ def _start_kafka(kafka: KafkaPlan, namespaces: dict[str, str], timeout: float, s
                                   replication_factor=kafka.replication_factor,
                                   min_insync_replicas=kafka.min_insync_replicas,
                                   cluster_uuid=kafka.cluster_uuid or None, wrap=record.wrap,
-                                  wait=len(kafka.brokers) == 1, users=users, admin=kafka_auth.ADMIN)
+                                  wait=len(kafka.brokers) == 1, users=users, admin=kafka_auth.ADMIN,
+                                  tls=tls.get(b.place.host), client=admin)
             records.append(replace(record, pid=pid, started=start_time(pid) or 0))
         if len(kafka.brokers) > 1:
             broker.wait_serving(kafka.bootstrap, timeout, brokers=len(kafka.brokers),
                                 directories=[b.place.workdir for b in kafka.brokers], client=admin)
-        kafka_auth.apply_acls(kafka.bootstrap, secret, group_prefixes, timeout)
+        kafka_auth.apply_acls(kafka.bootstrap, secret, group_prefixes, timeout, ca_file)
     except (RuntimeError, OSError, subprocess.CalledProcessError, KafkaException) as exc:
         for r in records:
             broker.stop(Path(r.config).parent)
@@ -311,7 +314,15 @@ def _plan_hosts(root: Path, shape: ClusterShape, hosts: int, racks: int, auth_se
     (root / SPEC_FILE).write_text(tomli_w.dumps(spec.model_dump(mode="json", exclude_defaults=True)))
     plan = plan_spec(spec, sys.executable, auth_secret)
     render.write(root, render.bundle(spec, plan))
+    if plan.tls:  # the CA the operator's tools (and the launcher's own Kafka client) trust, beside the secret
+        (root / pki.CA_FILE).write_text(next(iter(plan.tls.values())).ca)
     return plan, net
+
+
+def cluster_ca(root: Path) -> str | None:
+    """The CA file of the cluster in `root` whose links take TLS (a cluster of several hosts), else None."""
+    path = root / pki.CA_FILE
+    return str(path) if path.exists() else None
 
 
 def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: int = 0, racks: int = 2,
@@ -324,6 +335,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
     _clear_stopped(root, say)
+    (root / pki.CA_FILE).unlink(missing_ok=True)  # a former cluster's: this one's clients must not take it for theirs
     auth_secret = new_secret()
     _private(root / SECRET_FILE, auth_secret)
     sign_as_operator(root)
@@ -357,7 +369,8 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
             if "kafka" in stage:
                 say(f"starting kafka ({len(plan.kafka.brokers)} JVM(s): a few seconds)")
                 brokers = _start_kafka(plan.kafka, namespaces, timeout, auth_secret,
-                                       [json.loads(t.config_text)["group_prefix"] for t in plan.of_role("tinker")])
+                                       [json.loads(t.config_text)["group_prefix"] for t in plan.of_role("tinker")],
+                                       plan.tls, cluster_ca(root))
                 info.processes.extend(brokers)
                 started.extend(brokers)
                 info.save()
@@ -392,10 +405,10 @@ def restart(root: Path, *names: str, timeout: float = 30.0) -> list[ProcessRecor
             pid = broker.relaunch(Path(old.config).parent, wrap=old.wrap)
             record = replace(old, pid=pid, started=start_time(pid) or 0)
             try:
-                admin = kafka_auth.kafka_user((root / SECRET_FILE).read_text().strip(), kafka_auth.ADMIN)
+                admin = kafka_auth.kafka_user((root / SECRET_FILE).read_text().strip(), kafka_auth.ADMIN,
+                                              cluster_ca(root))
                 broker.wait_serving(info.kafka_bootstrap, timeout, directories=[Path(old.config).parent],
-                                    brokers=sum(p.role == "kafka" for p in info.processes),
-                                    client=broker.login(admin.username, admin.password))
+                                    brokers=sum(p.role == "kafka" for p in info.processes), client=client_auth(admin))
             except RuntimeError as exc:
                 raise LauncherError(f"{name}: {exc}") from exc
         elif old.command:

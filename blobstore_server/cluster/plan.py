@@ -182,6 +182,10 @@ class Settings:
     audit_log: bool = True
     export_roots: tuple[str, ...] = ()  # where blobnodes may write the inspection's exports
     kafka_sasl: bool = True  # our brokers require SASL/SCRAM logins (cluster/kafka_auth.py); an operator's need not
+    # host -> the CA file its processes check our brokers' (Redis') certificate with: empty without TLS, and for an
+    # operator's Kafka (Redis), which keeps what it has
+    kafka_ca: dict[str, str] = field(default_factory=dict)
+    redis_ca: dict[str, str] = field(default_factory=dict)
     s3_namespace: str = ""  # the gateways' shared PostgreSQL DSN; empty: the first gateway's SQLite file
     export_s3: S3Access | None = None  # the inspection's bucket on the first gateway (none: a plan without one)
 
@@ -248,14 +252,20 @@ def _service(place: Place, settings: Settings, config: ServiceSettings, cluster_
                        cluster_id, place.host)
 
 
-def _redis(place: Place, auth_secret: str) -> ProcessSpec:
+def _redis(place: Place, auth_secret: str, tls: TLSConfig | None = None) -> ProcessSpec:
     # A volume cache only: no persistence, so nothing is written but the log. Protected mode is off (it would
     # refuse every client of another host); the ACL requires a password instead (cluster/redis_auth.py).
     # Its URL names no password: it is shown by `cluster status`; the access nodes get `with_credentials`.
-    text = (f'bind {place.address}\nport {place.port}\nprotected-mode no\nsave ""\nappendonly no\n'
+    # With `tls` its port speaks TLS only (`port 0`: no plaintext port); clients present no certificate, they log
+    # in with the password, which then never crosses the network in clear.
+    listen = f"port {place.port}\n" if tls is None else (
+        f"port 0\ntls-port {place.port}\ntls-cert-file {tls.cert_file}\ntls-key-file {tls.key_file}\n"
+        f"tls-ca-cert-file {tls.ca_file}\ntls-auth-clients no\n")
+    text = (f'bind {place.address}\n{listen}protected-mode no\nsave ""\nappendonly no\n'
             f'daemonize no\ndir {place.workdir}\n{acl_config(auth_secret)}')
-    return ProcessSpec("redis", place.name, place.port, f"redis://{place.bind}/0", place.workdir, place.config_path,
-                       text, ("redis-server", str(place.config_path)), host=place.host)
+    scheme = "redis" if tls is None else "rediss"
+    return ProcessSpec("redis", place.name, place.port, f"{scheme}://{place.bind}/0", place.workdir,
+                       place.config_path, text, ("redis-server", str(place.config_path)), host=place.host)
 
 
 def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> list[ProcessSpec]:
@@ -280,9 +290,6 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
     tinker = layout["tinker"][0]
     sealing = message_key(s.auth_secret).hex()  # mqproxy seals repair and delete messages, tinker checks them
 
-    def login(user: str) -> KafkaAuth | None:  # each logs in to Kafka as its own user, whose ACLs fit its part
-        return kafka_user(s.auth_secret, user) if s.kafka_sasl else None
-
     def each(role: str, config: ServiceSettings) -> list[ProcessSpec]:
         return [_service(p, s, config, cluster_id) for p in layout[role]]
 
@@ -290,14 +297,21 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
             *each("allocator", AllocatorConfig(clustermgr_hosts=cm_urls, code_modes=list(s.code_modes))),
             *each("scheduler", SchedulerConfig(clustermgr_hosts=cm_urls)),
             *each("worker", WorkerConfig(clustermgr_hosts=cm_urls)),
-            *each("mqproxy", MqProxyConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
+            *(_service(p, s, MqProxyConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
                                            partitions=s.partitions, cluster_id=cluster_id, message_key=sealing,
-                                           kafka_auth=login("mqproxy"), insecure=not s.kafka_sasl)),
-            *each("tinker", TinkerConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
-                                         delete_safe_delay=s.delete_delay,
-                                         delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
-                                         group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing,
-                                         kafka_auth=login("tinker"), insecure=not s.kafka_sasl))]
+                                           kafka_auth=_kafka_login(s, "mqproxy", p), insecure=not s.kafka_sasl),
+                       cluster_id) for p in layout["mqproxy"]),
+            *(_service(p, s, TinkerConfig(clustermgr_hosts=cm_urls, kafka_bootstrap=s.kafka_bootstrap,
+                                          delete_safe_delay=s.delete_delay,
+                                          delete_log=str(tinker.workdir / "deletes.jsonl"), cluster_id=cluster_id,
+                                          group_prefix=f"{cluster_prefix(cluster_id)}tinker", message_key=sealing,
+                                          kafka_auth=_kafka_login(s, "tinker", p), insecure=not s.kafka_sasl),
+                       cluster_id) for p in layout["tinker"])]
+
+
+def _kafka_login(s: Settings, user: str, place: Place) -> KafkaAuth | None:
+    """Each process logs in to Kafka as its own user, whose ACLs fit its part, over TLS when its host has the CA."""
+    return kafka_user(s.auth_secret, user, s.kafka_ca.get(place.host)) if s.kafka_sasl else None
 
 
 def _gateways(places: list[Place], nodes: list[ProcessSpec], s: Settings) -> list[ProcessSpec]:
@@ -328,14 +342,15 @@ def _front(clusters: dict[int, list[ProcessSpec]], access: list[Place], gateways
     nodes = [_service(p, s, AccessConfig(
                  cluster_id=home, clustermgr_hosts=urls(home, "clustermgr"), allocator_hosts=urls(home, "allocator"),
                  mqproxy_hosts=urls(home, "mqproxy"), region=region, region_refresh=2.0, secret=s.location_secret,
-                 redis_url=s.redis_url, default_code_mode=s.code_modes[0], delete_safe_delay=s.delete_delay,
+                 redis_url=s.redis_url, redis_ca_file=s.redis_ca.get(p.host, ""), default_code_mode=s.code_modes[0],
+                 delete_safe_delay=s.delete_delay,
                  orphan_log=str(p.workdir / "orphans.jsonl"), state_file=str(p.workdir / "state.sqlite"),
                  audit_log=str(p.workdir / "audit.jsonl") if s.audit_log else ""))
              for p in access]
     scraped = [*(p for k in clusters for p in clusters[k]), *nodes, *_gateways(gateways, nodes, s)]
-    backlog = kafka_user(s.auth_secret, "backlog") if s.kafka_sasl else None
     boards = [_service(p, s, DashboardConfig(
-                  clustermgr_hosts=urls(home, "clustermgr"), kafka_bootstrap=s.kafka_bootstrap, kafka_auth=backlog,
+                  clustermgr_hosts=urls(home, "clustermgr"), kafka_bootstrap=s.kafka_bootstrap,
+                  kafka_auth=_kafka_login(s, "backlog", p),
                   targets=[Target(name=t.name, role=t.role, url=t.url) for t in scraped]))
               for p in dashboard]
     return [*scraped, *boards]
@@ -454,11 +469,13 @@ def plan_spec(spec: ClusterSpec, python: str, auth_secret: str) -> ClusterPlan:
     bootstrap = ",".join(b.place.bind for b in brokers) or ",".join(spec.kafka.bootstrap)
     kafka = KafkaPlan(brokers, bootstrap, spec.kafka.replication_factor, spec.kafka.min_insync_replicas,
                       kafka_cluster_uuid(auth_secret), auth_secret if brokers else "")
-    redis = [_redis(p, auth_secret) for p in places("redis")]
+    redis = [_redis(p, auth_secret, tls_files(spec, p.host)) for p in places("redis")]
+    ca_files = {h.name: files.ca_file for h in spec.hosts if (files := tls_files(spec, h.name)) and files.ca_file}
     s = Settings(python, auth_secret, derived(auth_secret, "location").hex(), tuple(spec.code_modes),
                  spec.volumes_per_mode, spec.delete_delay, spec.disk_broken_after, bootstrap,
                  with_credentials(redis[0].url, auth_secret) if redis else spec.redis.url, spec.chunk_size,
                  spec.kafka.partitions, export_roots=(spec.export_root, EXPORT_ROOT), kafka_sasl=bool(brokers),
+                 kafka_ca=ca_files if brokers else {}, redis_ca=ca_files if redis else {},
                  s3_namespace=spec.s3_namespace,
                  export_s3=export_access(auth_secret, places("s3")[0].url) if places("s3") else None)
     roles = ("clustermgr", "blobnode", "allocator", "scheduler", "worker", "mqproxy", "tinker")

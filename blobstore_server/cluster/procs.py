@@ -90,16 +90,25 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
         raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
+def _liveness_tls() -> ssl.SSLContext:
+    """TLS that takes any certificate: a liveness probe sends nothing secret (a PING) and trusts no answer."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def healthy(url: str, timeout: float = 1.0, verify: ssl.SSLContext | bool = True) -> bool:
     """An HTTP service answers 200 on /health (an HTTPS one with a certificate `verify` accepts); Redis
-    answers PONG (or, when it wants a password, NOAUTH); Kafka accepts a connection."""
+    answers PONG (or, when it wants a password, NOAUTH), over TLS for rediss://; Kafka accepts a connection."""
     scheme, _, rest = url.partition("://")
-    if scheme in ("redis", "kafka"):
+    if scheme in ("redis", "rediss", "kafka"):
         host, port = rest.split("/", 1)[0].rsplit(":", 1)
         try:
-            with socket.create_connection((host, int(port)), timeout=timeout) as s:
+            with socket.create_connection((host, int(port)), timeout=timeout) as raw:
                 if scheme == "kafka":
                     return True
+                s = _liveness_tls().wrap_socket(raw) if scheme == "rediss" else raw
                 s.sendall(b"PING\r\n")
                 return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # a Redis with a password answers too
         except OSError:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from blobstore_server.cluster import kafka_auth, pki
 from blobstore_server.cluster import kafka_broker as broker
-from blobstore_server.cluster.plan import ClusterPlan, ProcessSpec, hosts_of
+from blobstore_server.cluster.plan import ClusterPlan, ProcessSpec, hosts_of, tls_files
+from blobstore_server.cluster.redis_auth import REDIS_USER
 from blobstore_server.cluster.spec import ClusterSpec
 
 TARGET = "blobstore.target"
@@ -40,7 +41,7 @@ def kafka_properties(plan: ClusterPlan, process: ProcessSpec) -> str:
         voters=plan.kafka.voters, data_dir=b.place.workdir / "data",
         replication_factor=plan.kafka.replication_factor, min_insync_replicas=plan.kafka.min_insync_replicas,
         admin=(kafka_auth.ADMIN, kafka_auth.kafka_password(plan.kafka.secret, kafka_auth.ADMIN))
-        if plan.kafka.secret else None)
+        if plan.kafka.secret else None, tls=plan.tls.get(b.place.host))
     return text
 
 
@@ -48,17 +49,21 @@ def _group_prefixes(plan: ClusterPlan) -> list[str]:
     return [str(json.loads(p.config_text)["group_prefix"]) for p in plan.of_role("tinker")]
 
 
-def kafka_scripts(spec: ClusterSpec, plan: ClusterPlan, config_dir: Path) -> list[tuple[str, str]]:
+def kafka_scripts(spec: ClusterSpec, plan: ClusterPlan, host: str) -> list[tuple[str, str]]:
     """(name, text) of the Kafka host's scripts, which hold passwords (mode 0600 like the configs): the storage
-    format with every SCRAM user, the admin's client.properties and the ACLs to create once the brokers run.
-    They stay in the bundle's kafka/ (run from there), out of the config folder the services read."""
+    format with every SCRAM user, the admin's client.properties (over TLS, trusting the host's CA file, if the
+    spec has TLS) and the ACLs to create once the brokers run. They stay in the bundle's kafka/ (run from there),
+    out of the config folder the services read."""
+    config_dir = spec.config_dir_of(spec.host(host))
+    tls = tls_files(spec, host)
     home, users = spec.kafka.home, kafka_auth.scram_users(plan.kafka.secret)
     scram = " ".join(shlex.quote(arg) for arg in broker.scram_arguments(users))
     acls = kafka_auth.acl_commands(home, plan.kafka.bootstrap, '"$(dirname "$0")/kafka-admin.properties"',
                                    _group_prefixes(plan))
     return [("kafka-format.sh", f"#!/bin/sh -e\n{home}/bin/kafka-storage.sh format -t {plan.kafka.cluster_uuid} "
                                 f"-c {config_dir}/kafka.properties {scram}\n"),
-            ("kafka-admin.properties", kafka_auth.client_properties(plan.kafka.secret)),
+            ("kafka-admin.properties", kafka_auth.client_properties(plan.kafka.secret, kafka_auth.ADMIN,
+                                                                    tls.ca_file if tls else None)),
             ("kafka-acls.sh", "#!/bin/sh -e\n" + "\n".join(acls) + "\n")]
 
 
@@ -129,6 +134,7 @@ Kafka (once, before its first start; every broker takes the same cluster id):
         -c {config_dir}/kafka.properties
 """ if kafka else "")
     checks = "\n".join(f"    curl -s {p.url}/health" for p in processes if p.url.startswith("http"))
+    checks += _tls_checks(spec, plan, host, processes)
     return f"""# blobstore on {host} ({h.address}, rack {h.rack}, AZ {h.az})
 
 {listing}
@@ -161,6 +167,29 @@ with it (`BLOBSTORE_SECRET`); no process here needs it.
 """
 
 
+def _tls_checks(spec: ClusterSpec, plan: ClusterPlan, host: str, processes: list[ProcessSpec]) -> str:
+    """The README's checks that this host's Kafka broker and Redis speak TLS only, trusting the cluster CA."""
+    tls = tls_files(spec, host)
+    if tls is None:
+        return ""
+    lines = []
+    for p in processes:
+        address = p.url.split("://", 1)[1].split("/", 1)[0]
+        if p.role == "redis":
+            ip, port = address.rsplit(":", 1)
+            lines += ["", "Redis takes TLS only (`port 0`, `tls-port`), and the password of the access nodes' "
+                          "`redis_url`:", "",
+                      f"    redis-cli --tls --cacert {tls.ca_file} -h {ip} -p {port} --user {REDIS_USER} "
+                      "--askpass ping"]
+        if p.role == "kafka" and plan.kafka.secret:
+            lines += ["", "Kafka listens SASL_SSL only, its controller listener too (the host's certificate inline in",
+                          "kafka.properties); a tool logs in with kafka/kafka-admin.properties (trusting the CA), e.g.",
+                          "before `kafka/` is deleted:",
+                      "", f"    {spec.kafka.home}/bin/kafka-topics.sh --bootstrap-server {address} "
+                          "--command-config kafka/kafka-admin.properties --list"]
+    return "\n".join(["", *lines]) if lines else ""
+
+
 def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:
     """Every file of every host's bundle (paths start with the host's name)."""
     files: list[BundleFile] = []
@@ -176,7 +205,7 @@ def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:
             files.append(BundleFile(root / "systemd" / unit_name(p), _unit(spec, p)))
             if p.role == "kafka" and plan.kafka.secret:
                 files.extend(BundleFile(root / "kafka" / name, text, 0o600)
-                             for name, text in kafka_scripts(spec, plan, spec.config_dir_of(spec.host(host))))
+                             for name, text in kafka_scripts(spec, plan, host))
         if host in plan.tls:
             tls = plan.tls[host]
             files.extend([BundleFile(root / "config" / pki.CA_FILE, tls.ca), BundleFile(root / "config" / pki.CERT_FILE,

@@ -25,7 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from blobstore_server.libs.mq.admin import positions
-from blobstore_server.libs.mq.settings import KafkaAuth, client_auth
+from blobstore_server.libs.mq.settings import KafkaAuth, client_auth, java_client_auth
 from blobstore_server.libs.mq.topics import Topic, pipelines
 from blobstore_server.libs.proto.export import open_target
 from blobstore_server.libs.proto.scheduler import FINAL_STATES, TASK_PREFIX, TaskRecord
@@ -120,9 +120,7 @@ def _java_login(auth: KafkaAuth | None) -> dict[str, str]:
     """The Kafka source's options (the Java client's settings, prefixed `kafka.`) that log in as `auth`."""
     if auth is None:
         return {}
-    return {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": auth.mechanism,
-            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                                      f'username="{auth.username}" password="{auth.password}";'}
+    return {f"kafka.{key}": value for key, value in java_client_auth(auth).items()}
 
 
 def _messages(spark: SparkSession, options: BacklogOptions, positions: Positions, now: float) -> DataFrame:

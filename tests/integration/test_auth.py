@@ -13,6 +13,7 @@ import socket
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -24,7 +25,7 @@ from blobstore import Client, NotFound
 from blobstore.records import READ_PLAN_TYPE, ReadPlan
 from blobstore_server.cli.cli import app
 from blobstore_server.cluster.kafka_auth import kafka_user
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, restart
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, cluster_ca, restart
 from blobstore_server.cluster.redis_auth import redis_password, with_credentials
 from blobstore_server.libs.mq.admin import positions
 from blobstore_server.libs.mq.producer import Producer
@@ -55,6 +56,12 @@ from tests.support.metrics import sample
 from tests.support.processes import BlobnodeFactory, wait_until
 
 LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
+
+
+def redis_client(cluster: ClusterInfo, url: str, **options: Any) -> redis.Redis:
+    """A client of the cluster's Redis at `url`, trusting the cluster CA when Redis takes TLS (several hosts)."""
+    ca = cluster_ca(Path(cluster.dir))
+    return redis.Redis.from_url(url, **options, **({"ssl_ca_certs": ca} if ca else {}))
 
 
 def urls(cluster: ClusterInfo, role: str) -> list[str]:
@@ -436,7 +443,8 @@ def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cl
     with another key) is logged, counted and committed past by tinker, and the blob still reads; a DELETE through
     access still deletes."""
     secret = (Path(cluster.dir) / SECRET_FILE).read_text().strip()
-    writer, reader = (client_auth(kafka_user(secret, user)) for user in ("mqproxy", "backlog"))
+    writer, reader = (client_auth(kafka_user(secret, user, cluster_ca(Path(cluster.dir))))
+                      for user in ("mqproxy", "backlog"))
     tinker = next(p for p in cluster.processes if p.role == "tinker")
     forged = "blobstore_tinker_messages_forged_total", {"topic": str(Topic.BLOB_DELETE)}
     with Client(cluster.access_urls) as client:
@@ -484,12 +492,12 @@ def test_redis_refuses_a_client_without_the_password_which_no_status_shows(clust
     secret = (Path(cluster.dir) / SECRET_FILE).read_text().strip()
     password = redis_password(secret)
     with pytest.raises(redis.AuthenticationError):
-        redis.Redis.from_url(cluster.redis_url).ping()
+        redis_client(cluster, cluster.redis_url).ping()
     with pytest.raises(redis.AuthenticationError):
-        redis.Redis.from_url(with_credentials(cluster.redis_url, new_secret())).ping()
+        redis_client(cluster, with_credentials(cluster.redis_url, new_secret())).ping()
     with pytest.raises(redis.AuthenticationError):
-        redis.Redis.from_url(cluster.redis_url, username="default", password=password).ping()
-    with redis.Redis.from_url(with_credentials(cluster.redis_url, secret)) as good:
+        redis_client(cluster, cluster.redis_url, username="default", password=password).ping()
+    with redis_client(cluster, with_credentials(cluster.redis_url, secret)) as good:
         assert good.ping()
     status = CliRunner().invoke(app, ["cluster", "status", "--dir", cluster.dir])
     assert status.exit_code == 0, status.output
@@ -518,7 +526,7 @@ def test_a_poisoned_redis_entry_is_refetched_from_clustermgr(cluster: ClusterInf
     os.kill(access2.pid, signal.SIGTERM)  # so that it has no copy of its own: it reads Redis first
     wait_until(lambda: not ClusterInfo.load(Path(cluster.dir)).processes[
         cluster.processes.index(access2)].running, 20, f"{access2.name} to stop")
-    with redis.Redis.from_url(with_credentials(cluster.redis_url, secret)) as cache:
+    with redis_client(cluster, with_credentials(cluster.redis_url, secret)) as cache:
         cache.set(key, poisoned.model_dump_json(), ex=300)
         restart(Path(cluster.dir), access2.name)
         with Client(cluster.access_urls[1:]) as client:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from blobstore import Client, NotFound
 from blobstore_server.cli.cli import app
 from blobstore_server.cluster.kafka_auth import kafka_user
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, cluster_ca
 from blobstore_server.cluster.plan import KAFKA_PARTITIONS
 from blobstore_server.libs.mq.settings import KafkaAuth, client_auth
 from blobstore_server.libs.mq.topics import Topic
@@ -28,7 +28,8 @@ LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
 
 
 def login(cluster: ClusterInfo, user: str) -> KafkaAuth:
-    return kafka_user((Path(cluster.dir) / SECRET_FILE).read_text().strip(), user)
+    """`user`'s login, over TLS (trusting the cluster CA) on a cluster of several hosts."""
+    return kafka_user((Path(cluster.dir) / SECRET_FILE).read_text().strip(), user, cluster_ca(Path(cluster.dir)))
 
 
 def produce(cluster: ClusterInfo, auth: KafkaAuth | None, topic: str, **config: Any) -> KafkaError | None:

@@ -22,14 +22,31 @@ class KafkaAuth(BaseModel):
     username: str
     password: str
     mechanism: str = "SCRAM-SHA-512"
+    # The CA (PEM file) the brokers' certificates chain to: with it the login goes over TLS (SASL_SSL), so neither
+    # the messages nor the SCRAM exchange cross the network in clear; None: SASL_PLAINTEXT (a local cluster)
+    ca_file: str | None = None
+
+    @property
+    def protocol(self) -> str:
+        return "SASL_SSL" if self.ca_file else "SASL_PLAINTEXT"
 
 
 def client_auth(auth: KafkaAuth | None) -> dict[str, Any]:
-    """The librdkafka settings that log in as `auth` ({} without it: PLAINTEXT)."""
+    """The librdkafka settings that log in as `auth` ({} without it: PLAINTEXT). librdkafka checks the broker's
+    certificate against `ca_file` and its address (the certificates name each host's IP)."""
     if auth is None:
         return {}
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": auth.mechanism,
-            "sasl.username": auth.username, "sasl.password": auth.password}
+    tls = {"ssl.ca.location": auth.ca_file} if auth.ca_file else {}
+    return {"security.protocol": auth.protocol, "sasl.mechanism": auth.mechanism,
+            "sasl.username": auth.username, "sasl.password": auth.password, **tls}
+
+
+def java_client_auth(auth: KafkaAuth) -> dict[str, str]:
+    """The same login as settings of Kafka's Java client (the bundle's tools, Spark's Kafka source)."""
+    tls = {"ssl.truststore.type": "PEM", "ssl.truststore.location": auth.ca_file} if auth.ca_file else {}
+    return {"security.protocol": auth.protocol, "sasl.mechanism": auth.mechanism,
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                f'username="{auth.username}" password="{auth.password}";', **tls}
 
 
 class MessageServiceSettings(ServiceSettings):

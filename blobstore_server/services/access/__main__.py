@@ -79,8 +79,9 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     if config.redis_url:
         import redis.asyncio as aioredis
 
+        tls = {"ssl_ca_certs": config.redis_ca_file} if config.redis_ca_file else {}  # plain redis:// takes none
         redis = aioredis.from_url(config.redis_url, socket_timeout=config.redis_timeout,
-                                   socket_connect_timeout=config.redis_timeout)
+                                   socket_connect_timeout=config.redis_timeout, **tls)
         life.close(redis.aclose)
     blobnodes = BlobnodeClient(in_flight=config.shard_calls_in_flight)
     life.close(blobnodes.close)

@@ -26,7 +26,8 @@ class AccessConfig(ServiceSettings):
     mqproxy_hosts: list[str] = Field(default_factory=list)  # empty: the mqproxies registered in clustermgr
     region: list[ClusterHosts] = Field(default_factory=list)  # more clusters behind this access layer
     region_refresh: float = Field(10.0, gt=0)  # seconds between looks at each cluster's free space
-    redis_url: str = ""  # optional second-level volume cache, e.g. redis://127.0.0.1:6379/0
+    redis_url: str = ""  # optional second-level volume cache, e.g. redis://127.0.0.1:6379/0 (rediss://: over TLS)
+    redis_ca_file: str = ""  # the CA (PEM) a rediss:// server's certificate chains to; "": the system's
     redis_timeout: float = Field(1.0, gt=0)  # seconds per Redis call or connect: past it, clustermgr answers
     blob_size: int = Field(4 << 20, ge=64 << 10, le=32 << 20)
     max_object_size: int = Field(5 << 30, ge=1)
