@@ -20,6 +20,7 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.worker.config import WorkerConfig
 from blobstore_server.services.worker.migrate import DestinationFailed, UnitMigrator
+from tests.support.damage import lose_shard
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service
 
@@ -63,7 +64,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid)
             for bid in purged:
                 for u in units:
-                    await bn.discard_shard(u.host, u.disk_id, u.vuid, bid)
+                    await lose_shard(bn, u, bid)
             migrator = UnitMigrator(cm, bn, config)
 
             async def listed(unit: Unit) -> dict[int, ShardInfo]:
@@ -126,7 +127,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             originals = await listed(units[2])
             lost = max(live)
             for u in units[3:]:
-                await bn.discard_shard(u.host, u.disk_id, u.vuid, lost)
+                await lose_shard(bn, u, lost)
             live.discard(lost)
             node_of(cluster, units[2]).kill9()
             destination = await new_destination(2)

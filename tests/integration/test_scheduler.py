@@ -42,6 +42,7 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from blobstore_server.services.scheduler.rules import units_by_disk, units_per_disk
+from tests.support.damage import lose_shard
 from tests.support.metrics import sample
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
 from tests.support.waiting import eventually
@@ -545,10 +546,10 @@ def test_volume_inspection_queues_repairs_for_missing_shards(cluster_factory: Cl
             stats = [await client.stat(location) for location, _ in objects]
             (vid, repaired_bid), (_, lost_bid) = [(b.vid, b.min_bid) for s in stats[:2] for b in s.blobs[:1]]
             units = (await cm.get_volume(vid)).units
-            await bn.discard_shard(units[4].host, units[4].disk_id, units[4].vuid, repaired_bid)
+            await lose_shard(bn, units[4], repaired_bid)
             lost_units = (await cm.get_volume(stats[1].blobs[0].vid)).units
             for u in lost_units[:4]:  # EC3P3: two shards left of six, fewer than N
-                await bn.discard_shard(u.host, u.disk_id, u.vuid, lost_bid)
+                await lose_shard(bn, u, lost_bid)
 
             async def back() -> bool:
                 try:
