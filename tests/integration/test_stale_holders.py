@@ -28,7 +28,7 @@ from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.metrics import sample
 from tests.support.processes import TEST_SECRET, LocalCluster, Pauses, Service, free_port, process_state
-from tests.support.shards import blobs_of, shard_states
+from tests.support.shards import assert_every_shard_present, blobs_of
 from tests.support.tickets import minter
 from tests.support.waiting import eventually
 
@@ -50,15 +50,6 @@ async def task_record(cm: ClusterClient, task_id: str) -> TaskRecord | None:
 
 async def leader(cm: ClusterClient) -> LeaderRecord:
     return LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
-
-
-async def assert_every_shard_present(cluster: LocalCluster, objects: dict[str, bytes]) -> None:
-    async with AsyncClient([cluster.access[0].url], timeout=60) as client:
-        for location, data in objects.items():
-            assert await client.get(location) == data
-            for vid, bid in blobs_of(cluster, location):
-                states = await shard_states(cluster, vid, bid)
-                assert states == ["present"] * len(states), (vid, bid, states)
 
 
 def start_service(role: str, workdir: Path, **config: object) -> Service:
