@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from blobstore import AsyncClient
@@ -37,7 +38,7 @@ from blobstore_server.libs.proto.scheduler import (
     WorkTask,
 )
 from blobstore_server.libs.proto.switches import OFF, ON, TaskType, switch_key
-from blobstore_server.libs.rpc.errors import Conflict, Internal, RpcError
+from blobstore_server.libs.rpc.errors import Conflict, Fenced, Internal, RpcError, ShardNotFound
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
@@ -354,6 +355,16 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
                 await asyncio.sleep(2.5)  # its lease lapses
                 fresh = await _acquire(scheduler, "fresh-worker")
                 assert fresh.ref.task_id == task.task_id
+                # each hand-out carries the scheduler's discard ticket for its destination and token: the lapsed
+                # one's is fenced off, the current one's taken (nothing there to discard yet)
+                dest, missing = fresh.destination, 2**40
+                async with BlobnodeClient() as bn:
+                    with pytest.raises(Fenced):
+                        await bn.discard_shard(dest.host, dest.disk_id, dest.vuid, missing, task_token=stale.ref.token,
+                                               ticket=stale.discard_ticket)
+                    with pytest.raises(ShardNotFound):
+                        await bn.discard_shard(dest.host, dest.disk_id, dest.vuid, missing, task_token=fresh.ref.token,
+                                               ticket=fresh.discard_ticket)
                 progress = TaskProgress(ref=stale.ref, done_bytes=1, done_shards=1, total_bytes=2, total_shards=2)
                 for call in (scheduler.complete(stale.ref), scheduler.report(progress), scheduler.renew(stale.ref)):
                     try:

@@ -7,13 +7,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import time
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import tickets
+from blobstore_server.libs.rpc.auth import AuthConfig
 from blobstore_server.libs.rpc.errors import Forbidden, TicketRefused
+from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.tickets import KINDS, Gate, Kind, Minter
 
 SECRET = "11" * 32
@@ -170,3 +173,18 @@ def test_a_refusal_is_a_403() -> None:
 def test_a_vuid_object_and_its_int_name_the_same_chunk(kind: Kind) -> None:
     vuid = Vuid.make(7, 2, 1)
     gate(kind).check(minter(kind).mint(HOST, DISK, vuid, SCOPES[kind]), DISK, int(vuid), SCOPES[kind])
+
+
+def test_a_blobnode_config_of_before_lists_its_release_keys_only_and_takes_no_other_kind() -> None:
+    public = tickets.public_key(tickets.signing_key(SECRET, Kind.RELEASE))
+    config = AuthConfig.model_validate({"keys": {"observe": "00" * 32}, "ticket_public_keys": [public]})
+    assert config.ticket_public_keys == {Kind.RELEASE: [public]}
+    assert config.ticket_public_keys.get(Kind.DISCARD, []) == []  # what the blobnode's discard gate gets: refuses
+
+
+def test_a_minter_holds_its_kinds_key_and_one_without_mints_nothing() -> None:
+    config = AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE], mints=Kind.DELETE)
+    held = config.minter(Kind.DELETE)
+    assert held is not None
+    gate(Kind.DELETE, at=time.time()).check(held.mint(HOST, DISK, VUID, 1), DISK, VUID, 1)
+    assert AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE]).minter(Kind.DELETE) is None
