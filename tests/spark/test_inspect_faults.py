@@ -61,7 +61,6 @@ def test_damage_is_classified_and_missing_exports_are_unavailable(cluster_factor
     bad_index, bad_unit = next((i, u) for i, u in enumerate(units_of(cluster, bad_vid)) if u.host != wiped.url)
     flip_a_byte(bad_unit, bad_bid)
     odd_unit = next(u for u in units_of(cluster, odd_vid) if u.host != wiped.url)
-
     flip_a_byte(odd_unit, odd_bid, keep_crc=True)  # other bytes under a good CRC: only the stripe's parity tells
     wiped.stop()  # the disk is replaced in place: same disk id, nothing on it
     for disk in wiped.workdir.glob("disk*"):
