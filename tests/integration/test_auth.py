@@ -216,7 +216,7 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             answer = await post(url, ticketed, header_for(Capability.DELETE_SHARD, url, ticketed))
             assert answer.status_code == 409 and "mark it first" in answer.text, answer.text
             # nor right after its mark: tinker's safe delay (the cluster's delete_delay) holds on the blobnode too
-            await bn.mark_delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
+            await bn.mark_delete_shard(unit.host, unit.disk_id, unit.vuid, bid, ticket=ticketed["ticket"])
             answer = await post(url, ticketed, header_for(Capability.DELETE_SHARD, url, ticketed))
             assert answer.status_code == 409 and "delete_hold" in answer.text, answer.text
             # and tinker's delete key does not discard (a repair's at-once delete, the worker's capability)

@@ -26,15 +26,15 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.damage import lose_shard
 from tests.support.metrics import sample
 from tests.support.processes import TEST_SECRET, BlobnodeFactory
-from tests.support.tickets import minter
+from tests.support.tickets import delete_ticket, minter
 
 T = TypeVar("T")
 VUID = Vuid.make(7, 2, 1)
 
 
 def tinkers_ticket(host: str, bid: int) -> str:
-    """The delete ticket tinker sends for the shard `bid` of VUID on disk 1 of `host`, once its delete is due."""
-    return minter(TEST_SECRET, Kind.DELETE).mint(host, 1, VUID, bid)
+    """The delete ticket tinker sends for the shard `bid` of VUID on disk 1 of `host` (to mark it, to delete it)."""
+    return delete_ticket(host, 1, VUID, bid)
 
 
 def run(coro: Awaitable[T]) -> T:
@@ -313,14 +313,14 @@ def test_mark_delete_delete_punches_hole_and_compaction(blobnode_factory: Blobno
         record = await c.create_chunk(bn.url, 1, VUID)
         for bid in range(1, 9):
             await c.put_shard(bn.url, 1, VUID, bid, payload(bid, size))
-        await c.mark_delete_shard(bn.url, 1, VUID, 1)
+        await c.mark_delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
         with pytest.raises(errors.ShardDeleted):
             await c.get_shard(bn.url, 1, VUID, 1)
         await c.unmark_delete_shard(bn.url, 1, VUID, 1)
         assert await c.get_shard(bn.url, 1, VUID, 1) == payload(1, size)
         path = chunk_path(bn.workdir, 0, record.chunk_id)
         blocks_before = os.stat(path).st_blocks
-        await c.mark_delete_shard(bn.url, 1, VUID, 1)
+        await c.mark_delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
         with pytest.raises(errors.Conflict, match="delete_hold"):  # a user delete waits the hold (4 h default)
             await c.delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
         for bid in (1, 2, 3, 4):  # a repair's discard (of a rotten shard) does not
@@ -349,7 +349,7 @@ def test_a_mark_late_in_a_second_still_holds_its_delete_the_whole_hold(blobnode_
         await c.create_chunk(bn.url, 1, VUID)
         await c.put_shard(bn.url, 1, VUID, 1, b"doomed")
         await asyncio.sleep(1.95 - time.time() % 1.0)  # to the last twentieth of a second
-        await c.mark_delete_shard(bn.url, 1, VUID, 1)
+        await c.mark_delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
         marked = time.monotonic()
         await asyncio.sleep(0.1)
         with pytest.raises(errors.ShardHeld, match="delete_hold") as held:

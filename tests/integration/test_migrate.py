@@ -24,7 +24,7 @@ from blobstore_server.services.worker.migrate import DestinationFailed, UnitMigr
 from tests.support.damage import lose_shard
 from tests.support.load import wait_for_put
 from tests.support.processes import TEST_SECRET, LocalCluster, Service
-from tests.support.tickets import minter
+from tests.support.tickets import delete_ticket, minter
 
 ClusterFactory = Callable[..., LocalCluster]
 TOKEN = 1  # of the test's hand-outs
@@ -67,7 +67,8 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             units = (await cm.get_volume(vid)).units
             for bid in marked + purged:
                 for u in units:
-                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid)
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid,
+                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, bid))
             for bid in purged:
                 for u in units:
                     await lose_shard(bn, u, bid)
@@ -118,7 +119,8 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             # Meanwhile two blobs are deleted: one the destination already holds, one it does not.
             for bid in (min(moved_before), min(live - set(moved_before))):
                 for u in units:
-                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid)
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid,
+                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, bid))
                 live.discard(bid)
             reports.clear()
             final = await migrator.migrate(task, lambda p: _append(reports, p))

@@ -46,6 +46,7 @@ from blobstore_server.services.scheduler.rules import units_by_disk, units_per_d
 from tests.support.damage import lose_shard
 from tests.support.metrics import sample
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
+from tests.support.tickets import delete_ticket
 from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -143,7 +144,8 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
                 blobs = [b for location, _ in objects for b in (await client.stat(location)).blobs]
                 deleting = next(b for b in blobs if any(u.disk_id == broken for u in by_vid[b.vid].units))
                 for u in by_vid[deleting.vid].units:
-                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, deleting.min_bid)
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, deleting.min_bid,
+                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, deleting.min_bid))
             objects = [(loc, data) for loc, data in objects if not await _holds(cluster, loc, deleting.min_bid)]
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
             await rounds_pass(cluster, 3)  # rounds that saw the broken disk with its repair switched off

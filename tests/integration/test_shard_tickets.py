@@ -1,11 +1,11 @@
 """Destroying or replacing a shard takes the deciding service's ticket (issue 65 items 1 and 6), on real processes.
 
 With each service's own keys in turn (its HMAC capability keys, a ticket it forges with them, and the ticket key
-it holds if it mints a kind), a discard of a live shard, a delete for good of a shard not marked or still held, a
-discard on another task's destination and an overwrite of a stored shard are all refused (403 or 409), and every
-shard stays as it was. The deciders' own paths still work: the scheduler's ticket discards on its task's
-destination under that hand-out's token, tinker's deletes a marked shard once the blobnode's own hold has passed;
-a repair discards a shard only once its blobnode sees it rotten."""
+it holds if it mints a kind), a discard of a live shard, a mark-delete (but tinker's), a delete for good of a shard
+not marked or still held, a discard on another task's destination and an overwrite of a stored shard are all
+refused (403 or 409), and every shard stays as it was. The deciders' own paths still work: the scheduler's ticket
+discards on its task's destination under that hand-out's token, tinker's deletes a marked shard once the
+blobnode's own hold has passed; a repair discards a shard only once its blobnode sees it rotten."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.damage import flip_in_chunk, locate
 from tests.support.processes import TEST_SECRET, BlobnodeFactory, LocalCluster, signing_with
 from tests.support.shards import assert_every_shard_present, blobs_of
-from tests.support.tickets import minter
+from tests.support.tickets import delete_ticket, minter
 
 LIVE, DEST, OTHER_DEST = Vuid.make(7, 2, 1), Vuid.make(8, 1, 2), Vuid.make(9, 0, 2)
 TOKEN = 2  # the hand-out DEST is filled under
@@ -49,6 +49,11 @@ def forged(config: AuthConfig, kind: Kind, host: str, disk_id: int, vuid: int, s
     the route (as an Ed25519 seed), one with the ticket key it holds (a minter's own, of its own kind only)."""
     seeds = [key for key in (config.keys.get(SIGNING[kind]), config.ticket_signing_key) if key]
     return [None, *(Minter(seed, kind).mint(host, disk_id, vuid, scope) for seed in seeds)]
+
+
+def decides(config: AuthConfig, kind: Kind) -> bool:
+    """Whether `config` is the minter's of `kind` (whose tickets are its decisions)."""
+    return config.ticket_signing_key == tickets.signing_key(TEST_SECRET, kind)
 
 
 async def refused(attempt: Coroutine[Any, Any, object], why: str) -> str:
@@ -76,8 +81,11 @@ async def attack(bn: BlobnodeClient, role: str, config: AuthConfig, units: list[
             for ticket in forged(config, Kind.DELETE, host, disk, vuid, bid):
                 seen.add(await refused(bn.delete_shard(host, disk, vuid, bid, ticket=ticket),
                                        f"{what}: delete, ticket {ticket}"))
+                if not decides(config, Kind.DELETE):  # tinker marks what it decided is deleted: it may
+                    seen.add(await refused(bn.mark_delete_shard(host, disk, vuid, bid, ticket=ticket),
+                                           f"{what}: mark, ticket {ticket}"))
             seen.add(await refused(bn.put_shard(host, disk, vuid, bid, b"other bytes"), f"{what}: overwrite"))
-    if dest is not None and config.ticket_signing_key != tickets.signing_key(TEST_SECRET, Kind.DISCARD):
+    if dest is not None and not decides(config, Kind.DISCARD):
         for ticket in forged(config, Kind.DISCARD, dest.host, dest.disk_id, dest.vuid, TOKEN):
             seen.add(await refused(bn.discard_shard(dest.host, dest.disk_id, dest.vuid, bids[0], task_token=TOKEN,
                                                     ticket=ticket), f"{role}: discard on a task's destination"))
@@ -96,7 +104,8 @@ def test_no_service_key_destroys_or_replaces_a_shard_on_a_blobnode(blobnode_fact
                 for bid, data in stored.items():
                     await bn.put_shard(node.url, 1, unit.vuid, bid, data)
             await bn.set_task_fence(node.url, 1, DEST, 1, TOKEN)
-            await bn.mark_delete_shard(node.url, 1, LIVE, 3)  # a blob being deleted, its hold (4 h) not over
+            # a blob being deleted, its hold (4 h) not over
+            await bn.mark_delete_shard(node.url, 1, LIVE, 3, ticket=delete_ticket(node.url, 1, LIVE, 3))
             seen = set()
             for role in CAPABILITIES:
                 signer, config = leaked(role)

@@ -12,6 +12,7 @@ from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer
 from blobstore_server.libs.rpc.tickets import Kind, Minter
+from tests.support.processes import TEST_SECRET
 
 
 def ticket_keys(secret: str, role: str) -> tuple[str | None, dict[str, list[str]]]:
@@ -46,3 +47,8 @@ def post_signed(signer: Signer, url: str, body: dict[str, Any], content: bytes |
 
 def ticket_refused(answer: httpx.Response, reason: str = "") -> bool:
     return answer.status_code == 403 and "ticket_refused" in answer.text and reason in answer.text
+
+
+def delete_ticket(host: str, disk_id: int, vuid: int, bid: int) -> str:
+    """Tinker's delete ticket for a shard of a test's cluster (the mark, then the delete for good, take one)."""
+    return minter(TEST_SECRET, Kind.DELETE).mint(host, disk_id, vuid, bid)

@@ -97,8 +97,8 @@ class ShardRef(ChunkRef):
 
 
 class ShardDelete(ShardRef):
-    """A delete for good carries tinker's delete ticket for this shard (libs/rpc/tickets.py): a blobnode with auth
-    refuses one without (403 ticket_refused), whoever signed the request."""
+    """A mark-delete and a delete for good carry tinker's delete ticket for this shard (libs/rpc/tickets.py): a
+    blobnode with auth refuses one without (403 ticket_refused), whoever signed the request."""
 
     ticket: str | None = Field(None, max_length=256)
 
@@ -345,7 +345,7 @@ SHARD_GET = Route[BaseModel]("GET", "/shard/get", C.READ_SHARD)  # answers the s
 # ranges of user shards on one node (query parameters as for SHARD_PUT_BATCH, `offset` and `size` each listed):
 # answers a ShardGetBatchHead as a line of JSON, then the bytes of every range read
 SHARD_GET_BATCH = Route[BaseModel]("GET", "/shard/get_batch", C.READ_SHARD)
-SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
+SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardDelete)
 SHARD_UNMARK_DELETE = Route("POST", "/shard/unmarkdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
 SHARD_DELETE = Route("POST", "/shard/delete", C.DELETE_SHARD, ShardStatusResult, ShardDelete)
 SHARD_DISCARD = Route("POST", "/shard/discard", C.DISCARD_SHARD, ShardStatusResult, ShardDiscard)

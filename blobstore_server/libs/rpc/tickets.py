@@ -11,7 +11,9 @@ private key; a blobnode holds the public keys, which verify and cannot mint.
   hand-out's token. The bids cannot be named then (the worker lists them as it goes, and a PUT in flight adds
   late ones), and need not be: the destination's task fence takes a discard only under that token while the unit
   is filled, and closes for good before it goes live, so the ticket destroys nothing any volume reads.
-- delete (of a marked shard, for good): tinker, for one blob's shard, once its delete is past the safe delay.
+- delete (the mark of a shard, then its removal for good): tinker, for one blob's shard, when it marks a blob
+  whose delete stands and when that delete is past the safe delay (the blobnode holds the removal `delete_hold`
+  after the mark besides).
 
 A ticket binds the advertised host of the blobnode (so a ticket of one cluster of a region, whose disk ids and
 vids repeat, is worth nothing on another), the disk, the vuid (whose epoch is never issued again once dead), the

@@ -250,24 +250,29 @@ def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
 def _serve_shard_records(app: FastAPI, node: Blobnode) -> None:
     """The shard routes besides the data path: marking, removing, stat and listing."""
 
-    def shard_status_route(route: Route, status: ShardStatus | None) -> None:
-        async def set_status(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-            async with node.background(req.disk_id, io_class):
-                meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status, io_class)
-            return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
+    async def set_status(req: ShardRef, status: ShardStatus | None, io_class: IOClass) -> ShardStatusResult:
+        async with node.background(req.disk_id, io_class):
+            meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status, io_class)
+        return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
 
-        serves(app, route)(set_status)
-
-    shard_status_route(api.SHARD_MARK_DELETE, ShardStatus.MARK_DELETED)
-    shard_status_route(api.SHARD_UNMARK_DELETE, ShardStatus.NORMAL)
     deletes, discards = _gate(node, Kind.DELETE), _gate(node, Kind.DISCARD)
 
-    @serves(app, api.SHARD_DELETE)
-    async def shard_delete(req: ShardDelete, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        deletes.check(req.ticket, req.disk_id, req.vuid, req.bid)  # besides the mark and its hold, checked below
-        async with node.background(req.disk_id, io_class):
-            await node.set_shard_status(req.disk_id, req.vuid, req.bid, None, io_class)
-        return ShardStatusResult(bid=req.bid, status="deleted")
+    def delete_step(route: Route, status: ShardStatus | None) -> None:
+        """The mark, then the delete for good (which the blobnode takes only `delete_hold` after the mark): each
+        with tinker's delete ticket for the shard."""
+        async def step(req: ShardDelete, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+            deletes.check(req.ticket, req.disk_id, req.vuid, req.bid)
+            return await set_status(req, status, io_class)
+
+        serves(app, route)(step)
+
+    delete_step(api.SHARD_MARK_DELETE, ShardStatus.MARK_DELETED)
+    delete_step(api.SHARD_DELETE, None)
+
+    @serves(app, api.SHARD_UNMARK_DELETE)
+    async def shard_unmark(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        """An undelete's: it destroys nothing, so it takes no ticket."""
+        return await set_status(req, ShardStatus.NORMAL, io_class)
 
     @serves(app, api.SHARD_DISCARD)
     async def shard_discard(req: ShardDiscard, io_class: IOClass = IOClass.USER) -> ShardStatusResult:

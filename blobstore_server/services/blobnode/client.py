@@ -328,9 +328,10 @@ class BlobnodeClient(ServiceClient):
         return await self.http.call_route(route, host, body=body, params=_with_class({}, io_class))
 
     async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                                io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        return await self._shard_op(host, api.SHARD_MARK_DELETE, ShardRef(disk_id=disk_id, vuid=vuid, bid=bid),
-                                    io_class)
+                                io_class: IOClass = IOClass.USER, ticket: str | None = None) -> ShardStatusResult:
+        """Mark a shard deleted (reads fail, an undelete lifts it), under tinker's delete `ticket` for it."""
+        body = ShardDelete(disk_id=disk_id, vuid=vuid, bid=bid, ticket=ticket)
+        return await self._shard_op(host, api.SHARD_MARK_DELETE, body, io_class)
 
     async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                                   io_class: IOClass = IOClass.USER) -> ShardStatusResult:

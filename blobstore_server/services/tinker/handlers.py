@@ -95,7 +95,7 @@ class DeleteHandler:
         is found by the look after marking, and its marks are lifted at once."""
         blobs = await self._standing(msg, msg.blob_ids())
         for vid, bid in blobs:
-            await self._on_every_shard(self.blobnodes.mark_delete_shard, vid, bid)
+            await self._on_every_shard(self._mark, vid, bid)
         return await self._standing(msg, blobs)
 
     async def purge(self, msg: DeleteMsg, blobs: list[Blob]) -> list[Blob]:
@@ -117,10 +117,17 @@ class DeleteHandler:
             purged.append((vid, bid))
         return purged
 
+    def _ticket(self, host: str, disk_id: int, vuid: int, bid: int) -> str | None:
+        """Tinker's delete ticket for the shard: it marks only a blob whose delete stands and deletes it for good
+        only past the safe delay, and only tinker's key mints one (the blobnode still checks the mark's hold)."""
+        return None if self.tickets is None else self.tickets.mint(host, disk_id, vuid, bid)
+
+    async def _mark(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass) -> ShardStatusResult:
+        ticket = self._ticket(host, disk_id, vuid, bid)
+        return await self.blobnodes.mark_delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket)
+
     async def _delete(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass) -> ShardStatusResult:
-        """Delete a marked shard for good under tinker's delete ticket for it: `purge` runs only once the delete is
-        past its safe delay, and only tinker's key mints one (the blobnode still checks the mark and its hold)."""
-        ticket = None if self.tickets is None else self.tickets.mint(host, disk_id, vuid, bid)
+        ticket = self._ticket(host, disk_id, vuid, bid)
         return await self.blobnodes.delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket)
 
     async def upload_finished(self, msg: DeleteMsg) -> bool:
