@@ -25,6 +25,7 @@ from blobstore_server.libs.mq.seal import message_key
 from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.proto.blobnode import S3Access
 from blobstore_server.libs.proto.clustermgr import CodeModeRule
+from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.auth import AuthConfig
 from blobstore_server.libs.rpc.config import ServiceSettings, TLSConfig
 from blobstore_server.libs.rpc.routes import Capability
@@ -221,12 +222,16 @@ CAPABILITIES: dict[str, tuple[Capability, ...]] = {
 NAMED = frozenset({"blobnode", "allocator"})  # sign their identity-bound routes under their advertised host
 
 
+# Who mints each kind of ticket (libs/rpc/tickets.py): the service deciding the destructive call it lets go
+MINTS = {rule.minter: kind for kind, rule in tickets.KINDS.items()}
+
+
 def role_keys(secret: str, role: str, name: str | None = None) -> AuthConfig:
     """The `auth` section of a `role` process (named `name` if its role is NAMED): its capabilities' keys;
-    clustermgr also the identities root it checks disk reports and leases against and the private key of
-    release tickets (libs/rpc/tickets.py), a blobnode that key's public half."""
+    clustermgr also the identities root it checks disk reports and leases against; a minter of tickets (MINTS) the
+    private key of its kind only, a blobnode the public keys of every kind."""
     return AuthConfig.for_capabilities(secret, CAPABILITIES[role], name=name, verifies_identities=role == "clustermgr",
-                                       mints_tickets=role == "clustermgr", verifies_tickets=role == "blobnode")
+                                       mints=MINTS.get(role), verifies_tickets=role == "blobnode")
 
 
 ROLES: dict[type[ServiceSettings], str] = {

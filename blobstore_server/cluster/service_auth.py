@@ -18,7 +18,7 @@ MESSAGE_ROLES = ("mqproxy", "tinker")
 def role_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
     """The `auth` section of a `role` process with `config`: the role's capabilities, a blobnode's or an
     allocator's identity named after its advertised host (its `host`, else http://<bind_addr>, as clustermgr knows
-    it), and for clustermgr the identities root and the release tickets' private key (a blobnode: its public key)."""
+    it), for clustermgr the identities root, for a ticket minter its private key (a blobnode: the public keys)."""
     name = None
     if role in NAMED:
         name = str(config.get("host") or f"http://{config['bind_addr']}")

@@ -14,9 +14,11 @@ import time
 import httpx
 
 from blobstore_server.libs.proto.blobnode import IOClass
+from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.errors import BadRequest
 from blobstore_server.services.blobnode.client import BlobnodeClient
+from tests.support.damage import lose_shard
 from tests.support.processes import BlobnodeFactory
 
 RATE_MIB = 8
@@ -101,7 +103,7 @@ def test_compaction_is_charged_against_the_background_rate(blobnode_factory: Blo
             for bid in range(1, 9):
                 await client.put_shard(bn.url, 1, vuid, bid, rng.randbytes(BIG))
             for bid in range(1, 5):
-                await client.discard_shard(bn.url, 1, vuid, bid)
+                await lose_shard(client, Unit(vuid=vuid, disk_id=1, host=bn.url), bid)
             before = charged()
             await client.compact_chunk(bn.url, 1, vuid)
             assert charged() - before >= 2 * 4 * BIG  # four live shards read and written

@@ -16,14 +16,18 @@ from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.proto.scheduler import TaskProgress, TaskRef, WorkTask
 from blobstore_server.libs.proto.switches import TaskType
+from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.worker.config import WorkerConfig
 from blobstore_server.services.worker.migrate import DestinationFailed, UnitMigrator
+from tests.support.damage import lose_shard
 from tests.support.load import wait_for_put
-from tests.support.processes import LocalCluster, Service
+from tests.support.processes import TEST_SECRET, LocalCluster, Service
+from tests.support.tickets import delete_ticket, minter
 
 ClusterFactory = Callable[..., LocalCluster]
+TOKEN = 1  # of the test's hand-outs
 SIZES = [1, 700, 5_000, 33_000, 100_000, 250_000, 700_000, 1_500_000] * 3
 
 
@@ -32,10 +36,13 @@ class Interrupted(Exception):
 
 
 def work_task(vid: int, index: int, source: Unit, destination: Unit, readable: bool = True) -> WorkTask:
+    """The task as the scheduler hands it out: under token TOKEN (the destination's fence open at it, see
+    `new_destination`), with its discard ticket for the destination."""
     ref = TaskRef(task_type=TaskType.DISK_REPAIR, task_id=f"{vid}-{index}", worker="test",
-                  source_vuid=source.vuid, destination_vuid=destination.vuid)
+                  source_vuid=source.vuid, destination_vuid=destination.vuid, epoch=1, token=TOKEN)
+    ticket = minter(TEST_SECRET, Kind.DISCARD).mint(destination.host, destination.disk_id, destination.vuid, TOKEN)
     return WorkTask(ref=ref, vid=vid, unit_index=index, source=source, destination=destination,
-                    source_readable=readable, lease_ttl=30)
+                    source_readable=readable, lease_ttl=30, discard_ticket=ticket)
 
 
 def node_of(cluster: LocalCluster, unit: Unit) -> Service:
@@ -60,10 +67,11 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             units = (await cm.get_volume(vid)).units
             for bid in marked + purged:
                 for u in units:
-                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid)
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid,
+                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, bid))
             for bid in purged:
                 for u in units:
-                    await bn.discard_shard(u.host, u.disk_id, u.vuid, bid)
+                    await lose_shard(bn, u, bid)
             migrator = UnitMigrator(cm, bn, config)
 
             async def listed(unit: Unit) -> dict[int, ShardInfo]:
@@ -83,6 +91,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             async def new_destination(index: int) -> Unit:
                 unit = await cm.alloc_unit(vid, index)
                 await bn.create_chunk(unit.host, unit.disk_id, unit.vuid)
+                await bn.set_task_fence(unit.host, unit.disk_id, unit.vuid, 1, TOKEN)
                 return unit
 
             async def assert_moved(index: int, destination: Unit, originals: dict[int, ShardInfo]) -> None:
@@ -110,7 +119,8 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             # Meanwhile two blobs are deleted: one the destination already holds, one it does not.
             for bid in (min(moved_before), min(live - set(moved_before))):
                 for u in units:
-                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid)
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid,
+                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, bid))
                 live.discard(bid)
             reports.clear()
             final = await migrator.migrate(task, lambda p: _append(reports, p))
@@ -126,7 +136,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             originals = await listed(units[2])
             lost = max(live)
             for u in units[3:]:
-                await bn.discard_shard(u.host, u.disk_id, u.vuid, lost)
+                await lose_shard(bn, u, lost)
             live.discard(lost)
             node_of(cluster, units[2]).kill9()
             destination = await new_destination(2)

@@ -40,6 +40,7 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
 from tests.support.browser import headless_chromium
+from tests.support.damage import lose_shard
 from tests.support.launched import SMALL, Launch
 from tests.support.metrics import sample
 
@@ -180,7 +181,7 @@ def test_a_degraded_read_is_counted(cluster: ClusterInfo) -> None:
         async def drop_shard_zero() -> None:
             async with ClusterClient(cluster.clustermgr_urls) as cm, BlobnodeClient() as blobnodes:
                 unit = (await cm.get_volume(blob.vid)).units[0]
-                await blobnodes.discard_shard(unit.host, unit.disk_id, unit.vuid, blob.min_bid)
+                await lose_shard(blobnodes, unit, blob.min_bid)
 
         asyncio.run(drop_shard_zero())
         assert client.get(token) == data

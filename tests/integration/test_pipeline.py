@@ -20,6 +20,7 @@ import httpx
 from blobstore_server.libs.proto.tinker import PipelineStats, TinkerStats
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
+from tests.support import damage
 from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, wait_until
 from tests.support.shards import blobs_of, states
@@ -34,7 +35,7 @@ def lose_shard(cluster: LocalCluster, blobs: list[tuple[int, int]], index: int) 
         async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
             for vid, bid in blobs:
                 unit = (await cm.get_volume(vid)).units[index]
-                await bn.discard_shard(unit.host, unit.disk_id, unit.vuid, bid)
+                await damage.lose_shard(bn, unit, bid)
 
     asyncio.run(lose())
 

@@ -6,7 +6,6 @@ releases its source, as does clustermgr's roll back of a half-created volume (te
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections import Counter
 from typing import Any
@@ -19,39 +18,25 @@ from blobstore_server.cluster.service_auth import role_auth
 from blobstore_server.libs.proto.blobnode import ChunkStatus
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.location import Location
-from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.proto.scheduler import ManualMigrate
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
 from blobstore_server.libs.rpc import errors, tickets
-from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer
-from blobstore_server.libs.rpc.tickets import Minter
+from blobstore_server.libs.rpc.auth import Signer
+from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.processes import TEST_SECRET, BlobnodeFactory, LocalCluster, Service
+from tests.support.tickets import hmac_keys, minter, post_signed, ticket_refused
 from tests.support.waiting import eventually
 
 VUID = Vuid.make(7, 2, 1)
 WORKER = {"task_poll": 0.5, "task_runners": 2, "migrate_report_interval": 0.5}
 
 
-def hmac_keys(auth: dict[str, Any]) -> Signer:
-    """What a process's leaked `auth` section signs with: its capability keys (clustermgr's private ticket key
-    aside: clustermgr is what a ticket trusts)."""
-    return Signer(AuthConfig.model_validate(auth).keys)
-
-
 def release(signer: Signer, host: str, disk_id: int, vuid: int, ticket: str | None = None) -> httpx.Response:
     """POST /chunk/release signed by `signer` for the `chunk` capability, as any holder of that key can."""
-    url = f"{host}/chunk/release"
-    content = json.dumps({"disk_id": disk_id, "vuid": vuid, "ticket": ticket}).encode()
-    header = signer.header("POST", url, None, content, CATALOG)
-    return httpx.post(url, content=content, headers={AUTH_HEADER: header, "content-type": "application/json"},
-                      timeout=10)
-
-
-def refused(answer: httpx.Response, reason: str) -> bool:
-    return answer.status_code == 403 and "ticket_refused" in answer.text and reason in answer.text
+    return post_signed(signer, f"{host}/chunk/release", {"disk_id": disk_id, "vuid": vuid, "ticket": ticket})
 
 
 def test_a_blobnode_releases_a_chunk_only_with_clustermgrs_ticket_for_it(blobnode_factory: BlobnodeFactory) -> None:
@@ -60,14 +45,14 @@ def test_a_blobnode_releases_a_chunk_only_with_clustermgrs_ticket_for_it(blobnod
     holders = {role: hmac_keys(role_auth(TEST_SECRET, role, {"bind_addr": "127.0.0.1:2"}))
                for role in ("scheduler", "clustermgr")}
     holders["blobnode"] = hmac_keys(neighbour)
-    minter = Minter(tickets.signing_key(TEST_SECRET))
-    expired = Minter(tickets.signing_key(TEST_SECRET), ttl=-10)
+    releases = minter(TEST_SECRET, Kind.RELEASE)
+    expired = minter(TEST_SECRET, Kind.RELEASE, ttl=-10)
     wrong = {"no ticket": (None, "takes a release ticket"),
-             "another vuid": (minter.mint(node.url, 1, VUID + 1), "not clustermgr's"),
-             "another disk": (minter.mint(node.url, 2, VUID), "not clustermgr's"),
-             "another blobnode": (minter.mint("http://127.0.0.1:1", 1, VUID), "not clustermgr's"),
+             "another vuid": (releases.mint(node.url, 1, VUID + 1), "not clustermgr's"),
+             "another disk": (releases.mint(node.url, 2, VUID), "not clustermgr's"),
+             "another blobnode": (releases.mint("http://127.0.0.1:1", 1, VUID), "not clustermgr's"),
              "expired": (expired.mint(node.url, 1, VUID), "expired"),
-             "another key": (Minter(tickets.signing_key("ab" * 32)).mint(node.url, 1, VUID), "not clustermgr's"),
+             "another key": (minter("ab" * 32, Kind.RELEASE).mint(node.url, 1, VUID), "not clustermgr's"),
              "malformed": ("v1.soon.x", "malformed")}
 
     async def scenario() -> None:
@@ -77,12 +62,12 @@ def test_a_blobnode_releases_a_chunk_only_with_clustermgrs_ticket_for_it(blobnod
             for role, signer in holders.items():
                 for name, (ticket, reason) in wrong.items():
                     answer = await asyncio.to_thread(release, signer, node.url, 1, VUID, ticket)
-                    assert refused(answer, reason), (role, name, answer.text)
+                    assert ticket_refused(answer, reason), (role, name, answer.text)
             assert (await bn.chunk_stat(node.url, 1, VUID)).status is ChunkStatus.NORMAL
             assert await bn.get_shard(node.url, 1, VUID, 1) == b"live bytes"
             # clustermgr's ticket for this very chunk: released, whoever of the chunk key's holders carries it
             answer = await asyncio.to_thread(release, holders["scheduler"], node.url, 1, VUID,
-                                             minter.mint(node.url, 1, VUID))
+                                             releases.mint(node.url, 1, VUID))
             assert answer.status_code == 200, answer.text
             with pytest.raises(errors.ChunkNotFound):
                 await bn.get_shard(node.url, 1, VUID, 1)
@@ -100,7 +85,7 @@ def test_a_blobnode_with_auth_but_no_ticket_key_releases_nothing(blobnode_factor
             await bn.create_chunk(node.url, 1, VUID)
             with pytest.raises(errors.TicketRefused, match="no release ticket key"):
                 await bn.release_chunk(node.url, 1, VUID,
-                                       ticket=Minter(tickets.signing_key(TEST_SECRET)).mint(node.url, 1, VUID))
+                                       ticket=minter(TEST_SECRET, Kind.RELEASE).mint(node.url, 1, VUID))
             assert (await bn.chunk_stat(node.url, 1, VUID)).status is ChunkStatus.NORMAL
 
     asyncio.run(scenario())
@@ -130,7 +115,8 @@ def test_only_a_dead_unit_gets_a_ticket_and_a_migration_still_releases_its_sourc
     leaked = {"a blobnode's": cluster.blobnodes[-1].config["auth"],
               "the scheduler's": _service(cluster, "scheduler").config["auth"],
               "clustermgr's": cluster.clustermgr[0].config["auth"]}
-    assert not any("ticket_signing_key" in auth for name, auth in leaked.items() if name != "clustermgr's")
+    release_key = tickets.signing_key(TEST_SECRET, Kind.RELEASE)
+    assert [name for name, auth in leaked.items() if auth.get("ticket_signing_key") == release_key] == ["clustermgr's"]
 
     async def scenario() -> None:
         data = os.urandom(50_000)
@@ -151,7 +137,7 @@ def test_only_a_dead_unit_gets_a_ticket_and_a_migration_still_releases_its_sourc
             # whoever holds the chunk key, a live chunk on another blobnode stays
             for name, auth in leaked.items():
                 answer = await asyncio.to_thread(release, hmac_keys(auth), live.host, live.disk_id, live.vuid)
-                assert refused(answer, "takes a release ticket"), (name, answer.text)
+                assert ticket_refused(answer, "takes a release ticket"), (name, answer.text)
             assert (await bn.chunk_stat(live.host, live.disk_id, live.vuid)).status is ChunkStatus.NORMAL
             async with AsyncClient([cluster.access[0].url], timeout=60) as client:
                 assert await client.get(location) == data

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from blobstore import AsyncClient
@@ -37,13 +38,15 @@ from blobstore_server.libs.proto.scheduler import (
     WorkTask,
 )
 from blobstore_server.libs.proto.switches import OFF, ON, TaskType, switch_key
-from blobstore_server.libs.rpc.errors import Conflict, Internal, RpcError
+from blobstore_server.libs.rpc.errors import Conflict, Fenced, Internal, RpcError, ShardNotFound
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from blobstore_server.services.scheduler.rules import units_by_disk, units_per_disk
+from tests.support.damage import lose_shard
 from tests.support.metrics import sample
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
+from tests.support.tickets import delete_ticket
 from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -141,7 +144,8 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
                 blobs = [b for location, _ in objects for b in (await client.stat(location)).blobs]
                 deleting = next(b for b in blobs if any(u.disk_id == broken for u in by_vid[b.vid].units))
                 for u in by_vid[deleting.vid].units:
-                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, deleting.min_bid)
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, deleting.min_bid,
+                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, deleting.min_bid))
             objects = [(loc, data) for loc, data in objects if not await _holds(cluster, loc, deleting.min_bid)]
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
             await rounds_pass(cluster, 3)  # rounds that saw the broken disk with its repair switched off
@@ -353,6 +357,16 @@ def test_fenced_worker_is_refused_then_manual_migrate_and_drop(cluster_factory: 
                 await asyncio.sleep(2.5)  # its lease lapses
                 fresh = await _acquire(scheduler, "fresh-worker")
                 assert fresh.ref.task_id == task.task_id
+                # each hand-out carries the scheduler's discard ticket for its destination and token: the lapsed
+                # one's is fenced off, the current one's taken (nothing there to discard yet)
+                dest, missing = fresh.destination, 2**40
+                async with BlobnodeClient() as bn:
+                    with pytest.raises(Fenced):
+                        await bn.discard_shard(dest.host, dest.disk_id, dest.vuid, missing, task_token=stale.ref.token,
+                                               ticket=stale.discard_ticket)
+                    with pytest.raises(ShardNotFound):
+                        await bn.discard_shard(dest.host, dest.disk_id, dest.vuid, missing, task_token=fresh.ref.token,
+                                               ticket=fresh.discard_ticket)
                 progress = TaskProgress(ref=stale.ref, done_bytes=1, done_shards=1, total_bytes=2, total_shards=2)
                 for call in (scheduler.complete(stale.ref), scheduler.report(progress), scheduler.renew(stale.ref)):
                     try:
@@ -545,10 +559,10 @@ def test_volume_inspection_queues_repairs_for_missing_shards(cluster_factory: Cl
             stats = [await client.stat(location) for location, _ in objects]
             (vid, repaired_bid), (_, lost_bid) = [(b.vid, b.min_bid) for s in stats[:2] for b in s.blobs[:1]]
             units = (await cm.get_volume(vid)).units
-            await bn.discard_shard(units[4].host, units[4].disk_id, units[4].vuid, repaired_bid)
+            await lose_shard(bn, units[4], repaired_bid)
             lost_units = (await cm.get_volume(stats[1].blobs[0].vid)).units
             for u in lost_units[:4]:  # EC3P3: two shards left of six, fewer than N
-                await bn.discard_shard(u.host, u.disk_id, u.vuid, lost_bid)
+                await lose_shard(bn, u, lost_bid)
 
             async def back() -> bool:
                 try:

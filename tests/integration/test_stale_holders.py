@@ -22,12 +22,14 @@ from blobstore_server.libs.proto.clustermgr import Fence
 from blobstore_server.libs.proto.scheduler import LEADER_KEY, TASK_PREFIX, LeaderRecord, ManualMigrate, TaskRecord
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
 from blobstore_server.libs.rpc import errors
+from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.metrics import sample
-from tests.support.processes import LocalCluster, Pauses, Service, free_port, process_state
-from tests.support.shards import blobs_of, shard_states
+from tests.support.processes import TEST_SECRET, LocalCluster, Pauses, Service, free_port, process_state
+from tests.support.shards import assert_every_shard_present, blobs_of
+from tests.support.tickets import minter
 from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -48,15 +50,6 @@ async def task_record(cm: ClusterClient, task_id: str) -> TaskRecord | None:
 
 async def leader(cm: ClusterClient) -> LeaderRecord:
     return LeaderRecord.model_validate_json(await cm.kv_get(LEADER_KEY) or "")
-
-
-async def assert_every_shard_present(cluster: LocalCluster, objects: dict[str, bytes]) -> None:
-    async with AsyncClient([cluster.access[0].url], timeout=60) as client:
-        for location, data in objects.items():
-            assert await client.get(location) == data
-            for vid, bid in blobs_of(cluster, location):
-                states = await shard_states(cluster, vid, bid)
-                assert states == ["present"] * len(states), (vid, bid, states)
 
 
 def start_service(role: str, workdir: Path, **config: object) -> Service:
@@ -144,7 +137,8 @@ def test_a_worker_paused_past_its_lease_cannot_discard_on_the_unit_another_worke
             await eventually(gave_up, 30, "the woken worker giving its task up by its own deadline")
             with pytest.raises(errors.Fenced, match=r"the chunk of vuid \d+ is live: its task fence closed") as refused:
                 await bn.discard_shard(dest.host, dest.disk_id, dest.vuid, acked, io_class=IOClass.BACKGROUND,
-                                       task_token=stale.token)
+                                       task_token=stale.token, ticket=minter(TEST_SECRET, Kind.DISCARD).mint(
+                                           dest.host, dest.disk_id, dest.vuid, stale.token))  # as it was handed
             print(f"the stale worker's discard (token {stale.token}) refused: {refused.value}")
             assert (await bn.shard_stat(dest.host, dest.disk_id, dest.vuid, acked)).status == "normal"
             await assert_every_shard_present(cluster, objects)

@@ -16,8 +16,10 @@ from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.worker.client import WorkerClient
+from tests.support.damage import flip_in_chunk, locate, lose_shard
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service, free_port
+from tests.support.tickets import delete_ticket
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -46,10 +48,11 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                         WorkerClient() as w):
                 units = (await cm.get_volume(vid)).units
                 originals = [await bn.get_shard(u.host, u.disk_id, u.vuid, bid) for u in units]
-                # Shard 0 lost, shard 4 silently missing (not reported), shard 2 overwritten by garbage.
-                for i in (0, 4, 2):
-                    await bn.discard_shard(units[i].host, units[i].disk_id, units[i].vuid, bid)
-                await bn.put_shard(units[2].host, units[2].disk_id, units[2].vuid, bid, b"\0" * len(originals[2]))
+                # Shard 0 lost, shard 4 silently missing (not reported), shard 2 rotten (the worker discards it: its
+                # blobnode sees it fail its checksums).
+                for i in (0, 4):
+                    await lose_shard(bn, units[i], bid)
+                flip_in_chunk(*await locate(bn, units[2], bid))
                 answer = await w.repair_shards(worker.url, vid, bid, [0, 2])
                 assert sorted(answer.repaired) == [0, 2, 4]
                 # rebuilt in an idle cpu cgroup where the box lets it make one (as root with cgroupfs, as in CI)
@@ -62,9 +65,10 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                 # A blob being deleted (mark-deleted shards) is left alone.
                 other_units = (await cm.get_volume(other_vid)).units
                 for u in other_units[1:]:
-                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, other_bid)
+                    await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, other_bid,
+                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, other_bid))
                 first = other_units[0]
-                await bn.discard_shard(first.host, first.disk_id, first.vuid, other_bid)
+                await lose_shard(bn, first, other_bid)
                 skipped = await w.repair_shards(worker.url, other_vid, other_bid, [0])
                 assert skipped.skipped and skipped.repaired == []
                 with pytest.raises(errors.ShardNotFound):
@@ -72,7 +76,7 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
 
                 # Too few survivors: a clear failure, nothing written.
                 for u in units[:4]:
-                    await bn.discard_shard(u.host, u.disk_id, u.vuid, bid)
+                    await lose_shard(bn, u, bid)
                 with pytest.raises(errors.Unavailable, match="need 3"):
                     await w.repair_shards(worker.url, vid, bid, [0, 1, 2, 3])
                 stats = await w.stats(worker.url)

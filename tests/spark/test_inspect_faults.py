@@ -18,7 +18,7 @@ from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.spark.inputs import export_all
-from tests.support.damage import flip_a_byte
+from tests.support.damage import flip_a_byte, lose_shard
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service
 from tests.support.shards import blobs_of
@@ -57,17 +57,11 @@ def test_damage_is_classified_and_missing_exports_are_unavailable(cluster_factor
     (lost_vid, lost_bid), (bad_vid, bad_bid), (odd_vid, odd_bid) = blobs[:3]
     others = [u for u in units_of(cluster, lost_vid) if u.host != wiped.url]
     for unit in others[:4]:  # 4 of 6 gone (1 left + the wiped one): fewer than N=3 remain
-        blobnode_call(lambda bn, u=unit: bn.discard_shard(u.host, u.disk_id, u.vuid, lost_bid))
+        blobnode_call(lambda bn, u=unit: lose_shard(bn, u, lost_bid))
     bad_index, bad_unit = next((i, u) for i, u in enumerate(units_of(cluster, bad_vid)) if u.host != wiped.url)
     flip_a_byte(bad_unit, bad_bid)
     odd_unit = next(u for u in units_of(cluster, odd_vid) if u.host != wiped.url)
-
-    async def replace_shard(bn: BlobnodeClient) -> None:
-        size = len(await bn.get_shard(odd_unit.host, odd_unit.disk_id, odd_unit.vuid, odd_bid))
-        await bn.discard_shard(odd_unit.host, odd_unit.disk_id, odd_unit.vuid, odd_bid)
-        await bn.put_shard(odd_unit.host, odd_unit.disk_id, odd_unit.vuid, odd_bid, random.randbytes(size))
-
-    blobnode_call(replace_shard)
+    flip_a_byte(odd_unit, odd_bid, keep_crc=True)  # other bytes under a good CRC: only the stripe's parity tells
     wiped.stop()  # the disk is replaced in place: same disk id, nothing on it
     for disk in wiped.workdir.glob("disk*"):
         for folder in ("meta", "data"):

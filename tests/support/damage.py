@@ -15,17 +15,29 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 FLIPPED_AT = 100  # the byte of the shard's first block that is flipped
 
 
-def shard_on_disk(unit: Unit, bid: int) -> tuple[Path, int, int]:
+async def locate(bn: BlobnodeClient, unit: Unit, bid: int) -> tuple[Path, int, int]:
     """(chunk file, offset of the shard in it, shard size), asked of the unit's blobnode."""
+    shard = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
+    chunk = next(c for c in await bn.list_chunks(unit.host, unit.disk_id) if c.vuid == unit.vuid)
+    disk = await bn.disk_stat(unit.host, unit.disk_id)
+    return Path(disk.path, "data", chunk.chunk_id), shard.offset, shard.size
 
-    async def locate() -> tuple[Path, int, int]:
+
+def shard_on_disk(unit: Unit, bid: int) -> tuple[Path, int, int]:
+    """`locate`, for a caller outside an event loop."""
+
+    async def located() -> tuple[Path, int, int]:
         async with BlobnodeClient() as bn:
-            shard = await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)
-            chunk = next(c for c in await bn.list_chunks(unit.host, unit.disk_id) if c.vuid == unit.vuid)
-            disk = await bn.disk_stat(unit.host, unit.disk_id)
-            return Path(disk.path, "data", chunk.chunk_id), shard.offset, shard.size
+            return await locate(bn, unit, bid)
 
-    return asyncio.run(locate())
+    return asyncio.run(located())
+
+
+async def lose_shard(bn: BlobnodeClient, unit: Unit, bid: int) -> None:
+    """Take a shard off its unit as a lost sector would: rot it behind its blobnode's back, then discard it as a
+    repair does (a blobnode with auth discards a shard without a task's ticket only once it fails its checksums)."""
+    flip_in_chunk(*await locate(bn, unit, bid))
+    await bn.discard_shard(unit.host, unit.disk_id, unit.vuid, bid)
 
 
 def flip_a_byte(unit: Unit, bid: int, keep_crc: bool = False) -> None:

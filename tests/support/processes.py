@@ -9,7 +9,7 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,14 +61,19 @@ SIGNED = Signed()
 
 
 @contextmanager
-def signing_as(name: str) -> Iterator[None]:
-    """Sign as the process named `name` (e.g. a blobnode's host: its disk reports), holding every capability."""
+def signing_with(signer: Signer | None) -> Iterator[None]:
+    """Sign this process's requests with `signer` (None: unsigned) for a while."""
     before = auth.installed()
-    auth.install(Signer.from_config(AuthConfig.for_capabilities(TEST_SECRET, Capability, name=name)))
+    auth.install(signer)
     try:
         yield
     finally:
         auth.install(before)
+
+
+def signing_as(name: str) -> AbstractContextManager[None]:
+    """Sign as the process named `name` (e.g. a blobnode's host: its disk reports), holding every capability."""
+    return signing_with(Signer.from_config(AuthConfig.for_capabilities(TEST_SECRET, Capability, name=name)))
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from blobstore import AsyncClient
 from blobstore_server.libs.proto.location import Location
 from blobstore_server.libs.rpc import errors
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -32,3 +33,13 @@ async def shard_states(cluster: LocalCluster, vid: int, bid: int) -> list[str]:
 
 def states(cluster: LocalCluster, vid: int, bid: int) -> list[str]:
     return asyncio.run(shard_states(cluster, vid, bid))
+
+
+async def assert_every_shard_present(cluster: LocalCluster, objects: dict[str, bytes]) -> None:
+    """Every object reads back, and every shard of each of its blobs is on its unit, normal."""
+    async with AsyncClient([cluster.access[0].url], timeout=60) as client:
+        for location, data in objects.items():
+            assert await client.get(location) == data
+            for vid, bid in blobs_of(cluster, location):
+                states = await shard_states(cluster, vid, bid)
+                assert states == ["present"] * len(states), (vid, bid, states)

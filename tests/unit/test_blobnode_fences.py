@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from blobstore_server.libs.chunkfile import ShardStatus
 from blobstore_server.libs.proto.blobnode import ChunkInfo, ChunkStatus, TaskFence
 from blobstore_server.libs.proto.cluster import DiskStatus
 from blobstore_server.libs.proto.clustermgr import HeartbeatAnswer
@@ -25,7 +26,8 @@ from blobstore_server.services.blobnode.fence import (
     check_task_token,
     fenced_for_task,
 )
-from blobstore_server.services.blobnode.node import Blobnode
+from blobstore_server.services.blobnode.node import Blobnode, ShardRead
+from tests.support.damage import flip_in_chunk
 
 VUID = Vuid.make(9, 2, 3)
 
@@ -187,6 +189,34 @@ def test_a_task_fence_guards_discards_and_survives_compaction_and_restart(tmp_pa
             asyncio.run(scenario(node))
         finally:
             node.close()
+
+
+def test_a_discard_without_a_tasks_ticket_takes_only_a_shard_failing_its_checksums(tmp_path: Path) -> None:
+    """What a blobnode with auth does with a discard carrying no task token (a repair's, or a stolen key's): an
+    intact shard stays as it was, normal or marked; a rotten one goes (it is lost already); a missing one is 404."""
+    async def scenario(node: Blobnode) -> None:
+        await node.create_chunk(1, VUID, None)
+        for bid in (1, 2, 3):
+            await node.put_shard(1, VUID, bid, memoryview(b"shard %d" % bid * 1000))
+        await node.set_shard_status(1, VUID, 2, ShardStatus.MARK_DELETED)
+        for bid in (1, 2):
+            with pytest.raises(errors.TicketRefused, match=f"bid {bid} of unit {int(VUID)} reads intact"):
+                await node.discard_shard(1, VUID, bid, corrupt_only=True)
+        chunk = (await node.list_chunks(1))[0]
+        rotten = await node.shard_stat(1, VUID, 3)
+        flip_in_chunk(tmp_path / "d1" / "data" / chunk.chunk_id, rotten.offset, rotten.size)
+        await node.discard_shard(1, VUID, 3, corrupt_only=True)
+        assert [(m.bid, m.status) for m in await node.list_shards(1, VUID, 0, None, None)] == [
+            (1, ShardStatus.NORMAL), (2, ShardStatus.MARK_DELETED)]
+        assert [bytes(r) for r in await node.read_shards([ShardRead(1, VUID, 1, 0, 7000)])] == [b"shard 1" * 1000]
+        with pytest.raises(errors.ShardNotFound):
+            await node.discard_shard(1, VUID, 3, corrupt_only=True)
+
+    node = make_node(tmp_path)
+    try:
+        asyncio.run(scenario(node))
+    finally:
+        node.close()
 
 
 def test_closing_a_fence_waits_for_the_discards_it_lets_through(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from blobstore_server.cli.cli import app
 from blobstore_server.cluster.launcher import STATE_FILE, ClusterInfo, ProcessRecord
 from blobstore_server.cluster.plan import (
+    MINTS,
     ROLES,
     STAGES,
     ClusterPlan,
@@ -28,10 +29,11 @@ from blobstore_server.cluster.plan import (
     port_count,
 )
 from blobstore_server.cluster.service_auth import role_auth
-from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.auth import SECRET_ENV, new_secret
 from blobstore_server.libs.rpc.config import load_config
+from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
+from tests.support.tickets import ticket_keys
 
 
 class Ports:
@@ -212,19 +214,19 @@ def test_every_config_the_plan_writes_loads_as_its_service_loads_it(tmp_path: Pa
     assert checked == set(models)
 
 
-def test_only_clustermgr_holds_the_release_tickets_private_key_and_every_blobnode_its_public_key(
-        tmp_path: Path) -> None:
-    """`cluster up` and a config written by `blobstore auth config` or a test (role_auth) give the same keys."""
+def test_each_minter_holds_its_own_tickets_private_key_and_every_blobnode_the_public_keys(tmp_path: Path) -> None:
+    """`cluster up` and a config written by `blobstore auth config` or a test (role_auth) give the same keys:
+    clustermgr the release key, the scheduler the discard key, tinker the delete key, a blobnode the public ones."""
     secret = new_secret()
     plan = plan_cluster(tmp_path, ClusterShape(), iter(Ports()), "python", "location-secret", secret)
-    signing = tickets.signing_key(secret)
+    assert MINTS == {"clustermgr": Kind.RELEASE, "scheduler": Kind.DISCARD, "tinker": Kind.DELETE}
     for spec in plan.processes:
         if spec.role not in ROLES.values():
             continue
+        signing, public = ticket_keys(secret, spec.role)
         auth = _config(spec)["auth"]
-        assert auth.get("ticket_signing_key") == (signing if spec.role == "clustermgr" else None), spec.name
-        public = [tickets.public_key(signing)] if spec.role == "blobnode" else []
-        assert auth.get("ticket_public_keys", []) == public, spec.name
+        assert auth.get("ticket_signing_key") == signing, spec.name
+        assert auth.get("ticket_public_keys", {}) == public, spec.name
         written = role_auth(secret, spec.role, {"bind_addr": "127.0.0.1:1"})
-        assert written.get("ticket_signing_key") == auth.get("ticket_signing_key"), spec.name
-        assert written.get("ticket_public_keys", []) == public, spec.name
+        assert written.get("ticket_signing_key") == signing, spec.name
+        assert written.get("ticket_public_keys", {}) == public, spec.name

@@ -24,7 +24,6 @@ from blobstore_server.cluster.plan import (
 )
 from blobstore_server.cluster.spec import ClusterSpec, Services, SpecError, for_hosts, load, parse
 from blobstore_server.libs.proto import scheduler as api
-from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.auth import IDENTITY_BOUND, new_secret
 from blobstore_server.services.access.config import AccessConfig
 from blobstore_server.services.allocator.config import AllocatorConfig
@@ -36,6 +35,7 @@ from blobstore_server.services.s3.config import S3Config
 from blobstore_server.services.scheduler.config import SchedulerConfig
 from blobstore_server.services.tinker.config import TinkerConfig
 from blobstore_server.services.worker.config import WorkerConfig
+from tests.support.tickets import ticket_keys
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "cluster.example.toml"
 MODELS: dict[str, type[BaseModel]] = {
@@ -229,16 +229,15 @@ def test_a_worker_holds_the_capability_of_every_task_call_it_sends() -> None:
         assert route.capability in CAPABILITIES["worker"], route.path
 
 
-def test_a_spec_gives_the_release_tickets_private_key_to_clustermgr_alone_and_its_public_key_to_each_blobnode(
-        ) -> None:
-    """What `deploy render` and `cluster up --hosts` write: clustermgr signs release tickets, blobnodes verify."""
+def test_a_spec_gives_each_tickets_private_key_to_its_minter_alone_and_the_public_keys_to_each_blobnode() -> None:
+    """What `deploy render` and `cluster up --hosts` write: clustermgr signs release tickets, the scheduler discard
+    tickets, tinker delete tickets; blobnodes verify."""
     secret = new_secret()
-    signing = tickets.signing_key(secret)
     plan = plan_spec(load(EXAMPLE), "python", secret)
     roles = {p.role for p in plan.processes if p.role not in ("kafka", "redis")}
     for process in (p for p in plan.processes if p.role in roles):
+        signing, public = ticket_keys(secret, process.role)
         auth = json.loads(process.config_text)["auth"]
-        assert auth.get("ticket_signing_key") == (signing if process.role == "clustermgr" else None), process.name
-        assert auth.get("ticket_public_keys", []) == (
-            [tickets.public_key(signing)] if process.role == "blobnode" else []), process.name
-    assert {"clustermgr", "blobnode"} <= roles
+        assert auth.get("ticket_signing_key") == signing, process.name
+        assert auth.get("ticket_public_keys", {}) == public, process.name
+    assert {"clustermgr", "blobnode", "scheduler", "tinker"} <= roles

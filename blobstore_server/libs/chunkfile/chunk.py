@@ -44,7 +44,7 @@ from blobstore_server.libs.proto.ids import ChunkId
 from . import format as fmt
 from .commit import GroupCommit, StagedPut
 from .compaction import copy_shards, move_index
-from .errors import ChunkError, ChunkFull, ChunkReadOnly, CrcMismatch, ShardCorrupted, ShardExists
+from .errors import ChunkCorrupted, ChunkError, ChunkFull, ChunkReadOnly, CrcMismatch, ShardCorrupted, ShardExists
 from .fileio import DIRECT_ALIGN, Descriptors, fsync_dir, pwritev_all, staging
 from .index import ShardIndex, ShardMeta, ShardStatus, check_bid
 from .punch import punch_hole
@@ -350,6 +350,17 @@ class ChunkFile:
             meta = self._reader.readable(bid)
             lo, hi = bounds(meta, offset, size)
             return self._reader.read_checked(meta, lo, hi)
+
+    def shard_intact(self, bid: int) -> bool:
+        """Whether the whole shard (of any status) passes its CRCs: a blobnode takes a discard of a live unit's shard
+        without a ticket only for one that does not (it is lost already)."""
+        with self._use():
+            meta = self.stat_shard(bid)
+            try:
+                self._reader.read_range(meta, 0, meta.size)
+            except (ShardCorrupted, ChunkCorrupted):
+                return False
+            return True
 
     def read_cached(self, bid: int, offset: int, size: int | None, limit: int
                     ) -> tuple[ShardMeta, memoryview | None]:

@@ -96,10 +96,20 @@ class ShardRef(ChunkRef):
     bid: int = U64
 
 
+class ShardDelete(ShardRef):
+    """A mark-delete and a delete for good carry tinker's delete ticket for this shard (libs/rpc/tickets.py): a
+    blobnode with auth refuses one without (403 ticket_refused), whoever signed the request."""
+
+    ticket: str | None = Field(None, max_length=256)
+
+
 class ShardDiscard(ShardRef):
-    """`task_token`: a task's worker filling the chunk sends the token of its hand-out (`TaskFence`)."""
+    """`task_token`: a task's worker filling the chunk sends the token of its hand-out (`TaskFence`), and `ticket`,
+    the scheduler's discard ticket for that hand-out's destination (libs/rpc/tickets.py). Without a token, a
+    blobnode with auth discards only a shard that fails its checksums (a repair's: it is lost already)."""
 
     task_token: int | None = Field(None, ge=1)
+    ticket: str | None = Field(None, max_length=256)
 
 
 class ChunkInfo(BaseModel):
@@ -335,9 +345,9 @@ SHARD_GET = Route[BaseModel]("GET", "/shard/get", C.READ_SHARD)  # answers the s
 # ranges of user shards on one node (query parameters as for SHARD_PUT_BATCH, `offset` and `size` each listed):
 # answers a ShardGetBatchHead as a line of JSON, then the bytes of every range read
 SHARD_GET_BATCH = Route[BaseModel]("GET", "/shard/get_batch", C.READ_SHARD)
-SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
+SHARD_MARK_DELETE = Route("POST", "/shard/markdelete", C.WRITE_SHARD, ShardStatusResult, ShardDelete)
 SHARD_UNMARK_DELETE = Route("POST", "/shard/unmarkdelete", C.WRITE_SHARD, ShardStatusResult, ShardRef)
-SHARD_DELETE = Route("POST", "/shard/delete", C.DELETE_SHARD, ShardStatusResult, ShardRef)
+SHARD_DELETE = Route("POST", "/shard/delete", C.DELETE_SHARD, ShardStatusResult, ShardDelete)
 SHARD_DISCARD = Route("POST", "/shard/discard", C.DISCARD_SHARD, ShardStatusResult, ShardDiscard)
 SHARD_STAT = Route("GET", "/shard/stat", C.READ_SHARD, ShardInfo)
 SHARD_LIST = Route("GET", "/shard/list", C.READ_SHARD, ShardList)

@@ -132,6 +132,8 @@ class WorkTask(BaseModel):
     lease_ttl: float = Field(gt=0)
     done_bytes: int = Field(0, ge=0)  # already persisted progress (a reclaimed task resumes)
     done_shards: int = Field(0, ge=0)
+    # the scheduler's ticket for discards on `destination` under `ref.token` (libs/rpc/tickets.py; None without auth)
+    discard_ticket: str | None = Field(None, max_length=256)
 
 
 class AcquireResult(BaseModel):

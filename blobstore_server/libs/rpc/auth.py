@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import logging
 import math
 import os
 import secrets
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote_plus, urlsplit
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from blobstore.signing import AUTH_HEADER, Grant, auth_header, grant_text, signed_text
 from blobstore_server.libs.mac import hmac_sha256
@@ -53,6 +54,7 @@ from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized, Unavailable
 from blobstore_server.libs.rpc.routes import Capability, RouteTable
 
+log = logging.getLogger(__name__)
 SECRET_ENV = "BLOBSTORE_SECRET"  # the cluster secret, for an operator's command pointed at a cluster by URL
 Buffer = bytes | bytearray | memoryview
 UNSIGNED = "unsigned:"  # the body digest of streamed shard bytes: their length, and their CRC in the query
@@ -134,30 +136,45 @@ class AuthConfig(BaseModel):
     # None: half of `nonces`). A caller: a capability, or the identity signing an identity-bound one
     # host:port names others reach this service by besides the address it listens on (a DNS name, a proxy)
     names: list[str] = Field(default_factory=list)
-    # Release tickets (libs/rpc/tickets.py): clustermgr's private key (hex Ed25519 seed), which signs them; a
-    # blobnode's public keys (hex: the current one, then a rotation's previous), which check them
+    # Tickets (libs/rpc/tickets.py): a minter's private key of its one kind (hex Ed25519 seed: clustermgr's release,
+    # the scheduler's discard, tinker's delete tickets); a blobnode's public keys of each kind (hex: the current one,
+    # then a rotation's previous), which check them
     ticket_signing_key: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-    ticket_public_keys: list[str] = Field(default_factory=list)
+    ticket_public_keys: dict[tickets.Kind, list[str]] = Field(default_factory=dict)
+
+    @field_validator("ticket_public_keys", mode="before")
+    @classmethod
+    def _release_keys(cls, raw: Any) -> Any:
+        """A config of before discard and delete tickets lists its release keys only."""
+        return {tickets.Kind.RELEASE: raw} if isinstance(raw, list) else raw
+
+    def minter(self, kind: tickets.Kind) -> tickets.Minter | None:
+        """The minter of `kind` tickets this process holds; None (and a warning: blobnodes will refuse every such
+        call it decides) when its auth has no key of that kind."""
+        if self.ticket_signing_key is None:
+            log.warning("auth has no ticket_signing_key: blobnodes will refuse every %s this process decides", kind)
+            return None
+        return tickets.Minter(self.ticket_signing_key, kind)
 
     @classmethod
     def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,
                          *, name: str | None = None, verifies_identities: bool = False,
-                         mints_tickets: bool = False, verifies_tickets: bool = False) -> AuthConfig:
+                         mints: tickets.Kind | None = None, verifies_tickets: bool = False) -> AuthConfig:
         """A process named `name` signs the identity-bound ones of `capabilities` (a blobnode's disk reports
         when it lists none) with keys of its own; it holds a shared key for each of the others. One that
-        `mints_tickets` (clustermgr) holds the release tickets' private key, one that `verifies_tickets`
-        (a blobnode) its public key only."""
+        `mints` tickets of a kind holds that kind's private key only; one that `verifies_tickets` (a blobnode)
+        the public keys of every kind only."""
         capabilities = list(capabilities)
         bound = [c for c in capabilities if c in IDENTITY_BOUND] or [Capability.DISK_REPORT]
         shared = [c for c in capabilities if c not in IDENTITY_BOUND]
         previous = {c: capability_key(previous_secret, c) for c in shared} if previous_secret else {}
         identity = None if name is None else Identity.of(identities_root(secret), name, bound)
         roots = [identities_root(s) for s in (secret, previous_secret) if s] if verifies_identities else []
-        minting = tickets.signing_key(secret) if mints_tickets else None
-        checking = [tickets.public_key(tickets.signing_key(s)) for s in (secret, previous_secret) if s]
+        minting = None if mints is None else tickets.signing_key(secret, mints)
+        checking = {kind: [tickets.public_key(tickets.signing_key(s, kind)) for s in (secret, previous_secret) if s]
+                    for kind in tickets.Kind} if verifies_tickets else {}
         return cls(keys={c: capability_key(secret, c) for c in shared}, previous=previous, identity=identity,
-                   identities=roots, ticket_signing_key=minting,
-                   ticket_public_keys=checking if verifies_tickets else [])
+                   identities=roots, ticket_signing_key=minting, ticket_public_keys=checking)
 
 
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()

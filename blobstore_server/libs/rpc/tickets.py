@@ -1,26 +1,37 @@
-"""Release tickets: clustermgr's signed word that a chunk may go. I/O-free.
+"""Tickets: the deciding service's signed word that a destructive call on a blobnode may go. I/O-free.
 
-Capability keys are symmetric (libs/rpc/auth.py): whoever verifies a `chunk` signature can make one, so every
-blobnode could release any chunk on every other. A release therefore also takes a ticket: an Ed25519 signature
-by clustermgr, made only once it decided in the Raft log's order that the unit is no volume's live unit (a
-scheduler's `/volume/unit/release`, or its own roll back of a volume never committed). Clustermgr alone holds the
-private key; a blobnode holds the public one, which verifies and cannot mint.
+Capability keys are symmetric (libs/rpc/auth.py): whoever verifies a `chunk` or `discard-shard` signature can make
+one, so every blobnode (and the worker, access) could destroy data on every other. A destructive call therefore
+also takes a ticket: an Ed25519 signature by the one service that decides it (`KINDS`), which alone holds the
+private key; a blobnode holds the public keys, which verify and cannot mint.
 
-A ticket binds one chunk: the advertised host of the blobnode that holds it (clustermgr's record of the disk's
-owner, so a ticket of one cluster of a region, whose disk ids and vids repeat, is worth nothing on another), the
-disk, the vuid (whose epoch is never issued again once dead) and a deadline. Its text is
-`v1.<expires>.<signature, urlsafe base64>`: the blobnode rebuilds what was signed from its own host and the
-request's disk and vuid, so a ticket for anything else fails the signature.
+- release (of a chunk): clustermgr, once it decided in the Raft log's order that the unit is no volume's live unit
+  (a scheduler's `/volume/unit/release`, or its own roll back of a volume never committed).
+- discard (of a shard, at once): the scheduler, when it hands a task out, for the task's destination unit and the
+  hand-out's token. The bids cannot be named then (the worker lists them as it goes, and a PUT in flight adds
+  late ones), and need not be: the destination's task fence takes a discard only under that token while the unit
+  is filled, and closes for good before it goes live, so the ticket destroys nothing any volume reads.
+- delete (the mark of a shard, then its removal for good): tinker, for one blob's shard, when it marks a blob
+  whose delete stands and when that delete is past the safe delay (the blobnode holds the removal `delete_hold`
+  after the mark besides).
+
+A ticket binds the advertised host of the blobnode (so a ticket of one cluster of a region, whose disk ids and
+vids repeat, is worth nothing on another), the disk, the vuid (whose epoch is never issued again once dead), the
+kind's scope (discard: the task token; delete: the bid) and a deadline. Its text is `v1.<expires>.<signature,
+urlsafe base64>`: the blobnode rebuilds what was signed from its own host and the request's fields, so a ticket
+for anything else fails the signature.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import hashlib
 import hmac
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -28,15 +39,37 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from blobstore_server.libs.rpc.errors import TicketRefused
 
 VERSION = "v1"
-TTL = 300.0  # seconds a ticket stays good: a release follows its ticket at once, a retry asks for a new one
-MAX_AHEAD = 3600.0  # a blobnode takes no ticket reaching further ahead of its clock (none of ours does)
 MAX_TEXT = 128  # a ticket's text is ~100 characters
 
 
-def signing_key(secret: str) -> str:
-    """Clustermgr's private key (hex of the 32-byte Ed25519 seed), derived from the cluster secret so every
+class Kind(enum.StrEnum):
+    RELEASE = "release"
+    DISCARD = "discard"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class KindRule:
+    minter: str  # the role holding the private key
+    scope: str | None  # what besides the chunk a ticket names (None: the chunk is all)
+    ttl: float  # seconds a ticket stays good
+    max_ahead: float  # a blobnode takes no ticket reaching further ahead of its clock (none of ours does)
+
+
+KINDS: dict[Kind, KindRule] = {
+    # a release follows its ticket at once; a retry asks for a new one
+    Kind.RELEASE: KindRule("clustermgr", None, 300.0, 3600.0),
+    # good for a whole task (the fence, not the deadline, ends its use): one that runs longer fails its discard and
+    # is handed out again, with a new ticket
+    Kind.DISCARD: KindRule("scheduler", "task token", 86400.0, 2 * 86400.0),
+    Kind.DELETE: KindRule("tinker", "bid", 300.0, 3600.0),
+}
+
+
+def signing_key(secret: str, kind: Kind) -> str:
+    """The minter's private key of `kind` (hex of the 32-byte Ed25519 seed), derived from the cluster secret so every
     rendering of a cluster gives the same one."""
-    return hmac.new(bytes.fromhex(secret), b"blobstore release ticket", hashlib.sha256).hexdigest()
+    return hmac.new(bytes.fromhex(secret), f"blobstore {kind} ticket".encode(), hashlib.sha256).hexdigest()
 
 
 def public_key(signing: str) -> str:
@@ -44,73 +77,84 @@ def public_key(signing: str) -> str:
     return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(signing)).public_key().public_bytes_raw().hex()
 
 
-def _signed(host: str, disk_id: int, vuid: int, expires: int) -> bytes:
-    # int(): a `Vuid` (an int) prints as its parts
-    return f"blobstore release ticket {VERSION}\n{host}\n{int(disk_id)}\n{int(vuid)}\n{int(expires)}".encode()
+def _signed(kind: Kind, host: str, disk_id: int, vuid: int, scope: int | None, expires: int) -> bytes:
+    # int(): a `Vuid` (an int) prints as its parts; a release (no scope) signs what it signed before discards came
+    fields = [host, str(int(disk_id)), str(int(vuid)), *([] if scope is None else [str(int(scope))]), str(int(expires))]
+    return "\n".join([f"blobstore {kind} ticket {VERSION}", *fields]).encode()
 
 
 class Minter:
-    """Clustermgr's side: a ticket for the chunk of `vuid` on `disk_id`, held by the blobnode advertised as
-    `host`. Call it only once the log said the unit is dead."""
+    """The deciding service's side: a ticket of `kind` for the chunk of `vuid` on `disk_id` (and its `scope`), held
+    by the blobnode advertised as `host`. Call it only once the decision is made."""
 
-    def __init__(self, signing: str, ttl: float = TTL, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, signing: str, kind: Kind, ttl: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(signing))
-        self.ttl = ttl
+        self.kind = kind
+        self.ttl = KINDS[kind].ttl if ttl is None else ttl
         self.clock = clock
 
-    def mint(self, host: str, disk_id: int, vuid: int) -> str:
+    def mint(self, host: str, disk_id: int, vuid: int, scope: int | None = None) -> str:
         expires = int(self.clock() + self.ttl)
-        signature = self._key.sign(_signed(host, disk_id, vuid, expires))
+        signature = self._key.sign(_signed(self.kind, host, disk_id, vuid, scope, expires))
         return f"{VERSION}.{expires}.{base64.urlsafe_b64encode(signature).decode()}"
 
 
 class Gate:
-    """A blobnode's side: whether a release of the chunk of `vuid` on `disk_id` here (advertised as `host`) may
-    go. `public_keys` None: this blobnode runs without auth (`insecure`), every release goes, as every route is
-    open; empty: it has auth but no ticket key, so it releases nothing (never a silent open door); else a valid
-    ticket of one of them (current, then a rotation's previous) is needed."""
+    """A blobnode's side: whether a call of `kind` on the chunk of `vuid` on `disk_id` here (advertised as `host`) may
+    go. `public_keys` None: this blobnode runs without auth (`insecure`), every call goes, as every route is open;
+    empty: it has auth but no key of this kind, so it takes none (never a silent open door); else a valid ticket of
+    one of them (current, then a rotation's previous) is needed."""
 
-    def __init__(self, public_keys: Sequence[str] | None, host: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, public_keys: Sequence[str] | None, host: str, kind: Kind,
+                 clock: Callable[[], float] = time.time) -> None:
         self._keys = None if public_keys is None else [
             Ed25519PublicKey.from_public_bytes(bytes.fromhex(key)) for key in public_keys]
         self.host = host
+        self.kind = kind
         self.clock = clock
 
-    def check(self, ticket: str | None, disk_id: int, vuid: int) -> None:
-        """TicketRefused saying why, unless the release may go."""
+    @property
+    def enforced(self) -> bool:
+        """Whether this blobnode runs with auth (a ticket counts)."""
+        return self._keys is not None
+
+    def check(self, ticket: str | None, disk_id: int, vuid: int, scope: int | None = None) -> None:
+        """TicketRefused saying why, unless the call may go."""
         if self._keys is None:
             return
+        rule, what = KINDS[self.kind], f"{self.kind} ticket"
+        target = f"chunk {vuid} on disk {disk_id}" + ("" if rule.scope is None else f", {rule.scope} {scope}")
         if not self._keys:
-            raise TicketRefused("this blobnode has auth but no release ticket key (auth.ticket_public_keys): it "
-                                "releases no chunk")
+            raise TicketRefused(f"this blobnode has auth but no {what} key (auth.ticket_public_keys): it takes no "
+                                f"{self.kind}")
         if not ticket:
-            raise TicketRefused(f"releasing chunk {vuid} on disk {disk_id} takes a release ticket from clustermgr")
-        expires, signature = _parse(ticket)
+            raise TicketRefused(f"a {self.kind} of {target} takes a {what} from {rule.minter}")
+        expires, signature = _parse(ticket, what)
         now = self.clock()
         if expires < now:
-            raise TicketRefused(f"the release ticket expired {now - expires:.0f}s ago")
-        if expires > now + MAX_AHEAD:
-            raise TicketRefused(f"a release ticket may reach {MAX_AHEAD:.0f}s ahead, not {expires - now:.0f}s")
-        signed = _signed(self.host, disk_id, vuid, expires)
+            raise TicketRefused(f"the {what} expired {now - expires:.0f}s ago")
+        if expires > now + rule.max_ahead:
+            raise TicketRefused(f"a {what} may reach {rule.max_ahead:.0f}s ahead, not {expires - now:.0f}s")
+        signed = _signed(self.kind, self.host, disk_id, vuid, scope, expires)
         for key in self._keys:
             try:
                 key.verify(signature, signed)
                 return
             except InvalidSignature:
                 continue
-        raise TicketRefused(f"the release ticket is not clustermgr's for chunk {vuid} on disk {disk_id} of "
-                            f"{self.host}")
+        raise TicketRefused(f"the {what} is not {rule.minter}'s for {target} of {self.host}")
 
 
-def _parse(ticket: str) -> tuple[int, bytes]:
+def _parse(ticket: str, what: str) -> tuple[int, bytes]:
     version, _, rest = ticket.partition(".")
     text, _, encoded = rest.partition(".")
     if version != VERSION or not (text.isascii() and text.isdigit()) or len(ticket) > MAX_TEXT:
-        raise TicketRefused(f"malformed release ticket (want {VERSION}.<expires>.<signature>)")
+        raise TicketRefused(f"malformed {what} (want {VERSION}.<expires>.<signature>)")
     try:
         signature = base64.urlsafe_b64decode(encoded.encode())
     except (binascii.Error, ValueError):
-        raise TicketRefused("malformed release ticket: its signature is not base64") from None
+        raise TicketRefused(f"malformed {what}: its signature is not base64") from None
     if len(signature) != 64:
-        raise TicketRefused("malformed release ticket: an Ed25519 signature has 64 bytes")
+        raise TicketRefused(f"malformed {what}: an Ed25519 signature has 64 bytes")
     return int(text), signature

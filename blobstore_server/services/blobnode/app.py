@@ -30,6 +30,7 @@ from blobstore_server.libs.proto.blobnode import (
     ExportResult,
     IOClass,
     NodeStat,
+    ShardDelete,
     ShardDiscard,
     ShardFailure,
     ShardGetBatchHead,
@@ -48,7 +49,7 @@ from blobstore_server.libs.rpc.errors import BadRequest, RpcError, TooLarge
 from blobstore_server.libs.rpc.lean_server import LeanHandler, Request, Responder
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
-from blobstore_server.libs.rpc.tickets import Gate
+from blobstore_server.libs.rpc.tickets import Gate, Kind
 from blobstore_server.services.blobnode.cluster import ClusterLink
 from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, ready, shard_info
 from blobstore_server.services.blobnode.reader_process import ReaderProcess
@@ -201,6 +202,13 @@ def _serve_node(app: FastAPI, node: Blobnode, scrubber: Scrubber | None, reader:
         return ExportResult(exports=await node.export(req))
 
 
+def _gate(node: Blobnode, kind: Kind) -> Gate:
+    """The check of `kind` tickets: without auth every route is open, and so is this one; with auth, the ticket of
+    the service deciding the call is needed (libs/rpc/tickets.py)."""
+    auth = node.config.auth
+    return Gate(None if auth is None else auth.ticket_public_keys.get(kind, []), node.config.advertised_host, kind)
+
+
 def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
     @serves(app, api.CHUNK_CREATE)
     async def chunk_create(req: ChunkCreate) -> ChunkInfo:
@@ -212,13 +220,11 @@ def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
 
         serves(app, route)(set_status)
 
-    # without auth every route is open, and so is this one; with auth, clustermgr's ticket is needed
-    auth = node.config.auth
-    gate = Gate(None if auth is None else auth.ticket_public_keys, node.config.advertised_host)
+    releases = _gate(node, Kind.RELEASE)
 
     @serves(app, api.CHUNK_RELEASE)
     async def chunk_release(req: ChunkRelease) -> ChunkInfo:
-        gate.check(req.ticket, req.disk_id, req.vuid)
+        releases.check(req.ticket, req.disk_id, req.vuid)
         return await node.set_chunk_status(req.disk_id, req.vuid, ChunkStatus.RELEASED, req.scheduler_epoch)
 
     chunk_status_route(api.CHUNK_READONLY, ChunkStatus.READONLY)
@@ -244,22 +250,38 @@ def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
 def _serve_shard_records(app: FastAPI, node: Blobnode) -> None:
     """The shard routes besides the data path: marking, removing, stat and listing."""
 
-    def shard_status_route(route: Route, status: ShardStatus | None) -> None:
-        async def set_status(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-            async with node.background(req.disk_id, io_class):
-                meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status, io_class)
-            return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
+    async def set_status(req: ShardRef, status: ShardStatus | None, io_class: IOClass) -> ShardStatusResult:
+        async with node.background(req.disk_id, io_class):
+            meta = await node.set_shard_status(req.disk_id, req.vuid, req.bid, status, io_class)
+        return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
 
-        serves(app, route)(set_status)
+    deletes, discards = _gate(node, Kind.DELETE), _gate(node, Kind.DISCARD)
 
-    shard_status_route(api.SHARD_MARK_DELETE, ShardStatus.MARK_DELETED)
-    shard_status_route(api.SHARD_UNMARK_DELETE, ShardStatus.NORMAL)
-    shard_status_route(api.SHARD_DELETE, None)
+    def delete_step(route: Route, status: ShardStatus | None) -> None:
+        """The mark, then the delete for good (which the blobnode takes only `delete_hold` after the mark): each
+        with tinker's delete ticket for the shard."""
+        async def step(req: ShardDelete, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+            deletes.check(req.ticket, req.disk_id, req.vuid, req.bid)
+            return await set_status(req, status, io_class)
+
+        serves(app, route)(step)
+
+    delete_step(api.SHARD_MARK_DELETE, ShardStatus.MARK_DELETED)
+    delete_step(api.SHARD_DELETE, None)
+
+    @serves(app, api.SHARD_UNMARK_DELETE)
+    async def shard_unmark(req: ShardRef, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        """An undelete's: it destroys nothing, so it takes no ticket."""
+        return await set_status(req, ShardStatus.NORMAL, io_class)
 
     @serves(app, api.SHARD_DISCARD)
     async def shard_discard(req: ShardDiscard, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
+        tasked = req.task_token is not None
+        if tasked:
+            discards.check(req.ticket, req.disk_id, req.vuid, req.task_token)
         async with node.background(req.disk_id, io_class):
-            await node.discard_shard(req.disk_id, req.vuid, req.bid, io_class, req.task_token)
+            await node.discard_shard(req.disk_id, req.vuid, req.bid, io_class, req.task_token,
+                                     corrupt_only=discards.enforced and not tasked)
         return ShardStatusResult(bid=req.bid, status="deleted")
 
     @serves(app, api.SHARD_STAT)

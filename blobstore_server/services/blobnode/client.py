@@ -29,6 +29,7 @@ from blobstore_server.libs.proto.blobnode import (
     ExportResult,
     IOClass,
     NodeStat,
+    ShardDelete,
     ShardDiscard,
     ShardFailure,
     ShardGetBatchHead,
@@ -327,9 +328,10 @@ class BlobnodeClient(ServiceClient):
         return await self.http.call_route(route, host, body=body, params=_with_class({}, io_class))
 
     async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                                io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        return await self._shard_op(host, api.SHARD_MARK_DELETE, ShardRef(disk_id=disk_id, vuid=vuid, bid=bid),
-                                    io_class)
+                                io_class: IOClass = IOClass.USER, ticket: str | None = None) -> ShardStatusResult:
+        """Mark a shard deleted (reads fail, an undelete lifts it), under tinker's delete `ticket` for it."""
+        body = ShardDelete(disk_id=disk_id, vuid=vuid, bid=bid, ticket=ticket)
+        return await self._shard_op(host, api.SHARD_MARK_DELETE, body, io_class)
 
     async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
                                   io_class: IOClass = IOClass.USER) -> ShardStatusResult:
@@ -337,15 +339,18 @@ class BlobnodeClient(ServiceClient):
                                     io_class)
 
     async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                           io_class: IOClass = IOClass.USER) -> ShardStatusResult:
-        """Delete for good a shard marked deleted at least the blobnode's `delete_hold` ago (Conflict otherwise)."""
-        return await self._shard_op(host, api.SHARD_DELETE, ShardRef(disk_id=disk_id, vuid=vuid, bid=bid), io_class)
+                           io_class: IOClass = IOClass.USER, ticket: str | None = None) -> ShardStatusResult:
+        """Delete for good a shard marked deleted at least the blobnode's `delete_hold` ago (Conflict otherwise),
+        under tinker's delete `ticket` for it."""
+        body = ShardDelete(disk_id=disk_id, vuid=vuid, bid=bid, ticket=ticket)
+        return await self._shard_op(host, api.SHARD_DELETE, body, io_class)
 
-    async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                            io_class: IOClass = IOClass.USER, task_token: int | None = None) -> ShardStatusResult:
+    async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER,
+                            task_token: int | None = None, ticket: str | None = None) -> ShardStatusResult:
         """Delete a shard at once: a repair or migration making room for the right bytes (discard-shard). A task's
-        worker names the token of its hand-out: the chunk's task fence refuses a stale one (`TaskFence`)."""
-        body = ShardDiscard(disk_id=disk_id, vuid=vuid, bid=bid, task_token=task_token)
+        worker names the token of its hand-out (the chunk's task fence refuses a stale one, `TaskFence`) and the
+        scheduler's discard `ticket` for it; without a token only a shard failing its checksums goes."""
+        body = ShardDiscard(disk_id=disk_id, vuid=vuid, bid=bid, task_token=task_token, ticket=ticket)
         return await self._shard_op(host, api.SHARD_DISCARD, body, io_class)
 
     async def shard_stat(self, host: str, disk_id: int, vuid: int, bid: int,

@@ -37,7 +37,14 @@ from blobstore_server.libs.chunkfile import (
 from blobstore_server.libs.kv import Batch, KVStore
 from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ChunkInfo, ChunkStat, ChunkStatus, DiskStat
 from blobstore_server.libs.proto.ids import epoch_of
-from blobstore_server.libs.rpc.errors import ChunkExists, ChunkNotFound, ChunkReadonly, NoSpace, StaleEpoch
+from blobstore_server.libs.rpc.errors import (
+    ChunkExists,
+    ChunkNotFound,
+    ChunkReadonly,
+    NoSpace,
+    StaleEpoch,
+    TicketRefused,
+)
 from blobstore_server.services.blobnode.fence import check_scheduler_epoch, check_task_token, fenced_for_task
 from blobstore_server.services.blobnode.metrics import FSYNC_SECONDS
 from blobstore_server.services.blobnode.rwlock import RWLock
@@ -397,11 +404,15 @@ class Disk:
                 return chunk.mark_delete(bid)
             return chunk.unmark_delete(bid)
 
-    def discard_shard(self, vuid: int, bid: int, task_token: int | None = None) -> None:
-        """Delete a shard at once, if the chunk's task fence takes `task_token` (`fence.check_task_token`)."""
+    def discard_shard(self, vuid: int, bid: int, task_token: int | None = None, corrupt_only: bool = False) -> None:
+        """Delete a shard at once, if the chunk's task fence takes `task_token` (`fence.check_task_token`); with
+        `corrupt_only` (a call with no task's ticket, on a blobnode with auth) only a shard that fails its CRCs."""
         with self.unit_lock(vuid).shared():
             chunk = self.chunk_for(vuid, write=False)
             check_task_token(self._records[unit_key(vuid)], task_token)
+            if corrupt_only and chunk.shard_intact(bid):
+                raise TicketRefused(f"bid {bid} of unit {int(vuid)} reads intact: discarding it takes a task's discard "
+                                    "ticket (a repair discards only a shard that fails its checksums)")
             chunk.delete_shard(bid)
 
     def stored_bytes(self, from_vuid: int = 0) -> int:

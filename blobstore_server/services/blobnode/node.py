@@ -509,10 +509,11 @@ class Blobnode:
                                     bid, status, self.config.delete_hold)
 
     async def discard_shard(self, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER,
-                            task_token: int | None = None) -> None:
+                            task_token: int | None = None, corrupt_only: bool = False) -> None:
         """Delete a shard at once, to write the right bytes in its place (repair, migration); a task's worker names
-        its token (the chunk's task fence refuses a stale one)."""
-        await self._shard_op("discard", disk_id, io_class, self.disk(disk_id).discard_shard, vuid, bid, task_token)
+        its token (the chunk's task fence refuses a stale one); `corrupt_only`: only a shard failing its CRCs."""
+        await self._shard_op("discard", disk_id, io_class, self.disk(disk_id).discard_shard, vuid, bid, task_token,
+                             corrupt_only)
 
     async def export(self, req: ExportRequest) -> list[DiskExport]:
         """Write the shard index and chunk list of each disk under `req.target` (all disks at once), each bounded

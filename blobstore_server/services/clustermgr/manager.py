@@ -42,7 +42,7 @@ from blobstore_server.libs.raft.server import RaftServer
 from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader, RpcError, Unavailable
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.server import Lifecycle
-from blobstore_server.libs.rpc.tickets import Minter
+from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
 from blobstore_server.services.clustermgr.client import SessionClock
@@ -96,11 +96,7 @@ class ClusterManager:
         self.session = SessionClock(f"cm{config.node_id}-{secrets.token_hex(4)}")  # this replica's own commands
         self.blobnodes = BlobnodeClient()
         # release tickets (libs/rpc/tickets.py): none without auth, where blobnodes take releases without them
-        signing = config.auth.ticket_signing_key if config.auth else None
-        if config.auth is not None and signing is None:
-            log.warning("auth has no ticket_signing_key: blobnodes will refuse every chunk release this clustermgr "
-                        "or a scheduler asks for")
-        self.tickets = None if signing is None else Minter(signing)
+        self.tickets = config.auth.minter(Kind.RELEASE) if config.auth else None
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
                                      heartbeat_timeout=config.disk_heartbeat_timeout,

@@ -29,9 +29,11 @@ from blobstore_server.libs.proto.scheduler import (
     TaskProgress,
     TaskRecord,
     TaskRef,
+    WorkTask,
 )
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotFound, RpcError
+from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.scheduler.config import SchedulerConfig
@@ -115,6 +117,8 @@ class Scheduler:
         self.volumes = volumes
         self.elections = elections
         self.state = SchedulerState(config)
+        # discard tickets (libs/rpc/tickets.py): none without auth, where blobnodes take discards without them
+        self.tickets = config.auth.minter(Kind.DISCARD) if config.auth else None
         self.rounds = 0  # rounds completed while active: an operator (or a test) sees decisions being made
         self.mutex = asyncio.Lock()  # one change of the task table at a time (routes and rounds): `_changing`
 
@@ -354,7 +358,18 @@ class Scheduler:
         self.require_active()
         async with self._changing():
             answer = await self._drive(WorkerAcquire(request=req, at=_at()))
-        return answer if isinstance(answer, AcquireResult) else AcquireResult()
+        if not isinstance(answer, AcquireResult) or answer.task is None:
+            return AcquireResult()
+        return AcquireResult(task=self._with_ticket(answer.task))
+
+    def _with_ticket(self, task: WorkTask) -> WorkTask:
+        """`task` with the discard ticket for its destination under this hand-out's token: the destination's task
+        fence is open at that token only while the unit is filled, so the ticket destroys nothing live."""
+        if self.tickets is None:
+            return task
+        dest = task.destination
+        return task.model_copy(update={"discard_ticket": self.tickets.mint(dest.host, dest.disk_id, dest.vuid,
+                                                                           task.ref.token)})
 
     def _ack(self, task_id: str) -> TaskAck:
         return TaskAck(task_id=task_id, state=self.state.tasks[task_id].state)

@@ -18,6 +18,7 @@ from blobstore_server.libs.proto.clustermgr import MAX_UNDELETE_LOOKS
 from blobstore_server.libs.proto.messages import DeleteMsg, RepairMsg
 from blobstore_server.libs.rpc.coalesce import Coalescer
 from blobstore_server.libs.rpc.errors import NotFound, RpcError, ShardNotFound, Unavailable
+from blobstore_server.libs.rpc.tickets import Minter
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient, VolumeCache
 from blobstore_server.services.tinker.rules import UploadVerdict, taken_back, upload_verdict
@@ -49,10 +50,12 @@ class DeleteHandler:
     record in clustermgr is read fresh before marking, after marking and before purging, and a blob it covers is
     left as it was, its marks lifted (services/access/undelete.py)."""
 
-    def __init__(self, cluster: ClusterClient, blobnodes: BlobnodeClient, delete_log: Path) -> None:
+    def __init__(self, cluster: ClusterClient, blobnodes: BlobnodeClient, delete_log: Path,
+                 tickets: Minter | None = None) -> None:
         self.cluster = cluster
         self.volumes = VolumeCache(cluster, UNITS_TTL)
         self.blobnodes = blobnodes
+        self.tickets = tickets  # of delete tickets (libs/rpc/tickets.py); None without auth
         self.delete_log = delete_log
         # Each look is a fresh (read-index) read on clustermgr's leader, three per deleted blob: those asked while one
         # is on its way go together in the next (0.65-0.85 ms of leader CPU a request, measured on a loaded machine).
@@ -92,7 +95,7 @@ class DeleteHandler:
         is found by the look after marking, and its marks are lifted at once."""
         blobs = await self._standing(msg, msg.blob_ids())
         for vid, bid in blobs:
-            await self._on_every_shard(self.blobnodes.mark_delete_shard, vid, bid)
+            await self._on_every_shard(self._mark, vid, bid)
         return await self._standing(msg, blobs)
 
     async def purge(self, msg: DeleteMsg, blobs: list[Blob]) -> list[Blob]:
@@ -102,7 +105,7 @@ class DeleteHandler:
         purged = []
         for vid, bid in await self._standing(msg, blobs):
             try:
-                await self._on_every_shard(self.blobnodes.delete_shard, vid, bid)
+                await self._on_every_shard(self._delete, vid, bid)
             except RpcError:
                 if await self._standing(msg, [(vid, bid)]):
                     raise
@@ -113,6 +116,19 @@ class DeleteHandler:
                 delete_log.write(json.dumps(entry) + "\n")
             purged.append((vid, bid))
         return purged
+
+    def _ticket(self, host: str, disk_id: int, vuid: int, bid: int) -> str | None:
+        """Tinker's delete ticket for the shard: it marks only a blob whose delete stands and deletes it for good
+        only past the safe delay, and only tinker's key mints one (the blobnode still checks the mark's hold)."""
+        return None if self.tickets is None else self.tickets.mint(host, disk_id, vuid, bid)
+
+    async def _mark(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass) -> ShardStatusResult:
+        ticket = self._ticket(host, disk_id, vuid, bid)
+        return await self.blobnodes.mark_delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket)
+
+    async def _delete(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass) -> ShardStatusResult:
+        ticket = self._ticket(host, disk_id, vuid, bid)
+        return await self.blobnodes.delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket)
 
     async def upload_finished(self, msg: DeleteMsg) -> bool:
         """Whether every blob of a multipart upload was written (then its reclaim does nothing); raises

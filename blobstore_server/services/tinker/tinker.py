@@ -23,6 +23,7 @@ from blobstore_server.libs.proto.messages import BlobMsg, DeleteMsg, RepairMsg
 from blobstore_server.libs.proto.switches import Switches, TaskType
 from blobstore_server.libs.proto.tinker import PipelineStats, TinkerStats
 from blobstore_server.libs.rpc.server import Lifecycle
+from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.tinker.config import TinkerConfig
@@ -43,7 +44,8 @@ class Tinker:
         self.blobnodes = BlobnodeClient()
         self.workers = WorkerClient()
         self.repair = RepairHandler(self.cluster, self.workers)
-        self.delete = DeleteHandler(self.cluster, self.blobnodes, Path(config.delete_log))
+        self.delete = DeleteHandler(self.cluster, self.blobnodes, Path(config.delete_log),
+                                    config.auth.minter(Kind.DELETE) if config.auth else None)
         self.pipelines: dict[str, Pipeline] = {}
         self.switches = Switches()
         self._producer: Producer | None = None

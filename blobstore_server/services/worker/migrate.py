@@ -274,11 +274,11 @@ class UnitMigrator:
         return crc
 
     async def _discard(self, task: WorkTask, bid: int, io_class: IOClass) -> None:
-        """Discard a shard on the destination, under the hand-out's token (none for a task the scheduler did not
-        hand out: a test's, on a chunk no task fence guards)."""
+        """Discard a shard on the destination, under the hand-out's token and the scheduler's ticket for it (none
+        for a task the scheduler did not hand out: a test's, on a chunk no task fence guards)."""
         dest = task.destination
         await self.blobnodes.discard_shard(dest.host, dest.disk_id, dest.vuid, bid, io_class=io_class,
-                                           task_token=task.ref.token or None)
+                                           task_token=task.ref.token or None, ticket=task.discard_ticket)
 
     async def _write(self, task: WorkTask, move: BidMove, data: bytes, io_class: IOClass, guard: Guard) -> int:
         want = isal_zlib.crc32(data)

@@ -1,8 +1,10 @@
 """Shard repair: rebuild the missing or corrupt shards of one blob from its survivors and write
 each back to its own unit (what to rebuild, and when not to, is `rules.plan_repair`).
 
-A corrupt shard is deleted before its rebuilt bytes are written (the chunk refuses other bytes under
-a live bid), and every written shard is read back and checked against the rebuilt bytes' CRC.
+A corrupt shard is discarded before its rebuilt bytes are written (the chunk refuses other bytes under
+a live bid), and every written shard is read back and checked against the rebuilt bytes' CRC. The blobnode
+takes that discard, which names no task, only for a shard failing its checksums (libs/rpc/tickets.py): other
+bytes under a good CRC stay, and their repair fails (403 ticket_refused) for an operator to look at.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class ShardRepairer:
             return True
         if isinstance(current, ShardDeleted):
             return False
-        if not isinstance(current, ShardNotFound):  # corrupt, or other bytes: make room for the right ones
+        if not isinstance(current, ShardNotFound):  # corrupt (or other bytes: refused), make room for the right ones
             with contextlib.suppress(NotFound):
                 await self.blobnodes.discard_shard(host, disk, vuid, bid, io_class=BACKGROUND)
         crc = await self.blobnodes.put_shard(host, disk, vuid, bid, data, timeout=self.timeout, io_class=BACKGROUND)

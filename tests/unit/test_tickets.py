@@ -1,0 +1,190 @@
+"""Tickets (libs/rpc/tickets.py): only the deciding service's private key mints one (clustermgr's a release,
+the scheduler's a discard, tinker's a delete), and one ticket lets one call go on one chunk of one blobnode (a
+discard: under one task token; a delete: of one bid), until it expires."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.rpc import tickets
+from blobstore_server.libs.rpc.auth import AuthConfig
+from blobstore_server.libs.rpc.errors import Forbidden, TicketRefused
+from blobstore_server.libs.rpc.routes import Capability
+from blobstore_server.libs.rpc.tickets import KINDS, Gate, Kind, Minter
+
+SECRET = "11" * 32
+OTHER_SECRET = "22" * 32
+HOST, DISK, VUID = "http://127.0.0.1:9100", 3, (7 << 32) | (2 << 24) | 1
+SCOPES = {Kind.RELEASE: None, Kind.DISCARD: 5, Kind.DELETE: 1234}  # a release names the chunk only
+NOW = 1_700_000_000.0
+EACH = pytest.mark.parametrize("kind", list(Kind))
+
+
+def minter(kind: Kind, secret: str = SECRET, at: float = NOW, ttl: float | None = None) -> Minter:
+    return Minter(tickets.signing_key(secret, kind), kind, ttl=ttl, clock=lambda: at)
+
+
+def gate(kind: Kind, *secrets: str, host: str = HOST, at: float = NOW) -> Gate:
+    keys = [tickets.public_key(tickets.signing_key(s, kind)) for s in secrets or (SECRET,)]
+    return Gate(keys, host, kind, clock=lambda: at)
+
+
+def mint(kind: Kind, secret: str = SECRET, host: str = HOST, disk_id: int = DISK, vuid: int = VUID,
+         scope: int | None = None) -> str:
+    return minter(kind, secret).mint(host, disk_id, vuid, SCOPES[kind] if scope is None else scope)
+
+
+def check(kind: Kind, ticket: str | None, g: Gate | None = None) -> None:
+    (g or gate(kind)).check(ticket, DISK, VUID, SCOPES[kind])
+
+
+@EACH
+def test_a_ticket_lets_the_call_it_names_go(kind: Kind) -> None:
+    check(kind, mint(kind))
+
+
+def test_the_keys_derive_from_the_secret_one_per_kind_and_the_public_one_is_not_the_private_one() -> None:
+    keys = {tickets.signing_key(SECRET, kind) for kind in Kind}
+    assert len(keys) == len(Kind) and tickets.signing_key(SECRET, Kind.DELETE) in keys
+    assert tickets.signing_key(SECRET, Kind.RELEASE) != tickets.signing_key(OTHER_SECRET, Kind.RELEASE)
+    assert all(tickets.public_key(key) != key for key in keys)
+
+
+def test_a_release_ticket_is_what_it_was_before_discard_and_delete_tickets() -> None:
+    """A clustermgr and a blobnode of different versions (a rolling upgrade) still agree on release tickets."""
+    seed = hmac.new(bytes.fromhex(SECRET), b"blobstore release ticket", hashlib.sha256).digest()
+    expires = int(NOW) + 60
+    signature = Ed25519PrivateKey.from_private_bytes(seed).sign(
+        f"blobstore release ticket v1\n{HOST}\n{DISK}\n{VUID}\n{expires}".encode())
+    check(Kind.RELEASE, f"v1.{expires}.{base64.urlsafe_b64encode(signature).decode()}")
+
+
+@pytest.mark.parametrize(("kind", "other"), [
+    (kind, other) for kind in Kind for other in ("host", "disk", "vuid", "scope")
+    if other != "scope" or KINDS[kind].scope is not None])  # a release names the chunk only
+def test_a_ticket_for_another_target_is_refused(kind: Kind, other: str) -> None:
+    scope = SCOPES[kind]
+    ticket = mint(kind, host="http://127.0.0.1:9101" if other == "host" else HOST,  # another cluster's same disk id
+                  disk_id=DISK + (other == "disk"), vuid=VUID + (other == "vuid"),  # another epoch of the unit
+                  scope=None if scope is None else scope + (other == "scope"))  # another task token, another bid
+    with pytest.raises(TicketRefused, match=f"not {KINDS[kind].minter}'s"):
+        check(kind, ticket)
+
+
+@pytest.mark.parametrize(("kind", "made_for"), [(k, m) for k in Kind for m in Kind if k != m])
+def test_a_ticket_of_another_kind_is_refused(kind: Kind, made_for: Kind) -> None:
+    """A release ticket does not discard, a discard ticket does not delete, even with the same numbers."""
+    ticket = minter(made_for).mint(HOST, DISK, VUID, SCOPES[kind])
+    with pytest.raises(TicketRefused):
+        check(kind, ticket)
+
+
+@EACH
+def test_an_expired_ticket_is_refused_and_a_fresh_one_until_its_deadline_is_not(kind: Kind) -> None:
+    ticket, ttl = mint(kind), KINDS[kind].ttl
+    check(kind, ticket, gate(kind, at=NOW + ttl))
+    with pytest.raises(TicketRefused, match="expired"):
+        check(kind, ticket, gate(kind, at=NOW + ttl + 1))
+
+
+@EACH
+def test_a_ticket_reaching_too_far_ahead_is_refused(kind: Kind) -> None:
+    ticket = minter(kind, ttl=KINDS[kind].max_ahead + 10).mint(HOST, DISK, VUID, SCOPES[kind])
+    with pytest.raises(TicketRefused, match="ahead"):
+        check(kind, ticket)
+
+
+@EACH
+def test_a_ticket_of_another_key_is_refused(kind: Kind) -> None:
+    with pytest.raises(TicketRefused, match=f"not {KINDS[kind].minter}'s"):
+        check(kind, mint(kind, OTHER_SECRET))
+
+
+@EACH
+def test_a_rotations_previous_key_is_taken(kind: Kind) -> None:
+    check(kind, mint(kind, SECRET), gate(kind, OTHER_SECRET, SECRET))
+
+
+@EACH
+def test_a_forged_ticket_is_refused(kind: Kind) -> None:
+    version, expires, signature = mint(kind).split(".")
+    later = f"{version}.{int(expires) + 60}.{signature}"  # a deadline moved under a good signature
+    flipped = bytearray(base64.urlsafe_b64decode(signature))
+    flipped[0] ^= 1
+    altered = f"{version}.{expires}.{base64.urlsafe_b64encode(bytes(flipped)).decode()}"
+    zeros = f"{version}.{expires}.{base64.urlsafe_b64encode(bytes(64)).decode()}"
+    for forged in (later, altered, zeros):
+        with pytest.raises(TicketRefused, match=f"not {KINDS[kind].minter}'s"):
+            check(kind, forged)
+
+
+@EACH
+def test_a_public_key_holder_cannot_mint_one(kind: Kind) -> None:
+    """What a blobnode holds (the public keys, the capability keys) signs nothing a gate takes."""
+    public = tickets.public_key(tickets.signing_key(SECRET, kind))
+    with pytest.raises(TicketRefused):
+        check(kind, Minter(public, kind, clock=lambda: NOW).mint(HOST, DISK, VUID, SCOPES[kind]))
+
+
+@pytest.mark.parametrize("ticket", [
+    "", "v1", "v1..", "v2.1700000100." + "A" * 86, "v1.soon." + "A" * 86, "v1.1700000100.not*base64!",
+    "v1.1700000100." + base64.urlsafe_b64encode(bytes(32)).decode(), "v1.-5." + "A" * 86,
+    "v1.\u00b2." + "A" * 86, "v1.1700000100." + "A" * 200,
+])
+@EACH
+def test_a_malformed_ticket_is_refused(kind: Kind, ticket: str) -> None:
+    with pytest.raises(TicketRefused):
+        check(kind, ticket)
+
+
+@EACH
+def test_without_a_ticket_a_gate_with_a_key_refuses(kind: Kind) -> None:
+    with pytest.raises(TicketRefused, match=f"takes a {kind} ticket from {KINDS[kind].minter}"):
+        check(kind, None)
+
+
+@EACH
+def test_a_gate_with_auth_but_no_key_refuses_every_call(kind: Kind) -> None:
+    empty = Gate([], HOST, kind, clock=lambda: NOW)
+    assert empty.enforced
+    with pytest.raises(TicketRefused, match=f"no {kind} ticket key"):
+        check(kind, mint(kind), empty)
+
+
+@EACH
+def test_a_gate_without_auth_lets_every_call_go(kind: Kind) -> None:
+    open_gate = Gate(None, HOST, kind)
+    assert not open_gate.enforced
+    check(kind, None, open_gate)
+
+
+def test_a_refusal_is_a_403() -> None:
+    assert issubclass(TicketRefused, Forbidden) and TicketRefused.status == 403
+
+
+@EACH
+def test_a_vuid_object_and_its_int_name_the_same_chunk(kind: Kind) -> None:
+    vuid = Vuid.make(7, 2, 1)
+    gate(kind).check(minter(kind).mint(HOST, DISK, vuid, SCOPES[kind]), DISK, int(vuid), SCOPES[kind])
+
+
+def test_a_blobnode_config_of_before_lists_its_release_keys_only_and_takes_no_other_kind() -> None:
+    public = tickets.public_key(tickets.signing_key(SECRET, Kind.RELEASE))
+    config = AuthConfig.model_validate({"keys": {"observe": "00" * 32}, "ticket_public_keys": [public]})
+    assert config.ticket_public_keys == {Kind.RELEASE: [public]}
+    assert config.ticket_public_keys.get(Kind.DISCARD, []) == []  # what the blobnode's discard gate gets: refuses
+
+
+def test_a_minter_holds_its_kinds_key_and_one_without_mints_nothing() -> None:
+    config = AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE], mints=Kind.DELETE)
+    held = config.minter(Kind.DELETE)
+    assert held is not None
+    gate(Kind.DELETE, at=time.time()).check(held.mint(HOST, DISK, VUID, 1), DISK, VUID, 1)
+    assert AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE]).minter(Kind.DELETE) is None
