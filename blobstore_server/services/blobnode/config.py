@@ -102,3 +102,10 @@ class BlobnodeConfig(ServiceSettings):
     @property
     def advertised_host(self) -> str:
         return self.host or f"{self.scheme}://{self.bind_addr}"
+
+    @property
+    def export_bucket(self) -> S3Access | None:
+        """`export_s3`, its gateway's certificate checked against this node's CA unless it names its own."""
+        if self.export_s3 is None or self.export_s3.ca_file or self.tls is None:
+            return self.export_s3
+        return self.export_s3.model_copy(update={"ca_file": self.tls.ca_file})
