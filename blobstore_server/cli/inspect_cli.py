@@ -105,6 +105,11 @@ def _export_access(root: Path, gateway: str) -> S3Access | None:
     return export_access(secret, gateway).model_copy(update={"ca_file": cluster_ca(root)})  # an https one's CA
 
 
+def _pem(ca_file: str | None) -> str | None:
+    """The CA certificate's text, which travels to executors on other machines where the file's path would not."""
+    return Path(ca_file).read_text() if ca_file else None
+
+
 def _tinker_config(root: Path) -> dict[str, Any]:
     """The local cluster's tinker config (its cluster id and group prefix), if there is one."""
     try:
@@ -171,7 +176,7 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
     signer = auth.installed()
     grant = signer.grant(Capability.READ_SHARD, grant_ttl) if deep and signer is not None else None
     options = InspectOptions(settle=settle, delete_delay=delete_delay, deep=deep, deep_rate=deep_rate * 1e6,
-                             deep_grant=grant, s3=bucket)
+                             deep_grant=grant, deep_ca=_pem(cluster_ca(dir)), s3=bucket)
     sized = {"spark.sql.shuffle.partitions": str(inputs.shuffle_partitions()), **_conf(conf)}
     with spark_session(master, "blobstore-inspect", sized, s3=bucket) as spark:
         summary = inspect(spark, inputs, target, options)
