@@ -104,6 +104,18 @@ class ClusterInfo:
     network: str = ""  # the network namespaces' prefix (bs<k>) of a cluster of several hosts
     hosts: int = 0  # how many hosts it has; 0: all on 127.0.0.1
 
+    @property
+    def ca(self) -> str | None:
+        """The cluster CA's certificate its https services are checked against (`up --hosts` writes it to the
+        folder); None: a plaintext cluster."""
+        path = Path(self.dir) / pki.CA_FILE
+        return str(path) if path.exists() else None
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """What httpx checks the cluster's https services with (its `verify=`)."""
+        return ssl.create_default_context(cafile=self.ca) if self.ca else True
+
     def net(self) -> Network | None:
         """Its hosts' namespaces and addresses (host -> namespace, address; each process names its host)."""
         return netns.plan_network(self.hosts, int(self.network[2:])) if self.network else None

@@ -12,6 +12,7 @@ from pathlib import Path
 from blobstore_server.cluster.launcher import ClusterInfo, down, up
 from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc import client as rpc_client
 from blobstore_server.libs.rpc.auth import Signer
 
 
@@ -56,6 +57,7 @@ class LaunchedClusters:
                 down(root)
         finally:
             auth.install(self.signer_before)
+            rpc_client.trust(None)  # `up` trusted its CA while it ran
 
 
 SIX_HOSTS = 6 if os.geteuid() == 0 else 0  # hosts as network namespaces need root
