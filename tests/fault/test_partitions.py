@@ -187,7 +187,7 @@ def test_b_a_blobnode_access_cannot_reach_costs_no_put_and_is_repaired_after(clu
     """Scenario b. h5's blobnode still heartbeats to clustermgr but neither access node reaches it for 20 s: from
     10 s after the cut at least 99% of PUTs succeed (the put grace, then its disk skipped), objects written before
     read back throughout (degraded), and after the heal the shards it missed are repaired."""
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         before = {client.put(data): data for data in (os.urandom(40_000) for _ in range(20))}
         with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
             stream.wait_for(20)
@@ -231,7 +231,7 @@ def test_d_kafka_cut_from_mqproxy_and_tinker_loses_no_delete_or_repair(cluster: 
     arrive; after the heal every acknowledged delete is done and every shard is repaired."""
     brokers = _services(cluster, "kafka")
     paused = _record(cluster, "blobnode-h6")
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         doomed = [client.put(os.urandom(20_000)) for _ in range(24)]
         answers: list[tuple[str, str]] = []
 
@@ -292,7 +292,7 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
     """Scenario e. Both access nodes lose clustermgr and the allocators (not the blobnodes beside them) for
     20 s: PUTs go on from the volumes and bids they hold (the standby stock), any that cannot is a 503 with a
     reason, and GETs keep working from the volumes they cached."""
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         before = {client.put(data): data for data in (os.urandom(30_000) for _ in range(20))}
         with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
             stream.wait_for(100)  # a PUT rate for the standby stock to hold space for
@@ -512,7 +512,7 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
                 assert t.state is TaskState.FINISHED and t.destination is not None, t
                 assert current[t.vid].units[t.unit_index] == t.destination
 
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         objects = {client.put(data): data for data in (os.urandom(64 << 10) for _ in range(150))}
     stream = PutStream(cluster.access_urls, max_size=16 << 10, rate=PACE)
     try:

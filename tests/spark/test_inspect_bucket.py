@@ -24,7 +24,7 @@ LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py): six hosts when run
 
 def test_inspect_run_with_its_defaults_puts_exports_and_findings_in_the_clusters_bucket(
         cluster: ClusterInfo, spark: SparkSession) -> None:
-    with Client(cluster.access_urls) as client:
+    with Client(cluster.access_urls, ca=cluster.ca) as client:
         stored = [client.put(random.Random(i).randbytes(20_000)) for i in range(12)]
 
     result = blobstore("inspect", "run", "--dir", cluster.dir, "--settle", "0")
