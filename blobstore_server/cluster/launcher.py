@@ -350,9 +350,7 @@ def _plan_hosts(root: Path, shape: ClusterShape, hosts: int, racks: int, auth_se
         raise LauncherError(str(exc)) from None
     (root / SPEC_FILE).write_text(tomli_w.dumps(spec.model_dump(mode="json", exclude_defaults=True)))
     plan = plan_spec(spec, sys.executable, auth_secret)
-    render.write(root, render.bundle(spec, plan))
-    if plan.tls:  # the CA for the operator's CLI and the launcher's own checks (`cluster_ca`)
-        (root / pki.CA_FILE).write_text(next(iter(plan.tls.values())).ca)
+    render.write(root, render.bundle(spec, plan))  # with DIR/ca.pem, which the CLI and the launcher trust
     return plan, net
 
 

@@ -56,6 +56,7 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [f"h{i}" for i in range(1, 7)]
     assert stat.S_IMODE((out / "cluster.secret").stat().st_mode) == 0o600
+    assert (out / pki.CA_FILE).read_text() == (out / "h1" / "config" / pki.CA_FILE).read_text(), "the operator's copy"
     seen_roles: set[str] = set()
     for host in spec.hosts:
         bundle = out / host.name
