@@ -226,12 +226,6 @@ def trust_cluster(root: Path | None) -> str | None:
     return ca
 
 
-def _verify(root: Path) -> ssl.SSLContext | bool:
-    """What httpx checks the cluster's certificates with."""
-    ca = cluster_ca(root)
-    return ssl.create_default_context(cafile=ca) if ca else True
-
-
 def _private(path: Path, text: str) -> None:
     """Write a file only its owner may read (it holds keys)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -375,8 +369,6 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
         plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16),
                             auth_secret)
         say(f"plaintext on {HOST}: the processes of one machine talk without TLS (--hosts N encrypts every link)")
-    ca = trust_cluster(root)
-    verify = _verify(root)
     access_urls = [spec.url for spec in plan.of_role("access")]
     clustermgrs = plan.clustermgr_urls()
     home = next(iter(clustermgrs))
@@ -386,6 +378,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
                        region={str(k): urls for k, urls in clustermgrs.items()} if len(clustermgrs) > 1 else {},
                        access_urls=access_urls, network=net.prefix if net else "", hosts=hosts)
     info.save()  # before the network exists: `down` removes what a killed `up` leaves
+    rpc_client.trust(info.ca)  # this process's clients of the cluster from now on (as after ClusterInfo.load)
     namespaces = {h.name: h.namespace for h in net.hosts} if net else {}
     env = _child_env()
     try:
@@ -406,8 +399,8 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
                 started.extend(brokers)
                 info.save()
             say(f"started {', '.join(r.name for r in started)}")
-            _wait_healthy(started, timeout, verify)
-        _wait_first_put(info.access_urls, timeout, ca)
+            _wait_healthy(started, timeout, info.verify)
+        _wait_first_put(info.access_urls, timeout, info.ca)
     except BaseException:
         _stop_all(info, 10.0)
         for b in plan.kafka.brokers:  # a broker interrupted before it was recorded; a no-op otherwise
@@ -450,7 +443,7 @@ def restart(root: Path, *names: str, timeout: float = 30.0) -> list[ProcessRecor
         info.processes[index] = record
         info.save()
         records.append(record)
-    _wait_healthy(records, timeout, _verify(root))
+    _wait_healthy(records, timeout, info.verify)
     return records
 
 
@@ -487,7 +480,7 @@ def _leader(urls: list[str], names: list[str], verify: ssl.SSLContext | bool) ->
 
 def status(root: Path = DEFAULT_DIR) -> ClusterStatus:
     info = ClusterInfo.load(root)
-    verify = _verify(root)
+    verify = info.verify
     processes = []
     for p in info.processes:
         alive = p.running
