@@ -25,7 +25,7 @@ async def not_present(info: ClusterInfo, tokens: Iterable[str]) -> dict[str, lis
     shard list is read once (a stat per shard of a thousand objects took 20-50 s); the read-back checked the
     bytes already."""
     gate = asyncio.Semaphore(PARALLEL)
-    async with AsyncClient(info.access_urls) as client, ClusterClient(info.clustermgr_urls) as cm, \
+    async with AsyncClient(info.access_urls, ca=info.ca) as client, ClusterClient(info.clustermgr_urls) as cm, \
             BlobnodeClient() as blobnodes:
         async def stat(token: str) -> tuple[str, Stat]:
             async with gate:
