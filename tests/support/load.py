@@ -88,9 +88,11 @@ def put_stream(urls: str | Sequence[str], writers: int = 4, max_size: int = 64 <
         stream.close()
 
 
-def read_back(urls: str | Sequence[str], acked: dict[str, bytes], readers: int = 8) -> list[str]:
-    """Tokens of acknowledged objects that do not read back byte for byte (`readers` reads at a time)."""
-    with Client(urls, timeout=60) as client, ThreadPoolExecutor(readers) as pool:
+def read_back(urls: str | Sequence[str], acked: dict[str, bytes], readers: int = 8,
+              ca: str | None = None) -> list[str]:
+    """Tokens of acknowledged objects that do not read back byte for byte (`readers` reads at a time; https
+    access nodes checked against `ca`)."""
+    with Client(urls, timeout=60, ca=ca) as client, ThreadPoolExecutor(readers) as pool:
         same = pool.map(lambda item: client.get(item[0]) == item[1], acked.items())
         return [token for token, ok in zip(acked, same, strict=True) if not ok]
 

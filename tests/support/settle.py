@@ -88,7 +88,7 @@ def wait_replicas_agree(info: ClusterInfo, timeout: float = 30.0) -> None:
 def settled(info: ClusterInfo, acked: dict[str, bytes], repair_timeout: float = 120.0) -> None:
     """The end of every scenario, once the network is whole again."""
     started = time.monotonic()
-    assert read_back(info.access_urls, acked) == []
+    assert read_back(info.access_urls, acked, ca=info.ca) == []
     read = time.monotonic()
     wait_all_shards_present(info, acked, repair_timeout)
     present = time.monotonic()
