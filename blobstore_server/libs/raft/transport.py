@@ -97,6 +97,7 @@ class _Peer:
         self.on_frame = on_frame
         self.key = key
         self.dialing = dialing
+        self.untrusted = False  # its certificate was refused: said once, not at every re-dial
         self.writer: FrameWriter | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -109,12 +110,14 @@ class _Peer:
                 if self.key is not None:
                     await asyncio.wait_for(self._prove(self.key, reader, writer), 1.0)
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:  # ssl.SSLError is an OSError
-                if isinstance(exc, ssl.SSLCertVerificationError):
+                if isinstance(exc, ssl.SSLCertVerificationError) and not self.untrusted:
+                    self.untrusted = True
                     log.warning("refused to talk Raft to %s: %s", self.addr, exc.verify_message)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 0.2)
                 continue
             backoff = 0.02
+            self.untrusted = False
             self.writer = FrameWriter(writer)
             with contextlib.suppress(OSError, ConnectionError, asyncio.IncompleteReadError):
                 while True:
