@@ -368,7 +368,7 @@ app.add_typer(s3_app, name="s3")
 @app.callback()
 def options(ca: Annotated[Path | None, typer.Option(
         "--ca", envvar=CA_ENV, exists=True, dir_okay=False,
-        help="The cluster CA's certificate, which https:// services are checked against [default: --dir's ca.pem]."
+        help="The cluster CA's certificate, which https:// services are checked against (default: --dir's ca.pem)."
         )] = None) -> None:
     if ca is not None:  # read where a command reaches the cluster (launcher.cluster_ca)
         os.environ[CA_ENV] = str(ca)
