@@ -36,6 +36,7 @@ import os
 import random
 import re
 import signal
+import ssl
 import statistics
 import sys
 import tempfile
@@ -173,8 +174,8 @@ async def pinned(access: list[str]) -> AsyncIterator[Transport]:
 
 
 @asynccontextmanager
-async def through_sdk(access: list[str]) -> AsyncIterator[Transport]:
-    async with AsyncClient(access) as client:
+async def through_sdk(access: list[str], ca: str | None = None) -> AsyncIterator[Transport]:
+    async with AsyncClient(access, ca=ca) as client:
         yield ThroughSdk(client)
 
 
@@ -241,10 +242,13 @@ async def stream(access: list[str], clients: int, size: int, before: float, afte
     return await drive(pinned(access), clients, size, scenario)
 
 
-async def read_back(access: list[str], acked: dict[str, bytes]) -> int:
-    """How many acknowledged objects do not read back byte for byte (read through the access nodes in turn)."""
+async def read_back(access: list[str], acked: dict[str, bytes], ca: str | None = None) -> int:
+    """How many acknowledged objects do not read back byte for byte (read through the access nodes in turn, https
+    ones checked against the CA `ca`)."""
     bad = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    tls = ssl.create_default_context(cafile=ca) if ca else True
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120),
+                                     connector=aiohttp.TCPConnector(ssl=tls)) as session:
         sem = asyncio.Semaphore(8)
 
         async def one(url: str, token: str, data: bytes) -> None:

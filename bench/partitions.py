@@ -79,9 +79,9 @@ def partitions(info: launcher.ClusterInfo, net: Network) -> list[tuple[Window, C
             (Window("f", "majority/minority split (h1+h8 vs the rest)"), f)]
 
 
-async def delete_loop(access: list[str], window: Window, zero: float, until: float) -> None:
+async def delete_loop(access: list[str], ca: str | None, window: Window, zero: float, until: float) -> None:
     """PUT an object and DELETE it, again and again, recording each DELETE's answer."""
-    async with AsyncClient(access, timeout=60) as client:
+    async with AsyncClient(access, timeout=60, ca=ca) as client:
         while time.monotonic() < until:
             try:
                 token = await client.put(os.urandom(4096))
@@ -104,7 +104,8 @@ def scenario_of(info: launcher.ClusterInfo, net: Network, cuts: list[tuple[Windo
         for window, make in cuts:
             say(f"{window.name}: {window.what}")
             window.cut_at = time.monotonic() - zero
-            deletes = (asyncio.create_task(delete_loop(info.access_urls, window, zero, time.monotonic() + cut + tail))
+            until = time.monotonic() + cut + tail
+            deletes = (asyncio.create_task(delete_loop(info.access_urls, info.ca, window, zero, until))
                        if window.name == "d" else None)
             try:
                 await asyncio.to_thread(make)
@@ -176,9 +177,9 @@ def main() -> None:
             assert net is not None
             cuts = partitions(info, net)
             scenario = scenario_of(info, net, cuts, args.before, args.cut, args.tail)
-            ops, acked = asyncio.run(drive(through_sdk(info.access_urls), args.clients, args.size, scenario))
+            ops, acked = asyncio.run(drive(through_sdk(info.access_urls, info.ca), args.clients, args.size, scenario))
             say(f"reading back {len(acked)} acknowledged objects")
-            unreadable = asyncio.run(read_back(info.access_urls, acked))
+            unreadable = asyncio.run(read_back(info.access_urls, acked, info.ca))
         finally:
             launcher.down(root)
     first = cuts[0][0].cut_at

@@ -17,6 +17,7 @@ import contextlib
 import os
 import random
 import re
+import ssl
 import threading
 import time
 from collections import deque
@@ -65,12 +66,20 @@ Data = bytes | bytearray | memoryview | BinaryIO | Iterable[bytes] | AsyncIterab
 T = TypeVar("T")
 
 
-def _normalize_hosts(hosts: str | Iterable[str]) -> list[str]:
+def _normalize_hosts(hosts: str | Iterable[str], scheme: str = "http") -> list[str]:
     listed = [hosts] if isinstance(hosts, str) else list(hosts)
-    normalized = [(h if "://" in h else f"http://{h}").rstrip("/") for h in listed if h]
+    normalized = [(h if "://" in h else f"{scheme}://{h}").rstrip("/") for h in listed if h]
     if not normalized:
         raise ValueError("the client needs at least one access host")
     return normalized
+
+
+def _untrusted_hint(exc: BaseException) -> str:
+    """What to do when a host's certificate was not trusted: a cluster's own CA is no system root."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
+        cause = cause.__cause__ or cause.__context__
+    return "" if cause is None else " (pass the cluster's CA certificate: Client(..., ca='ca.pem'))"
 
 
 def _blob_path(location: str) -> str:
@@ -227,18 +236,24 @@ class AsyncClient:
     process may then hold up to 256 MiB of freed memory; False leaves malloc as it is.
 
     `grant`: a grant of the `undelete` capability (`blobstore auth grant undelete` prints one), which `undelete`
-    signs with; without one it is sent unsigned, which only a cluster run without auth takes."""
+    signs with; without one it is sent unsigned, which only a cluster run without auth takes.
+
+    `ca`: the cluster's CA certificate (a PEM file: `ca.pem` of a `cluster up --hosts` folder or a deploy bundle),
+    which access nodes and blobnodes are checked against over https (a host without a scheme is then https://);
+    None: the system's roots."""
 
     def __init__(self, hosts: str | Iterable[str], *, timeout: float = 60.0, connect_timeout: float = 3.0,
-                 direct_reads: bool = True, keep_freed_memory: bool = True, grant: str | None = None) -> None:
+                 direct_reads: bool = True, keep_freed_memory: bool = True, grant: str | None = None,
+                 ca: str | os.PathLike[str] | None = None) -> None:
         if keep_freed_memory:
             memory.keep_freed_memory()
-        self.hosts = _normalize_hosts(hosts)
+        self.hosts = _normalize_hosts(hosts, "https" if ca is not None else "http")
+        self._trusted = ssl.create_default_context(cafile=os.fspath(ca)) if ca is not None else None
         self._grant = Grant.from_token(grant) if grant is not None else None
         self._direct_reads = direct_reads
         self._unreachable: dict[str, float] = {}  # blobnode host:port -> until when its pieces go through access
         self._shards: aiohttp.ClientSession | None = None  # connections to blobnodes, made on the first direct read
-        self._http = httpx.AsyncClient(transport=_Transport(),
+        self._http = httpx.AsyncClient(transport=_Transport(verify=self._trusted or True),
                                        timeout=httpx.Timeout(timeout, connect=connect_timeout))
 
     async def aclose(self) -> None:
@@ -269,7 +284,7 @@ class AsyncClient:
             try:
                 response = await self._http.send(request, stream=True)
             except httpx.TransportError as exc:
-                failures.append(f"{host}: {type(exc).__name__}: {exc}")
+                failures.append(f"{host}: {type(exc).__name__}: {exc}{_untrusted_hint(exc)}")
                 continue
             try:
                 if response.status_code in RETRYABLE_STATUS:
@@ -427,7 +442,8 @@ class AsyncClient:
         if self._unreachable.get(blobnode, 0.0) > time.monotonic():
             raise _DirectReadFailed(f"{blobnode} did not answer lately")
         if self._shards is None:
-            self._shards = aiohttp.ClientSession(auto_decompress=False)
+            self._shards = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._trusted or True),
+                                                 auto_decompress=False)
         try:
             async with self._shards.get(yarl.URL(piece.url, encoded=True), headers=piece.headers,
                                         timeout=aiohttp.ClientTimeout(sock_connect=timeout, sock_read=timeout)
@@ -526,9 +542,10 @@ class Client:
     """
 
     def __init__(self, hosts: str | Iterable[str], *, timeout: float = 60.0, connect_timeout: float = 3.0,
-                 direct_reads: bool = True, keep_freed_memory: bool = True, grant: str | None = None) -> None:
+                 direct_reads: bool = True, keep_freed_memory: bool = True, grant: str | None = None,
+                 ca: str | os.PathLike[str] | None = None) -> None:
         self._core = AsyncClient(hosts, timeout=timeout, connect_timeout=connect_timeout, direct_reads=direct_reads,
-                                 keep_freed_memory=keep_freed_memory, grant=grant)
+                                 keep_freed_memory=keep_freed_memory, grant=grant, ca=ca)
         self._loop = _LoopThread()
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,6 @@ from blobstore_server.cli.cli_common import (
     DirOpt,
     JsonOpt,
     KafkaUserOpt,
-    access_urls,
     disk_app,
     emit,
     err,
@@ -38,6 +38,7 @@ from blobstore_server.cli.cli_common import (
     on_cluster,
     operator_grant,
     out,
+    sdk,
     sub_app,
     tinker_url,
     volume_app,
@@ -48,7 +49,7 @@ from blobstore_server.cli.inspect_cli import inspect_app
 from blobstore_server.cli.s3_cli import s3_app
 from blobstore_server.cli.shards import inspect_shards
 from blobstore_server.cli.task_cli import task_app
-from blobstore_server.cluster.launcher import DEFAULT_DIR, down, status, up
+from blobstore_server.cluster.launcher import CA_ENV, DEFAULT_DIR, down, status, up
 from blobstore_server.cluster.plan import LOCAL_BROKEN_AFTER, ClusterShape
 from blobstore_server.cluster.procs import poll
 from blobstore_server.libs.ec import parse_code_mode
@@ -158,7 +159,7 @@ def put(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
         parallel: Annotated[int, typer.Option(min=1, max=64, help="upload up to K parts (blobs) at once")] = 1,
         dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """Store FILE and print its location."""
-    with Client(access_urls(dir, access)) as client, open(file, "rb") as f, _progress_bar(f"put {file.name}") as report:
+    with sdk(dir, access) as client, open(file, "rb") as f, _progress_bar(f"put {file.name}") as report:
         location = client.put(f, code_mode=code_mode or None, progress=report, parallel=parallel)
     typer.echo(location)
 
@@ -169,7 +170,7 @@ def get(location: str, output: Annotated[Path | None, typer.Option("-o", "--outp
         dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """Read an object (or a byte range of it) to a file or stdout."""
     offset, size = _parse_range(range_) if range_ else (0, None)
-    with Client(access_urls(dir, access)) as client:
+    with sdk(dir, access) as client:
         if output is None:
             for piece in client.get_stream(location, offset, size):
                 sys.stdout.buffer.write(piece)
@@ -183,7 +184,7 @@ def get(location: str, output: Annotated[Path | None, typer.Option("-o", "--outp
 @app.command()
 def stat(location: str, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "", as_json: JsonOpt = False) -> None:
     """What the location says: size, CRC, code mode, its cluster and its blobs."""
-    with Client(access_urls(dir, access)) as client:
+    with sdk(dir, access) as client:
         found = client.stat(location)
     if as_json:
         typer.echo(found.model_dump_json(indent=2))
@@ -207,7 +208,7 @@ def delete(location: str, wait: Annotated[float, typer.Option(
             return True
         return False
 
-    with Client(access_urls(dir, access)) as client:
+    with sdk(dir, access) as client:
         info = client.stat(location)
         client.delete(location)
         out.print("delete queued")
@@ -258,7 +259,7 @@ def queue_stats(as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR,
 def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "",
                 clustermgr: CmOpt = "") -> None:
     """Every shard of every blob: index, vuid, disk, host, and present / missing / corrupt."""
-    with Client(access_urls(dir, access)) as client:
+    with sdk(dir, access) as client:
         info = client.stat(location)
 
     async def run(cm: ClusterClient) -> list[dict[str, object]]:
@@ -272,7 +273,7 @@ def blob_shards(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_D
 def blob_undelete(location: str, as_json: JsonOpt = False, dir: DirOpt = DEFAULT_DIR, access: AccessOpt = "") -> None:
     """Take a DELETE back within its safe delay: the object reads back (its lost shards, if any, are repaired).
     After the delay it answers not found (purged). Signed with the cluster secret, as the operator."""
-    with Client(access_urls(dir, access), grant=operator_grant(dir, Capability.UNDELETE, GRANT_TTL)) as client:
+    with sdk(dir, access, grant=operator_grant(dir, Capability.UNDELETE, GRANT_TTL)) as client:
         result = client.undelete(location)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
@@ -362,6 +363,15 @@ app.add_typer(deploy_app, name="deploy")
 app.add_typer(durability_app, name="durability")
 app.add_typer(auth_app, name="auth")
 app.add_typer(s3_app, name="s3")
+
+
+@app.callback()
+def options(ca: Annotated[Path | None, typer.Option(
+        "--ca", envvar=CA_ENV, exists=True, dir_okay=False,
+        help="The cluster CA's certificate, which https:// services are checked against (default: --dir's ca.pem)."
+        )] = None) -> None:
+    if ca is not None:  # read where a command reaches the cluster (launcher.cluster_ca)
+        os.environ[CA_ENV] = str(ca)
 
 
 def main() -> None:

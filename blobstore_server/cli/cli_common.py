@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from blobstore import Client
 from blobstore.errors import BlobstoreError
 from blobstore.signing import Grant
 from blobstore_server.cluster.kafka_auth import kafka_user
@@ -27,6 +28,7 @@ from blobstore_server.cluster.launcher import (
     cluster_ca,
     cluster_secret,
     sign_as_operator,
+    trust_cluster,
 )
 from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.rpc.auth import SECRET_ENV, capability_key
@@ -71,11 +73,17 @@ def access_urls(root: Path, access: str) -> list[str]:
     return access.split(",") if access else ClusterInfo.load(root).access_urls
 
 
+def sdk(root: Path, access: str, grant: str | None = None) -> Client:
+    """An SDK client of `access_urls`, trusting the cluster's CA ($BLOBSTORE_CA or the folder's ca.pem)."""
+    return Client(access_urls(root, access), grant=grant, ca=trust_cluster(root if root.exists() else None))
+
+
 def clustermgr_urls(root: Path, clustermgr: str) -> list[str]:
     """The clustermgr URLs given, or the local cluster's; requests are signed with the secret of $BLOBSTORE_SECRET
     or the cluster folder (never one given on the command line, where other users could read it)."""
     if clustermgr:
         sign_as_operator(root if root.exists() else None)
+        trust_cluster(root if root.exists() else None)
         return clustermgr.split(",")
     return ClusterInfo.load(root).clustermgr_urls
 

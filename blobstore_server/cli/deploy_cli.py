@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from blobstore_server.cluster import render
+from blobstore_server.cluster import pki, render
 from blobstore_server.cluster.plan import hosts_of, plan_spec
 from blobstore_server.cluster.spec import ClusterSpec, load
 from blobstore_server.libs.rpc.auth import new_secret
@@ -62,3 +62,6 @@ def render_bundles(spec_file: SpecArg,
         typer.echo(f"{out / host}/: {len(mine)} files (README.md says what to copy where)")
     typer.echo(f"keys derive from the cluster secret in {where}: keep it on the operator's machine "
                f"({spec.secret_file}), never on the hosts")
+    if plan.tls:
+        typer.echo(f"TLS on: clients trust the cluster CA in {out / pki.CA_FILE} (the CLI's --ca, "
+                   f"BLOBSTORE_CA, the SDK's Client(ca=...), curl --cacert)")

@@ -28,7 +28,7 @@ from blobstore_server.cli.cli_common import (
     on_cluster,
     out,
 )
-from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, cluster_secret
+from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, cluster_ca, cluster_secret
 from blobstore_server.cluster.plan import EXPORT_ROOT, export_access
 from blobstore_server.libs.proto.blobnode import S3Access
 from blobstore_server.libs.proto.switches import TaskType
@@ -92,14 +92,22 @@ def _absolute(path_or_uri: str) -> str:
 
 def _export_access(root: Path, gateway: str) -> S3Access | None:
     """The user of the inspection's bucket on `gateway` (or the cluster folder's first), its keys derived from the
-    cluster secret as the blobnodes' are; None without a gateway or a secret."""
+    cluster secret as the blobnodes' are, its certificate checked against the cluster's CA; None without a gateway
+    or a secret."""
     secret = cluster_secret(root)
     if not gateway:
         try:
             gateway = next((p.url for p in ClusterInfo.load(root).processes if p.role == "s3"), "")
         except LauncherError:
             gateway = ""
-    return export_access(secret, gateway) if secret and gateway else None
+    if not (secret and gateway):
+        return None
+    return export_access(secret, gateway).model_copy(update={"ca_file": cluster_ca(root)})  # an https one's CA
+
+
+def _pem(ca_file: str | None) -> str | None:
+    """The CA certificate's text, which travels to executors on other machines where the file's path would not."""
+    return Path(ca_file).read_text() if ca_file else None
 
 
 def _tinker_config(root: Path) -> dict[str, Any]:
@@ -168,7 +176,7 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
     signer = auth.installed()
     grant = signer.grant(Capability.READ_SHARD, grant_ttl) if deep and signer is not None else None
     options = InspectOptions(settle=settle, delete_delay=delete_delay, deep=deep, deep_rate=deep_rate * 1e6,
-                             deep_grant=grant, s3=bucket)
+                             deep_grant=grant, deep_ca=_pem(cluster_ca(dir)), s3=bucket)
     sized = {"spark.sql.shuffle.partitions": str(inputs.shuffle_partitions()), **_conf(conf)}
     with spark_session(master, "blobstore-inspect", sized, s3=bucket) as spark:
         summary = inspect(spark, inputs, target, options)

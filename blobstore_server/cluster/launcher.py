@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import shutil
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from blobstore_server.cluster import kafka_auth, netns, pki, render
 from blobstore_server.cluster import kafka_broker as broker
 from blobstore_server.cluster.netns import Network
 from blobstore_server.cluster.plan import (
+    HOST,
     STAGES,
     ClusterPlan,
     ClusterShape,
@@ -49,6 +51,7 @@ from blobstore_server.libs import cpugroup
 from blobstore_server.libs.mq.settings import client_auth
 from blobstore_server.libs.proto import clustermgr as clustermgr_api
 from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc import client as rpc_client
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, SECRET_ENV, new_secret, operator_signer
 
 DEFAULT_DIR = Path("run")
@@ -56,6 +59,7 @@ STATE_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"  # the secret every role key derives from; mode 0600, like the configs
 IMPORT_ROOT = Path(__file__).resolve().parents[2]  # where blobstore_server imports from: a checkout or site-packages
 SPEC_FILE = "cluster.toml"  # the spec `up(hosts=N)` rendered the hosts' bundles from
+CA_ENV = "BLOBSTORE_CA"  # the cluster CA's certificate for a CLI without the cluster folder (whose ca.pem it is)
 Say = Callable[[str], object]
 
 
@@ -101,6 +105,18 @@ class ClusterInfo:
     network: str = ""  # the network namespaces' prefix (bs<k>) of a cluster of several hosts
     hosts: int = 0  # how many hosts it has; 0: all on 127.0.0.1
 
+    @property
+    def ca(self) -> str | None:
+        """The cluster CA's certificate its https services are checked against (`up --hosts` writes it to the
+        folder); None: a plaintext cluster."""
+        path = Path(self.dir) / pki.CA_FILE
+        return str(path) if path.exists() else None
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """What httpx checks the cluster's https services with (its `verify=`)."""
+        return ssl.create_default_context(cafile=self.ca) if self.ca else True
+
     def net(self) -> Network | None:
         """Its hosts' namespaces and addresses (host -> namespace, address; each process names its host)."""
         return netns.plan_network(self.hosts, int(self.network[2:])) if self.network else None
@@ -116,8 +132,10 @@ class ClusterInfo:
 
     @classmethod
     def load(cls, root: Path) -> ClusterInfo:
-        """The cluster recorded under `root`; from now on this process signs its requests as the operator."""
+        """The cluster recorded under `root`; from now on this process signs its requests as the operator and
+        trusts the cluster's CA."""
         sign_as_operator(root)
+        trust_cluster(root)
         path = root / STATE_FILE
         try:
             raw = json.loads(path.read_text())
@@ -193,6 +211,22 @@ def sign_as_operator(root: Path | None) -> bool:
     return True
 
 
+def cluster_ca(root: Path | None) -> str | None:
+    """The cluster CA's certificate clients check its services against: $BLOBSTORE_CA, else the cluster folder's
+    ca.pem (`up --hosts` writes it); None: the system's roots (a cluster on 127.0.0.1 is plaintext and needs none)."""
+    ca = os.environ.get(CA_ENV)
+    if ca is None and root is not None and (root / pki.CA_FILE).exists():
+        ca = str(root / pki.CA_FILE)
+    return ca
+
+
+def trust_cluster(root: Path | None) -> str | None:
+    """Check https:// services against `cluster_ca(root)` in this process's RPC clients from now on; that CA."""
+    ca = cluster_ca(root)
+    rpc_client.trust(ca)
+    return ca
+
+
 def _private(path: Path, text: str) -> None:
     """Write a file only its owner may read (it holds keys)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -259,7 +293,7 @@ def _stop_all(info: ClusterInfo, timeout: float) -> dict[str, str]:
     return result
 
 
-def _wait_healthy(records: list[ProcessRecord], timeout: float) -> None:
+def _wait_healthy(records: list[ProcessRecord], timeout: float, verify: ssl.SSLContext | bool) -> None:
     pending = list(records)
 
     def check() -> bool:
@@ -267,7 +301,7 @@ def _wait_healthy(records: list[ProcessRecord], timeout: float) -> None:
             if not record.running:
                 tail = Path(record.log).read_text(errors="replace")[-2000:]
                 raise LauncherError(f"{record.name} exited during start; the end of {record.log}:\n{tail}")
-            if healthy(record.url):
+            if healthy(record.url, verify=verify):
                 pending.remove(record)
         return not pending
 
@@ -276,7 +310,7 @@ def _wait_healthy(records: list[ProcessRecord], timeout: float) -> None:
                             + ", ".join(f"{r.name} (log {r.log})" for r in pending))
 
 
-def _wait_first_put(access_urls: list[str], timeout: float) -> None:
+def _wait_first_put(access_urls: list[str], timeout: float, ca: str | None) -> None:
     """Volumes are created and leased in the background: poll until a PUT and its read-back succeed through
     each access node in turn (each one's client talks to that node only), waiting up to `timeout` for each."""
     probe = b"blobstore cluster up probe"
@@ -290,7 +324,7 @@ def _wait_first_put(access_urls: list[str], timeout: float) -> None:
             return False
 
     for url in access_urls:
-        with Client([url], timeout=10.0) as client:
+        with Client([url], timeout=10.0, ca=ca) as client:
             if not poll(lambda: put_ok(client), timeout, interval=0.25):
                 raise LauncherError(f"no PUT through {url} succeeded within {timeout:.0f}s: "
                                     f"{failure[0] if failure else '?'}")
@@ -313,16 +347,8 @@ def _plan_hosts(root: Path, shape: ClusterShape, hosts: int, racks: int, auth_se
         raise LauncherError(str(exc)) from None
     (root / SPEC_FILE).write_text(tomli_w.dumps(spec.model_dump(mode="json", exclude_defaults=True)))
     plan = plan_spec(spec, sys.executable, auth_secret)
-    render.write(root, render.bundle(spec, plan))
-    if plan.tls:  # the CA the operator's tools (and the launcher's own Kafka client) trust, beside the secret
-        (root / pki.CA_FILE).write_text(next(iter(plan.tls.values())).ca)
+    render.write(root, render.bundle(spec, plan))  # with DIR/ca.pem, which the CLI and the launcher trust
     return plan, net
-
-
-def cluster_ca(root: Path) -> str | None:
-    """The CA file of the cluster in `root` whose links take TLS (a cluster of several hosts), else None."""
-    path = root / pki.CA_FILE
-    return str(path) if path.exists() else None
 
 
 def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: int = 0, racks: int = 2,
@@ -345,6 +371,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
     else:
         plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16),
                             auth_secret)
+        say(f"plaintext on {HOST}: the processes of one machine talk without TLS (--hosts N encrypts every link)")
     access_urls = [spec.url for spec in plan.of_role("access")]
     clustermgrs = plan.clustermgr_urls()
     home = next(iter(clustermgrs))
@@ -354,6 +381,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
                        region={str(k): urls for k, urls in clustermgrs.items()} if len(clustermgrs) > 1 else {},
                        access_urls=access_urls, network=net.prefix if net else "", hosts=hosts)
     info.save()  # before the network exists: `down` removes what a killed `up` leaves
+    rpc_client.trust(info.ca)  # this process's clients of the cluster from now on (as after ClusterInfo.load)
     namespaces = {h.name: h.namespace for h in net.hosts} if net else {}
     env = _child_env()
     try:
@@ -375,8 +403,8 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
                 started.extend(brokers)
                 info.save()
             say(f"started {', '.join(r.name for r in started)}")
-            _wait_healthy(started, timeout)
-        _wait_first_put(info.access_urls, timeout)
+            _wait_healthy(started, timeout, info.verify)
+        _wait_first_put(info.access_urls, timeout, info.ca)
     except BaseException:
         _stop_all(info, 10.0)
         for b in plan.kafka.brokers:  # a broker interrupted before it was recorded; a no-op otherwise
@@ -419,7 +447,7 @@ def restart(root: Path, *names: str, timeout: float = 30.0) -> list[ProcessRecor
         info.processes[index] = record
         info.save()
         records.append(record)
-    _wait_healthy(records, timeout)
+    _wait_healthy(records, timeout, info.verify)
     return records
 
 
@@ -441,12 +469,12 @@ def _signed(method: str, url: str) -> dict[str, str]:
     return {} if signer is None else {AUTH_HEADER: signer.header(method, url, None, None, clustermgr_api.ROUTES)}
 
 
-def _leader(urls: list[str], names: list[str]) -> str | None:
+def _leader(urls: list[str], names: list[str], verify: ssl.SSLContext | bool) -> str | None:
     """The clustermgr named by a replica's Raft status (node ids are 1, 2, ... in member order, as `names`)."""
     for url in urls:
         try:
             status = f"{url}{clustermgr_api.RAFT_STATUS.path}"
-            leader = httpx.get(status, timeout=1.0, headers=_signed("GET", status)).json().get("leader")
+            leader = httpx.get(status, timeout=1.0, headers=_signed("GET", status), verify=verify).json().get("leader")
         except (httpx.HTTPError, ValueError):
             continue
         if leader:
@@ -456,15 +484,16 @@ def _leader(urls: list[str], names: list[str]) -> str | None:
 
 def status(root: Path = DEFAULT_DIR) -> ClusterStatus:
     info = ClusterInfo.load(root)
+    verify = info.verify
     processes = []
     for p in info.processes:
         alive = p.running
-        processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive, alive and healthy(p.url),
-                                       p.host))
+        processes.append(ProcessStatus(p.role, p.name, p.pid, p.port, p.url, alive,
+                                       alive and healthy(p.url, verify=verify), p.host))
 
     def leader(urls: list[str]) -> str | None:
         names = {p.url: p.name for p in info.processes if p.role == "clustermgr"}
-        return _leader(urls, [names[url] for url in urls])
+        return _leader(urls, [names[url] for url in urls], verify)
 
     leaders = {k: leader(urls) for k, urls in info.region.items()}
     return ClusterStatus(info.dir, info.access_url, leader(info.clustermgr_urls), processes,

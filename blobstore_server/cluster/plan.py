@@ -80,8 +80,8 @@ class ClusterShape:
 
 @dataclass(frozen=True)
 class Place:
-    """Where one process runs: the address and port it binds, its folders, and the machine facts placement
-    spreads over (empty `host` on one machine, where its URL stands for the host)."""
+    """Where one process runs: the address and port it binds, its folders, the machine facts placement
+    spreads over (empty `host` on one machine, where its URL stands for the host) and its host's certificate."""
 
     name: str
     address: str
@@ -93,6 +93,7 @@ class Place:
     az: str = "z0"
     disks: tuple[str, ...] = ()  # a blobnode's
     second_port: int = 0  # a clustermgr's Raft port, a Kafka broker's controller port
+    tls: TLSConfig | None = None  # its host's certificate, key and the cluster CA (none: plaintext)
 
     @property
     def bind(self) -> str:
@@ -100,7 +101,7 @@ class Place:
 
     @property
     def url(self) -> str:
-        return f"http://{self.bind}"
+        return f"{'https' if self.tls else 'http'}://{self.bind}"
 
 
 @dataclass(frozen=True)
@@ -243,14 +244,15 @@ ROLES: dict[type[ServiceSettings], str] = {
 
 def _service(place: Place, settings: Settings, config: ServiceSettings, cluster_id: int = 1) -> ProcessSpec:
     """The process running `config` (the service's own config model, so a misnamed setting fails type checks and
-    validation here, not at the service's start) at `place`, with its role's keys and its bind address."""
+    validation here, not at the service's start) at `place`, with its role's keys, its bind address and TLS."""
     role = ROLES[type(config)]
     name = None
     if isinstance(config, BlobnodeConfig | AllocatorConfig):  # NAMED: each signs as its advertised host
-        name = config.host or f"http://{place.bind}"
+        name = config.host or place.url
     keys = role_keys(settings.auth_secret, role, name)
     bind = {} if role == "clustermgr" else {"bind_addr": place.bind}  # which binds its `members` entry
-    config = config.model_copy(update={**bind, "auth": keys})
+    tls = {} if place.tls is None else {"tls": place.tls}
+    config = config.model_copy(update={**bind, **tls, "auth": keys})
     return ProcessSpec(role, place.name, place.port, place.url, place.workdir, place.config_path,
                        config.model_dump_json(indent=2, exclude_unset=True),
                        (settings.python, "-m", f"blobstore_server.services.{role}", "-c", str(place.config_path)),
@@ -453,7 +455,7 @@ def _spec_place(spec: ClusterSpec, role: str, host_name: str) -> Place:
                                          f"{role}.conf" if role == "redis" else f"{role}.json")
     return Place(f"{role}-{host.name}", host.address, getattr(spec.ports, role),
                  spec.data_root_of(host) / f"{role}-{host.name}", config, host.name, host.rack, host.az,
-                 tuple(host.disks) if role == "blobnode" else (), second)
+                 tuple(host.disks) if role == "blobnode" else (), second, tls_files(spec, host_name))
 
 
 def tls_files(spec: ClusterSpec, host: str) -> TLSConfig | None:

@@ -133,8 +133,20 @@ Kafka (once, before its first start; every broker takes the same cluster id):
     sudo -u {spec.user} {spec.kafka.home}/bin/kafka-storage.sh format -t {plan.kafka.cluster_uuid} \\
         -c {config_dir}/kafka.properties
 """ if kafka else "")
-    checks = "\n".join(f"    curl -s {p.url}/health" for p in processes if p.url.startswith("http"))
+    cacert = f"--cacert {config_dir / pki.CA_FILE} " if host in plan.tls else ""
+    checks = "\n".join(f"    curl -s {cacert if p.url.startswith('https') else ''}{p.url}/health"
+                        for p in processes if p.url.startswith("http"))
     checks += _tls_checks(spec, plan, host, processes)
+    tls = f"""
+## TLS
+
+`config/` holds this host's certificate ({pki.CERT_FILE}, with its address and name) and key ({pki.KEY_FILE}),
+and the cluster CA's certificate ({pki.CA_FILE}), their keys derived from the cluster secret (a render again
+signs with the same CA key). Every HTTP service here serves https only and checks its peers against that CA;
+clustermgr's Raft port, Kafka (SASL_SSL) and Redis speak TLS too. Clients need the CA: `curl --cacert`, the
+CLI's `--ca` (or
+`BLOBSTORE_CA`), the SDK's `Client(..., ca="ca.pem")`; `deploy render` put a copy beside the bundles.
+""" if host in plan.tls else ""
     return f"""# blobstore on {host} ({h.address}, rack {h.rack}, AZ {h.az})
 
 {listing}
@@ -158,7 +170,7 @@ Every host's clock synchronised (chrony or systemd-timesyncd): signed requests c
 Start the clustermgr hosts first; the other processes retry (systemd restarts them) until a clustermgr
 majority answers. Keep `{spec.secret_file}` (the cluster secret) on the operator's machine only: the CLI signs
 with it (`BLOBSTORE_SECRET`); no process here needs it.
-
+{tls}
 ## Check
 
     systemctl status 'blobstore-*'
@@ -191,8 +203,9 @@ def _tls_checks(spec: ClusterSpec, plan: ClusterPlan, host: str, processes: list
 
 
 def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:
-    """Every file of every host's bundle (paths start with the host's name)."""
-    files: list[BundleFile] = []
+    """Every file of every host's bundle (paths start with the host's name), and with TLS the CA's certificate
+    for the operator's CLI and SDK (ca.pem beside the bundles)."""
+    files = [BundleFile(Path(pki.CA_FILE), next(iter(plan.tls.values())).ca)] if plan.tls else []
     kafka = [ProcessSpec("kafka", b.place.name, b.place.port, f"kafka://{b.place.bind}", b.place.workdir,
                          b.place.config_path, "", (), host=b.place.host) for b in plan.kafka.brokers]
     processes = [*plan.processes, *kafka]

@@ -17,11 +17,11 @@ MESSAGE_ROLES = ("mqproxy", "tinker")
 
 def role_auth(secret: str, role: str, config: dict[str, Any]) -> dict[str, Any]:
     """The `auth` section of a `role` process with `config`: the role's capabilities, a blobnode's or an
-    allocator's identity named after its advertised host (its `host`, else http://<bind_addr>, as clustermgr knows
+    allocator's identity named after its advertised host (its `host`, else http(s)://<bind_addr>, as clustermgr knows
     it), for clustermgr the identities root, for a ticket minter its private key (a blobnode: the public keys)."""
     name = None
     if role in NAMED:
-        name = str(config.get("host") or f"http://{config['bind_addr']}")
+        name = str(config.get("host") or f"{'https' if config.get('tls') else 'http'}://{config['bind_addr']}")
     return role_keys(secret, role, name).model_dump(mode="json", exclude_none=True)
 
 

@@ -26,6 +26,7 @@ from blobstore_server.libs.ec import codec_for, parse_code_mode
 from blobstore_server.libs.proto.blobnode import IOClass, ShardState, shard_state
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc import client as rpc_client
 from blobstore_server.libs.rpc.auth import Grant, Signer
 from blobstore_server.libs.rpc.errors import Forbidden, Unauthorized
 from blobstore_server.services.blobnode.client import BlobnodeClient
@@ -98,10 +99,12 @@ async def _check_blob(client: BlobnodeClient, blob: Row, pacer: Pacer) -> list[t
     return found
 
 
-def check_partition(rate: float, grant: Grant | None, blobs: Iterable[Row]) -> Iterator[tuple[object, ...]]:
+def check_partition(rate: float, grant: Grant | None, ca: str | None,
+                    blobs: Iterable[Row]) -> Iterator[tuple[object, ...]]:
     """Runs in an executor: one client and one event loop per partition, signing with `grant` (None: the
-    cluster does not sign)."""
+    cluster does not sign), https blobnodes checked against the CA certificate `ca` (PEM text)."""
     auth.install(Signer.from_grant(grant) if grant is not None else None)
+    rpc_client.trust(None, ca)
 
     async def run() -> list[tuple[object, ...]]:
         pacer = Pacer(rate)
@@ -114,13 +117,14 @@ def check_partition(rate: float, grant: Grant | None, blobs: Iterable[Row]) -> I
     yield from asyncio.run(run())
 
 
-def deep_findings(blobs: DataFrame, current: DataFrame, rate: float, grant: Grant | None) -> DataFrame:
+def deep_findings(blobs: DataFrame, current: DataFrame, rate: float, grant: Grant | None,
+                  ca: str | None = None) -> DataFrame:
     """Findings of reading the shards of every blob that has at least n shards and is not being deleted;
-    `grant` signs the executors' reads."""
+    `grant` signs the executors' reads, `ca` (the cluster CA's PEM) checks https blobnodes."""
     readable = blobs.filter(F.col("state").isin(BlobState.HEALTHY.value, BlobState.MISSING.value))
     shard = F.struct("unit_index", "epoch", "disk_id", "host", "size")
     keys = readable.select("vid", "bid", "code_mode", "backend")
     rows = (current.filter(~F.col("deleted")).join(keys, ["vid", "bid"])
             .groupBy("vid", "bid", "code_mode", "backend").agg(F.collect_list(shard).alias("shards")))
-    found = rows.rdd.mapPartitions(partial(check_partition, rate, grant))
+    found = rows.rdd.mapPartitions(partial(check_partition, rate, grant, ca))
     return blobs.sparkSession.createDataFrame(found, FINDING_DDL)

@@ -49,6 +49,7 @@ class InspectOptions:
     deep: bool = False
     deep_rate: float = 32 << 20  # bytes/s of shard reads per executor task in --deep
     deep_grant: Grant | None = None  # signs the executors' shard reads (None: the cluster does not sign)
+    deep_ca: str | None = None  # the cluster CA's certificate (PEM) the executors check https blobnodes against
     s3: S3Access | None = None  # whom an s3:// output is written as (Spark's session has the same, for s3a://)
 
 
@@ -178,8 +179,8 @@ def inspect(spark: SparkSession, inputs: Inputs, out: str, options: InspectOptio
     if options.deep:
         from blobstore_server.spark.deep import deep_findings
 
-        parts.append(_findings(deep_findings(blobs, current, options.deep_rate, options.deep_grant), F.col("finding"),
-                               **{c: F.col(c) for c in FINDING_COLUMNS if c != "finding"}))
+        deep = deep_findings(blobs, current, options.deep_rate, options.deep_grant, options.deep_ca)
+        parts.append(_findings(deep, F.col("finding"), **{c: F.col(c) for c in FINDING_COLUMNS if c != "finding"}))
     findings_path = spark_path(out, "findings")
     union = parts[0]
     for part in parts[1:]:

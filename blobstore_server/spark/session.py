@@ -5,18 +5,26 @@ Maven Central through the poms beside this file (pom.xml, s3a-pom.xml) into ~/.c
 (deploy/spark/jars.py); a job never downloads anything. A session asked for them puts them on the classpath
 (`spark.jars`, handed to the driver and every executor), without the jars pyspark already ships (Scala, Hadoop,
 Netty, logging...), so pyspark's own versions win.
+
+An https gateway (a cluster of several hosts) has a certificate of the cluster's own CA, which the JVM knows
+only from a truststore: `_trust` writes one (PKCS12) from the CA and points the JVMs at it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 from pyspark.sql import SparkSession
 
 from blobstore_server.libs.maven import cache_root, fetch_jars
@@ -119,6 +127,9 @@ def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = N
     jars = (kafka_source_jars() if kafka_source else []) + (s3a_jars() if s3a or s3 else [])
     if jars:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+    if s3 is not None and s3.ca_file:  # executors in JVMs of their own (the truststore must be on their machine)
+        options = " ".join(f"-D{k}={v}" for k, v in _trust(s3.ca_file).items())
+        builder = builder.config("spark.executor.extraJavaOptions", options)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -136,6 +147,29 @@ def _reach(session: SparkSession, s3: S3Access | None) -> None:
     a notebook's) reaches the one it is pointed at now."""
     if s3 is None:
         return
+    if s3.ca_file:  # the driver's JVM, and a local master's executors in it: read before the JVM's first TLS use
+        system = session.sparkContext._jvm.java.lang.System  # type: ignore[union-attr]
+        for key, value in _trust(s3.ca_file).items():
+            system.setProperty(key, value)
     hadoop = session.sparkContext._jsc.hadoopConfiguration()
     for key, value in {**s3a_options(s3), "fs.s3a.impl.disable.cache": "true"}.items():
         hadoop.set(key, value)
+
+
+TRUSTSTORE_PASSWORD = "blobstore"  # the JDK wants one; the truststore holds only the CA's public certificate
+
+
+def _trust(ca_file: str) -> dict[str, str]:
+    """The JVM system properties that make the CA in `ca_file` (PEM) the JVM's trust: a PKCS12 truststore of it,
+    written once per CA into the temporary folder."""
+    pem = Path(ca_file).read_bytes()
+    store = Path(tempfile.gettempdir()) / f"blobstore-ca-{hashlib.sha256(pem).hexdigest()[:16]}.p12"
+    if not store.exists():
+        certs = [pkcs12.PKCS12Certificate(cert, b"blobstore-ca") for cert in x509.load_pem_x509_certificates(pem)]
+        body = pkcs12.serialize_java_truststore(
+            certs, serialization.BestAvailableEncryption(TRUSTSTORE_PASSWORD.encode()))
+        partial = store.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(body)
+        partial.replace(store)
+    return {"javax.net.ssl.trustStore": str(store), "javax.net.ssl.trustStoreType": "PKCS12",
+            "javax.net.ssl.trustStorePassword": TRUSTSTORE_PASSWORD}

@@ -43,6 +43,7 @@ from blobstore_server.libs.proto.scheduler import (
     TaskState,
 )
 from blobstore_server.libs.proto.switches import OFF, TaskType, switch_key
+from blobstore_server.libs.rpc import client as rpc_client
 from blobstore_server.libs.rpc.errors import Conflict, Fenced, RpcError
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
@@ -187,9 +188,9 @@ def test_b_a_blobnode_access_cannot_reach_costs_no_put_and_is_repaired_after(clu
     """Scenario b. h5's blobnode still heartbeats to clustermgr but neither access node reaches it for 20 s: from
     10 s after the cut at least 99% of PUTs succeed (the put grace, then its disk skipped), objects written before
     read back throughout (degraded), and after the heal the shards it missed are repaired."""
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         before = {client.put(data): data for data in (os.urandom(40_000) for _ in range(20))}
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE, ca=cluster.ca) as stream:
             stream.wait_for(20)
             count_before = len(stream.acked)
             cut = time.monotonic()
@@ -207,9 +208,11 @@ def test_b_a_blobnode_access_cannot_reach_costs_no_put_and_is_repaired_after(clu
 
 
 def _samples(urls: Iterable[str], name: str) -> list[str]:
-    """Every sample line of a metric, each after the URL of its process."""
+    """Every sample line of a metric, each after the URL of its process (https: checked against the cluster CA
+    this process trusts)."""
     return [f"{url} {line}" for url in urls
-            for line in urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode().splitlines()
+            for line in urllib.request.urlopen(f"{url}/metrics", timeout=10, context=rpc_client.trusted())
+            .read().decode().splitlines()
             if line.startswith(name) and line[len(name)] in " {"]
 
 
@@ -231,7 +234,7 @@ def test_d_kafka_cut_from_mqproxy_and_tinker_loses_no_delete_or_repair(cluster: 
     arrive; after the heal every acknowledged delete is done and every shard is repaired."""
     brokers = _services(cluster, "kafka")
     paused = _record(cluster, "blobnode-h6")
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         doomed = [client.put(os.urandom(20_000)) for _ in range(24)]
         answers: list[tuple[str, str]] = []
 
@@ -244,7 +247,7 @@ def test_d_kafka_cut_from_mqproxy_and_tinker_loses_no_delete_or_repair(cluster: 
                     answers.append((token, str(exc)))
                 time.sleep(1.0)
 
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE, ca=cluster.ca) as stream:
             stream.wait_for(10)
             count_before = len(stream.acked)
             for host in ("h3", "h1"):  # mqproxy's and tinker's
@@ -292,9 +295,9 @@ def test_e_access_cut_from_clustermgr_and_allocators_rides_it_out(cluster: Clust
     """Scenario e. Both access nodes lose clustermgr and the allocators (not the blobnodes beside them) for
     20 s: PUTs go on from the volumes and bids they hold (the standby stock), any that cannot is a 503 with a
     reason, and GETs keep working from the volumes they cached."""
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         before = {client.put(data): data for data in (os.urandom(30_000) for _ in range(20))}
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE, ca=cluster.ca) as stream:
             stream.wait_for(100)  # a PUT rate for the standby stock to hold space for
             count_before = len(stream.acked)
             _print_standby(cluster, "before the cut")
@@ -338,8 +341,8 @@ def test_f_a_minority_side_commits_nothing_and_the_majority_serves(cluster: Clus
         async with ClusterClient(cluster.clustermgr_urls) as cm:
             return await cm.kv_get("partition/minority")
 
-    with put_stream(cluster.access_urls[0], writers=2, max_size=16 << 10, rate=PACE) as served, \
-            put_stream(cluster.access_urls[1], writers=2, max_size=16 << 10, rate=PACE) as refused:
+    with put_stream(cluster.access_urls[0], writers=2, max_size=16 << 10, rate=PACE, ca=cluster.ca) as served, \
+            put_stream(cluster.access_urls[1], writers=2, max_size=16 << 10, rate=PACE, ca=cluster.ca) as refused:
         served.wait_for(10)
         refused.wait_for(10)
         counts_before = len(served.acked), len(refused.acked)
@@ -408,7 +411,7 @@ def test_g_a_blobnode_cut_from_clustermgr_but_not_from_access_loses_no_shard_to_
     asyncio.run(config("20"))
     try:
         time.sleep(7.0)  # two heartbeats answered with the shorter fence (20 s)
-        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE) as stream:
+        with put_stream(cluster.access_urls, writers=2, max_size=16 << 10, rate=PACE, ca=cluster.ca) as stream:
             stream.wait_for(20)
             count_before = len(stream.acked)
             nemesis.cut(net, "h4", ["h1", "h2", "h3"])
@@ -512,9 +515,9 @@ def test_c_a_scheduler_cut_from_clustermgr_mid_repair_is_superseded_and_fenced(c
                 assert t.state is TaskState.FINISHED and t.destination is not None, t
                 assert current[t.vid].units[t.unit_index] == t.destination
 
-    with Client(cluster.access_urls, timeout=60) as client:
+    with Client(cluster.access_urls, timeout=60, ca=cluster.ca) as client:
         objects = {client.put(data): data for data in (os.urandom(64 << 10) for _ in range(150))}
-    stream = PutStream(cluster.access_urls, max_size=16 << 10, rate=PACE)
+    stream = PutStream(cluster.access_urls, max_size=16 << 10, rate=PACE, ca=cluster.ca)
     try:
         asyncio.run(scenario(stream))
     finally:

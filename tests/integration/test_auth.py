@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import time
 import zlib
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_keys_are_private_and_the_public_api_and_cli_work(cluster: ClusterInfo) 
     root = Path(cluster.dir)
     assert (root / SECRET_FILE).stat().st_mode & 0o777 == 0o600
     assert all(Path(p.config).stat().st_mode & 0o777 == 0o600 for p in cluster.processes if p.role != "kafka")
-    with Client(cluster.access_urls) as client:  # unsigned: the Location is the capability
+    with Client(cluster.access_urls, ca=cluster.ca) as client:  # unsigned: the Location is the capability
         assert client.get(client.put(b"signed cluster")) == b"signed cluster"
     result = CliRunner().invoke(app, ["config", "set", "switch/balance", "on", "--dir", cluster.dir])
     assert result.exit_code == 0, result.output
@@ -84,27 +85,30 @@ def test_keys_are_private_and_the_public_api_and_cli_work(cluster: ClusterInfo) 
 
 def test_a_read_plan_allows_its_own_shard_reads_once_and_nothing_else(cluster: ClusterInfo) -> None:
     data = os.urandom(5 << 20)
-    with Client(cluster.access_urls) as client:
+    with Client(cluster.access_urls, ca=cluster.ca) as client:
         location = client.put(data)
-    answer = httpx.get(f"{cluster.access_url}/blob/{location}", headers={"accept": READ_PLAN_TYPE})
+    answer = httpx.get(f"{cluster.access_url}/blob/{location}", headers={"accept": READ_PLAN_TYPE},
+                       verify=cluster.verify)
     assert answer.status_code == 200 and answer.headers["content-type"] == READ_PLAN_TYPE
     plan = ReadPlan.model_validate_json(answer.content)
     assert plan.size == len(data) and all(AUTH_HEADER in piece.headers for piece in plan.pieces)
     first, second, third = plan.pieces[:3]
-    assert httpx.get(first.url, headers=first.headers).content == data[:first.size]
+    assert httpx.get(first.url, headers=first.headers, verify=cluster.verify).content == data[:first.size]
     refused = [
-        httpx.get(first.url, headers=first.headers),  # again: its nonce was used
-        httpx.get(second.url.replace(f"size={second.size}", f"size={second.size + 1}"), headers=second.headers),
-        httpx.get(second.url.replace("/shard/get", "/shard/stat"), headers=second.headers),
+        httpx.get(first.url, headers=first.headers, verify=cluster.verify),  # again: its nonce was used
+        httpx.get(second.url.replace(f"size={second.size}", f"size={second.size + 1}"), headers=second.headers,
+                  verify=cluster.verify),
+        httpx.get(second.url.replace("/shard/get", "/shard/stat"), headers=second.headers, verify=cluster.verify),
         httpx.post(f"{urlsplit(second.url).scheme}://{urlsplit(second.url).netloc}/shard/delete",
-                   headers=second.headers, json={}),
-        httpx.get(third.url),  # unsigned
+                   headers=second.headers, json={}, verify=cluster.verify),
+        httpx.get(third.url, verify=cluster.verify),  # unsigned
     ]
     assert [r.status_code for r in refused] == [401] * len(refused), [r.text for r in refused]
-    assert httpx.get(second.url, headers=second.headers).content == data[first.size:first.size + second.size]
+    second_bytes = httpx.get(second.url, headers=second.headers, verify=cluster.verify).content
+    assert second_bytes == data[first.size:first.size + second.size]
     # Below `direct_reads_from` (4 MiB) the bytes come as ever.
     small = httpx.get(f"{cluster.access_url}/blob/{location}",
-                      headers={"accept": READ_PLAN_TYPE, "range": "bytes=0-99"})
+                      headers={"accept": READ_PLAN_TYPE, "range": "bytes=0-99"}, verify=cluster.verify)
     assert small.status_code == 206 and small.content == data[:100]
 
 
@@ -115,7 +119,7 @@ def test_unsigned_bad_and_replayed_calls_to_every_mutating_route_are_401_and_cha
             disk = (await cm.list_disks())[0]
             volume = (await cm.list_volumes())[0]
             unit = volume.units[0]
-            with Client(cluster.access_urls) as client:
+            with Client(cluster.access_urls, ca=cluster.ca) as client:
                 client.put(os.urandom(5000))
             shards = await bn.list_shards(unit.host, unit.disk_id, unit.vuid)
             bid = shards[0].bid if shards else 1
@@ -137,7 +141,7 @@ def test_unsigned_bad_and_replayed_calls_to_every_mutating_route_are_401_and_cha
             stranger = Signer(AuthConfig.for_capabilities(new_secret(), Capability).keys)
             stale = Signer(AuthConfig.for_capabilities((Path(cluster.dir) / SECRET_FILE).read_text(), Capability).keys,
                            clock=lambda: time.time() - 120)
-            async with httpx.AsyncClient(timeout=10) as raw:
+            async with httpx.AsyncClient(timeout=10, verify=cluster.verify) as raw:
                 for host, path, body in calls:
                     for signer in (None, stranger, stale):
                         headers = {}
@@ -182,13 +186,13 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             leader = cluster.clustermgr_urls[((await cm.raft_status()).leader or 1) - 1]
             disks = await cm.list_disks()
             disk, other = disks[0], next(d for d in disks if d.host != disks[0].host)
-            with Client(cluster.access_urls) as client:
+            with Client(cluster.access_urls, ca=cluster.ca) as client:
                 client.put(os.urandom(5000))
             held = [(u, await bn.list_shards(u.host, u.disk_id, u.vuid)) for u in
                     [v.units[0] for v in await cm.list_volumes()]]
             unit, shards = next((u, listed) for u, listed in held if listed)
             bid = shards[0].bid
-        async with httpx.AsyncClient(timeout=10) as raw:
+        async with httpx.AsyncClient(timeout=10, verify=cluster.verify) as raw:
             async def post(url: str, body: dict[str, object], header: str) -> httpx.Response:
                 content = json.dumps(body).encode()
                 return await raw.post(url, content=content, headers={AUTH_HEADER: header,
@@ -375,19 +379,22 @@ async def _leaders(cluster: ClusterInfo) -> tuple[str, str]:
     return cluster.clustermgr_urls[leader - 1], LeaderRecord.model_validate_json(raw or "").host
 
 
-def truncated(url: str, method: str, signer: Signer) -> None:
+def truncated(url: str, method: str, signer: Signer, cluster: ClusterInfo) -> None:
     """A body cut short of its declared length, the connection then closed: the service stays up."""
     parts = urlsplit(url)
     head = f"{method} {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-length: 5000\r\n"
     head += f"{AUTH_HEADER}: {signer.header(method, url, None, b'x' * 5000, CATALOG)}\r\n"
-    with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+    with socket.create_connection((parts.hostname, parts.port), timeout=5) as raw:
+        sock = raw
+        if parts.scheme == "https":
+            sock = ssl.create_default_context(cafile=cluster.ca).wrap_socket(raw, server_hostname=parts.hostname)
         sock.sendall(head.encode() + b"\r\n" + b"x" * 100)
-    assert httpx.get(f"{parts.scheme}://{parts.netloc}/health", timeout=5).status_code == 200
+    assert httpx.get(f"{parts.scheme}://{parts.netloc}/health", timeout=5, verify=cluster.verify).status_code == 200
 
 
 def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterInfo) -> None:
     rng = random.Random(13)
-    with Client(cluster.access_urls) as client:
+    with Client(cluster.access_urls, ca=cluster.ca) as client:
         real = client.put(os.urandom(3000))
     before = snapshot(cluster)
     hosts = {role: urls(cluster, role)[0] for role in ROUTES}
@@ -395,7 +402,7 @@ def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterI
     signer = auth.installed()
     assert signer is not None
     failures: list[str] = []
-    with httpx.Client(timeout=30) as raw:
+    with httpx.Client(timeout=30, verify=cluster.verify) as raw:
         def send(method: str, url: str, body: bytes, headers: dict[str, str]) -> None:
             if not url.startswith(f"{hosts['access']}/"):  # access1: its API is public
                 headers = {**headers, AUTH_HEADER: signer.header(method, url, None, body if body else None, CATALOG)}
@@ -419,7 +426,7 @@ def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterI
                     for body in bad_bodies(rng):
                         send(method, target, body, {"content-type": "application/json"})
                     send("PATCH", target, b"{}", {})  # a method the route does not take
-                    truncated(target, method, signer)
+                    truncated(target, method, signer, cluster)
         # otherwise valid bodies with a field the service does not know: refused, not half understood
         disk = before["disks"][0][0]  # type: ignore[index]
         for url, body in [(f"{hosts['clustermgr']}/kv/set", {"key": "fuzz", "value": "x", "ttl": 5}),
@@ -436,12 +443,15 @@ def test_bad_input_to_every_route_is_a_4xx_and_changes_nothing(cluster: ClusterI
 def test_the_raft_port_admits_only_members(cluster: ClusterInfo) -> None:
     config = json.loads(Path(next(p.config for p in cluster.processes if p.role == "clustermgr")).read_text())
     host, port = config["members"][str(config["node_id"])]["raft_addr"].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        sock = raw  # over TLS on a cluster of several hosts (test_cluster_tls.py): a member proof still to give
+        if cluster.ca:
+            sock = ssl.create_default_context(cafile=cluster.ca).wrap_socket(raw, server_hostname=host)
         assert len(sock.recv(64)) == 16  # the challenge
         sock.sendall(b"\0" * 32 + b"\0\0\0\x05hello")  # a wrong answer, then a frame
         sock.settimeout(5)
         assert sock.recv(64) == b""  # hung up on
-    with Client(cluster.access_urls) as client:  # the replicas still talk to each other
+    with Client(cluster.access_urls, ca=cluster.ca) as client:  # the replicas still talk to each other
         assert client.get(client.put(b"after the intruder")) == b"after the intruder"
 
 
@@ -454,7 +464,7 @@ def test_a_forged_delete_message_deletes_nothing_and_a_real_delete_still_does(cl
                       for user in ("mqproxy", "backlog"))
     tinker = next(p for p in cluster.processes if p.role == "tinker")
     forged = "blobstore_tinker_messages_forged_total", {"topic": str(Topic.BLOB_DELETE)}
-    with Client(cluster.access_urls) as client:
+    with Client(cluster.access_urls, ca=cluster.ca) as client:
         location = client.put(b"not yours to delete")
         blob = client.stat(location).blobs[0]
         before = sample(tinker.url, *forged)
@@ -509,7 +519,7 @@ def test_redis_refuses_a_client_without_the_password_which_no_status_shows(clust
     status = CliRunner().invoke(app, ["cluster", "status", "--dir", cluster.dir])
     assert status.exit_code == 0, status.output
     assert password not in status.output
-    assert password not in httpx.get(cluster.dashboard_url, timeout=10).text
+    assert password not in httpx.get(cluster.dashboard_url, timeout=10, verify=cluster.verify).text
     configs = {Path(p.config) for p in cluster.processes if p.role == "access"}
     for path in Path(cluster.dir).rglob("*"):  # logs, cluster.json, the other configs, redis.conf (a hash)
         if path.is_file() and path not in configs:
@@ -521,7 +531,7 @@ def test_a_poisoned_redis_entry_is_refetched_from_clustermgr(cluster: ClusterInf
     volume fetched again from clustermgr, so a GET still reads and the entry is put right."""
     secret = (Path(cluster.dir) / SECRET_FILE).read_text().strip()
     data = os.urandom(20_000)
-    with Client(cluster.access_urls[:1]) as client:
+    with Client(cluster.access_urls[:1], ca=cluster.ca) as client:
         location = client.put(data)
         vid = client.stat(location).blobs[0].vid
     truth = asyncio.run(_volume(cluster, vid))
@@ -536,7 +546,7 @@ def test_a_poisoned_redis_entry_is_refetched_from_clustermgr(cluster: ClusterInf
     with redis_client(cluster, with_credentials(cluster.redis_url, secret)) as cache:
         cache.set(key, poisoned.model_dump_json(), ex=300)
         restart(Path(cluster.dir), access2.name)
-        with Client(cluster.access_urls[1:]) as client:
+        with Client(cluster.access_urls[1:], ca=cluster.ca) as client:
             assert client.get(location) == data
         cached = cache.get(key)
     assert cached is not None

@@ -83,7 +83,7 @@ def reads_none(cluster: ClusterInfo, *readers: tuple[KafkaAuth | None, str, bool
 
 
 def test_without_a_login_kafka_gives_nothing(cluster: ClusterInfo) -> None:
-    with Client(cluster.access_urls) as client:  # there is something to read: a delete went through
+    with Client(cluster.access_urls, ca=cluster.ca) as client:  # there is something to read: a delete went through
         client.delete(client.put(b"queued"))
     wrong = login(cluster, "mqproxy").model_copy(update={"password": "0" * 64})
     admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
@@ -112,7 +112,7 @@ def test_each_user_may_do_only_its_part(cluster: ClusterInfo) -> None:
 
 
 def test_the_cluster_deletes_through_tinker_and_reports_its_lag(cluster: ClusterInfo) -> None:
-    with Client(cluster.access_urls) as client:
+    with Client(cluster.access_urls, ca=cluster.ca) as client:
         location = client.put(b"soon gone")
         client.delete(location)
         deadline = time.monotonic() + 30

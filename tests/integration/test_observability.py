@@ -41,7 +41,7 @@ from blobstore_server.services.clustermgr.client import ClusterClient
 from blobstore_server.services.mqproxy.client import MqProxyClient
 from tests.support.browser import headless_chromium
 from tests.support.damage import lose_shard
-from tests.support.launched import SMALL, Launch
+from tests.support.launched import SMALL, Launch, LaunchedClusters
 from tests.support.metrics import sample
 
 # The launched `cluster` (tests/conftest.py) on one host, its own: the dashboard test breaks a disk and stops tinker
@@ -365,3 +365,11 @@ def test_dashboard_in_headless_chromium(cluster: ClusterInfo, tmp_path: Path) ->
         finally:
             _record_task(cluster, None, task.key)
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+
+
+def test_a_cluster_on_one_machine_is_plaintext_and_says_so(cluster: ClusterInfo,
+                                                           launched_clusters: LaunchedClusters) -> None:
+    """TLS is for links between hosts (`cluster up --hosts`, deploy bundles): on 127.0.0.1 `up` says it is off."""
+    assert cluster.ca is None
+    assert all(p.url.startswith(("http://", "redis://", "kafka://")) for p in cluster.processes)
+    assert sum("plaintext on 127.0.0.1" in line for line in launched_clusters.said) == 1, launched_clusters.said

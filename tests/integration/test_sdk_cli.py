@@ -53,7 +53,7 @@ on_hosts = pytest.mark.skipif(not SIX_HOSTS, reason="hosts as network namespaces
 
 @pytest.fixture(scope="module")
 def client(cluster: ClusterInfo) -> Iterator[Client]:
-    with Client(cluster.access_urls) as c:
+    with Client(cluster.access_urls, ca=cluster.ca) as c:
         yield c
 
 
@@ -104,7 +104,7 @@ def test_async_round_trip(cluster: ClusterInfo, tmp_path: Path, size: int) -> No
             yield data[i:i + 300_000]
 
     async def run() -> None:
-        async with AsyncClient(cluster.access_urls) as c:
+        async with AsyncClient(cluster.access_urls, ca=cluster.ca) as c:
             for kind in KINDS:
                 with _source(kind, data, tmp_path) as (source, size_arg):
                     location = await c.put(source, size=size_arg)
@@ -169,7 +169,8 @@ def test_a_large_get_reads_the_data_shards_itself_and_what_fails_through_access(
     took = []
     os.kill(victim.pid, signal.SIGSTOP)
     try:
-        with Client(cluster.access_url) as fresh:  # one access node: the one that learns the disk is silent
+        # one access node: the one that learns the disk is silent
+        with Client(cluster.access_url, ca=cluster.ca) as fresh:
             for _ in range(2):
                 started = time.monotonic()
                 assert fresh.get(location) == data
@@ -235,7 +236,7 @@ def test_delete(client: Client) -> None:
 
 def test_dead_host_is_skipped(cluster: ClusterInfo) -> None:
     dead = f"http://127.0.0.1:{free_ports(1)[0]}"
-    with Client([dead, *cluster.access_urls], connect_timeout=1.0) as c:
+    with Client([dead, *cluster.access_urls], connect_timeout=1.0, ca=cluster.ca) as c:
         for _ in range(4):  # hosts are drawn at random: the dead one comes first in some of these
             assert c.get(c.put(b"still works")) == b"still works"
             assert c.get(c.put(iter([b"a one-shot ", b"iterator"]), size=19)) == b"a one-shot iterator"
@@ -305,7 +306,7 @@ def test_cli_cluster_metadata(cluster: ClusterInfo) -> None:
 def test_each_access_node_serves_and_reads_the_others_objects(cluster: ClusterInfo) -> None:
     """Both access nodes share the Location secret: an object stored through one reads back through the other."""
     assert len(cluster.access_urls) == 2 and cluster.access_url == cluster.access_urls[0]
-    first, second = (Client([url]) for url in cluster.access_urls)
+    first, second = (Client([url], ca=cluster.ca) for url in cluster.access_urls)
     with first, second:
         data = os.urandom(MiB + 1)
         assert second.get(first.put(data)) == data
@@ -320,7 +321,7 @@ def test_the_s3_gateway_serves_boto3_for_a_user_the_cli_made(cluster: ClusterInf
     keys = json.loads(_cli(cluster, "s3", "user", "add", "ci", "--json").stdout)
     s3 = boto3.client("s3", endpoint_url=gateways[0].url, aws_access_key_id=keys["access_key"],
                       aws_secret_access_key=keys["secret_key"], region_name="us-east-1",
-                      config=botocore.config.Config(s3={"addressing_style": "path"}))
+                      config=botocore.config.Config(s3={"addressing_style": "path"}), verify=cluster.ca)
     s3.create_bucket(Bucket="ci-bucket")
     data = os.urandom(MiB + 3)
     s3.put_object(Bucket="ci-bucket", Key="dir/object", Body=data)

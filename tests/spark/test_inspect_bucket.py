@@ -24,7 +24,7 @@ LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py): six hosts when run
 
 def test_inspect_run_with_its_defaults_puts_exports_and_findings_in_the_clusters_bucket(
         cluster: ClusterInfo, spark: SparkSession) -> None:
-    with Client(cluster.access_urls) as client:
+    with Client(cluster.access_urls, ca=cluster.ca) as client:
         stored = [client.put(random.Random(i).randbytes(20_000)) for i in range(12)]
 
     result = blobstore("inspect", "run", "--dir", cluster.dir, "--settle", "0")
@@ -37,7 +37,7 @@ def test_inspect_run_with_its_defaults_puts_exports_and_findings_in_the_clusters
     keys = export_access(secret, gateway)
     s3 = boto3.client("s3", endpoint_url=gateway, aws_access_key_id=keys.access_key,
                       aws_secret_access_key=keys.secret_key, region_name=keys.region,
-                      config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+                      config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}), verify=cluster.ca)
     summary = json.loads(s3.get_object(Bucket=EXPORT_BUCKET, Key="inspect/summary.json")["Body"].read())
     assert summary["disks_unavailable"] == [] and summary["unrecoverable"] == 0
     assert summary["blobs_scanned"] >= len(stored)

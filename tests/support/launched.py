@@ -12,6 +12,7 @@ from pathlib import Path
 from blobstore_server.cluster.launcher import ClusterInfo, down, up
 from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.rpc import auth
+from blobstore_server.libs.rpc import client as rpc_client
 from blobstore_server.libs.rpc.auth import Signer
 
 
@@ -33,6 +34,7 @@ class LaunchedClusters:
         self.current: tuple[Launch, ClusterInfo] | None = None
         self.started = 0
         self.signer_before: Signer | None = None  # `up` installs the cluster's operator signer while it runs
+        self.said: list[str] = []  # what `up` said while starting the current one
 
     def get(self, launch: Launch) -> ClusterInfo:
         if self.current is not None and self.current[0] == launch:
@@ -42,7 +44,9 @@ class LaunchedClusters:
         root = self.base / f"launched{self.started}"
         shutil.rmtree(root, ignore_errors=True)
         self.signer_before = auth.installed()
-        info = up(root, launch.shape, hosts=launch.hosts, timeout=launch.timeout)  # stops what it began on failure
+        self.said = []
+        info = up(root, launch.shape, hosts=launch.hosts, timeout=launch.timeout,  # stops what it began on failure
+                  say=self.said.append)
         self.current = (launch, info)
         return info
 
@@ -56,6 +60,7 @@ class LaunchedClusters:
                 down(root)
         finally:
             auth.install(self.signer_before)
+            rpc_client.trust(None)  # `up` trusted its CA while it ran
 
 
 SIX_HOSTS = 6 if os.geteuid() == 0 else 0  # hosts as network namespaces need root

@@ -29,11 +29,12 @@ class Attempt(NamedTuple):
 @dataclass
 class PutStream:
     """Writer threads PUTting random objects of up to `max_size` bytes through a client of every URL in `urls`,
-    each at most `rate` PUTs a second (None: as fast as they are answered)."""
+    each at most `rate` PUTs a second (None: as fast as they are answered); https ones checked against `ca`."""
 
     urls: Sequence[str]
     max_size: int = 64 << 10
     rate: float | None = None
+    ca: str | None = None
     attempts: list[Attempt] = field(default_factory=list)
     acked: dict[str, bytes] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -42,7 +43,7 @@ class PutStream:
     def writer(self, seed: int) -> None:
         rng = random.Random(seed)
         due = time.monotonic()
-        with Client(self.urls, timeout=60) as client:
+        with Client(self.urls, timeout=60, ca=self.ca) as client:
             while not self.stop.is_set():
                 if self.rate is not None:
                     due = max(due + 1 / self.rate, time.monotonic())
@@ -78,8 +79,8 @@ class PutStream:
 
 @contextmanager
 def put_stream(urls: str | Sequence[str], writers: int = 4, max_size: int = 64 << 10,
-               rate: float | None = None) -> Iterator[PutStream]:
-    stream = PutStream([urls] if isinstance(urls, str) else list(urls), max_size, rate)
+               rate: float | None = None, ca: str | None = None) -> Iterator[PutStream]:
+    stream = PutStream([urls] if isinstance(urls, str) else list(urls), max_size, rate, ca)
     stream.start(writers)
     try:
         yield stream
@@ -87,9 +88,11 @@ def put_stream(urls: str | Sequence[str], writers: int = 4, max_size: int = 64 <
         stream.close()
 
 
-def read_back(urls: str | Sequence[str], acked: dict[str, bytes], readers: int = 8) -> list[str]:
-    """Tokens of acknowledged objects that do not read back byte for byte (`readers` reads at a time)."""
-    with Client(urls, timeout=60) as client, ThreadPoolExecutor(readers) as pool:
+def read_back(urls: str | Sequence[str], acked: dict[str, bytes], readers: int = 8,
+              ca: str | None = None) -> list[str]:
+    """Tokens of acknowledged objects that do not read back byte for byte (`readers` reads at a time; https
+    access nodes checked against `ca`)."""
+    with Client(urls, timeout=60, ca=ca) as client, ThreadPoolExecutor(readers) as pool:
         same = pool.map(lambda item: client.get(item[0]) == item[1], acked.items())
         return [token for token, ok in zip(acked, same, strict=True) if not ok]
 

@@ -25,7 +25,7 @@ async def not_present(info: ClusterInfo, tokens: Iterable[str]) -> dict[str, lis
     shard list is read once (a stat per shard of a thousand objects took 20-50 s); the read-back checked the
     bytes already."""
     gate = asyncio.Semaphore(PARALLEL)
-    async with AsyncClient(info.access_urls) as client, ClusterClient(info.clustermgr_urls) as cm, \
+    async with AsyncClient(info.access_urls, ca=info.ca) as client, ClusterClient(info.clustermgr_urls) as cm, \
             BlobnodeClient() as blobnodes:
         async def stat(token: str) -> tuple[str, Stat]:
             async with gate:
@@ -88,7 +88,7 @@ def wait_replicas_agree(info: ClusterInfo, timeout: float = 30.0) -> None:
 def settled(info: ClusterInfo, acked: dict[str, bytes], repair_timeout: float = 120.0) -> None:
     """The end of every scenario, once the network is whole again."""
     started = time.monotonic()
-    assert read_back(info.access_urls, acked) == []
+    assert read_back(info.access_urls, acked, ca=info.ca) == []
     read = time.monotonic()
     wait_all_shards_present(info, acked, repair_timeout)
     present = time.monotonic()

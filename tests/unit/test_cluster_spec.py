@@ -56,6 +56,7 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [f"h{i}" for i in range(1, 7)]
     assert stat.S_IMODE((out / "cluster.secret").stat().st_mode) == 0o600
+    assert (out / pki.CA_FILE).read_text() == (out / "h1" / "config" / pki.CA_FILE).read_text(), "the operator's copy"
     seen_roles: set[str] = set()
     for host in spec.hosts:
         bundle = out / host.name
@@ -84,7 +85,7 @@ def test_the_example_renders_a_bundle_per_host_with_what_each_machine_runs(tmp_p
                 assert "admin" not in raw["auth"]["keys"] or role == "clustermgr", path
                 assert bool(raw["auth"].get("identities")) == (role == "clustermgr"), path
                 if role in ("blobnode", "allocator"):  # it signs its disk reports or leases as itself
-                    assert raw["auth"]["identity"]["name"] == f"http://{bind}", path
+                    assert raw["auth"]["identity"]["name"] == f"https://{bind}", path
             unit = (bundle / "systemd" / f"blobstore-{role}.service").read_text()
             for line in ("Restart=on-failure", "LimitNOFILE=1048576", "After=network-online.target",
                          f"User={spec.user}", "WantedBy=blobstore.target", str(spec.config_dir_of(host) / path.name)):
@@ -168,7 +169,7 @@ def test_a_spec_runs_one_s3_gateway_on_the_first_access_host_writing_through_eve
     spec = load(EXAMPLE)
     plan = plan_spec(spec, "python", new_secret())
     (gateway,) = plan.of_role("s3")
-    assert (gateway.name, gateway.host, gateway.url) == ("s3-h1", "h1", "http://10.0.1.11:9400")
+    assert (gateway.name, gateway.host, gateway.url) == ("s3-h1", "h1", "https://10.0.1.11:9400")
     config = S3Config.model_validate_json(gateway.config_text)
     access = {p.host: p.url for p in plan.of_role("access")}
     assert config.access_hosts == [access["h1"], access["h4"]]  # its own host's first
@@ -241,3 +242,36 @@ def test_a_spec_gives_each_tickets_private_key_to_its_minter_alone_and_the_publi
         assert auth.get("ticket_signing_key") == signing, process.name
         assert auth.get("ticket_public_keys", {}) == public, process.name
     assert {"clustermgr", "blobnode", "scheduler", "tinker"} <= roles
+
+
+def _urls(value: object) -> list[str]:
+    """Every URL in a config (JSON value), at any depth."""
+    if isinstance(value, dict):
+        return [u for v in value.values() for u in _urls(v)]
+    if isinstance(value, list):
+        return [u for v in value for u in _urls(v)]
+    return [value] if isinstance(value, str) and "://" in value else []
+
+
+def test_with_tls_every_http_service_serves_https_and_every_url_between_them_is_https() -> None:
+    spec = load(EXAMPLE)
+    assert spec.tls, "on by default"
+    plan = plan_spec(spec, "python", new_secret())
+    services = [p for p in plan.processes if p.role in MODELS]
+    assert {p.role for p in services} == set(MODELS)
+    for p in services:
+        config = json.loads(p.config_text)
+        folder = spec.config_dir_of(spec.host(p.host))
+        assert config["tls"] == {"cert_file": str(folder / pki.CERT_FILE), "key_file": str(folder / pki.KEY_FILE),
+                                 "ca_file": str(folder / pki.CA_FILE)}, p.name
+        assert p.url.startswith("https://"), p.name
+        assert MODELS[p.role].model_validate(config).scheme == "https"
+        http = [u for u in _urls(config) if u.split("://")[0] in ("http", "s3")]
+        assert http == [EXPORT_ROOT] * (p.role == "blobnode"), f"{p.name}: {http}"  # s3://bucket/ is no link
+    assert {p.url.split("://")[0] for p in plan.processes if p.role not in MODELS} == {"rediss"}
+    plain = plan_spec(spec.model_copy(update={"tls": False}), "python", new_secret())
+    assert not plain.tls
+    for p in plain.processes:
+        if p.role in MODELS:
+            config = json.loads(p.config_text)
+            assert "tls" not in config and not [u for u in _urls(config) if u.startswith("https://")], p.name

@@ -305,6 +305,7 @@ class S3Access(BaseModel):
     access_key: str = Field(min_length=1)
     secret_key: str = Field(min_length=1)
     region: str = "us-east-1"
+    ca_file: str | None = None  # where this machine has the CA an https endpoint is checked against; None: system's
 
 
 class DiskExport(BaseModel):

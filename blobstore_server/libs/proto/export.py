@@ -40,7 +40,8 @@ def open_target(target: str, s3: S3Access | None = None) -> tuple[pafs.FileSyste
             raise BadRequest(f"export target {target!r}: no S3 endpoint and user configured for s3:// targets")
         endpoint = urlsplit(s3.endpoint)
         filesystem = pafs.S3FileSystem(access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region,
-                                       scheme=endpoint.scheme, endpoint_override=endpoint.netloc)
+                                       scheme=endpoint.scheme, endpoint_override=endpoint.netloc,
+                                       tls_ca_file_path=s3.ca_file)
         return filesystem, target.removeprefix("s3://").rstrip("/")
     try:
         filesystem, path = pafs.FileSystem.from_uri(target)

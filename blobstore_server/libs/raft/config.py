@@ -7,6 +7,15 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 
 
+class RaftTLS(BaseModel):
+    """Raft over TLS: this node's certificate and key, and the CA its peers' certificates are checked against
+    (None: the system's roots)."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+
+
 class RaftConfig(BaseModel):
     """Times are in milliseconds. Election timeouts are drawn uniformly from the range; the
     leader steps down when it has not heard from a quorum for `election_ms[0]`."""
@@ -28,6 +37,7 @@ class RaftConfig(BaseModel):
     fsync: bool = True
     propose_timeout: float = 5.0
     member_key: str | None = Field(default=None, description="hex; peers must prove they hold it to connect")
+    tls: RaftTLS | None = Field(default=None, description="encrypt every connection between peers")
 
     @model_validator(mode="after")
     def _check(self) -> RaftConfig:

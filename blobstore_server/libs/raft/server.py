@@ -76,7 +76,7 @@ class RaftServer:
         self._fatal: BaseException | None = None
         self._died = asyncio.Event()
         key = bytes.fromhex(config.member_key) if config.member_key else None
-        self.transport = Transport(config.node_id, config.listen_addr, self._on_message, key)
+        self.transport = Transport(config.node_id, config.listen_addr, self._on_message, key, config.tls)
         self.snapshots = SnapshotStore(config.data_dir / "snap")
         self.storage: RaftLog | None = None
 

@@ -10,6 +10,10 @@ the dialer answers with its HMAC under the key plus a challenge of its own, whic
 (each answer labelled by its side, so neither can be reflected back). The acceptor reads no frame from a dialer
 that failed, and a dialer sends none to an acceptor that failed: only members speak Raft, and a member never
 talks to an impostor listening on a peer's address.
+
+With `tls`, every connection is TLS first: the acceptor presents its host's certificate, the dialer checks it
+against the cluster CA for the address it dialed, and only then does the member proof (and every frame) move,
+encrypted. The proof stays: a certificate says which host this is, the key that it is a clustermgr replica.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import hashlib
 import hmac
 import logging
 import os
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 
 from blobstore_server.libs.raft.codec import decode, encode
+from blobstore_server.libs.raft.config import RaftTLS
 from blobstore_server.libs.raft.messages import Message
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,13 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
     if size > MAX_FRAME:
         raise ValueError(f"frame of {size} bytes")
     return await reader.readexactly(size)
+
+
+def contexts(tls: RaftTLS) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """The acceptor's context (this node's certificate) and the dialer's (peers checked against the CA)."""
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tls.cert_file, tls.key_file)
+    return server, ssl.create_default_context(cafile=tls.ca_file)
 
 
 class FrameWriter:
@@ -79,10 +92,12 @@ class _Peer:
     """The outbound connection to one peer, re-dialed in the background while it is down."""
 
     def __init__(self, addr: str, on_frame: Callable[[bytes, FrameWriter], Awaitable[None]],
-                 key: bytes | None) -> None:
+                 key: bytes | None, dialing: ssl.SSLContext | None) -> None:
         self.addr = addr
         self.on_frame = on_frame
         self.key = key
+        self.dialing = dialing
+        self.untrusted = False  # its certificate was refused: said once, not at every re-dial
         self.writer: FrameWriter | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -91,14 +106,18 @@ class _Peer:
         while True:
             try:
                 host, port = split_addr(self.addr)
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=self.dialing), 1.0)
                 if self.key is not None:
                     await asyncio.wait_for(self._prove(self.key, reader, writer), 1.0)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:  # ssl.SSLError is an OSError
+                if isinstance(exc, ssl.SSLCertVerificationError) and not self.untrusted:
+                    self.untrusted = True
+                    log.warning("refused to talk Raft to %s: %s", self.addr, exc.verify_message)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 0.2)
                 continue
             backoff = 0.02
+            self.untrusted = False
             self.writer = FrameWriter(writer)
             with contextlib.suppress(OSError, ConnectionError, asyncio.IncompleteReadError):
                 while True:
@@ -128,8 +147,12 @@ class _Peer:
 
 class Transport:
     def __init__(self, node_id: int, listen: str, on_message: Callable[[Message], Awaitable[None] | None],
-                 key: bytes | None = None) -> None:
+                 key: bytes | None = None, tls: RaftTLS | None = None) -> None:
         self.key = key
+        self._accepting: ssl.SSLContext | None = None
+        self._dialing: ssl.SSLContext | None = None
+        if tls is not None:
+            self._accepting, self._dialing = contexts(tls)
         self.node_id = node_id
         self.listen = listen
         self.on_message = on_message
@@ -140,7 +163,7 @@ class Transport:
 
     async def start(self) -> None:
         host, port = split_addr(self.listen)
-        self._server = await asyncio.start_server(self._serve, host, port)
+        self._server = await asyncio.start_server(self._serve, host, port, ssl=self._accepting)
 
     def set_peers(self, addrs: dict[int, str]) -> None:
         """Dial new peers, hang up on removed ones."""
@@ -148,7 +171,7 @@ class Transport:
             self.peers.pop(pid).close()
         for pid, addr in addrs.items():
             if pid != self.node_id and pid not in self.peers:
-                peer = self.peers[pid] = _Peer(addr, self._on_frame, self.key)
+                peer = self.peers[pid] = _Peer(addr, self._on_frame, self.key, self._dialing)
                 peer.task = asyncio.get_running_loop().create_task(peer.keep_connected())
 
     def send(self, msg: Message) -> bool:

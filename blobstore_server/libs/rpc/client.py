@@ -73,11 +73,12 @@ class DeferringTransport(Transport, Protocol):
 _trusted: ssl.SSLContext | None = None
 
 
-def trust(ca_file: str | None) -> None:
-    """Verify `https://` peers against `ca_file` (the cluster's CA) instead of the system's roots, in every
-    transport created from now on; None: the system's roots again."""
+def trust(ca_file: str | None, pem: str | None = None) -> None:
+    """Verify `https://` peers against `ca_file` (the cluster's CA), or the certificate text `pem` (where the file
+    is on another machine: a Spark executor's), instead of the system's roots, in every transport created from now
+    on; neither: the system's roots again."""
     global _trusted
-    _trusted = ssl.create_default_context(cafile=ca_file) if ca_file else None
+    _trusted = ssl.create_default_context(cafile=ca_file, cadata=pem) if ca_file or pem else None
 
 
 def trusted() -> ssl.SSLContext | None:

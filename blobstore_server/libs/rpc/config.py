@@ -40,6 +40,11 @@ class ServiceSettings(BaseModel):
     # alternated pairs), with no measurable CPU cost per operation (bench/access.py, 2 pairs).
     gil_switch_ms: float = Field(0.5, gt=0, le=100)
 
+    @property
+    def scheme(self) -> str:
+        """How others reach this service: https once it has a certificate."""
+        return "https" if self.tls is not None else "http"
+
     def open_links(self) -> list[str]:
         """What this config leaves open to anyone on the network besides its HTTP routes (none here)."""
         return []

@@ -10,7 +10,7 @@ from blobstore_server.libs.rpc.config import ServiceSettings
 
 class AllocatorConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9100"
-    host: str = ""  # advertised URL; defaults to http://<bind_addr>; also the lease holder name
+    host: str = ""  # advertised URL; defaults to http(s)://<bind_addr>; also the lease holder name
     clustermgr_hosts: list[str] = Field(min_length=1)
     code_modes: list[CodeModeName] = Field(default_factory=lambda: [CodeMode.EC3P3])
     volumes_per_mode: int = Field(4, ge=1)  # writable volumes leased and kept allocatable per code mode
@@ -22,4 +22,4 @@ class AllocatorConfig(ServiceSettings):
 
     @property
     def advertised_host(self) -> str:
-        return self.host or f"http://{self.bind_addr}"
+        return self.host or f"{self.scheme}://{self.bind_addr}"

@@ -22,7 +22,7 @@ class BlobnodeConfig(ServiceSettings):
     idc: str = "z0"  # the AZ
     rack: str = "r0"
     hostname: str = ""  # the machine's name: no two units of a volume on one; "": the URL (one machine, a host a port)
-    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    host: str = ""  # advertised URL; defaults to http(s)://<bind_addr>
     disks: list[DiskConfig] = Field(min_length=1)
     sync: bool = True  # fdatasync shard bytes before acknowledging; off only for throwaway benchmarks
     io_threads_per_disk: int = Field(4, ge=1, le=64)  # user I/O
@@ -101,4 +101,11 @@ class BlobnodeConfig(ServiceSettings):
 
     @property
     def advertised_host(self) -> str:
-        return self.host or f"http://{self.bind_addr}"
+        return self.host or f"{self.scheme}://{self.bind_addr}"
+
+    @property
+    def export_bucket(self) -> S3Access | None:
+        """`export_s3`, its gateway's certificate checked against this node's CA unless it names its own."""
+        if self.export_s3 is None or self.export_s3.ca_file or self.tls is None:
+            return self.export_s3
+        return self.export_s3.model_copy(update={"ca_file": self.tls.ca_file})

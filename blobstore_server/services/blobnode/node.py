@@ -529,7 +529,7 @@ class Blobnode:
         disk_ids = sorted(self.disks) if req.disk_ids is None else req.disk_ids
         for disk_id in disk_ids:
             self.disk(disk_id)
-        filesystem, base = open_target(req.target, self.config.export_s3)
+        filesystem, base = open_target(req.target, self.config.export_bucket)
 
         async def one(disk_id: int) -> DiskExport:
             exporter = DiskExporter(self.disk(disk_id), filesystem, base, self.config.advertised_host, req.piece_rows)

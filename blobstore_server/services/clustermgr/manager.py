@@ -35,7 +35,7 @@ from blobstore_server.libs.proto.clustermgr import (
     VolumeView,
 )
 from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY
-from blobstore_server.libs.raft.config import RaftConfig
+from blobstore_server.libs.raft.config import RaftConfig, RaftTLS
 from blobstore_server.libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from blobstore_server.libs.raft.errors import NotLeader as RaftNotLeader
 from blobstore_server.libs.raft.server import RaftServer
@@ -91,6 +91,8 @@ class ClusterManager:
             snapshot_keep=config.snapshot_keep,
             # replicas prove membership with the admin key (only clustermgr, the scheduler and the operator hold it)
             member_key=config.auth.keys.get(Capability.RAFT_MEMBER) if config.auth else None,
+            # replicas talk Raft over TLS with the certificate they serve HTTPS with
+            tls=RaftTLS(**config.tls.model_dump()) if config.tls else None,
         )
         self.raft = RaftServer(raft_config, self.state)
         self.session = SessionClock(f"cm{config.node_id}-{secrets.token_hex(4)}")  # this replica's own commands
@@ -135,7 +137,7 @@ class ClusterManager:
             return None
         member = self.config.members.get(leader_id)
         if member is not None:
-            return f"http://{member.http_addr}"
+            return f"{self.config.scheme}://{member.http_addr}"
         return self.state.kv_get(f"{MEMBER_PREFIX}{leader_id}")
 
     def _not_leader(self, exc: RaftNotLeader) -> NotLeader:
@@ -329,7 +331,7 @@ class ClusterManager:
 
     async def add_member(self, node_id: int, raft_addr: str, http_addr: str, learner: bool,
                          session: Session | None = None) -> RaftStatus:
-        await self.submit(KvSet(key=f"{MEMBER_PREFIX}{node_id}", value=f"http://{http_addr}"), session)
+        await self.submit(KvSet(key=f"{MEMBER_PREFIX}{node_id}", value=f"{self.config.scheme}://{http_addr}"), session)
         if learner:
             return await self._membership(self.raft.add_learner(node_id, raft_addr))
         return await self._membership(self.raft.promote(node_id))

@@ -9,7 +9,7 @@ from blobstore_server.libs.mq.settings import MessageServiceSettings
 
 class MqProxyConfig(MessageServiceSettings):
     bind_addr: str = "127.0.0.1:9600"
-    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    host: str = ""  # advertised URL; defaults to http(s)://<bind_addr>
     idc: str = "z0"
     cluster_id: int = Field(1, ge=0, lt=2**32)  # stamped on every message; tinker takes only its own
     clustermgr_hosts: list[str] = Field(min_length=1)
@@ -21,4 +21,4 @@ class MqProxyConfig(MessageServiceSettings):
 
     @property
     def advertised_host(self) -> str:
-        return self.host or f"http://{self.bind_addr}"
+        return self.host or f"{self.scheme}://{self.bind_addr}"

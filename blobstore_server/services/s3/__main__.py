@@ -16,7 +16,7 @@ def build(config: S3Config) -> tuple[ASGIApp, str]:
     store = open_namespace(config.namespace, gc_delay_ms=int(config.gc_delay * 1000))
     for user in config.service_users:
         store.ensure_user(user.name, user.access_key, user.secret_key, user.buckets)
-    backend = Backend(store, AsyncClient(config.access_hosts), config)
+    backend = Backend(store, AsyncClient(config.access_hosts, ca=config.tls.ca_file if config.tls else None), config)
     life = Lifecycle()
 
     async def close_store() -> None:

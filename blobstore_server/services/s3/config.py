@@ -19,7 +19,7 @@ class ServiceUser(BaseModel):
 
 class S3Config(ServiceSettings):
     bind_addr: str = "127.0.0.1:9400"  # (9800 is the scheduler's)
-    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    host: str = ""  # advertised URL; defaults to http(s)://<bind_addr>
     access_hosts: list[str] = Field(min_length=1)  # where object bytes go, through the project's SDK
     # Where buckets, keys, users and the GC outbox are: a SQLite file (the gateways of one machine), or a
     # PostgreSQL DSN, postgresql://user[:password]@host[:port]/database (any number of gateways)
@@ -38,4 +38,4 @@ class S3Config(ServiceSettings):
 
     @property
     def advertised_host(self) -> str:
-        return self.host or f"http://{self.bind_addr}"
+        return self.host or f"{self.scheme}://{self.bind_addr}"

@@ -9,7 +9,7 @@ from blobstore_server.libs.rpc.config import ServiceSettings
 
 class SchedulerConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9800"
-    host: str = ""  # advertised URL; defaults to http://<bind_addr>; also its name in the election
+    host: str = ""  # advertised URL; defaults to http(s)://<bind_addr>; also its name in the election
     idc: str = "z0"
     clustermgr_hosts: list[str] = Field(min_length=1)
     election_ttl: float = Field(6.0, gt=0)  # a standby takes over this long after the active one went silent
@@ -33,4 +33,4 @@ class SchedulerConfig(ServiceSettings):
 
     @property
     def advertised_host(self) -> str:
-        return self.host or f"http://{self.bind_addr}"
+        return self.host or f"{self.scheme}://{self.bind_addr}"

@@ -9,7 +9,7 @@ from blobstore_server.libs.rpc.config import ServiceSettings
 
 class WorkerConfig(ServiceSettings):
     bind_addr: str = "127.0.0.1:9300"
-    host: str = ""  # advertised URL; defaults to http://<bind_addr>
+    host: str = ""  # advertised URL; defaults to http(s)://<bind_addr>
     idc: str = "z0"
     clustermgr_hosts: list[str] = Field(min_length=1)
     shard_timeout: float = Field(30.0, gt=0)
@@ -44,4 +44,4 @@ class WorkerConfig(ServiceSettings):
 
     @property
     def advertised_host(self) -> str:
-        return self.host or f"http://{self.bind_addr}"
+        return self.host or f"{self.scheme}://{self.bind_addr}"
