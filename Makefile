@@ -21,11 +21,12 @@ $(AWS_CLI): .venv/.installed
 # headless browser), prometheus (scrapes a cluster in one test), iproute2 and nftables (hosts as network
 # namespaces, `cluster up --hosts`, and cutting links between them), e2fsprogs and mount (a test's disks of a fixed
 # size: loop-mounted ext4 images), postgresql (the S3 gateway's second namespace backend; tests start their own
-# server as the `postgres` user the package creates), rclone (an S3 client the gateway is tested with). Only what is
+# server as the `postgres` user the package creates), rclone (an S3 client the gateway is tested with), tcpdump (a test
+# captures a `--hosts` cluster's bridge to show nothing crosses it in clear). Only what is
 # missing is installed.
 DEBIAN_TOOLS := redis-server:redis-server java:openjdk-17-jre-headless mvn:maven \
 	chromium:chromium,fonts-liberation chromedriver:chromium-driver prometheus:prometheus ip:iproute2 nft:nftables \
-	mkfs.ext4:e2fsprogs losetup:mount pg_ctlcluster:postgresql rclone:rclone
+	mkfs.ext4:e2fsprogs losetup:mount pg_ctlcluster:postgresql rclone:rclone tcpdump:tcpdump
 
 # Then the jars (Kafka's broker, Spark's Kafka source and S3A connector) into ~/.cache/blobstore, once: nothing downloads at run time.
 setup: .venv/.installed $(AWS_CLI)

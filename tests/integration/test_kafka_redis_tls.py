@@ -1,16 +1,10 @@
 """On a cluster of several hosts (`cluster up --hosts`: TLS by default) Kafka and Redis speak TLS only: a client in
-clear, or one that does not trust the cluster CA, gets nothing; one trusting it logs in as before. A packet capture
-on the hosts' bridge shows neither a Kafka record nor a Redis or Kafka password in clear."""
+clear, or one that does not trust the cluster CA, gets nothing; one trusting it logs in as before. (A capture of the
+hosts' bridge: tests/integration/test_cluster_capture.py.)"""
 
 from __future__ import annotations
 
-import os
-import secrets
-import signal
 import socket
-import subprocess
-import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,16 +12,15 @@ from typing import Any
 import confluent_kafka
 import pytest
 import redis
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from blobstore_server.cluster import pki
-from blobstore_server.cluster.kafka_auth import ADMIN, kafka_password, kafka_user
-from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, cluster_ca, restart
-from blobstore_server.cluster.redis_auth import redis_password, with_credentials
+from blobstore_server.cluster.kafka_auth import ADMIN, kafka_user
+from blobstore_server.cluster.launcher import SECRET_FILE, ClusterInfo, cluster_ca
+from blobstore_server.cluster.redis_auth import with_credentials
 from blobstore_server.libs.mq.settings import client_auth
 from blobstore_server.libs.rpc.auth import new_secret
 from tests.support.launched import SMALL
-from tests.support.processes import wait_until
 
 LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
 pytestmark = pytest.mark.skipif(not SMALL.hosts, reason="hosts are network namespaces (root only); 127.0.0.1 is clear")
@@ -108,68 +101,3 @@ def test_redis_answers_only_over_tls_to_a_client_trusting_the_ca_with_the_passwo
         redis.Redis.from_url(cluster.redis_url, ssl_ca_certs=ca, socket_timeout=5).ping()
     with redis.Redis.from_url(url, ssl_ca_certs=ca, socket_timeout=5) as good:
         assert good.ping()
-
-
-@pytest.fixture
-def capture(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[[], bytes]]:
-    """A capture of every TCP packet on the hosts' bridge from now on; calling it ends the capture and gives the
-    pcap file's bytes (tcpdump writes the last of them out as it exits)."""
-    net = cluster.net()
-    assert net is not None
-    pcap = tmp_path / "bridge.pcap"
-    dump = subprocess.Popen(["tcpdump", "-i", net.bridge, "-s", "0", "--immediate-mode", "-w", str(pcap), "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def packets() -> bytes:
-        dump.terminate()
-        dump.wait(10)
-        return pcap.read_bytes()
-
-    try:
-        assert dump.stderr is not None
-        assert b"listening on" in dump.stderr.readline()  # capturing from here on
-        yield packets
-    finally:
-        if dump.poll() is None:
-            dump.terminate()
-            dump.wait(10)
-
-
-def test_a_capture_on_the_bridge_shows_no_record_or_password_in_clear(cluster: ClusterInfo, secret: str, ca: str,
-                                                                      capture: Callable[[], bytes]) -> None:
-    """Sought: a record written and read, Redis' password (our client logs in), and the Kafka admin's
-    password, which a restarted broker sends (SASL PLAIN) to the controllers as it rejoins."""
-    broker = next(p for p in ClusterInfo.load(Path(cluster.dir)).processes if p.role == "kafka")
-    os.kill(broker.pid, signal.SIGTERM)
-    wait_until(lambda: not broker.running, 30, f"{broker.name} to stop")
-    restart(Path(cluster.dir), broker.name, timeout=90)  # back once every broker serves
-    marker = f"blobstore-tls-probe-{secrets.token_hex(8)}".encode()
-    control = f"blobstore-clear-probe-{secrets.token_hex(8)}".encode()
-    login = client_auth(kafka_user(secret, ADMIN, ca))
-    topic = f"tls-probe-{secrets.token_hex(4)}"
-    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap, **login})
-    admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(30)
-    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_bootstrap, **login})
-    producer.produce(topic, marker)
-    assert producer.flush(30) == 0
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "tls-probe",
-                                         "auto.offset.reset": "earliest", **login})
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 30
-        read: list[bytes | None] = []
-        while not read and time.monotonic() < deadline:
-            read = [m.value() for m in consumer.consume(1, timeout=1) if m.error() is None]
-        assert read == [marker]
-    finally:
-        consumer.close()
-        admin.delete_topics([topic])[topic].result(30)
-    with redis.Redis.from_url(with_credentials(cluster.redis_url, secret), ssl_ca_certs=ca) as cache:
-        cache.set(topic, marker, ex=60)
-        assert cache.get(topic) == marker
-    _in_clear(_redis_address(cluster), control)  # the capture sees what crosses the bridge in clear
-    seen = capture()
-    assert control in seen, "the capture missed the probe sent in clear: it proves nothing"
-    assert marker not in seen
-    for password in (redis_password(secret), kafka_password(secret, ADMIN)):
-        assert password.encode() not in seen
