@@ -85,6 +85,7 @@ bench: setup
 	$(PY) bench/tail.py
 	$(PY) bench/partitions.py
 	$(PY) bench/signing.py
+	$(PY) bench/tls.py
 	$(PY) bench/repair.py
 
 clean:

@@ -36,6 +36,7 @@ from blobstore_server.cluster import kafka_broker as broker
 from blobstore_server.cluster.netns import Network
 from blobstore_server.cluster.plan import (
     HOST,
+    LOCAL_HOST,
     STAGES,
     ClusterPlan,
     ClusterShape,
@@ -111,6 +112,12 @@ class ClusterInfo:
         folder); None: a plaintext cluster."""
         path = Path(self.dir) / pki.CA_FILE
         return str(path) if path.exists() else None
+
+    @property
+    def kafka_ca(self) -> str | None:
+        """The CA its Kafka brokers (and Redis) are checked against: they take TLS on a cluster of several hosts
+        only (the certificate of a cluster on 127.0.0.1, `ClusterShape.tls`, is its HTTP services' and Raft's)."""
+        return self.ca if self.hosts else None
 
     @property
     def verify(self) -> ssl.SSLContext | bool:
@@ -371,7 +378,10 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
     else:
         plan = plan_cluster(root, shape, iter(free_ports(port_count(shape))), sys.executable, secrets.token_hex(16),
                             auth_secret)
-        say(f"plaintext on {HOST}: the processes of one machine talk without TLS (--hosts N encrypts every link)")
+        if plan.tls:  # the certificate for 127.0.0.1 where `local_tls` says
+            render.write(root, render.certificate_files(Path(), plan.tls[LOCAL_HOST]))
+        else:
+            say(f"plaintext on {HOST}: the processes of one machine talk without TLS (--hosts N encrypts every link)")
     access_urls = [spec.url for spec in plan.of_role("access")]
     clustermgrs = plan.clustermgr_urls()
     home = next(iter(clustermgrs))
@@ -398,7 +408,7 @@ def up(root: Path = DEFAULT_DIR, shape: ClusterShape | None = None, *, hosts: in
                 say(f"starting kafka ({len(plan.kafka.brokers)} JVM(s): a few seconds)")
                 brokers = _start_kafka(plan.kafka, namespaces, timeout, auth_secret,
                                        [json.loads(t.config_text)["group_prefix"] for t in plan.of_role("tinker")],
-                                       plan.tls, cluster_ca(root))
+                                       plan.tls, info.kafka_ca)
                 info.processes.extend(brokers)
                 started.extend(brokers)
                 info.save()
@@ -434,7 +444,7 @@ def restart(root: Path, *names: str, timeout: float = 30.0) -> list[ProcessRecor
             record = replace(old, pid=pid, started=start_time(pid) or 0)
             try:
                 admin = kafka_auth.kafka_user((root / SECRET_FILE).read_text().strip(), kafka_auth.ADMIN,
-                                              cluster_ca(root))
+                                              info.kafka_ca)
                 broker.wait_serving(info.kafka_bootstrap, timeout, directories=[Path(old.config).parent],
                                     brokers=sum(p.role == "kafka" for p in info.processes), client=client_auth(admin))
             except RuntimeError as exc:

@@ -64,6 +64,9 @@ class ClusterShape:
     chunk_size: int = 1 << 30  # one unit's capacity; chunk files are sparse, so this is a ceiling, not disk use
     delete_delay: float = 60.0  # tinker's safe delay: seconds from a DELETE to its space being reclaimed
     audit_log: bool = True  # each access node writes accessN/audit.jsonl
+    # HTTPS for every HTTP service and Raft, with a certificate for 127.0.0.1 in the cluster folder (Kafka and Redis
+    # stay plaintext): nothing crosses a network here, this is for measuring what TLS costs (bench/tls.py)
+    tls: bool = False
     export_roots: tuple[str, ...] = ()  # besides the cluster's folder, where blobnodes may write inspection exports
     clusters: int = 1  # a region: this many clusters (ids 1..K) behind the access nodes, sharing Kafka and Redis
     # seconds of silence before a disk is repaired unattended (None: off); shorter than production's 600 s so a
@@ -378,6 +381,15 @@ def cluster_prefix(cluster_id: int) -> str:
     return "" if cluster_id == 1 else f"c{cluster_id}-"
 
 
+LOCAL_HOST = "local"  # the name in the certificate of a cluster on 127.0.0.1 with `ClusterShape.tls`
+
+
+def local_tls(root: Path) -> TLSConfig:
+    """Where a cluster on 127.0.0.1 with `ClusterShape.tls` keeps its certificate, key and CA: its folder."""
+    return TLSConfig(cert_file=str(root / pki.CERT_FILE), key_file=str(root / pki.KEY_FILE),
+                     ca_file=str(root / pki.CA_FILE))
+
+
 def _local(root: Path, name: str, ports: Iterator[int], second_port: bool = False, **facts: Any) -> Place:
     port = next(ports)
     return Place(name, HOST, port, root / name, root / name / "conf.json",
@@ -386,16 +398,17 @@ def _local(root: Path, name: str, ports: Iterator[int], second_port: bool = Fals
 
 def _local_layout(root: Path, shape: ClusterShape, ports: Iterator[int], cluster_id: int) -> dict[str, list[Place]]:
     name = cluster_prefix(cluster_id)
+    tls = local_tls(root) if shape.tls else None
 
     def places(role: str, count: int, numbered: bool = True) -> list[Place]:
-        return [_local(root, f"{name}{role}{n if numbered else ''}", ports) for n in range(1, count + 1)]
+        return [_local(root, f"{name}{role}{n if numbered else ''}", ports, tls=tls) for n in range(1, count + 1)]
 
     def clustermgr(n: int) -> Place:
         raft = next(ports)  # drawn before its HTTP port
-        return replace(_local(root, f"{name}clustermgr{n}", ports), second_port=raft)
+        return replace(_local(root, f"{name}clustermgr{n}", ports, tls=tls), second_port=raft)
 
     cms = [clustermgr(n) for n in range(1, CLUSTERMGR_COUNT + 1)]
-    blobnodes = [_local(root, f"{name}blobnode{i}", ports,
+    blobnodes = [_local(root, f"{name}blobnode{i}", ports, tls=tls,
                         disks=tuple(str(root / f"{name}blobnode{i}" / "disks" / str(d))
                                     for d in range(1, shape.disks_per_node + 1)))
                  for i in range(1, shape.blobnodes + 1)]
@@ -412,15 +425,17 @@ def plan_cluster(root: Path, shape: ClusterShape, ports: Iterator[int], python: 
     redis = _redis(_local(root, "redis", ports), auth_secret)
     kafka_place = _local(root, "kafka", ports, second_port=True)
     kafka = KafkaPlan([BrokerSpec(1, kafka_place)], kafka_place.bind)
-    access = [_local(root, f"access{n}", ports) for n in range(1, shape.access_nodes + 1)]
-    gateways = [_local(root, f"s3gw{n}", ports) for n in range(1, shape.access_nodes + 1)]
+    tls = local_tls(root) if shape.tls else None
+    access = [_local(root, f"access{n}", ports, tls=tls) for n in range(1, shape.access_nodes + 1)]
+    gateways = [_local(root, f"s3gw{n}", ports, tls=tls) for n in range(1, shape.access_nodes + 1)]
     s = Settings(python, auth_secret, secret, (shape.code_mode,), shape.min_volumes, shape.delete_delay,
                  shape.disk_broken_after, kafka.bootstrap, with_credentials(redis.url, auth_secret), shape.chunk_size,
                  audit_log=shape.audit_log, export_roots=(str(root), EXPORT_ROOT, *shape.export_roots),
                  export_s3=export_access(auth_secret, gateways[0].url))
     clusters = {k: _cluster(_local_layout(root, shape, ports, k), s, k) for k in range(1, shape.clusters + 1)}
-    dashboard = [_local(root, "dashboard", ports)]
-    return ClusterPlan(kafka, [redis, *_front(clusters, access, gateways, dashboard, s)])
+    dashboard = [_local(root, "dashboard", ports, tls=tls)]
+    certificates = pki.host_certificates(auth_secret, [(LOCAL_HOST, HOST)]) if shape.tls else {}
+    return ClusterPlan(kafka, [redis, *_front(clusters, access, gateways, dashboard, s)], certificates)
 
 
 def derived(secret: str, purpose: str, size: int = 32) -> bytes:

@@ -202,6 +202,12 @@ def _tls_checks(spec: ClusterSpec, plan: ClusterPlan, host: str, processes: list
     return "\n".join(["", *lines]) if lines else ""
 
 
+def certificate_files(folder: Path, tls: pki.HostTLS) -> list[BundleFile]:
+    """A host's certificate, its key (readable by its owner only) and the CA, in `folder`."""
+    return [BundleFile(folder / pki.CA_FILE, tls.ca), BundleFile(folder / pki.CERT_FILE, tls.cert),
+            BundleFile(folder / pki.KEY_FILE, tls.key, 0o600)]
+
+
 def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:
     """Every file of every host's bundle (paths start with the host's name), and with TLS the CA's certificate
     for the operator's CLI and SDK (ca.pem beside the bundles)."""
@@ -220,9 +226,7 @@ def bundle(spec: ClusterSpec, plan: ClusterPlan) -> list[BundleFile]:
                 files.extend(BundleFile(root / "kafka" / name, text, 0o600)
                              for name, text in kafka_scripts(spec, plan, host))
         if host in plan.tls:
-            tls = plan.tls[host]
-            files.extend([BundleFile(root / "config" / pki.CA_FILE, tls.ca), BundleFile(root / "config" / pki.CERT_FILE,
-                          tls.cert), BundleFile(root / "config" / pki.KEY_FILE, tls.key, 0o600)])
+            files.extend(certificate_files(root / "config", plan.tls[host]))
         files.append(BundleFile(root / "systemd" / TARGET, _target(host, mine)))
         files.append(BundleFile(root / "README.md", _readme(spec, plan, host, mine)))
     return files

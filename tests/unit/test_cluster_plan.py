@@ -15,8 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from blobstore_server.cli.cli import app
+from blobstore_server.cluster import pki
 from blobstore_server.cluster.launcher import STATE_FILE, ClusterInfo, ProcessRecord
 from blobstore_server.cluster.plan import (
+    LOCAL_HOST,
     MINTS,
     ROLES,
     STAGES,
@@ -230,3 +232,22 @@ def test_each_minter_holds_its_own_tickets_private_key_and_every_blobnode_the_pu
         written = role_auth(secret, spec.role, {"bind_addr": "127.0.0.1:1"})
         assert written.get("ticket_signing_key") == signing, spec.name
         assert written.get("ticket_public_keys", {}) == public, spec.name
+
+
+def test_a_local_plan_with_tls_serves_every_http_service_over_https_with_its_folders_certificate(
+        tmp_path: Path) -> None:
+    """What bench/tls.py measures: HTTP and Raft on TLS, Kafka and Redis as before; without `tls` none of it."""
+    plan, _ = _plan(tmp_path, ClusterShape(tls=True))
+    root = tmp_path.resolve()
+    assert set(plan.tls) == {LOCAL_HOST}
+    for p in plan.processes:
+        if p.role == "redis":
+            assert p.url.startswith("redis://") and "tls-port" not in p.config_text
+            continue
+        config = _config(p)
+        assert p.url.startswith("https://"), p.name
+        assert config["tls"] == {"cert_file": str(root / pki.CERT_FILE), "key_file": str(root / pki.KEY_FILE),
+                                 "ca_file": str(root / pki.CA_FILE)}, p.name
+    assert _config(_named(plan)["mqproxy"])["kafka_auth"]["ca_file"] is None  # Kafka stays SASL_PLAINTEXT
+    plain, _ = _plan(tmp_path, ClusterShape())
+    assert not plain.tls and all("tls" not in _config(p) for p in plain.processes if p.role != "redis")
