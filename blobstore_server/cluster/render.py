@@ -144,8 +144,8 @@ Kafka (once, before its first start; every broker takes the same cluster id):
 and the cluster CA's certificate ({pki.CA_FILE}), their keys derived from the cluster secret (a render again
 signs with the same CA key). Every HTTP service here serves https only and checks its peers against that CA;
 clustermgr's Raft port, Kafka (SASL_SSL) and Redis speak TLS too. Clients need the CA: `curl --cacert`, the
-CLI's `--ca` (or
-`BLOBSTORE_CA`), the SDK's `Client(..., ca="ca.pem")`; `deploy render` put a copy beside the bundles.
+CLI's `--ca` (or `BLOBSTORE_CA`), the SDK's `Client(..., ca="ca.pem")`; `deploy render` put a copy beside the
+bundles.
 """ if host in plan.tls else ""
     return f"""# blobstore on {host} ({h.address}, rack {h.rack}, AZ {h.az})
 
