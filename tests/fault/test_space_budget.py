@@ -123,14 +123,19 @@ class Churn:
                     self.deleted += 1
 
 
-def breakdown(point: Path) -> dict[str, int]:
-    """MiB on disk under each top-level folder of a blobnode disk (chunk files, trash, RocksDB, ...)."""
+def breakdown(point: Path) -> dict[str, float]:
+    """MiB on disk under each top-level folder of a blobnode disk (chunk files, trash, RocksDB, ...), and the age in
+    seconds of the trash's oldest file (what its purge is behind by, past the hold)."""
     def size(path: Path) -> int:
         with contextlib.suppress(FileNotFoundError):
             return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
         return 0
 
-    return {path.name: size(path) >> 20 for path in point.iterdir() if path.is_dir()}
+    now, ages = time.time(), [0.0]
+    with contextlib.suppress(FileNotFoundError):
+        ages += [now - trash_entry(f.name, 0, 0, f.stat().st_ctime).moved_at for f in (point / ".trash").iterdir()]
+    return {**{path.name: size(path) >> 20 for path in point.iterdir() if path.is_dir()},
+            "trash_age_s": round(max(ages), 1)}
 
 
 class Watch:
@@ -139,7 +144,7 @@ class Watch:
     def __init__(self, points: list[Path]) -> None:
         self.points = points
         self.peak = dict.fromkeys(points, 0)
-        self.at_peak: dict[str, dict[str, int]] = {}
+        self.at_peak: dict[str, dict[str, float]] = {}
         self.over = threading.Event()  # a disk passed the bound: the test has failed, no use going on
         self.stop = threading.Event()
 

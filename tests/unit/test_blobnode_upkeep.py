@@ -185,9 +185,9 @@ def test_a_released_chunk_waits_in_trash_for_its_hold_then_goes(node: Blobnode) 
         assert stat.trash_files == 1 and stat.trash_bytes >= 12 * SHARD
         upkeep = DiskUpkeep(node, 1)
         purged = counter("blobstore_blobnode_trash_purged_bytes_total", disk_id="1")
-        await upkeep.round(now=time.time() + HOUR - 60)  # its hold is not over
+        await upkeep.purge(now=time.time() + HOUR - 60)  # its hold is not over
         assert trash_of(node) == [name]
-        await upkeep.round(now=time.time() + HOUR)
+        await upkeep.purge(now=time.time() + HOUR)
         assert trash_of(node) == []
         assert counter("blobstore_blobnode_trash_purged_bytes_total", disk_id="1") - purged == stat.trash_bytes
         stat = await node.disk_stat(1)
@@ -201,12 +201,12 @@ def test_a_chunk_mostly_deleted_is_compacted_and_its_old_file_purged_after_the_h
         await fill(node, A, 16)  # 4 MiB
         upkeep = DiskUpkeep(node, 1)
         await delete(node, A, range(1, 8))  # 7 of 16: under half, not worth it yet
-        await upkeep.round(now=time.time())
+        await upkeep.compact(now=time.time())
         assert trash_of(node) == []
         await delete(node, A, range(8, 13))  # 12 of 16
         old = await node.chunk_stat(1, A)
         compactions = counter("blobstore_blobnode_compactions_total", disk_id="1", result="ok")
-        await upkeep.round(now=time.time())
+        await upkeep.compact(now=time.time())
         new = await node.chunk_stat(1, A)
         assert new.chunk_id != old.chunk_id and new.punched_bytes == 0 and new.shard_count == 4
         assert new.write_offset < old.write_offset - 11 * SHARD  # the room the deleted shards took is back
@@ -217,7 +217,24 @@ def test_a_chunk_mostly_deleted_is_compacted_and_its_old_file_purged_after_the_h
         (name,) = trash_of(node)
         assert name.startswith(f"{old.chunk_id}.compacted.")
         assert counter("blobstore_blobnode_compactions_total", disk_id="1", result="ok") == compactions + 1
-        await upkeep.round(now=time.time() + HOUR)
+        await upkeep.purge(now=time.time() + HOUR)
+        assert trash_of(node) == []
+
+    asyncio.run(scenario())
+
+
+def test_the_trash_is_purged_while_background_work_holds_every_slot_and_owes_minutes_of_rate(node: Blobnode) -> None:
+    """Removing trash moves no bytes: a disk filling with released chunks gets its space back even while repairs and
+    moves (here: every background slot held, ten minutes of the rate owed) keep its background lane busy."""
+    async def scenario() -> None:
+        await fill(node, A, 12)
+        await node.set_chunk_status(1, A, ChunkStatus.RELEASED)
+        gate = node.gates[1]
+        gate.charge(int(600 * gate.rate))
+        with pytest.raises(TimeoutError):  # the lane is truly blocked: a background operation waits out the debt
+            await asyncio.wait_for(gate.slot().__aenter__(), 0.2)
+        gate.slots = asyncio.Semaphore(0)  # and every slot is taken
+        await asyncio.wait_for(DiskUpkeep(node, 1).purge(now=time.time() + HOUR), 5)
         assert trash_of(node) == []
 
     asyncio.run(scenario())
@@ -240,7 +257,7 @@ def test_auto_compact_off_leaves_chunks_alone(node: Blobnode) -> None:
         await fill(node, A, 4)
         await delete(node, A, range(1, 4))
         before = await node.chunk_stat(1, A)
-        await DiskUpkeep(node, 1).round(now=time.time())
+        await DiskUpkeep(node, 1).compact(now=time.time())
         assert (await node.chunk_stat(1, A)).chunk_id == before.chunk_id and trash_of(node) == []
 
     asyncio.run(scenario())
