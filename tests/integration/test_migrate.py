@@ -24,7 +24,7 @@ from blobstore_server.services.worker.migrate import DestinationFailed, UnitMigr
 from tests.support.damage import lose_shard
 from tests.support.load import wait_for_put
 from tests.support.processes import TEST_SECRET, LocalCluster, Service
-from tests.support.tickets import delete_ticket, minter
+from tests.support.tickets import as_tinker, minter
 
 ClusterFactory = Callable[..., LocalCluster]
 TOKEN = 1  # of the test's hand-outs
@@ -68,7 +68,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             for bid in marked + purged:
                 for u in units:
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid,
-                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, bid))
+                                               **as_tinker(u.host, u.disk_id, u.vuid, bid))
             for bid in purged:
                 for u in units:
                     await lose_shard(bn, u, bid)
@@ -120,7 +120,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             for bid in (min(moved_before), min(live - set(moved_before))):
                 for u in units:
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, bid,
-                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, bid))
+                                               **as_tinker(u.host, u.disk_id, u.vuid, bid))
                 live.discard(bid)
             reports.clear()
             final = await migrator.migrate(task, lambda p: _append(reports, p))
@@ -149,7 +149,10 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             assert final.done_shards == len(live)
             await assert_moved(2, destination, originals)
 
-            # 3. The destination's blobnode killed mid-run: the task gives up that destination.
+            # 3. The destination's blobnode killed mid-run: the task gives up that destination. The source's blobnode
+            # of step 2 back first: else the blob lost there (its shards gone from units 3-5, unit 2 unreachable) may
+            # not be proven lost, and a run that reaches it before the kill fails on it instead.
+            node_of(cluster, units[2]).start()
             destination = await new_destination(3)
             target = node_of(cluster, destination)
 

@@ -46,7 +46,7 @@ from blobstore_server.services.scheduler.rules import units_by_disk, units_per_d
 from tests.support.damage import lose_shard
 from tests.support.metrics import sample
 from tests.support.processes import SIGNED, BlobnodeFactory, LocalCluster, Service
-from tests.support.tickets import delete_ticket
+from tests.support.tickets import as_tinker
 from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -145,7 +145,7 @@ def test_broken_disks_are_repaired_by_operator_and_unattended(cluster_factory: C
                 deleting = next(b for b in blobs if any(u.disk_id == broken for u in by_vid[b.vid].units))
                 for u in by_vid[deleting.vid].units:
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, deleting.min_bid,
-                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, deleting.min_bid))
+                                               **as_tinker(u.host, u.disk_id, u.vuid, deleting.min_bid))
             objects = [(loc, data) for loc, data in objects if not await _holds(cluster, loc, deleting.min_bid)]
             await cm.set_disk(broken, status=DiskStatus.BROKEN)
             await rounds_pass(cluster, 3)  # rounds that saw the broken disk with its repair switched off
@@ -572,10 +572,16 @@ def test_volume_inspection_queues_repairs_for_missing_shards(cluster_factory: Cl
                 return True
 
             await eventually(back, 60, "the deleted shard repaired from the inspection's message")
-            async with httpx.AsyncClient(auth=SIGNED) as http:
-                scrape = (await http.get(f"{cluster.background['scheduler0'].url}/metrics")).text
-            assert _sample(scrape, "blobstore_scheduler_inspect_lost_blobs_total") >= 1
-            assert _sample(scrape, "blobstore_scheduler_inspect_repairs_total") >= 1
+
+            async def counted(name: str) -> bool:
+                async with httpx.AsyncClient(auth=SIGNED) as http:
+                    scrape = (await http.get(f"{cluster.background['scheduler0'].url}/metrics")).text
+                return _sample(scrape, name) >= 1
+
+            # the lost blob's volume may be inspected after the repaired one's
+            await eventually(lambda: counted("blobstore_scheduler_inspect_lost_blobs_total"), 60,
+                             "the lost blob counted")
+            assert await counted("blobstore_scheduler_inspect_repairs_total")
             await assert_whole(cluster, cm, objects[:1] + objects[2:], set())
 
     asyncio.run(scenario())
