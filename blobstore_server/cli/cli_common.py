@@ -34,6 +34,7 @@ from blobstore_server.libs.mq.settings import KafkaAuth
 from blobstore_server.libs.rpc.auth import SECRET_ENV, capability_key
 from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.libs.rpc.routes import Capability
+from blobstore_server.libs.rpc.tickets import IntentSigner, Kind, signing_key
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 T = TypeVar("T")
@@ -123,6 +124,13 @@ def operator_grant(root: Path, capability: Capability, ttl: float) -> str | None
         return None
     key = bytes.fromhex(capability_key(secret, capability))
     return Grant.of(capability, key, int(time.time() + ttl)).to_token()
+
+
+def operator_intents(root: Path) -> IntentSigner | None:
+    """The signer of the delete intents the operator's delete messages carry (an inspection's partial deletes), from
+    $BLOBSTORE_SECRET or the cluster folder's secret; None without one (blobnodes with auth then delete none)."""
+    secret = cluster_secret(root)
+    return IntentSigner(signing_key(secret, Kind.INTENT)) if secret else None
 
 
 def tinker_url(root: Path, tinker: str) -> str:

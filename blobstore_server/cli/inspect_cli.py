@@ -26,6 +26,7 @@ from blobstore_server.cli.cli_common import (
     kafka_bootstrap,
     kafka_login,
     on_cluster,
+    operator_intents,
     out,
 )
 from blobstore_server.cluster.launcher import DEFAULT_DIR, ClusterInfo, LauncherError, cluster_ca, cluster_secret
@@ -183,7 +184,7 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
         if repair:
             loop = asyncio.new_event_loop()
             cm = ClusterClient(hosts)
-            mq = MqProxyClient(cluster=cm)  # any live mqproxy clustermgr knows
+            mq = MqProxyClient(cluster=cm, intents=operator_intents(dir))  # any live mqproxy clustermgr knows
             try:
                 queued = queue_all(loop, mq, requests(spark, target), repair_rate)
             finally:

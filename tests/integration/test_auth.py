@@ -50,13 +50,12 @@ from blobstore_server.libs.rpc.auth import (
 )
 from blobstore_server.libs.rpc.errors import RpcError
 from blobstore_server.libs.rpc.routes import Capability
-from blobstore_server.libs.rpc.tickets import Kind
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.launched import SMALL
 from tests.support.metrics import sample
 from tests.support.processes import BlobnodeFactory, wait_until
-from tests.support.tickets import minter
+from tests.support.tickets import as_tinker
 
 LAUNCH = SMALL  # the launched `cluster` (tests/conftest.py)
 
@@ -221,13 +220,17 @@ def test_least_privilege_each_attack_is_refused_and_changes_nothing(cluster: Clu
             url = f"{unit.host}/shard/delete"
             answer = await post(url, body, header_for(Capability.DELETE_SHARD, url, body))
             assert answer.status_code == 403 and "delete ticket from tinker" in answer.text, answer.text
-            # with it, of a shard not marked deleted first
-            ticketed = {**body, "ticket": minter(secret.strip(), Kind.DELETE).mint(unit.host, unit.disk_id, unit.vuid,
-                                                                                    bid)}
+            # with it but without access's intent for the blob (which the delete message carries)
+            tinkers = as_tinker(unit.host, unit.disk_id, unit.vuid, bid, secret.strip())
+            ticketed = {**body, "ticket": tinkers["ticket"]}
+            answer = await post(url, ticketed, header_for(Capability.DELETE_SHARD, url, ticketed))
+            assert answer.status_code == 403 and "delete intent access signed" in answer.text, answer.text
+            # with both, of a shard not marked deleted first
+            ticketed["intent"] = tinkers["intent"].model_dump(mode="json")
             answer = await post(url, ticketed, header_for(Capability.DELETE_SHARD, url, ticketed))
             assert answer.status_code == 409 and "mark it first" in answer.text, answer.text
             # nor right after its mark: tinker's safe delay (the cluster's delete_delay) holds on the blobnode too
-            await bn.mark_delete_shard(unit.host, unit.disk_id, unit.vuid, bid, ticket=ticketed["ticket"])
+            await bn.mark_delete_shard(unit.host, unit.disk_id, unit.vuid, bid, **tinkers)
             answer = await post(url, ticketed, header_for(Capability.DELETE_SHARD, url, ticketed))
             assert answer.status_code == 409 and "delete_hold" in answer.text, answer.text
             # and tinker's delete key does not discard (a repair's at-once delete, the worker's capability)

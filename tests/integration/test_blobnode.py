@@ -26,15 +26,16 @@ from blobstore_server.services.blobnode.client import BlobnodeClient
 from tests.support.damage import lose_shard
 from tests.support.metrics import sample
 from tests.support.processes import TEST_SECRET, BlobnodeFactory
-from tests.support.tickets import delete_ticket, minter
+from tests.support.tickets import as_tinker, minter
 
 T = TypeVar("T")
 VUID = Vuid.make(7, 2, 1)
 
 
-def tinkers_ticket(host: str, bid: int) -> str:
-    """The delete ticket tinker sends for the shard `bid` of VUID on disk 1 of `host` (to mark it, to delete it)."""
-    return delete_ticket(host, 1, VUID, bid)
+def tinkers(host: str, bid: int) -> dict[str, Any]:
+    """The delete ticket and intent tinker sends for the shard `bid` of VUID on disk 1 of `host` (to mark it, to
+    delete it)."""
+    return as_tinker(host, 1, VUID, bid)
 
 
 def run(coro: Awaitable[T]) -> T:
@@ -313,16 +314,16 @@ def test_mark_delete_delete_punches_hole_and_compaction(blobnode_factory: Blobno
         record = await c.create_chunk(bn.url, 1, VUID)
         for bid in range(1, 9):
             await c.put_shard(bn.url, 1, VUID, bid, payload(bid, size))
-        await c.mark_delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
+        await c.mark_delete_shard(bn.url, 1, VUID, 1, **tinkers(bn.url, 1))
         with pytest.raises(errors.ShardDeleted):
             await c.get_shard(bn.url, 1, VUID, 1)
         await c.unmark_delete_shard(bn.url, 1, VUID, 1)
         assert await c.get_shard(bn.url, 1, VUID, 1) == payload(1, size)
         path = chunk_path(bn.workdir, 0, record.chunk_id)
         blocks_before = os.stat(path).st_blocks
-        await c.mark_delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
+        await c.mark_delete_shard(bn.url, 1, VUID, 1, **tinkers(bn.url, 1))
         with pytest.raises(errors.Conflict, match="delete_hold"):  # a user delete waits the hold (4 h default)
-            await c.delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
+            await c.delete_shard(bn.url, 1, VUID, 1, **tinkers(bn.url, 1))
         for bid in (1, 2, 3, 4):  # a repair's discard (of a rotten shard) does not
             await lose_shard(c, Unit(vuid=VUID, disk_id=1, host=bn.url), bid)
         assert os.stat(path).st_blocks <= blocks_before - 4 * size // 512 + 32  # ext4 extent metadata slack
@@ -349,14 +350,14 @@ def test_a_mark_late_in_a_second_still_holds_its_delete_the_whole_hold(blobnode_
         await c.create_chunk(bn.url, 1, VUID)
         await c.put_shard(bn.url, 1, VUID, 1, b"doomed")
         await asyncio.sleep(1.95 - time.time() % 1.0)  # to the last twentieth of a second
-        await c.mark_delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
+        await c.mark_delete_shard(bn.url, 1, VUID, 1, **tinkers(bn.url, 1))
         marked = time.monotonic()
         await asyncio.sleep(0.1)
         with pytest.raises(errors.ShardHeld, match="delete_hold") as held:
-            await c.delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
+            await c.delete_shard(bn.url, 1, VUID, 1, **tinkers(bn.url, 1))
         assert 0.8 <= float(held.value.details["retry_after"]) <= 2.0, held.value.details
         await asyncio.sleep(max(0.0, marked + 2.1 - time.monotonic()))
-        await c.delete_shard(bn.url, 1, VUID, 1, ticket=tinkers_ticket(bn.url, 1))
+        await c.delete_shard(bn.url, 1, VUID, 1, **tinkers(bn.url, 1))
         with pytest.raises(errors.ShardNotFound):
             await c.get_shard(bn.url, 1, VUID, 1)
 

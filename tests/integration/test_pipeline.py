@@ -17,13 +17,19 @@ from typing import Any
 
 import httpx
 
+from blobstore_server.libs.mq.producer import Producer
+from blobstore_server.libs.mq.settings import KafkaAuth, client_auth
+from blobstore_server.libs.mq.topics import Topic
+from blobstore_server.libs.proto.messages import DeleteMsg
 from blobstore_server.libs.proto.tinker import PipelineStats, TinkerStats
+from blobstore_server.libs.rpc.tickets import IntentSigner
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support import damage
 from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, wait_until
 from tests.support.shards import blobs_of, states
+from tests.support.tickets import delete_intent
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -103,6 +109,46 @@ def test_a_blob_deleted_while_its_repair_is_queued_stays_deleted(cluster_factory
         wait_until(lambda: tinker_stats(cluster)["repair"].done >= 1, 30, "the queued repair carried out")
         assert set(states(cluster, vid, bid)) == {"missing"}
         assert client.get(f"/blob/{token}").status_code == 404
+
+
+def test_tinkers_config_alone_deletes_nothing(cluster_factory: ClusterFactory) -> None:
+    """A thief holding tinker's config (its Kafka login, which writes tinker's retry topic; the messages' seal; its
+    delete-ticket key) queues deletes of a live object's blob straight into Kafka, due at once and past the safe
+    delay: without an intent, with one signed by tinker's own key, and with the intent access signed for another
+    object's delete (read off Kafka). Tinker works each one and every blobnode refuses its marks (tinker hands each
+    on for a retry), and the object reads back whole, every shard present; the same blob's delete through access
+    goes."""
+    cluster = cluster_factory(pipelines=True, safe_delay=1.0)
+    data = random.Random(6).randbytes(100_000)
+    with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
+        token, other = wait_for_put(client, data), wait_for_put(client, b"another")
+        [(vid, bid)], [(other_vid, other_bid)] = blobs_of(cluster, token), blobs_of(cluster, other)
+        tinker = cluster.background["tinker"].config
+        tinkers_key = IntentSigner(tinker["auth"]["ticket_signing_key"]).sign(vid, bid)
+        access_signed = delete_intent(other_vid, other_bid).signature  # what access sent for the other's delete
+        attempts = [DeleteMsg(cluster_id=tinker["cluster_id"], vid=vid, bid=bid, time=1.0, intent=intent)
+                    for intent in (None, tinkers_key, access_signed)]
+        retried = tinker_stats(cluster)["delete"].retried
+
+        async def queue() -> None:
+            login = KafkaAuth.model_validate(tinker["kafka_auth"]) if tinker.get("kafka_auth") else None  # the
+            # tests' own broker takes none
+            producer = await Producer.connect(tinker["kafka_bootstrap"], seal_key=bytes.fromhex(tinker["message_key"]),
+                                              **client_auth(login))
+            try:
+                for msg in attempts:
+                    await producer.send(Topic.BLOB_DELETE_FAILED, msg.key(), msg.to_bytes())
+            finally:
+                await producer.close()
+
+        asyncio.run(queue())
+        wait_until(lambda: tinker_stats(cluster)["delete"].retried >= retried + len(attempts), 30,
+                   "tinker to work every forged delete and hand it on")
+        time.sleep(1.0)  # past the safe delay: a mark that had gone through would be a purge by now
+        assert states(cluster, vid, bid) == ["present"] * 6
+        assert client.get(f"/blob/{token}").content == data
+        assert client.delete(f"/blob/{token}").status_code == 202
+        wait_until(lambda: states(cluster, vid, bid) == ["missing"] * 6, 30, "every shard purged")
 
 
 def test_kill9_tinker_during_500_deletes_deletes_every_blob_exactly(cluster_factory: ClusterFactory) -> None:

@@ -1,11 +1,13 @@
 """Destroying or replacing a shard takes the deciding service's ticket (issue 65 items 1 and 6), on real processes.
 
-With each service's own keys in turn (its HMAC capability keys, a ticket it forges with them, and the ticket key
-it holds if it mints a kind), a discard of a live shard, a mark-delete (but tinker's), a delete for good of a shard
+With each service's own keys in turn (its HMAC capability keys, a ticket or delete intent it forges with them, and
+the ticket key it holds if it mints a kind), a discard of a live shard, a mark-delete, a delete for good of a shard
 not marked or still held, a discard on another task's destination and an overwrite of a stored shard are all
-refused (403 or 409), and every shard stays as it was. The deciders' own paths still work: the scheduler's ticket
-discards on its task's destination under that hand-out's token, tinker's deletes a marked shard once the
-blobnode's own hold has passed; a repair discards a shard only once its blobnode sees it rotten."""
+refused (403 or 409), and every shard stays as it was: a mark or a delete takes both tinker's ticket and access's
+intent, so neither tinker's key nor access's alone destroys anything. The deciders' own paths still work: the
+scheduler's ticket discards on its task's destination under that hand-out's token, tinker's ticket with access's
+intent marks, and deletes a marked shard once the blobnode's own hold has passed; a repair discards a shard only
+once its blobnode sees it rotten."""
 
 from __future__ import annotations
 
@@ -21,16 +23,17 @@ from blobstore_server.cluster.plan import CAPABILITIES
 from blobstore_server.cluster.service_auth import role_auth
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.messages import DeleteIntent
 from blobstore_server.libs.rpc import errors, tickets
 from blobstore_server.libs.rpc.auth import AuthConfig, Signer
 from blobstore_server.libs.rpc.routes import Capability
-from blobstore_server.libs.rpc.tickets import Kind, Minter
+from blobstore_server.libs.rpc.tickets import IntentSigner, Kind, Minter
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.damage import flip_in_chunk, locate
 from tests.support.processes import TEST_SECRET, BlobnodeFactory, LocalCluster, signing_with
 from tests.support.shards import assert_every_shard_present, blobs_of
-from tests.support.tickets import delete_ticket, minter
+from tests.support.tickets import as_tinker, delete_intent, minter
 
 LIVE, DEST, OTHER_DEST = Vuid.make(7, 2, 1), Vuid.make(8, 1, 2), Vuid.make(9, 0, 2)
 TOKEN = 2  # the hand-out DEST is filled under
@@ -49,6 +52,13 @@ def forged(config: AuthConfig, kind: Kind, host: str, disk_id: int, vuid: int, s
     the route (as an Ed25519 seed), one with the ticket key it holds (a minter's own, of its own kind only)."""
     seeds = [key for key in (config.keys.get(SIGNING[kind]), config.ticket_signing_key) if key]
     return [None, *(Minter(seed, kind).mint(host, disk_id, vuid, scope) for seed in seeds)]
+
+
+def forged_intents(config: AuthConfig, vid: int, bid: int) -> list[DeleteIntent | None]:
+    """Every delete intent for blob vid/bid a holder of `config` can make: none, one signed with the HMAC key of
+    the delete routes, one with the ticket key it holds (access's own is the intent key itself)."""
+    seeds = [key for key in (config.keys.get(Capability.DELETE_SHARD), config.ticket_signing_key) if key]
+    return [None, *(DeleteIntent(vid=vid, bid=bid, signature=IntentSigner(seed).sign(vid, bid)) for seed in seeds)]
 
 
 def decides(config: AuthConfig, kind: Kind) -> bool:
@@ -79,11 +89,11 @@ async def attack(bn: BlobnodeClient, role: str, config: AuthConfig, units: list[
                     seen.add(await refused(bn.discard_shard(host, disk, vuid, bid, task_token=token, ticket=ticket),
                                            f"{what}: discard under token {token}, ticket {ticket}"))
             for ticket in forged(config, Kind.DELETE, host, disk, vuid, bid):
-                seen.add(await refused(bn.delete_shard(host, disk, vuid, bid, ticket=ticket),
-                                       f"{what}: delete, ticket {ticket}"))
-                if not decides(config, Kind.DELETE):  # tinker marks what it decided is deleted: it may
-                    seen.add(await refused(bn.mark_delete_shard(host, disk, vuid, bid, ticket=ticket),
-                                           f"{what}: mark, ticket {ticket}"))
+                for intent in forged_intents(config, Vuid(vuid).vid(), bid):
+                    seen.add(await refused(bn.delete_shard(host, disk, vuid, bid, ticket=ticket, intent=intent),
+                                           f"{what}: delete, ticket {ticket}, intent {intent}"))
+                    seen.add(await refused(bn.mark_delete_shard(host, disk, vuid, bid, ticket=ticket, intent=intent),
+                                           f"{what}: mark, ticket {ticket}, intent {intent}"))
             seen.add(await refused(bn.put_shard(host, disk, vuid, bid, b"other bytes"), f"{what}: overwrite"))
     if dest is not None and not decides(config, Kind.DISCARD):
         for ticket in forged(config, Kind.DISCARD, dest.host, dest.disk_id, dest.vuid, TOKEN):
@@ -105,14 +115,15 @@ def test_no_service_key_destroys_or_replaces_a_shard_on_a_blobnode(blobnode_fact
                     await bn.put_shard(node.url, 1, unit.vuid, bid, data)
             await bn.set_task_fence(node.url, 1, DEST, 1, TOKEN)
             # a blob being deleted, its hold (4 h) not over
-            await bn.mark_delete_shard(node.url, 1, LIVE, 3, ticket=delete_ticket(node.url, 1, LIVE, 3))
+            await bn.mark_delete_shard(node.url, 1, LIVE, 3, **as_tinker(node.url, 1, LIVE, 3))
             seen = set()
             for role in CAPABILITIES:
                 signer, config = leaked(role)
                 with signing_with(signer):
                     seen |= await attack(bn, role, config, [live], list(stored), dest)
-            # no ticket, a forged one or one's own of another kind; a key it lacks; a stored bid; the hold; no mark
-            assert seen == {"TicketRefused", "Forbidden", "ShardExists", "ShardHeld", "Conflict"}, seen
+            # no ticket or intent, a forged one or one's own of another kind (tinker's ticket lacks access's intent,
+            # access's intent tinker's ticket: neither reaches the hold or the mark); a key it lacks; a stored bid
+            assert seen == {"TicketRefused", "Forbidden", "ShardExists"}, seen
             for unit in (live, dest):
                 for bid, data in stored.items():
                     if unit is live and bid == 3:
@@ -120,10 +131,14 @@ def test_no_service_key_destroys_or_replaces_a_shard_on_a_blobnode(blobnode_fact
                     else:
                         assert await bn.get_shard(node.url, 1, unit.vuid, bid) == data, (unit.vuid, bid)
 
-            # the deciders' own: tinker's ticket deletes only past the blobnode's hold ...
+            # the deciders' own: tinker's ticket marks a blob access's intent names, and no other ...
+            with pytest.raises(errors.TicketRefused, match="does not cover"):
+                await bn.mark_delete_shard(node.url, 1, LIVE, 1, ticket=as_tinker(node.url, 1, LIVE, 1)["ticket"],
+                                           intent=delete_intent(LIVE.vid(), 3))
+            # ... and deletes only past the blobnode's hold ...
             with pytest.raises(errors.ShardHeld):
                 await bn.delete_shard(node.url, 1, LIVE, 3, ticket=minter(TEST_SECRET, Kind.DELETE).mint(
-                    node.url, 1, LIVE, 3))
+                    node.url, 1, LIVE, 3), intent=delete_intent(LIVE.vid(), 3))
             # ... the scheduler's discards on its task's destination, under that hand-out's token only ...
             discards = minter(TEST_SECRET, Kind.DISCARD)
             with pytest.raises(errors.TicketRefused):  # the ticket of another destination

@@ -19,7 +19,7 @@ from blobstore_server.services.worker.client import WorkerClient
 from tests.support.damage import flip_in_chunk, locate, lose_shard
 from tests.support.load import wait_for_put
 from tests.support.processes import LocalCluster, Service, free_port
-from tests.support.tickets import delete_ticket
+from tests.support.tickets import as_tinker
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -66,7 +66,7 @@ def test_repair_rebuilds_lost_and_corrupt_shards_and_never_resurrects(
                 other_units = (await cm.get_volume(other_vid)).units
                 for u in other_units[1:]:
                     await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, other_bid,
-                                               ticket=delete_ticket(u.host, u.disk_id, u.vuid, other_bid))
+                                               **as_tinker(u.host, u.disk_id, u.vuid, other_bid))
                 first = other_units[0]
                 await lose_shard(bn, first, other_bid)
                 skipped = await w.repair_shards(worker.url, other_vid, other_bid, [0])

@@ -8,10 +8,12 @@ from typing import Any
 import httpx
 
 from blobstore_server.cluster.plan import MINTS
+from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.messages import DeleteIntent
 from blobstore_server.libs.proto.routes import CATALOG
 from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.auth import AUTH_HEADER, AuthConfig, Signer
-from blobstore_server.libs.rpc.tickets import Kind, Minter
+from blobstore_server.libs.rpc.tickets import IntentSigner, Kind, Minter
 from tests.support.processes import TEST_SECRET
 
 
@@ -49,6 +51,15 @@ def ticket_refused(answer: httpx.Response, reason: str = "") -> bool:
     return answer.status_code == 403 and "ticket_refused" in answer.text and reason in answer.text
 
 
-def delete_ticket(host: str, disk_id: int, vuid: int, bid: int) -> str:
-    """Tinker's delete ticket for a shard of a test's cluster (the mark, then the delete for good, take one)."""
-    return minter(TEST_SECRET, Kind.DELETE).mint(host, disk_id, vuid, bid)
+def as_tinker(host: str, disk_id: int, vuid: int, bid: int, secret: str = TEST_SECRET) -> dict[str, Any]:
+    """What tinker sends with a mark or a delete for good of a shard of a test's cluster: its delete ticket for the
+    shard and access's intent for the blob (as `BlobnodeClient.mark_delete_shard`'s keywords)."""
+    return {"ticket": minter(secret, Kind.DELETE).mint(host, disk_id, vuid, bid),
+            "intent": delete_intent(Vuid(vuid).vid(), bid, secret)}
+
+
+def delete_intent(vid: int, bid: int, secret: str = TEST_SECRET) -> DeleteIntent:
+    """Access's intent to delete blob vid/bid in a test's cluster (a mark and a delete for good take one with
+    tinker's ticket)."""
+    signer = IntentSigner(tickets.signing_key(secret, Kind.INTENT))
+    return DeleteIntent(vid=vid, bid=bid, signature=signer.sign(vid, bid))

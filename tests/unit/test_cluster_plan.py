@@ -221,7 +221,8 @@ def test_each_minter_holds_its_own_tickets_private_key_and_every_blobnode_the_pu
     clustermgr the release key, the scheduler the discard key, tinker the delete key, a blobnode the public ones."""
     secret = new_secret()
     plan = plan_cluster(tmp_path, ClusterShape(), iter(Ports()), "python", "location-secret", secret)
-    assert MINTS == {"clustermgr": Kind.RELEASE, "scheduler": Kind.DISCARD, "tinker": Kind.DELETE}
+    assert MINTS == {"clustermgr": Kind.RELEASE, "scheduler": Kind.DISCARD, "tinker": Kind.DELETE,
+                     "access": Kind.INTENT}
     for spec in plan.processes:
         if spec.role not in ROLES.values():
             continue

@@ -1,6 +1,7 @@
 """Tickets (libs/rpc/tickets.py): only the deciding service's private key mints one (clustermgr's a release,
 the scheduler's a discard, tinker's a delete), and one ticket lets one call go on one chunk of one blobnode (a
-discard: under one task token; a delete: of one bid), until it expires."""
+discard: under one task token; a delete: of one bid), until it expires. A delete also takes access's intent for
+the blob (or the upload's slices) it names."""
 
 from __future__ import annotations
 
@@ -13,18 +14,20 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from blobstore_server.libs.proto.ids import Vuid
+from blobstore_server.libs.proto.messages import DeleteIntent, UploadSlice
 from blobstore_server.libs.rpc import tickets
 from blobstore_server.libs.rpc.auth import AuthConfig
 from blobstore_server.libs.rpc.errors import Forbidden, TicketRefused
 from blobstore_server.libs.rpc.routes import Capability
-from blobstore_server.libs.rpc.tickets import KINDS, Gate, Kind, Minter
+from blobstore_server.libs.rpc.tickets import KINDS, Gate, IntentGate, IntentSigner, Kind, Minter
 
 SECRET = "11" * 32
 OTHER_SECRET = "22" * 32
 HOST, DISK, VUID = "http://127.0.0.1:9100", 3, (7 << 32) | (2 << 24) | 1
 SCOPES = {Kind.RELEASE: None, Kind.DISCARD: 5, Kind.DELETE: 1234}  # a release names the chunk only
 NOW = 1_700_000_000.0
-EACH = pytest.mark.parametrize("kind", list(Kind))
+TICKETS = [Kind.RELEASE, Kind.DISCARD, Kind.DELETE]  # an intent names blobs, not a chunk (its tests below)
+EACH = pytest.mark.parametrize("kind", TICKETS)
 
 
 def minter(kind: Kind, secret: str = SECRET, at: float = NOW, ttl: float | None = None) -> Minter:
@@ -67,7 +70,7 @@ def test_a_release_ticket_is_what_it_was_before_discard_and_delete_tickets() -> 
 
 
 @pytest.mark.parametrize(("kind", "other"), [
-    (kind, other) for kind in Kind for other in ("host", "disk", "vuid", "scope")
+    (kind, other) for kind in TICKETS for other in ("host", "disk", "vuid", "scope")
     if other != "scope" or KINDS[kind].scope is not None])  # a release names the chunk only
 def test_a_ticket_for_another_target_is_refused(kind: Kind, other: str) -> None:
     scope = SCOPES[kind]
@@ -78,7 +81,7 @@ def test_a_ticket_for_another_target_is_refused(kind: Kind, other: str) -> None:
         check(kind, ticket)
 
 
-@pytest.mark.parametrize(("kind", "made_for"), [(k, m) for k in Kind for m in Kind if k != m])
+@pytest.mark.parametrize(("kind", "made_for"), [(k, m) for k in TICKETS for m in TICKETS if k != m])
 def test_a_ticket_of_another_kind_is_refused(kind: Kind, made_for: Kind) -> None:
     """A release ticket does not discard, a discard ticket does not delete, even with the same numbers."""
     ticket = minter(made_for).mint(HOST, DISK, VUID, SCOPES[kind])
@@ -188,3 +191,75 @@ def test_a_minter_holds_its_kinds_key_and_one_without_mints_nothing() -> None:
     assert held is not None
     gate(Kind.DELETE, at=time.time()).check(held.mint(HOST, DISK, VUID, 1), DISK, VUID, 1)
     assert AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE]).minter(Kind.DELETE) is None
+
+
+# delete intents
+
+
+def intent(vid: int = 7, bid: int = 1234, upload: tuple[UploadSlice, ...] = (), secret: str = SECRET,
+           signer: IntentSigner | None = None) -> DeleteIntent:
+    signer = signer or IntentSigner(tickets.signing_key(secret, Kind.INTENT))
+    signature = signer.sign(vid, bid, [(s.vid, s.min_bid, s.count) for s in upload])
+    return DeleteIntent(vid=vid, bid=bid, upload=upload, signature=signature)
+
+
+def intents(*secrets: str) -> IntentGate:
+    return IntentGate([tickets.public_key(tickets.signing_key(s, Kind.INTENT)) for s in secrets or (SECRET,)])
+
+
+def test_an_intent_lets_its_blobs_shards_go_and_no_others() -> None:
+    intents().check(intent(), 7, 1234)
+    for vid, bid in [(7, 1235), (8, 1234), (7, 1233)]:
+        with pytest.raises(TicketRefused, match="does not cover"):
+            intents().check(intent(), vid, bid)
+
+
+def test_an_uploads_intent_covers_every_blob_of_its_slices_and_no_other() -> None:
+    upload = (UploadSlice(vid=7, min_bid=100, count=3), UploadSlice(vid=9, min_bid=500, count=1))
+    for vid, bid in [(7, 100), (7, 102), (9, 500)]:
+        intents().check(intent(7, 100, upload), vid, bid)
+    for vid, bid in [(7, 103), (7, 99), (9, 501), (8, 100)]:
+        with pytest.raises(TicketRefused, match="does not cover"):
+            intents().check(intent(7, 100, upload), vid, bid)
+
+
+def test_an_intent_whose_blobs_were_changed_after_signing_is_refused() -> None:
+    """Whoever carries it (tinker, Kafka) cannot stretch an intent to other blobs: the signature covers them."""
+    signed = intent(7, 100, (UploadSlice(vid=7, min_bid=100, count=1),))
+    stretched = signed.model_copy(update={"upload": (UploadSlice(vid=7, min_bid=100, count=1000),)})
+    with pytest.raises(TicketRefused, match="is not access's"):
+        intents().check(stretched, 7, 500)
+    moved = signed.model_copy(update={"vid": 8, "upload": ()})
+    with pytest.raises(TicketRefused, match="is not access's"):
+        intents().check(moved, 8, 100)
+
+
+def test_an_intent_of_another_key_or_kind_is_refused_and_a_rotations_previous_is_taken() -> None:
+    with pytest.raises(TicketRefused, match="is not access's"):
+        intents().check(intent(secret=OTHER_SECRET), 7, 1234)
+    intents(OTHER_SECRET, SECRET).check(intent(), 7, 1234)
+    tinkers = IntentSigner(tickets.signing_key(SECRET, Kind.DELETE))  # tinker's own key signs no intent
+    with pytest.raises(TicketRefused, match="is not access's"):
+        intents().check(intent(signer=tinkers), 7, 1234)
+
+
+@pytest.mark.parametrize("signature", ["", "v1", "v2.AAAA", "v1.!!", "v1." + "A" * 120])
+def test_a_malformed_or_missing_intent_is_refused(signature: str) -> None:
+    with pytest.raises(TicketRefused):
+        intents().check(DeleteIntent(vid=7, bid=1234, signature=signature), 7, 1234)
+    with pytest.raises(TicketRefused, match="takes the delete intent access signed"):
+        intents().check(None, 7, 1234)
+
+
+def test_an_intent_gate_with_auth_but_no_key_deletes_nothing_and_without_auth_everything() -> None:
+    with pytest.raises(TicketRefused, match="no delete intent key"):
+        IntentGate([]).check(intent(), 7, 1234)
+    IntentGate(None).check(None, 7, 1234)
+
+
+def test_access_holds_the_intent_key_and_signs_what_a_blobnode_takes() -> None:
+    config = AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE], mints=Kind.INTENT)
+    signer = config.intents()
+    assert signer is not None
+    intents().check(intent(signer=signer), 7, 1234)
+    assert AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE]).intents() is None

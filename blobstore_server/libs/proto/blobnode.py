@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from blobstore_server.libs.proto.body import RequestBody
+from blobstore_server.libs.proto.messages import DeleteIntent
 from blobstore_server.libs.proto.widths import U32, U64
 from blobstore_server.libs.rpc.errors import (
     ChunkNotFound,
@@ -97,10 +98,12 @@ class ShardRef(ChunkRef):
 
 
 class ShardDelete(ShardRef):
-    """A mark-delete and a delete for good carry tinker's delete ticket for this shard (libs/rpc/tickets.py): a
-    blobnode with auth refuses one without (403 ticket_refused), whoever signed the request."""
+    """A mark-delete and a delete for good carry tinker's delete ticket for this shard and access's intent for its
+    blob (libs/rpc/tickets.py): a blobnode with auth refuses one without both (403 ticket_refused), whoever signed
+    the request."""
 
     ticket: str | None = Field(None, max_length=256)
+    intent: DeleteIntent | None = None
 
 
 class ShardDiscard(ShardRef):

@@ -47,8 +47,32 @@ class DeleteMsg(BlobMsg):
         "a reclaim of a multipart upload (vid/bid is its first blob): every blob of these slices is "
         "deleted unless each one was written"))
 
+    intent: str | None = Field(None, max_length=128, description=(
+        "access's signature that this delete was asked for (libs/rpc/tickets.py): blobnodes with auth delete "
+        "nothing without it"))
+
+    def signed_intent(self) -> DeleteIntent | None:
+        """What tinker hands each blobnode with its delete ticket."""
+        if self.intent is None:
+            return None
+        return DeleteIntent(vid=self.vid, bid=self.bid, upload=self.upload, signature=self.intent)
+
     def blob_ids(self) -> list[tuple[int, int]]:
         """(vid, bid) of every blob the message deletes."""
         if not self.upload:
             return [(self.vid, self.bid)]
         return [(s.vid, bid) for s in self.upload for bid in range(s.min_bid, s.min_bid + s.count)]
+
+
+class DeleteIntent(BaseModel):
+    """A delete message's intent and what it signs: the blob vid/bid, or an upload's slices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vid: int = Field(ge=0, lt=2**32)
+    bid: int = Field(ge=0, lt=2**64)
+    upload: tuple[UploadSlice, ...] = Field(default=(), max_length=4)
+    signature: str = Field(max_length=128)
+
+    def slices(self) -> list[tuple[int, int, int]]:
+        return [(s.vid, s.min_bid, s.count) for s in self.upload]

@@ -25,6 +25,7 @@ class DeleteIn(RequestBody):
     bid: int = Field(ge=0, lt=2**64)
     after: float = Field(0.0, ge=0, le=31 * 86400)  # seconds from now before the delete begins
     upload: list[UploadSlice] = Field(default_factory=list, max_length=4)  # see DeleteMsg.upload
+    intent: str | None = Field(None, max_length=128)  # see DeleteMsg.intent; the client signs it (`MqProxyClient`)
 
 
 class RepairBatch(RequestBody):

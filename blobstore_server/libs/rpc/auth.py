@@ -137,8 +137,8 @@ class AuthConfig(BaseModel):
     # host:port names others reach this service by besides the address it listens on (a DNS name, a proxy)
     names: list[str] = Field(default_factory=list)
     # Tickets (libs/rpc/tickets.py): a minter's private key of its one kind (hex Ed25519 seed: clustermgr's release,
-    # the scheduler's discard, tinker's delete tickets); a blobnode's public keys of each kind (hex: the current one,
-    # then a rotation's previous), which check them
+    # the scheduler's discard, tinker's delete tickets, access's delete intents); a blobnode's public keys of each
+    # kind (hex: the current one, then a rotation's previous), which check them
     ticket_signing_key: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     ticket_public_keys: dict[tickets.Kind, list[str]] = Field(default_factory=dict)
 
@@ -155,6 +155,13 @@ class AuthConfig(BaseModel):
             log.warning("auth has no ticket_signing_key: blobnodes will refuse every %s this process decides", kind)
             return None
         return tickets.Minter(self.ticket_signing_key, kind)
+
+    def intents(self) -> tickets.IntentSigner | None:
+        """Access's signer of delete intents (libs/rpc/tickets.py); None (and a warning) without its key."""
+        if self.ticket_signing_key is None:
+            log.warning("auth has no ticket_signing_key: blobnodes will refuse every delete this process asks")
+            return None
+        return tickets.IntentSigner(self.ticket_signing_key)
 
     @classmethod
     def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,

@@ -15,6 +15,14 @@ private key; a blobnode holds the public keys, which verify and cannot mint.
   whose delete stands and when that delete is past the safe delay (the blobnode holds the removal `delete_hold`
   after the mark besides).
 
+- intent (to delete a blob): access, when a user deletes an object, a failed PUT leaves blobs no Location names, or
+  a multipart upload is due for its reclaim (and the operator, whose secret derives every key, for a partial delete
+  an inspection found). It travels in the delete message (mqproxy, Kafka, tinker) to the blobnode with tinker's
+  delete ticket: a mark or a delete for good takes both, so neither tinker's key (the decider of *when*) nor
+  access's (the only one that saw the user ask *what*) alone destroys a live shard. It names the blob (or an
+  upload's slices of blobs), not a chunk: a delete may wait days in Kafka, so it has no deadline (bids are never
+  issued twice, so it cannot delete another blob).
+
 A ticket binds the advertised host of the blobnode (so a ticket of one cluster of a region, whose disk ids and
 vids repeat, is worth nothing on another), the disk, the vuid (whose epoch is never issued again once dead), the
 kind's scope (discard: the task token; delete: the bid) and a deadline. Its text is `v1.<expires>.<signature,
@@ -29,9 +37,11 @@ import binascii
 import enum
 import hashlib
 import hmac
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -46,6 +56,7 @@ class Kind(enum.StrEnum):
     RELEASE = "release"
     DISCARD = "discard"
     DELETE = "delete"
+    INTENT = "intent"
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,7 @@ KINDS: dict[Kind, KindRule] = {
     # is handed out again, with a new ticket
     Kind.DISCARD: KindRule("scheduler", "task token", 86400.0, 2 * 86400.0),
     Kind.DELETE: KindRule("tinker", "bid", 300.0, 3600.0),
+    Kind.INTENT: KindRule("access", "blob", math.inf, math.inf),  # no deadline (`IntentSigner`)
 }
 
 
@@ -151,10 +163,92 @@ def _parse(ticket: str, what: str) -> tuple[int, bytes]:
     text, _, encoded = rest.partition(".")
     if version != VERSION or not (text.isascii() and text.isdigit()) or len(ticket) > MAX_TEXT:
         raise TicketRefused(f"malformed {what} (want {VERSION}.<expires>.<signature>)")
+    return int(text), _signature(encoded, what)
+
+
+def _signature(encoded: str, what: str) -> bytes:
     try:
         signature = base64.urlsafe_b64decode(encoded.encode())
     except (binascii.Error, ValueError):
         raise TicketRefused(f"malformed {what}: its signature is not base64") from None
     if len(signature) != 64:
         raise TicketRefused(f"malformed {what}: an Ed25519 signature has 64 bytes")
-    return int(text), signature
+    return signature
+
+
+Slice = tuple[int, int, int]  # vid, min_bid, count: a run of an upload's blobs
+
+
+def _intent_text(vid: int, bid: int, upload: Sequence[Slice]) -> bytes:
+    slices = ",".join(f"{int(v)}:{int(first)}:{int(count)}" for v, first, count in upload)
+    return "\n".join([f"blobstore {Kind.INTENT} {VERSION}", str(int(vid)), str(int(bid)), slices]).encode()
+
+
+def _covers(vid: int, bid: int, upload: Sequence[Slice], shard_vid: int, shard_bid: int) -> bool:
+    """Whether a delete of blob vid/bid (or, for an upload's reclaim, of every blob of its slices) deletes this one."""
+    if not upload:
+        return (vid, bid) == (shard_vid, shard_bid)
+    return any(v == shard_vid and first <= shard_bid < first + count for v, first, count in upload)
+
+
+class IntentSigner:
+    """Access's side (and the operator's): its word that the user (or the inspection) asked to delete blob vid/bid,
+    or the `upload` slices of an unfinished multipart upload whose first blob is vid/bid."""
+
+    def __init__(self, signing: str) -> None:
+        self._key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(signing))
+
+    def sign(self, vid: int, bid: int, upload: Sequence[Slice] = ()) -> str:
+        signature = self._key.sign(_intent_text(vid, bid, upload))
+        return f"{VERSION}.{base64.urlsafe_b64encode(signature).decode()}"
+
+
+class Intent(Protocol):
+    """A delete message's intent as a blobnode receives it (`DeleteIntent` in libs/proto/messages.py)."""
+
+    @property
+    def vid(self) -> int: ...
+
+    @property
+    def bid(self) -> int: ...
+
+    @property
+    def signature(self) -> str: ...
+
+    def slices(self) -> list[Slice]: ...
+
+
+class IntentGate:
+    """A blobnode's side: whether a delete intent `intent` for blob vid/bid (or `upload`) was signed by access's key
+    (one of `public_keys`, as `Gate`: None, no auth and every call goes; empty, none goes) and covers the shard of
+    blob `shard_vid`/`shard_bid`."""
+
+    def __init__(self, public_keys: Sequence[str] | None) -> None:
+        self._keys = None if public_keys is None else [
+            Ed25519PublicKey.from_public_bytes(bytes.fromhex(key)) for key in public_keys]
+
+    def check(self, intent: Intent | None, shard_vid: int, shard_bid: int) -> None:
+        """TicketRefused saying why, unless the intent is access's and covers the shard's blob."""
+        if self._keys is None:
+            return
+        what, blob = "delete intent", f"blob {shard_vid}/{shard_bid}"
+        if not self._keys:
+            raise TicketRefused(f"this blobnode has auth but no {what} key (auth.ticket_public_keys): it deletes "
+                                "nothing")
+        if intent is None:
+            raise TicketRefused(f"a delete of {blob} takes the {what} access signed (carried by the delete message)")
+        version, _, encoded = intent.signature.partition(".")
+        if version != VERSION or len(intent.signature) > MAX_TEXT:
+            raise TicketRefused(f"malformed {what} (want {VERSION}.<signature>)")
+        signature = _signature(encoded, what)
+        vid, bid, upload = intent.vid, intent.bid, intent.slices()
+        if not _covers(vid, bid, upload, shard_vid, shard_bid):
+            raise TicketRefused(f"the {what} for blob {vid}/{bid} does not cover {blob}")
+        signed = _intent_text(vid, bid, upload)
+        for key in self._keys:
+            try:
+                key.verify(signature, signed)
+                return
+            except InvalidSignature:
+                continue
+        raise TicketRefused(f"the {what} for blob {vid}/{bid} is not access's")

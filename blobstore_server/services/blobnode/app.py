@@ -44,12 +44,13 @@ from blobstore_server.libs.proto.blobnode import (
     ShardStatusResult,
     TaskFenceChange,
 )
+from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.errors import BadRequest, RpcError, TooLarge
 from blobstore_server.libs.rpc.lean_server import LeanHandler, Request, Responder
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
-from blobstore_server.libs.rpc.tickets import Gate, Kind
+from blobstore_server.libs.rpc.tickets import Gate, IntentGate, Kind
 from blobstore_server.services.blobnode.cluster import ClusterLink
 from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, ready, shard_info
 from blobstore_server.services.blobnode.reader_process import ReaderProcess
@@ -202,11 +203,15 @@ def _serve_node(app: FastAPI, node: Blobnode, scrubber: Scrubber | None, reader:
         return ExportResult(exports=await node.export(req))
 
 
-def _gate(node: Blobnode, kind: Kind) -> Gate:
-    """The check of `kind` tickets: without auth every route is open, and so is this one; with auth, the ticket of
-    the service deciding the call is needed (libs/rpc/tickets.py)."""
+def _public_keys(node: Blobnode, kind: Kind) -> list[str] | None:
+    """The keys checking `kind` tickets: without auth (None) every route is open, and so are these; with auth, the
+    ticket of the service deciding the call is needed (libs/rpc/tickets.py)."""
     auth = node.config.auth
-    return Gate(None if auth is None else auth.ticket_public_keys.get(kind, []), node.config.advertised_host, kind)
+    return None if auth is None else auth.ticket_public_keys.get(kind, [])
+
+
+def _gate(node: Blobnode, kind: Kind) -> Gate:
+    return Gate(_public_keys(node, kind), node.config.advertised_host, kind)
 
 
 def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
@@ -256,12 +261,14 @@ def _serve_shard_records(app: FastAPI, node: Blobnode) -> None:
         return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
 
     deletes, discards = _gate(node, Kind.DELETE), _gate(node, Kind.DISCARD)
+    intents = IntentGate(_public_keys(node, Kind.INTENT))
 
     def delete_step(route: Route, status: ShardStatus | None) -> None:
         """The mark, then the delete for good (which the blobnode takes only `delete_hold` after the mark): each
-        with tinker's delete ticket for the shard."""
+        with tinker's delete ticket for the shard and access's intent for its blob."""
         async def step(req: ShardDelete, io_class: IOClass = IOClass.USER) -> ShardStatusResult:
             deletes.check(req.ticket, req.disk_id, req.vuid, req.bid)
+            intents.check(req.intent, Vuid(req.vuid).vid(), req.bid)
             return await set_status(req, status, io_class)
 
         serves(app, route)(step)

@@ -38,6 +38,7 @@ from blobstore_server.libs.proto.blobnode import (
     ShardStatusResult,
     TaskFenceChange,
 )
+from blobstore_server.libs.proto.messages import DeleteIntent
 from blobstore_server.libs.rpc.auth import CRC_PARAM
 from blobstore_server.libs.rpc.client import HttpClient, Payload, ServiceClient, presigned
 from blobstore_server.libs.rpc.coalesce import Coalescer
@@ -328,9 +329,11 @@ class BlobnodeClient(ServiceClient):
         return await self.http.call_route(route, host, body=body, params=_with_class({}, io_class))
 
     async def mark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                                io_class: IOClass = IOClass.USER, ticket: str | None = None) -> ShardStatusResult:
-        """Mark a shard deleted (reads fail, an undelete lifts it), under tinker's delete `ticket` for it."""
-        body = ShardDelete(disk_id=disk_id, vuid=vuid, bid=bid, ticket=ticket)
+                                io_class: IOClass = IOClass.USER, ticket: str | None = None,
+                                intent: DeleteIntent | None = None) -> ShardStatusResult:
+        """Mark a shard deleted (reads fail, an undelete lifts it), under tinker's delete `ticket` for it and access's
+        `intent` for its blob."""
+        body = ShardDelete(disk_id=disk_id, vuid=vuid, bid=bid, ticket=ticket, intent=intent)
         return await self._shard_op(host, api.SHARD_MARK_DELETE, body, io_class)
 
     async def unmark_delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
@@ -339,10 +342,11 @@ class BlobnodeClient(ServiceClient):
                                     io_class)
 
     async def delete_shard(self, host: str, disk_id: int, vuid: int, bid: int,
-                           io_class: IOClass = IOClass.USER, ticket: str | None = None) -> ShardStatusResult:
+                           io_class: IOClass = IOClass.USER, ticket: str | None = None,
+                           intent: DeleteIntent | None = None) -> ShardStatusResult:
         """Delete for good a shard marked deleted at least the blobnode's `delete_hold` ago (Conflict otherwise),
-        under tinker's delete `ticket` for it."""
-        body = ShardDelete(disk_id=disk_id, vuid=vuid, bid=bid, ticket=ticket)
+        under tinker's delete `ticket` for it and access's `intent` for its blob."""
+        body = ShardDelete(disk_id=disk_id, vuid=vuid, bid=bid, ticket=ticket, intent=intent)
         return await self._shard_op(host, api.SHARD_DELETE, body, io_class)
 
     async def discard_shard(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass = IOClass.USER,

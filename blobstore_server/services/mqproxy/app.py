@@ -78,7 +78,7 @@ def build_app(publisher: Publisher, life: Lifecycle) -> FastAPI:
         items: list[tuple[Topic, BlobMsg]] = [
             (Topic.UPLOAD_RECLAIM if m.upload else Topic.BLOB_DELETE,
              DeleteMsg(cluster_id=publisher.cluster_id, vid=m.vid, bid=m.bid, time=now + m.after,
-                       not_before=now + m.after, upload=tuple(m.upload)))
+                       not_before=now + m.after, upload=tuple(m.upload), intent=m.intent))
             for m in batch.messages]
         return Queued(queued=await publisher.publish(items))
 

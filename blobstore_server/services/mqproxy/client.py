@@ -14,19 +14,23 @@ from blobstore_server.libs.proto.mqproxy import DeleteBatch, DeleteIn, Publisher
 from blobstore_server.libs.rpc.client import HttpClient, ServiceClient
 from blobstore_server.libs.rpc.errors import Unavailable
 from blobstore_server.libs.rpc.routes import Route
+from blobstore_server.libs.rpc.tickets import IntentSigner
 from blobstore_server.services.clustermgr.client import ClusterClient
 
 DISCOVERY_TTL = 10.0
 
 
 class MqProxyClient(ServiceClient):
-    """Static `hosts`, or the live "mqproxy" services registered in clustermgr when none are given."""
+    """Static `hosts`, or the live "mqproxy" services registered in clustermgr when none are given. `intents`: the
+    signer of the delete intents every delete message carries (access's, or the operator's); None: they go
+    unsigned, and a blobnode with auth deletes nothing of theirs."""
 
     def __init__(self, hosts: Sequence[str] = (), cluster: ClusterClient | None = None,
-                 http: HttpClient | None = None) -> None:
+                 http: HttpClient | None = None, intents: IntentSigner | None = None) -> None:
         if not hosts and cluster is None:
             raise ValueError("mqproxy client needs hosts or a clustermgr to discover them")
         self._static = [h.rstrip("/") for h in hosts]
+        self._intents = intents
         self._cluster = cluster
         self._found: tuple[float, list[str]] = (0.0, [])
         super().__init__(api.ROUTES, http)
@@ -55,6 +59,9 @@ class MqProxyClient(ServiceClient):
         return await self._post(api.REPAIR, RepairBatch(messages=messages), len(messages))
 
     async def send_delete(self, messages: list[DeleteIn]) -> int:
+        if (intents := self._intents) is not None:
+            messages = [m if m.intent else m.model_copy(update={"intent": intents.sign(
+                m.vid, m.bid, [(s.vid, s.min_bid, s.count) for s in m.upload])}) for m in messages]
         return await self._post(api.DELETE, DeleteBatch(messages=messages), len(messages))
 
     async def stats(self, host: str) -> PublisherStats:

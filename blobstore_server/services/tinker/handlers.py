@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -15,7 +16,7 @@ from blobstore_server.libs.ec import tactic
 from blobstore_server.libs.proto.blobnode import IOClass, ShardInfo, ShardState, ShardStatusResult, shard_state
 from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import MAX_UNDELETE_LOOKS
-from blobstore_server.libs.proto.messages import DeleteMsg, RepairMsg
+from blobstore_server.libs.proto.messages import DeleteIntent, DeleteMsg, RepairMsg
 from blobstore_server.libs.rpc.coalesce import Coalescer
 from blobstore_server.libs.rpc.errors import NotFound, RpcError, ShardNotFound, Unavailable
 from blobstore_server.libs.rpc.tickets import Minter
@@ -94,18 +95,19 @@ class DeleteHandler:
         """Mark every shard of the blobs no undelete took back; the blobs marked. An undelete that lands meanwhile
         is found by the look after marking, and its marks are lifted at once."""
         blobs = await self._standing(msg, msg.blob_ids())
+        mark = functools.partial(self._mark, intent=msg.signed_intent())
         for vid, bid in blobs:
-            await self._on_every_shard(self._mark, vid, bid)
+            await self._on_every_shard(mark, vid, bid)
         return await self._standing(msg, blobs)
 
     async def purge(self, msg: DeleteMsg, blobs: list[Blob]) -> list[Blob]:
         """Remove for good every shard of the marked `blobs` no undelete took back since; the blobs purged. A
         blobnode refuses to remove a shard whose mark was lifted: an undelete that landed after the look, found by
         the look after the refusal (without one the refusal stands, and the message is retried)."""
-        purged = []
+        purged, delete = [], functools.partial(self._delete, intent=msg.signed_intent())
         for vid, bid in await self._standing(msg, blobs):
             try:
-                await self._on_every_shard(self._delete, vid, bid)
+                await self._on_every_shard(delete, vid, bid)
             except RpcError:
                 if await self._standing(msg, [(vid, bid)]):
                     raise
@@ -119,16 +121,19 @@ class DeleteHandler:
 
     def _ticket(self, host: str, disk_id: int, vuid: int, bid: int) -> str | None:
         """Tinker's delete ticket for the shard: it marks only a blob whose delete stands and deletes it for good
-        only past the safe delay, and only tinker's key mints one (the blobnode still checks the mark's hold)."""
+        only past the safe delay, and only tinker's key mints one (the blobnode still checks the mark's hold, and
+        access's intent, which the message carries, for the blob)."""
         return None if self.tickets is None else self.tickets.mint(host, disk_id, vuid, bid)
 
-    async def _mark(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass) -> ShardStatusResult:
+    async def _mark(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass, *,
+                    intent: DeleteIntent | None) -> ShardStatusResult:
         ticket = self._ticket(host, disk_id, vuid, bid)
-        return await self.blobnodes.mark_delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket)
+        return await self.blobnodes.mark_delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket, intent=intent)
 
-    async def _delete(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass) -> ShardStatusResult:
+    async def _delete(self, host: str, disk_id: int, vuid: int, bid: int, io_class: IOClass, *,
+                      intent: DeleteIntent | None) -> ShardStatusResult:
         ticket = self._ticket(host, disk_id, vuid, bid)
-        return await self.blobnodes.delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket)
+        return await self.blobnodes.delete_shard(host, disk_id, vuid, bid, io_class, ticket=ticket, intent=intent)
 
     async def upload_finished(self, msg: DeleteMsg) -> bool:
         """Whether every blob of a multipart upload was written (then its reclaim does nothing); raises
