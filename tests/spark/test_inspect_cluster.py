@@ -1,6 +1,7 @@
 """Inspection and backlog against a real cluster with Kafka: shards missed while a blobnode was frozen are
-found exactly, counted as queued repairs while repair is switched off, and gone after `--repair` + on; the
-scheduler's task records (one stuck, one finished, one unreadable) are counted beside them.
+found exactly, counted as queued repairs while repair is switched off, and gone after `--repair` + on; a delete
+left half done is finished by `--repair` (its delete message signed with the operator's intent key, which the
+blobnodes take); the scheduler's task records (one stuck, one finished, one unreadable) are counted beside them.
 
 Every job runs in this process through the CLI, on the test session's one SparkSession."""
 
@@ -20,11 +21,13 @@ from pyspark.sql import SparkSession
 from blobstore_server.libs.proto.scheduler import TaskRecord, TaskState
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.proto.tinker import TinkerStats
+from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.load import wait_for_put
 from tests.support.processes import SIGNED, LocalCluster, wait_until
 from tests.support.shards import blobs_of, states
 from tests.support.spark import blobstore, cluster_args, found, summary
+from tests.support.tickets import as_tinker
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -52,6 +55,18 @@ def record_tasks(cluster: LocalCluster) -> None:
     asyncio.run(put())
 
 
+def mark_deleted(cluster: LocalCluster, blob: tuple[int, int], units: range) -> None:
+    """Mark the blob's shards on `units` deleted, as tinker does (its ticket, access's intent)."""
+    async def mark() -> None:
+        async with ClusterClient([cm.url for cm in cluster.clustermgr]) as cm, BlobnodeClient() as bn:
+            volume = await cm.get_volume(blob[0])
+            for u in (volume.units[i] for i in units):
+                await bn.mark_delete_shard(u.host, u.disk_id, u.vuid, blob[1], **as_tinker(u.host, u.disk_id, u.vuid,
+                                                                                            blob[1]))
+
+    asyncio.run(mark())
+
+
 def missing_by_blob(cluster: LocalCluster, blobs: list[tuple[int, int]]) -> set[tuple[int, int, int]]:
     """(vid, bid, unit index) of every shard its blobnode does not hold, asked one by one."""
     return {(vid, bid, index) for vid, bid in blobs for index, state in enumerate(states(cluster, vid, bid))
@@ -71,6 +86,7 @@ def test_frozen_node_shards_are_found_queued_and_repaired(cluster_factory: Clust
     frozen = cluster.blobnodes[0]
     with httpx.Client(base_url=cluster.access[0].url, timeout=60) as client:
         wait_for_put(client, b"warm-up")
+        [halfway] = blobs_of(cluster, wait_for_put(client, b"deleted halfway" * 1000))
         os.kill(frozen.pid, signal.SIGSTOP)
         try:
             tokens = [wait_for_put(client, random.Random(i).randbytes(50_000)) for i in range(4)]
@@ -82,6 +98,7 @@ def test_frozen_node_shards_are_found_queued_and_repaired(cluster_factory: Clust
     blobs = [blob for token in tokens for blob in blobs_of(cluster, token)]
     lost = missing_by_blob(cluster, blobs)
     assert {(vid, bid) for vid, bid, _ in lost} == set(blobs)  # each object lacks its frozen node's shard
+    mark_deleted(cluster, halfway, units=range(3, 6))  # a tinker that stopped after three of six marks
 
     record_tasks(cluster)
     backlog_out = tmp_path / "backlog"
@@ -102,7 +119,9 @@ def test_frozen_node_shards_are_found_queued_and_repaired(cluster_factory: Clust
     report = summary(first)
     assert found(first, "missing_shards") == lost
     assert report["missing_shards"] == len(lost) and report["unrecoverable"] == 0 and report["unverified"] == 0
-    assert report["queued"] == {"repairs": len(blobs), "deletes": 0}
+    assert report["queued"] == {"repairs": len(blobs), "deletes": 1}
+    assert {(vid, bid) for vid, bid, _ in found(first, "partial_delete")} == {halfway}
+    wait_until(lambda: states(cluster, *halfway) == ["missing"] * 6, 60, "the half-done delete finished")
     assert report["disks_unavailable"] == [] and report["bytes_at_risk"] > 0
 
     assert blobstore("task", "switch", "shard_repair", "on", *args).exit_code == 0
