@@ -90,7 +90,7 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
 
             async def new_destination(index: int) -> Unit:
                 unit = await cm.alloc_unit(vid, index)
-                await bn.create_chunk(unit.host, unit.disk_id, unit.vuid)
+                await bn.create_chunk(unit.host, unit.disk_id, unit.vuid, scheduler_epoch=1)  # as a scheduler does
                 await bn.set_task_fence(unit.host, unit.disk_id, unit.vuid, 1, TOKEN)
                 return unit
 

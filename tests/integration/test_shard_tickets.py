@@ -82,6 +82,8 @@ async def attack(bn: BlobnodeClient, role: str, config: AuthConfig, units: list[
     seen = set()
     for unit in units:
         host, disk, vuid = unit.host, unit.disk_id, unit.vuid
+        # a live unit's task fence never opens (the scheduler's key would then discard under its own ticket)
+        seen.add(await refused(bn.set_task_fence(host, disk, vuid, 1, TOKEN + 1), f"{role} opens {vuid}'s fence"))
         for bid in bids:
             what = f"{role} on {vuid}/{bid}"
             for token in (None, 1, TOKEN):
@@ -109,8 +111,8 @@ def test_no_service_key_destroys_or_replaces_a_shard_on_a_blobnode(blobnode_fact
 
     async def scenario() -> None:
         async with BlobnodeClient() as bn:
-            for unit in (live, dest):
-                await bn.create_chunk(node.url, 1, unit.vuid, scheduler_epoch=1)
+            for unit, epoch in ((live, None), (dest, 1)):  # a volume's unit, clustermgr's; a task's, a scheduler's
+                await bn.create_chunk(node.url, 1, unit.vuid, scheduler_epoch=epoch)
                 for bid, data in stored.items():
                     await bn.put_shard(node.url, 1, unit.vuid, bid, data)
             await bn.set_task_fence(node.url, 1, DEST, 1, TOKEN)
@@ -123,7 +125,8 @@ def test_no_service_key_destroys_or_replaces_a_shard_on_a_blobnode(blobnode_fact
                     seen |= await attack(bn, role, config, [live], list(stored), dest)
             # no ticket or intent, a forged one or one's own of another kind (tinker's ticket lacks access's intent,
             # access's intent tinker's ticket: neither reaches the hold or the mark); a key it lacks; a stored bid
-            assert seen == {"TicketRefused", "Forbidden", "ShardExists"}, seen
+            # the scheduler's key opening a live unit's task fence: Conflict
+            assert seen == {"TicketRefused", "Forbidden", "ShardExists", "Conflict"}, seen
             for unit in (live, dest):
                 for bid, data in stored.items():
                     if unit is live and bid == 3:

@@ -60,7 +60,7 @@ def test_every_fence_state_and_token_takes_exactly_the_calls_it_should() -> None
 
 
 def test_a_fence_opens_at_ever_newer_tokens_and_once_closed_stays_closed() -> None:
-    opened = fenced_for_task(record(), 1)
+    opened = fenced_for_task(record(TaskFence.READY), 1)
     assert (opened.task_fence, opened.task_token) == (TaskFence.OPEN, 1)
     assert fenced_for_task(opened, 1) == opened  # the same hand-out asked again
     reopened = fenced_for_task(opened, 4)
@@ -75,6 +75,15 @@ def test_a_fence_opens_at_ever_newer_tokens_and_once_closed_stays_closed() -> No
         with pytest.raises(errors.Conflict, match="is live: its task fence closed at token 4"):
             fenced_for_task(closed, token)
     assert fenced_for_task(record(), None).task_fence is TaskFence.CLOSED  # a unit switched to without a hand-out
+
+
+def test_a_volumes_own_unit_never_opens_its_fence() -> None:
+    """Clustermgr creates a volume's units (no scheduler epoch): live from the start, they never become a task's
+    destination, so whoever holds the scheduler's keys (its epoch, its discard tickets) cannot open one to discard
+    its shards."""
+    for token in (1, 2, 100):
+        with pytest.raises(errors.Conflict, match="is a volume's unit, not a task's destination"):
+            fenced_for_task(record(), token)
 
 
 def make_node(tmp_path: Path) -> Blobnode:
@@ -138,8 +147,12 @@ def test_a_disk_remembers_the_newest_scheduler_epoch_across_a_restart(tmp_path: 
             with pytest.raises(errors.Fenced):
                 await change
         assert [(c.vuid, c.status) for c in await node.list_chunks(1)] == [(VUID, ChunkStatus.READONLY)]
-        # clustermgr's calls carry no epoch (a volume it creates or rolls back): taken as before
-        await node.create_chunk(1, Vuid.make(10, 0, 1), None)
+        # clustermgr's calls carry no epoch (a volume it creates or rolls back): taken as before; its unit's task
+        # fence never opens
+        created = await node.create_chunk(1, Vuid.make(10, 0, 1), None)
+        assert created.task_fence is TaskFence.NONE
+        with pytest.raises(errors.Conflict, match="not a task's destination"):
+            await node.set_task_fence(1, Vuid.make(10, 0, 1), 5, 1)
         await node.set_chunk_status(1, Vuid.make(10, 0, 1), ChunkStatus.RELEASED)
         reopened = await node.set_chunk_status(1, VUID, ChunkStatus.NORMAL, scheduler_epoch=5)
         assert reopened.status is ChunkStatus.NORMAL

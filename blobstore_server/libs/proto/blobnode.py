@@ -55,7 +55,8 @@ class TaskFence(StrEnum):
     """Which task token a chunk takes with a destructive call (`/shard/discard`): a task's destination is filled
     under the token of the hand-out that holds it, so a worker that lost its task can destroy nothing there."""
 
-    NONE = "none"  # never a task's destination: no token taken (a repair's discards carry none)
+    NONE = "none"  # a volume's unit (clustermgr created it), never a task's destination: no token taken, ever
+    READY = "ready"  # a scheduler created it for a task: no token taken until the task's hand-out opens it
     OPEN = "open"  # being filled by a task: only its current token (`task_token`) is taken, a call without none
     CLOSED = "closed"  # the task ended and the chunk is about to become (or is) a live unit: no token, ever again
 

@@ -35,7 +35,14 @@ from blobstore_server.libs.chunkfile import (
     required_column_families,
 )
 from blobstore_server.libs.kv import Batch, KVStore
-from blobstore_server.libs.proto.blobnode import MARK_GRANULARITY, ChunkInfo, ChunkStat, ChunkStatus, DiskStat
+from blobstore_server.libs.proto.blobnode import (
+    MARK_GRANULARITY,
+    ChunkInfo,
+    ChunkStat,
+    ChunkStatus,
+    DiskStat,
+    TaskFence,
+)
 from blobstore_server.libs.proto.ids import epoch_of
 from blobstore_server.libs.rpc.errors import (
     ChunkExists,
@@ -221,7 +228,8 @@ class Disk:
         self._record(vuid)
         return self._unit_locks[unit_key(vuid)]
 
-    def create_chunk(self, vuid: int, chunk_size: int) -> ChunkInfo:
+    def create_chunk(self, vuid: int, chunk_size: int, for_task: bool = False) -> ChunkInfo:
+        """`for_task`: a scheduler's, a task's destination (its task fence may open: `fence.fenced_for_task`)."""
         key = unit_key(vuid)
         with self._lock:
             existing = self._records.get(key)
@@ -236,7 +244,7 @@ class Disk:
             chunk = ChunkFile.create(self._data_path(str(chunk_id)), self.kv, chunk_id, sync=self.sync,
                                      max_size=chunk_size, on_sync=self.on_sync, commits=self.commits)
             record = ChunkInfo(chunk_id=str(chunk_id), vuid=vuid, status=ChunkStatus.NORMAL, chunk_size=chunk_size,
-                               created=time.time())
+                               created=time.time(), task_fence=TaskFence.READY if for_task else TaskFence.NONE)
             self.kv.put(CHUNK_CF, key, _record_bytes(record))
             self._records[key] = record
             self._chunks[key] = chunk

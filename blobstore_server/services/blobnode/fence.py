@@ -9,6 +9,8 @@ still destroy shards on a chunk it fills (`disk.py` applies them under its locks
   the task's current hand-out; once closed (before the switch to it) with none, so a worker that lost its
   task (paused past its lease, its task finished by another) cannot discard a shard a PUT acknowledged on
   the new live unit. A call without a token (a repair of a live unit) is taken where no task fills the chunk.
+  Only a chunk a scheduler created (for a task) ever opens: one clustermgr created for a volume is live from
+  the start, so not even a scheduler's key (which mints discard tickets) can open it to discard its shards.
 - Write fence (`WriteFence`): shard writes are taken only while clustermgr counts the node in. A node cut off
   from clustermgr but not from access nodes would otherwise take PUTs on units the scheduler rebuilds
   elsewhere meanwhile, which the new units never receive (each such blob one shard short, unnoticed).
@@ -41,6 +43,9 @@ def fenced_for_task(record: ChunkInfo, token: int | None) -> ChunkInfo:
         return record if closed else record.model_copy(update={"task_fence": TaskFence.CLOSED})
     if closed:
         raise Conflict(f"the chunk of vuid {record.vuid} is live: its task fence closed at token {record.task_token}")
+    if record.task_fence is TaskFence.NONE:
+        raise Conflict(f"the chunk of vuid {record.vuid} is a volume's unit, not a task's destination (a scheduler "
+                       "creates those): its task fence never opens")
     if token < record.task_token:
         raise Conflict(f"task token {token} is older than the chunk's {record.task_token}: not opened")
     return record.model_copy(update={"task_fence": TaskFence.OPEN, "task_token": token})

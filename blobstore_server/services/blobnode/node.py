@@ -279,7 +279,7 @@ class Blobnode:
         size = chunk_size or self.config.default_chunk_size
         disk = self.disk(disk_id)
         return await self._run(disk_id, disk.scheduler_change, scheduler_epoch,
-                               functools.partial(disk.create_chunk, vuid, size))
+                               functools.partial(disk.create_chunk, vuid, size, for_task=scheduler_epoch is not None))
 
     async def set_chunk_status(self, disk_id: int, vuid: int, status: ChunkStatus,
                                scheduler_epoch: int | None = None) -> ChunkInfo:
