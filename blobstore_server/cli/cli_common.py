@@ -126,11 +126,12 @@ def operator_grant(root: Path, capability: Capability, ttl: float) -> str | None
     return Grant.of(capability, key, int(time.time() + ttl)).to_token()
 
 
-def operator_intents(root: Path) -> IntentSigner | None:
-    """The signer of the delete intents the operator's delete messages carry (an inspection's partial deletes), from
-    $BLOBSTORE_SECRET or the cluster folder's secret; None without one (blobnodes with auth then delete none)."""
+def operator_intents(root: Path, cluster_id: int) -> IntentSigner | None:
+    """The signer of the delete intents the operator's delete messages to cluster `cluster_id` carry (an inspection's
+    partial deletes), from $BLOBSTORE_SECRET or the cluster folder's secret; None without one (blobnodes with auth
+    then delete none)."""
     secret = cluster_secret(root)
-    return IntentSigner(signing_key(secret, Kind.INTENT)) if secret else None
+    return IntentSigner(signing_key(secret, Kind.INTENT), cluster_id) if secret else None
 
 
 def tinker_url(root: Path, tinker: str) -> str:

@@ -140,19 +140,22 @@ def inspect_run(out_: OutOpt = "", master: MasterOpt = "local[*]",
                 export_timeout: Annotated[float, typer.Option(help="Seconds a blobnode may take to export.")] = 600.0,
                 grant_ttl: Annotated[float, typer.Option(
                     help="Seconds the executors' read grant (--deep) lasts.")] = 86400.0,
+                cluster_id: Annotated[int | None, typer.Option(
+                    help="The cluster whose deletes --repair signs [default: tinker's config in DIR, else 1].")] = None,
                 conf: ConfOpt = None, dir: DirOpt = DEFAULT_DIR, clustermgr: CmOpt = "", s3: S3Opt = "") -> None:
     """Export every disk's shard index and clustermgr's tables, then classify every blob on Spark: missing
     shards, unrecoverable, size mismatch, partial delete, not purged, orphan units. Exports and findings go to the
     bucket s3://blobstore-inspect/inspect of the cluster's S3 gateway (a folder of DIR without one). Exits 2 when
     anything is unrecoverable, 3 when the cluster refused a request of the job."""
     with _refusals_fail():
+        cluster = cluster_id if cluster_id is not None else int(_tinker_config(dir).get("cluster_id", 1))
         _inspect_run(out_, master, deep, repair, settle, delete_delay, repair_rate, deep_rate, input_, export_timeout,
-                     grant_ttl, conf, dir, clustermgr, _export_access(dir, s3))
+                     grant_ttl, conf, dir, clustermgr, _export_access(dir, s3), cluster)
 
 
 def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float, delete_delay: float,
                  repair_rate: float, deep_rate: float, input_: str, export_timeout: float, grant_ttl: float,
-                 conf: list[str] | None, dir: Path, clustermgr: str, bucket: S3Access | None) -> None:
+                 conf: list[str] | None, dir: Path, clustermgr: str, bucket: S3Access | None, cluster_id: int) -> None:
     from blobstore_server.spark.inputs import export_all, load_inputs
     from blobstore_server.spark.inspect import InspectOptions, inspect, write_text
     from blobstore_server.spark.repair import queue_all, requests
@@ -184,7 +187,7 @@ def _inspect_run(out_: str, master: str, deep: bool, repair: bool, settle: float
         if repair:
             loop = asyncio.new_event_loop()
             cm = ClusterClient(hosts)
-            mq = MqProxyClient(cluster=cm, intents=operator_intents(dir))  # any live mqproxy clustermgr knows
+            mq = MqProxyClient(cluster=cm, intents=operator_intents(dir, cluster_id))  # any live mqproxy it knows
             try:
                 queued = queue_all(loop, mq, requests(spark, target), repair_rate)
             finally:

@@ -124,7 +124,7 @@ def test_tinkers_config_alone_deletes_nothing(cluster_factory: ClusterFactory) -
         token, other = wait_for_put(client, data), wait_for_put(client, b"another")
         [(vid, bid)], [(other_vid, other_bid)] = blobs_of(cluster, token), blobs_of(cluster, other)
         tinker = cluster.background["tinker"].config
-        tinkers_key = IntentSigner(tinker["auth"]["ticket_signing_key"]).sign(vid, bid)
+        tinkers_key = IntentSigner(tinker["auth"]["ticket_signing_key"], tinker["cluster_id"]).sign(vid, bid)
         access_signed = delete_intent(other_vid, other_bid).signature  # what access sent for the other's delete
         attempts = [DeleteMsg(cluster_id=tinker["cluster_id"], vid=vid, bid=bid, time=1.0, intent=intent)
                     for intent in (None, tinkers_key, access_signed)]

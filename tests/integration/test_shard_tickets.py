@@ -37,6 +37,7 @@ from tests.support.tickets import as_tinker, delete_intent, minter
 
 LIVE, DEST, OTHER_DEST = Vuid.make(7, 2, 1), Vuid.make(8, 1, 2), Vuid.make(9, 0, 2)
 TOKEN = 2  # the hand-out DEST is filled under
+CLUSTER = 1  # every test cluster's id
 SIGNING = {Kind.DISCARD: Capability.DISCARD_SHARD, Kind.DELETE: Capability.DELETE_SHARD}
 Attempt = Callable[[BlobnodeClient], Coroutine[Any, Any, object]]
 
@@ -58,7 +59,8 @@ def forged_intents(config: AuthConfig, vid: int, bid: int) -> list[DeleteIntent 
     """Every delete intent for blob vid/bid a holder of `config` can make: none, one signed with the HMAC key of
     the delete routes, one with the ticket key it holds (access's own is the intent key itself)."""
     seeds = [key for key in (config.keys.get(Capability.DELETE_SHARD), config.ticket_signing_key) if key]
-    return [None, *(DeleteIntent(vid=vid, bid=bid, signature=IntentSigner(seed).sign(vid, bid)) for seed in seeds)]
+    return [None, *(DeleteIntent(vid=vid, bid=bid, signature=IntentSigner(seed, CLUSTER).sign(vid, bid))
+                 for seed in seeds)]
 
 
 def decides(config: AuthConfig, kind: Kind) -> bool:

@@ -58,8 +58,8 @@ def as_tinker(host: str, disk_id: int, vuid: int, bid: int, secret: str = TEST_S
             "intent": delete_intent(Vuid(vuid).vid(), bid, secret)}
 
 
-def delete_intent(vid: int, bid: int, secret: str = TEST_SECRET) -> DeleteIntent:
+def delete_intent(vid: int, bid: int, secret: str = TEST_SECRET, cluster_id: int = 1) -> DeleteIntent:
     """Access's intent to delete blob vid/bid in a test's cluster (a mark and a delete for good take one with
     tinker's ticket)."""
-    signer = IntentSigner(tickets.signing_key(secret, Kind.INTENT))
+    signer = IntentSigner(tickets.signing_key(secret, Kind.INTENT), cluster_id)
     return DeleteIntent(vid=vid, bid=bid, signature=signer.sign(vid, bid))

@@ -195,16 +195,18 @@ def test_a_minter_holds_its_kinds_key_and_one_without_mints_nothing() -> None:
 
 # delete intents
 
+CLUSTER = 3
+
 
 def intent(vid: int = 7, bid: int = 1234, upload: tuple[UploadSlice, ...] = (), secret: str = SECRET,
            signer: IntentSigner | None = None) -> DeleteIntent:
-    signer = signer or IntentSigner(tickets.signing_key(secret, Kind.INTENT))
+    signer = signer or IntentSigner(tickets.signing_key(secret, Kind.INTENT), CLUSTER)
     signature = signer.sign(vid, bid, [(s.vid, s.min_bid, s.count) for s in upload])
     return DeleteIntent(vid=vid, bid=bid, upload=upload, signature=signature)
 
 
 def intents(*secrets: str) -> IntentGate:
-    return IntentGate([tickets.public_key(tickets.signing_key(s, Kind.INTENT)) for s in secrets or (SECRET,)])
+    return IntentGate([tickets.public_key(tickets.signing_key(s, Kind.INTENT)) for s in secrets or (SECRET,)], CLUSTER)
 
 
 def test_an_intent_lets_its_blobs_shards_go_and_no_others() -> None:
@@ -238,7 +240,7 @@ def test_an_intent_of_another_key_or_kind_is_refused_and_a_rotations_previous_is
     with pytest.raises(TicketRefused, match="is not access's"):
         intents().check(intent(secret=OTHER_SECRET), 7, 1234)
     intents(OTHER_SECRET, SECRET).check(intent(), 7, 1234)
-    tinkers = IntentSigner(tickets.signing_key(SECRET, Kind.DELETE))  # tinker's own key signs no intent
+    tinkers = IntentSigner(tickets.signing_key(SECRET, Kind.DELETE), CLUSTER)  # tinker's own key signs no intent
     with pytest.raises(TicketRefused, match="is not access's"):
         intents().check(intent(signer=tinkers), 7, 1234)
 
@@ -253,13 +255,21 @@ def test_a_malformed_or_missing_intent_is_refused(signature: str) -> None:
 
 def test_an_intent_gate_with_auth_but_no_key_deletes_nothing_and_without_auth_everything() -> None:
     with pytest.raises(TicketRefused, match="no delete intent key"):
-        IntentGate([]).check(intent(), 7, 1234)
-    IntentGate(None).check(None, 7, 1234)
+        IntentGate([], CLUSTER).check(intent(), 7, 1234)
+    IntentGate(None, CLUSTER).check(None, 7, 1234)
 
 
 def test_access_holds_the_intent_key_and_signs_what_a_blobnode_takes() -> None:
     config = AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE], mints=Kind.INTENT)
-    signer = config.intents()
+    signer = config.intents(CLUSTER)
     assert signer is not None
     intents().check(intent(signer=signer), 7, 1234)
-    assert AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE]).intents() is None
+    assert AuthConfig.for_capabilities(SECRET, [Capability.OBSERVE]).intents(CLUSTER) is None
+
+
+def test_an_intent_of_another_cluster_of_the_region_is_refused() -> None:
+    """A region's clusters share access's key and Kafka, and repeat each other's vids and bids: an intent one of
+    them saw deletes nothing in another."""
+    other = IntentSigner(tickets.signing_key(SECRET, Kind.INTENT), CLUSTER + 1)
+    with pytest.raises(TicketRefused, match=f"is not access's for cluster {CLUSTER}"):
+        intents().check(intent(signer=other), 7, 1234)

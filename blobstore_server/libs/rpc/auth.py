@@ -156,12 +156,13 @@ class AuthConfig(BaseModel):
             return None
         return tickets.Minter(self.ticket_signing_key, kind)
 
-    def intents(self) -> tickets.IntentSigner | None:
-        """Access's signer of delete intents (libs/rpc/tickets.py); None (and a warning) without its key."""
+    def intents(self, cluster_id: int) -> tickets.IntentSigner | None:
+        """Access's signer of delete intents for cluster `cluster_id` (libs/rpc/tickets.py); None (and a warning)
+        without its key."""
         if self.ticket_signing_key is None:
             log.warning("auth has no ticket_signing_key: blobnodes will refuse every delete this process asks")
             return None
-        return tickets.IntentSigner(self.ticket_signing_key)
+        return tickets.IntentSigner(self.ticket_signing_key, cluster_id)
 
     @classmethod
     def for_capabilities(cls, secret: str, capabilities: Iterable[Capability], previous_secret: str | None = None,

@@ -19,9 +19,10 @@ private key; a blobnode holds the public keys, which verify and cannot mint.
   a multipart upload is due for its reclaim (and the operator, whose secret derives every key, for a partial delete
   an inspection found). It travels in the delete message (mqproxy, Kafka, tinker) to the blobnode with tinker's
   delete ticket: a mark or a delete for good takes both, so neither tinker's key (the decider of *when*) nor
-  access's (the only one that saw the user ask *what*) alone destroys a live shard. It names the blob (or an
-  upload's slices of blobs), not a chunk: a delete may wait days in Kafka, so it has no deadline (bids are never
-  issued twice, so it cannot delete another blob).
+  access's (the only one that saw the user ask *what*) alone destroys a live shard. It names the cluster and the
+  blob (or an upload's slices of blobs), not a chunk: a delete may wait days in Kafka, so it has no deadline (bids
+  are never issued twice in a cluster, so it cannot delete another blob; the clusters of a region, which share
+  access's key and Kafka and repeat each other's vids and bids, take only their own).
 
 A ticket binds the advertised host of the blobnode (so a ticket of one cluster of a region, whose disk ids and
 vids repeat, is worth nothing on another), the disk, the vuid (whose epoch is never issued again once dead), the
@@ -179,9 +180,10 @@ def _signature(encoded: str, what: str) -> bytes:
 Slice = tuple[int, int, int]  # vid, min_bid, count: a run of an upload's blobs
 
 
-def _intent_text(vid: int, bid: int, upload: Sequence[Slice]) -> bytes:
+def _intent_text(cluster_id: int, vid: int, bid: int, upload: Sequence[Slice]) -> bytes:
     slices = ",".join(f"{int(v)}:{int(first)}:{int(count)}" for v, first, count in upload)
-    return "\n".join([f"blobstore {Kind.INTENT} {VERSION}", str(int(vid)), str(int(bid)), slices]).encode()
+    fields = [str(int(cluster_id)), str(int(vid)), str(int(bid)), slices]
+    return "\n".join([f"blobstore {Kind.INTENT} {VERSION}", *fields]).encode()
 
 
 def _covers(vid: int, bid: int, upload: Sequence[Slice], shard_vid: int, shard_bid: int) -> bool:
@@ -192,14 +194,15 @@ def _covers(vid: int, bid: int, upload: Sequence[Slice], shard_vid: int, shard_b
 
 
 class IntentSigner:
-    """Access's side (and the operator's): its word that the user (or the inspection) asked to delete blob vid/bid,
-    or the `upload` slices of an unfinished multipart upload whose first blob is vid/bid."""
+    """Access's side (and the operator's): its word that the user (or the inspection) asked to delete blob vid/bid
+    of cluster `cluster_id`, or the `upload` slices of an unfinished multipart upload whose first blob is vid/bid."""
 
-    def __init__(self, signing: str) -> None:
+    def __init__(self, signing: str, cluster_id: int) -> None:
         self._key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(signing))
+        self.cluster_id = cluster_id
 
     def sign(self, vid: int, bid: int, upload: Sequence[Slice] = ()) -> str:
-        signature = self._key.sign(_intent_text(vid, bid, upload))
+        signature = self._key.sign(_intent_text(self.cluster_id, vid, bid, upload))
         return f"{VERSION}.{base64.urlsafe_b64encode(signature).decode()}"
 
 
@@ -219,13 +222,14 @@ class Intent(Protocol):
 
 
 class IntentGate:
-    """A blobnode's side: whether a delete intent `intent` for blob vid/bid (or `upload`) was signed by access's key
-    (one of `public_keys`, as `Gate`: None, no auth and every call goes; empty, none goes) and covers the shard of
-    blob `shard_vid`/`shard_bid`."""
+    """A blobnode's side: whether a delete intent for a blob (or an upload's) of this blobnode's cluster
+    `cluster_id` was signed by access's key (one of `public_keys`, as `Gate`: None, no auth and every call goes;
+    empty, none goes) and covers the shard of blob `shard_vid`/`shard_bid`."""
 
-    def __init__(self, public_keys: Sequence[str] | None) -> None:
+    def __init__(self, public_keys: Sequence[str] | None, cluster_id: int) -> None:
         self._keys = None if public_keys is None else [
             Ed25519PublicKey.from_public_bytes(bytes.fromhex(key)) for key in public_keys]
+        self.cluster_id = cluster_id
 
     def check(self, intent: Intent | None, shard_vid: int, shard_bid: int) -> None:
         """TicketRefused saying why, unless the intent is access's and covers the shard's blob."""
@@ -244,11 +248,11 @@ class IntentGate:
         vid, bid, upload = intent.vid, intent.bid, intent.slices()
         if not _covers(vid, bid, upload, shard_vid, shard_bid):
             raise TicketRefused(f"the {what} for blob {vid}/{bid} does not cover {blob}")
-        signed = _intent_text(vid, bid, upload)
+        signed = _intent_text(self.cluster_id, vid, bid, upload)
         for key in self._keys:
             try:
                 key.verify(signature, signed)
                 return
             except InvalidSignature:
                 continue
-        raise TicketRefused(f"the {what} for blob {vid}/{bid} is not access's")
+        raise TicketRefused(f"the {what} for blob {vid}/{bid} is not access's for cluster {self.cluster_id}")

@@ -86,12 +86,12 @@ def build(config: AccessConfig) -> tuple[ASGIApp, str]:
     blobnodes = BlobnodeClient(in_flight=config.shard_calls_in_flight)
     life.close(blobnodes.close)
     stores, managers = {}, {}
-    intents = config.auth.intents() if config.auth is not None else None
     for hosts in config.clusters():
         cluster = ClusterClient(hosts.clustermgr_hosts)
         volumes = VolumeCache(cluster, config.volume_cache_ttl, redis, hosts.cluster_id)
         allocator = AllocatorClient(hosts.allocator_hosts, attempt_timeout=config.allocator_timeout,
                                     punish=config.allocator_punish)
+        intents = config.auth.intents(hosts.cluster_id) if config.auth is not None else None
         mq = MqProxyClient(hosts.mqproxy_hosts, cluster, intents=intents)
         # Volume and disk ids are per cluster: so is what failed lately.
         health = HealthTable(config.disk_punish, config.volume_punish, slow_after=config.hedge_after)

@@ -261,7 +261,7 @@ def _serve_shard_records(app: FastAPI, node: Blobnode) -> None:
         return ShardStatusResult(bid=req.bid, status=meta.status.name.lower() if meta else "deleted")
 
     deletes, discards = _gate(node, Kind.DELETE), _gate(node, Kind.DISCARD)
-    intents = IntentGate(_public_keys(node, Kind.INTENT))
+    intents = IntentGate(_public_keys(node, Kind.INTENT), node.config.cluster_id)
 
     def delete_step(route: Route, status: ShardStatus | None) -> None:
         """The mark, then the delete for good (which the blobnode takes only `delete_hold` after the mark): each
