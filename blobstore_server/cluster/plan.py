@@ -292,8 +292,9 @@ def _cluster(layout: dict[str, list[Place]], s: Settings, cluster_id: int) -> li
                disk_heartbeat_timeout=10.0), cluster_id)  # three of the blobnodes' beats (3 s apart)
            for n, p in enumerate(layout["clustermgr"], 1)]
     cm_urls = [cm.url for cm in cms]
-    blobnodes = [_service(p, s, BlobnodeConfig(
-                     hostname=p.host, rack=p.rack, idc=p.az, disks=[DiskConfig(path=d) for d in p.disks],
+    blobnodes = [_service(p, s, BlobnodeConfig(  # its cluster: its disks' format and the delete intents it takes
+                     cluster_id=cluster_id, hostname=p.host, rack=p.rack, idc=p.az,
+                     disks=[DiskConfig(path=d) for d in p.disks],
                      clustermgr_hosts=cm_urls, export_roots=list(s.export_roots), export_s3=s.export_s3,
                      delete_hold=s.delete_delay), cluster_id)  # tinker's safe delay, enforced
                  for p in layout["blobnode"]]
