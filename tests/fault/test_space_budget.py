@@ -55,9 +55,9 @@ BACKLOG = 16  # deleted objects whose bytes the delete pipeline may hold at a ti
 # EC3P3 writes two bytes per object byte, spread over the seven disks: three budgets written on each disk
 PUTS = 3 * BUDGET * BLOBNODES // (2 * OBJECT)
 TRIPS = 2  # round trips of every unit of the fullest disk: off it, and back
-# Of a disk's size. The fullest disk holds its moving units (S) and the rest (O, a few MiB): with the trash purged it
-# peaks at O + S, or O + 2S should a unit come back before the trash of its trip off is purged; with the trash never
-# emptied, it holds O + (k + 1)S after k round trips: about full on the second.
+# Of a disk's size. The fullest disk holds its moving units (S, up to a third of the disk) and the rest (O, a few
+# MiB): with the trash purged (each trip waits for it) it peaks at O + S, compactions' old files within their hold
+# besides; with the trash never emptied, it holds O + (k + 1)S after k round trips: about full on the second.
 BOUND = 0.8
 HOLD = 1.0  # seconds a released or compacted-away chunk file stays in trash
 # A short hold, frequent rounds, compaction of any chunk half garbage. Background reads served by the blobnode itself:
@@ -234,6 +234,13 @@ def test_a_churn_in_a_small_disk_budget_never_runs_out_of_space(disks: list[Path
                 moved.extend(await move(cm, scheduler, list(units), home, trash_seen, watch.over))
                 if watch.over.is_set():
                     return
+                # The next move only once `home`'s trash is purged: a unit back within the hold of its trip off
+                # would find its old chunk still there (O + 2S, which the bound cannot tell from a trash never
+                # emptied on a box where S is a third of the disk).
+                deadline = time.monotonic() + 60
+                while any(d.trash_bytes for d in await cm.list_disks() if d.disk_id == home):
+                    assert time.monotonic() < deadline, f"disk {home}'s trash not purged within 60 s of its hold"
+                    await asyncio.sleep(0.2)
 
     threads = [threading.Thread(target=churn.writer, args=(seed,)) for seed in range(2)]
     threads.append(threading.Thread(target=watch.run))
