@@ -149,14 +149,19 @@ class Gate:
             raise TicketRefused(f"the {what} expired {now - expires:.0f}s ago")
         if expires > now + rule.max_ahead:
             raise TicketRefused(f"a {what} may reach {rule.max_ahead:.0f}s ahead, not {expires - now:.0f}s")
-        signed = _signed(self.kind, self.host, disk_id, vuid, scope, expires)
-        for key in self._keys:
-            try:
-                key.verify(signature, signed)
-                return
-            except InvalidSignature:
-                continue
-        raise TicketRefused(f"the {what} is not {rule.minter}'s for {target} of {self.host}")
+        if not _verified(self._keys, signature, _signed(self.kind, self.host, disk_id, vuid, scope, expires)):
+            raise TicketRefused(f"the {what} is not {rule.minter}'s for {target} of {self.host}")
+
+
+def _verified(keys: Sequence[Ed25519PublicKey], signature: bytes, signed: bytes) -> bool:
+    """Whether one of `keys` (the current one, then a rotation's previous) signed `signed`."""
+    for key in keys:
+        try:
+            key.verify(signature, signed)
+            return True
+        except InvalidSignature:
+            continue
+    return False
 
 
 def _parse(ticket: str, what: str) -> tuple[int, bytes]:
@@ -248,11 +253,5 @@ class IntentGate:
         vid, bid, upload = intent.vid, intent.bid, intent.slices()
         if not _covers(vid, bid, upload, shard_vid, shard_bid):
             raise TicketRefused(f"the {what} for blob {vid}/{bid} does not cover {blob}")
-        signed = _intent_text(self.cluster_id, vid, bid, upload)
-        for key in self._keys:
-            try:
-                key.verify(signature, signed)
-                return
-            except InvalidSignature:
-                continue
-        raise TicketRefused(f"the {what} for blob {vid}/{bid} is not access's for cluster {self.cluster_id}")
+        if not _verified(self._keys, signature, _intent_text(self.cluster_id, vid, bid, upload)):
+            raise TicketRefused(f"the {what} for blob {vid}/{bid} is not access's for cluster {self.cluster_id}")
