@@ -234,12 +234,15 @@ def test_a_churn_in_a_small_disk_budget_never_runs_out_of_space(disks: list[Path
                 moved.extend(await move(cm, scheduler, list(units), home, trash_seen, watch.over))
                 if watch.over.is_set():
                     return
-                # The next move only once `home`'s trash is purged: a unit back within the hold of its trip off
-                # would find its old chunk still there (O + 2S, which the bound cannot tell from a trash never
-                # emptied on a box where S is a third of the disk).
+                # The next move only once the trash this one left is purged, on every disk: a unit back within the
+                # hold of its trip off would find its old chunk still there, and one off again would find its chunk
+                # from the trip back still in the destination's trash (O + 2S, which the bound cannot tell from a
+                # trash never emptied on a box where S is a third of the disk). Read on the disks themselves: `disk
+                # list` shows a trash a heartbeat late.
+                left = {f for point in disks for f in (point / ".trash").iterdir()}
                 deadline = time.monotonic() + 60
-                while any(d.trash_bytes for d in await cm.list_disks() if d.disk_id == home):
-                    assert time.monotonic() < deadline, f"disk {home}'s trash not purged within 60 s of its hold"
+                while any(f.exists() for f in left):
+                    assert time.monotonic() < deadline, f"trash not purged within 60 s of its hold: {left}"
                     await asyncio.sleep(0.2)
 
     threads = [threading.Thread(target=churn.writer, args=(seed,)) for seed in range(2)]
