@@ -165,9 +165,23 @@ def test_multipart_copy_and_presigned_urls(gateway: Gateway, tmp_path: Path) -> 
     assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == data
     assert s3.get_object(Bucket=bucket, Key="big", Range="bytes=5242870-5242890")["Body"].read() == \
         data[5242870:5242891]
+    # one part at a time, as parallel downloaders read a multipart object
+    part = s3.get_object(Bucket=bucket, Key="big", PartNumber=3)
+    assert part["Body"].read() == data[10 << 20:] and part["PartsCount"] == 3
+    assert (part["ContentRange"], part["ETag"]) == (f"bytes {10 << 20}-{len(data) - 1}/{len(data)}", head["ETag"])
+    head_part = s3.head_object(Bucket=bucket, Key="big", PartNumber=2)
+    assert (head_part["ContentLength"], head_part["PartsCount"]) == (5 << 20, 3)
+    assert head_part["ResponseMetadata"]["HTTPStatusCode"] == 206
+    for refused, expected in (({"PartNumber": 4}, (416, "InvalidPartNumber")),
+                              ({"PartNumber": 1, "Range": "bytes=0-1"}, (400, "InvalidRequest"))):
+        with pytest.raises(ClientError) as err:
+            s3.get_object(Bucket=bucket, Key="big", **refused)
+        assert _code(err) == expected
     s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "big"})
     assert s3.get_object(Bucket=bucket, Key="copy")["Body"].read() == data
     assert "ChecksumCRC32" not in s3.head_object(Bucket=bucket, Key="copy", ChecksumMode="ENABLED")  # not "...-3"
+    whole = s3.get_object(Bucket=bucket, Key="copy", PartNumber=1)  # a copy is one part, its only one
+    assert whole["Body"].read() == data and "PartsCount" not in whole
     s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "copy"},
                    MetadataDirective="REPLACE", Metadata={"k": "v"}, ContentType="text/plain")
     replaced = s3.get_object(Bucket=bucket, Key="copy")

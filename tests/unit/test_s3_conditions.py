@@ -1,11 +1,13 @@
-"""Conditional reads and copies, and byte ranges, decided as S3 documents them."""
+"""Conditional reads and copies, and byte ranges and parts, decided as S3 documents them."""
 
 from __future__ import annotations
 
 import pytest
 
-from blobstore_server.services.s3.conditions import byte_range, check_read, etag_matches
+from blobstore_server.services.s3.conditions import byte_range, check_read, etag_matches, part_range
 from blobstore_server.services.s3.errors import S3Error
+from blobstore_server.services.s3.namespace import ObjectRecord
+from blobstore_server.services.s3.namespace.records import Extent
 
 ETAG = "0cc175b9c0f1b6a831c399e269772661"
 MODIFIED_MS = 1_700_000_000_500  # Tue, 14 Nov 2023 22:13:20 GMT (+ 0.5 s)
@@ -74,3 +76,33 @@ def test_unsatisfiable_ranges_are_416(header: str, size: int) -> None:
     with pytest.raises(S3Error) as err:
         byte_range(header, size)
     assert err.value.code == "InvalidRange" and err.value.status == 416
+
+
+# parts of 5, 5 and 2 bytes (sizes shrunk), the first two stored as two blobs each, the last as one
+MULTIPART = ObjectRecord(b"k", 12, ETAG + "-3", MODIFIED_MS, parts_count=3, manifest=(
+    Extent(0, 3, "a", 1), Extent(3, 2, "b", 1), Extent(5, 4, "c", 2), Extent(9, 1, "d", 2), Extent(10, 2, "e", 3)))
+SINGLE = ObjectRecord(b"k", 7, ETAG, MODIFIED_MS, manifest=(Extent(0, 7, "a"),))
+
+
+@pytest.mark.parametrize(("number", "record", "expected"), [
+    ("1", MULTIPART, (0, 4)), ("2", MULTIPART, (5, 9)), ("3", MULTIPART, (10, 11)), ("1", SINGLE, (0, 6)),
+    ("1", ObjectRecord(b"k", 0, ETAG, MODIFIED_MS), (0, -1)),  # an empty object: its one part, empty
+    # an empty last part leaves no extent
+    ("2", ObjectRecord(b"k", 5, ETAG + "-2", MODIFIED_MS, parts_count=2, manifest=(Extent(0, 5, "a", 1),)), (5, 4)),
+])
+def test_parts(number: str, record: ObjectRecord, expected: tuple[int, int]) -> None:
+    assert part_range(number, record) == expected
+
+
+@pytest.mark.parametrize(("number", "record", "code", "status"), [
+    ("4", MULTIPART, "InvalidPartNumber", 416), ("2", SINGLE, "InvalidPartNumber", 416),
+    ("0", MULTIPART, "InvalidArgument", 400), ("10001", MULTIPART, "InvalidArgument", 400),
+    ("x", MULTIPART, "InvalidArgument", 400), ("-1", MULTIPART, "InvalidArgument", 400),
+    # completed before extents carried their part: no bounds to answer with, and no guess
+    ("1", ObjectRecord(b"k", 12, ETAG + "-3", MODIFIED_MS, parts_count=3, manifest=(Extent(0, 12, "a"),)),
+     "NotImplemented", 501),
+])
+def test_parts_refused(number: str, record: ObjectRecord, code: str, status: int) -> None:
+    with pytest.raises(S3Error) as err:
+        part_range(number, record)
+    assert (err.value.code, err.value.status) == (code, status)

@@ -30,6 +30,8 @@ CASES = [
     ("GET", "/b/k", "response-content-type=text%2Fplain", False, Op.GET_OBJECT),
     ("GET", "/b/k", "versionId=null", False, Op.GET_OBJECT),
     ("HEAD", "/b/k", "", False, Op.HEAD_OBJECT),
+    ("GET", "/b/k", "partNumber=2", False, Op.GET_OBJECT),
+    ("HEAD", "/b/k", "partNumber=2", False, Op.HEAD_OBJECT),
     ("DELETE", "/b/k", "", False, Op.DELETE_OBJECT),
     ("POST", "/b/k", "uploads", False, Op.CREATE_MULTIPART_UPLOAD),
     ("PUT", "/b/k", "partNumber=3&uploadId=u", False, Op.UPLOAD_PART),
@@ -83,8 +85,8 @@ def test_every_other_combination_is_refused_with_501_or_405() -> None:
         assert r.op is route(method, path, query, False).op
 
 
-def test_one_part_of_an_object_and_a_real_version_id_are_not_implemented() -> None:
-    for query in ("partNumber=1", "versionId=3HL4kqtJlcpXroDTDmJ", "acl", "tagging", "attributes"):
+def test_a_real_version_id_and_other_subresources_are_not_implemented() -> None:
+    for query in ("versionId=3HL4kqtJlcpXroDTDmJ", "partNumber=1&versionId=3HL4kqtJlcpXroDTDmJ", "acl", "tagging", "attributes"):
         with pytest.raises(S3Error) as err:
             route("GET", "/b/k", query, False)
         assert err.value.code == "NotImplemented"

@@ -4,6 +4,9 @@ Reads (GET, HEAD): If-Match and If-Unmodified-Since fail with 412, If-None-Match
 a true If-Match makes If-Unmodified-Since moot, a false If-None-Match (the ETag matched) decides 304 whatever
 If-Modified-Since says (S3's documented precedence). A copy's source conditions (x-amz-copy-source-if-*) follow
 the same rules but every failure is a 412.
+
+A GET or HEAD reads one range of bytes: a single `Range`, or with `?partNumber=N` the N-th part of a multipart
+object (any other object is its own one part), never both.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from blobstore_server.services.s3.errors import S3Error
+from blobstore_server.services.s3.namespace import ObjectRecord
+from blobstore_server.services.s3.namespace.completion import MAX_PART_NUMBER
 
 
 def _etags(value: str) -> list[str]:
@@ -84,3 +89,22 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if first >= size:
         raise S3Error("InvalidRange", f"the range {header} is not satisfiable for {size} bytes")
     return first, size - 1 if last_text == "" else min(int(last_text), size - 1)
+
+
+def part_range(number_text: str, record: ObjectRecord) -> tuple[int, int]:
+    """The [first, last] byte positions of part `number_text` of `record` (`last = first - 1`: an empty part).
+    Parts count from 1 in the completed object's order, as x-amz-mp-parts-count does; an object not uploaded in
+    parts is its part 1."""
+    if not number_text.isdigit() or not 1 <= int(number_text) <= MAX_PART_NUMBER:
+        raise S3Error("InvalidArgument", f"partNumber is an integer from 1 to {MAX_PART_NUMBER}, not {number_text!r}")
+    number = int(number_text)
+    if number > (record.parts_count or 1):
+        raise S3Error("InvalidPartNumber", f"the object has {record.parts_count or 1} parts, not {number}")
+    if not record.parts_count:
+        return 0, record.size - 1
+    if record.manifest and not any(extent.part for extent in record.manifest):
+        raise S3Error("NotImplemented", "the object was completed before its parts' bounds were kept")
+    extents = [extent for extent in record.manifest if extent.part == number]
+    if not extents:  # an empty part: only the last can be (every other is at least 5 MiB)
+        return record.size, record.size - 1
+    return extents[0].offset, extents[-1].offset + extents[-1].size - 1

@@ -29,6 +29,7 @@ STATUS: dict[str, int] = {
     "InvalidBucketName": 400,
     "InvalidDigest": 400,
     "InvalidPart": 400,
+    "InvalidPartNumber": 416,
     "InvalidPartOrder": 400,
     "InvalidRange": 416,
     "InvalidRequest": 400,

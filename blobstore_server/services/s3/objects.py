@@ -11,7 +11,7 @@ from dataclasses import replace
 from blobstore_server.services.s3 import replies
 from blobstore_server.services.s3.backend import Backend
 from blobstore_server.services.s3.bodies import MAX_BODY, parse_delete
-from blobstore_server.services.s3.conditions import byte_range, check_read
+from blobstore_server.services.s3.conditions import byte_range, check_read, part_range
 from blobstore_server.services.s3.copying import copied_checksums, copy_bytes, copy_source
 from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import Body, S3Request, S3Response
@@ -96,6 +96,16 @@ async def _exists(backend: Backend, bucket: str, key: bytes) -> bool:
     return True
 
 
+def _wanted(request: S3Request, record: ObjectRecord) -> tuple[int, int] | None:
+    """The bytes a GET or HEAD asks for (`Range`, or a part: 206), or None for the whole object (200)."""
+    number = request.route.query.get("partNumber")
+    if number is None:
+        return byte_range(request.headers.get("range"), record.size)
+    if "range" in request.headers:
+        raise S3Error("InvalidRequest", "a Range and a partNumber cannot be asked together")
+    return part_range(number, record)
+
+
 async def get_object(backend: Backend, request: S3Request) -> S3Response:
     record = await backend.db(backend.store.get_object, request.route.bucket, request.route.key)
     try:
@@ -104,13 +114,15 @@ async def get_object(backend: Backend, request: S3Request) -> S3Response:
         if exc.code != "NotModified":
             raise
         raise S3Error(exc.code, exc.message, request.route.resource, not_modified_headers(record)) from None
-    wanted = byte_range(request.headers.get("range"), record.size)
+    wanted = _wanted(request, record)
     # the stored checksums are the whole object's: a range is sent without them (boto3 would check them against it)
     checksums = wanted is None and request.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     headers = with_overrides(object_headers(record, checksums), request.route.query)
     first, last = wanted if wanted is not None else (0, record.size - 1)
-    if wanted is not None:
+    if wanted is not None and last >= first:
         headers.append(("content-range", f"bytes {first}-{last}/{record.size}"))
+    if "partNumber" in request.route.query and record.parts_count:
+        headers.append(("x-amz-mp-parts-count", str(record.parts_count)))
     status, length = (206 if wanted is not None else 200), last - first + 1
     if request.route.op is Op.HEAD_OBJECT or length == 0:
         return S3Response(status, headers, b"", length)

@@ -65,6 +65,8 @@ _TABLE: dict[tuple[str, str, frozenset[str], bool], Op] = {
     ("object", "PUT", frozenset(), True): Op.COPY_OBJECT,
     ("object", "GET", frozenset(), False): Op.GET_OBJECT,
     ("object", "HEAD", frozenset(), False): Op.HEAD_OBJECT,
+    ("object", "GET", frozenset({"partNumber"}), False): Op.GET_OBJECT,
+    ("object", "HEAD", frozenset({"partNumber"}), False): Op.HEAD_OBJECT,
     ("object", "DELETE", frozenset(), False): Op.DELETE_OBJECT,
     ("object", "POST", frozenset({"uploads"}), False): Op.CREATE_MULTIPART_UPLOAD,
     ("object", "PUT", frozenset({"partNumber", "uploadId"}), False): Op.UPLOAD_PART,

@@ -45,11 +45,14 @@ def new_id(now_ms: int) -> str:
 
 
 def encode_manifest(manifest: Iterable[Extent]) -> str:
-    return json.dumps([[e.offset, e.size, e.location] for e in manifest], separators=(",", ":"))
+    """[offset, size, location] per extent, and its part when it has one (records written before parts were kept
+    read as part 0)."""
+    return json.dumps([[e.offset, e.size, e.location, *([e.part] if e.part else [])] for e in manifest],
+                      separators=(",", ":"))
 
 
 def decode_manifest(text: str) -> Manifest:
-    return tuple(Extent(offset, size, location) for offset, size, location in json.loads(text))
+    return tuple(Extent(*fields) for fields in json.loads(text))
 
 
 def encode_meta(meta: ObjectMeta) -> str:

@@ -56,8 +56,8 @@ def complete(listed: Sequence[tuple[int, str]], uploaded: Mapping[int, Part]) ->
         raise S3Error("EntityTooSmall", f"every part but the last is at least {MIN_PART_SIZE} bytes")
     manifest: list[Extent] = []
     offset = 0
-    for part in parts:
-        manifest.extend(Extent(offset + e.offset, e.size, e.location) for e in part.manifest)
+    for ordinal, part in enumerate(parts, 1):
+        manifest.extend(Extent(offset + e.offset, e.size, e.location, ordinal) for e in part.manifest)
         offset += part.size
     chosen = set(numbers)
     return Completed(offset, multipart_etag([part.etag for part in parts]), tuple(manifest),

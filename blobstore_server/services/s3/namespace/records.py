@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Extent:
-    """`size` bytes of an object from `offset` on, held by the blob at `location`."""
+    """`size` bytes of an object from `offset` on, held by the blob at `location`; in a multipart object, from its
+    `part`-th part (1-based, in the completed order: what GET ?partNumber= reads), else part 0."""
 
     offset: int
     size: int
     location: str
+    part: int = 0
 
 
 Manifest = tuple[Extent, ...]
