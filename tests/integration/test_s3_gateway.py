@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import boto3
@@ -27,8 +29,24 @@ def gateway(request: pytest.FixtureRequest, shared_cluster: LocalCluster,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """One gateway on the module's cluster for each namespace engine: each test makes its own users and buckets."""
     namespace = new_namespace(request.param, request)
-    with running_gateway(shared_cluster, tmp_path_factory.mktemp("s3"), namespace) as started:
+    with running_gateway(shared_cluster, tmp_path_factory.mktemp("s3"), namespace, domains=[DOMAIN]) as started:
         yield started
+
+
+DOMAIN = "s3.test"  # the gateway's virtual-hosted style domain: `<bucket>.s3.test`
+
+
+@pytest.fixture
+def wildcard_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`s3.test` and every name under it resolve to 127.0.0.1 in this test process, as a wildcard DNS record would
+    (a stand-in for DNS, which this machine has not; the gateway and the clients' requests are real)."""
+    resolve = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        named = isinstance(host, str) and (host == DOMAIN or host.endswith("." + DOMAIN))
+        return resolve("127.0.0.1" if named else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
 def name() -> str:
@@ -210,3 +228,33 @@ def test_multipart_copy_and_presigned_urls(gateway: Gateway, tmp_path: Path) -> 
     tampered = url.replace("copy", "big")
     denied = httpx.get(tampered)
     assert denied.status_code == 403 and b"SignatureDoesNotMatch" in denied.content
+
+
+def test_virtual_hosted_style_names_the_bucket_in_the_host(gateway: Gateway, wildcard_dns: None) -> None:
+    keys = gateway.user(name())
+    endpoint = f"http://{DOMAIN}:{gateway.url.rsplit(':', 1)[1]}"
+    s3 = gateway.client(*keys, endpoint=endpoint, addressing="virtual", signature_version="s3v4")
+    bucket = name()
+    s3.create_bucket(Bucket=bucket)
+    put = s3.put_object(Bucket=bucket, Key="dir/a b+€", Body=b"hosted")
+    assert put["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+    got = s3.get_object(Bucket=bucket, Key="dir/a b+€")
+    assert got["Body"].read() == b"hosted" and got["ETag"] == put["ETag"]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["dir/a b+€"]
+    # what boto3 sent: the bucket in the Host, not in the path
+    sent = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "dir/a b+€"}, ExpiresIn=60)
+    assert sent.startswith(f"http://{bucket}.{DOMAIN}:") and f"/{bucket}/" not in sent
+    assert httpx.get(sent).content == b"hosted"
+    v2 = gateway.client(*keys, endpoint=endpoint, addressing="virtual")  # presigned with signature version 2
+    legacy = v2.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "dir/a b+€"}, ExpiresIn=60)
+    assert "Signature=" in legacy and httpx.get(legacy).content == b"hosted"
+    # path style on the same domain, and the bucket named twice is a key in it
+    assert gateway.client(*keys, endpoint=endpoint).get_object(Bucket=bucket, Key="dir/a b+€")["Body"].read() == \
+        b"hosted"
+    with pytest.raises(ClientError) as err:
+        s3.get_object(Bucket=bucket, Key=f"{bucket}/dir/a b+€")
+    assert _code(err) == (404, "NoSuchKey")
+    with pytest.raises(ClientError) as err:  # another user's bucket, by its host name
+        gateway.client(*gateway.user(name()), endpoint=endpoint, addressing="virtual").get_object(
+            Bucket=bucket, Key="dir/a b+€")
+    assert _code(err) == (403, "AccessDenied")

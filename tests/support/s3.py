@@ -29,11 +29,12 @@ class Gateway:
     def url(self) -> str:
         return self.service.url
 
-    def client(self, access_key: str, secret: str, **config: Any) -> Any:
-        """boto3, path-style, no retries (a test sees the first answer)."""
-        return boto3.client("s3", endpoint_url=self.url, aws_access_key_id=access_key,
+    def client(self, access_key: str, secret: str, endpoint: str | None = None, addressing: str = "path",
+               **config: Any) -> Any:
+        """boto3 on the gateway (or `endpoint`), path-style unless told, no retries (a test sees the first answer)."""
+        return boto3.client("s3", endpoint_url=endpoint or self.url, aws_access_key_id=access_key,
                             aws_secret_access_key=secret, region_name="us-east-1",
-                            config=botocore.config.Config(s3={"addressing_style": "path"},
+                            config=botocore.config.Config(s3={"addressing_style": addressing},
                                                           retries={"max_attempts": 1}, **config))
 
     def user(self, name: str) -> tuple[str, str]:

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from blobstore_server.services.s3.errors import NOT_CONFIGURED, S3Error
-from blobstore_server.services.s3.routing import SUBRESOURCES, Op, route
+from blobstore_server.services.s3.routing import SUBRESOURCES, Op, path_style, route
 
 CASES = [
     ("GET", "/", "", False, Op.LIST_BUCKETS),
@@ -86,7 +86,25 @@ def test_every_other_combination_is_refused_with_501_or_405() -> None:
 
 
 def test_a_real_version_id_and_other_subresources_are_not_implemented() -> None:
-    for query in ("versionId=3HL4kqtJlcpXroDTDmJ", "partNumber=1&versionId=3HL4kqtJlcpXroDTDmJ", "acl", "tagging", "attributes"):
+    for query in ("versionId=3HL4kqtJlcpXroDTDmJ", "partNumber=1&versionId=3HL4kqtJlcpXroDTDmJ", "acl", "tagging",
+                  "attributes"):
         with pytest.raises(S3Error) as err:
             route("GET", "/b/k", query, False)
         assert err.value.code == "NotImplemented"
+
+
+@pytest.mark.parametrize(("host", "path", "expected"), [
+    ("photos.s3.example.com", "/2026/a.jpg", "/photos/2026/a.jpg"),
+    ("photos.s3.example.com:9400", "/", "/photos/"),
+    ("My.Photos.S3.Example.com.", "/k", "/my.photos/k"),  # a dotted bucket, the host's case and root dot aside
+    ("s3.example.com:9400", "/photos/k", "/photos/k"),  # the domain itself: path style
+    ("other.example.com", "/photos/k", "/photos/k"),
+    ("xs3.example.com", "/k", "/k"),  # not under the domain, only ending like it
+    ("127.0.0.1:9400", "/photos/k", "/photos/k"),
+    ("[::1]:9400", "/photos/k", "/photos/k"),
+    ("photos.s3.internal", "/k", "/photos/k"),  # any of the domains
+    ("", "/photos/k", "/photos/k"),
+])
+def test_virtual_hosted_style_is_rewritten_to_path_style(host: str, path: str, expected: str) -> None:
+    assert path_style(host, path, ["s3.example.com", "s3.internal"]) == expected
+    assert path_style(host, path, []) == path

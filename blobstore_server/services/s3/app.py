@@ -21,7 +21,7 @@ from blobstore_server.services.s3.errors import S3Error
 from blobstore_server.services.s3.exchange import S3Request, S3Response
 from blobstore_server.services.s3.namespace import Credentials
 from blobstore_server.services.s3.operations import perform
-from blobstore_server.services.s3.routing import route
+from blobstore_server.services.s3.routing import path_style, route
 from blobstore_server.services.s3.sigv4 import WireRequest, verify
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ async def _request(backend: Backend, scope: Scope, receive: Receive, request_id:
     pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
     raw_path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
     query = scope.get("query_string", b"").decode("latin-1")
-    wire = WireRequest(scope["method"], raw_path, query, pairs)
+    host = next((value for name, value in pairs if name.lower() == "host"), "")
+    path = path_style(host, raw_path, backend.config.domains)
     signer: list[Credentials] = []  # who the signature check found: the request's user, without a second lookup
 
     def secret_for(access_key: str) -> str | None:
@@ -69,12 +70,13 @@ async def _request(backend: Backend, scope: Scope, receive: Receive, request_id:
         signer.extend([found] if found is not None else [])
         return None if found is None else found.secret
 
-    check = sigv2.verify if sigv2.presigned(query) else verify
-    verified = await asyncio.to_thread(check, wire, secret_for, datetime.now(UTC))
+    v2 = sigv2.presigned(query)  # SigV4 signs the path as sent, SigV2 the bucket and key whatever the style
+    wire = WireRequest(scope["method"], path if v2 else raw_path, query, pairs)
+    verified = await asyncio.to_thread(sigv2.verify if v2 else verify, wire, secret_for, datetime.now(UTC))
     headers: dict[str, str] = {}
     for name, value in pairs:
         headers[name.lower()] = f"{headers[name.lower()]},{value}" if name.lower() in headers else value
-    routed = route(scope["method"], raw_path, query, "x-amz-copy-source" in headers)
+    routed = route(scope["method"], path, query, "x-amz-copy-source" in headers)
     scope["route"] = _Measured(f"S3 {routed.op.value}")  # the request metrics' route label
     if verified.anonymous or verified.access_key is None:
         raise S3Error("AccessDenied", "anonymous requests are not served: sign with an access key", routed.resource)

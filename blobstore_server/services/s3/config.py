@@ -24,6 +24,9 @@ class S3Config(ServiceSettings):
     # Where buckets, keys, users and the GC outbox are: a SQLite file (the gateways of one machine), or a
     # PostgreSQL DSN, postgresql://user[:password]@host[:port]/database (any number of gateways)
     namespace: str = "s3/namespace.db"
+    # Virtual-hosted style: a request to `<bucket>.<domain>` (Host) for one of these names that bucket, its path the
+    # key (the domain and its subdomains resolve to the gateways: a wildcard DNS record). Path style always works.
+    domains: list[str] = Field(default_factory=list)
     region: str = "us-east-1"  # what GetBucketLocation answers; requests signed for any region are taken
     segment_size: int = Field(8 << 20, ge=1 << 20, le=64 << 20)  # bytes of an object per Location
     max_object_size: int = Field(5 << 30, gt=0)  # a single PUT (S3's limit); multipart objects are sums of parts

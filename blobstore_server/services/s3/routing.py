@@ -6,6 +6,7 @@ Pure, so every combination is tested; anything S3 has that the gateway does not 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import parse_qsl, unquote_to_bytes
@@ -91,6 +92,17 @@ class Route:
         if not self.bucket:
             return "/"
         return f"/{self.bucket}" + (f"/{self.key.decode('utf-8', 'replace')}" if self.key else "")
+
+
+def path_style(host: str, raw_path: str, domains: Sequence[str]) -> str:
+    """The path-style path of a request: `/<bucket>` + its path when its Host (port aside) is `<bucket>.<domain>`
+    for one of `domains` (virtual-hosted style), else its path as sent."""
+    name = (host if host.endswith("]") else host.rsplit(":", 1)[0]).rstrip(".").lower()
+    for domain in domains:
+        suffix = "." + domain.rstrip(".").lower()
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return f"/{name.removesuffix(suffix)}{raw_path}"
+    return raw_path
 
 
 def route(method: str, raw_path: str, raw_query: str, has_copy_source: bool) -> Route:
