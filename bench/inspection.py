@@ -25,15 +25,18 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.availability import Op, phase, stream
 from bench.common import cpu_seconds
-from bench.repair import MiB, fill, paced_load, under_load, until
+from bench.repair import MiB, fill, under_load
 from blobstore_server.cluster import launcher
 from blobstore_server.cluster.plan import ClusterShape
 from blobstore_server.libs.proto.blobnode import DiskExport
@@ -51,6 +54,41 @@ from blobstore_server.spark.inputs import DISK_SCHEMA, UNIT_SCHEMA
 
 DISKS, UNITS, N = 90, 9, 6  # EC6P3
 SETTLE = 10.0  # live: the fill ended longer ago than this before the inspection starts (capacity + baseline)
+
+
+async def paced_load(access: list[str], rate: float, size: int, running: Callable[[], bool]) -> list[Op]:
+    """Open loop: a PUT of `size` bytes then a GET of it, started every 1/`rate` seconds while `running()`, each
+    pair through the next access node in turn."""
+    ops: list[Op] = []
+    rng = random.Random(7)
+    start = time.monotonic()
+
+    async def pair(session: aiohttp.ClientSession, url: str) -> None:
+        t0 = time.monotonic()
+        async with session.put(f"{url}/blob", data=rng.randbytes(size)) as resp:
+            ok = resp.status == 200
+            token = (await resp.json())["location"] if ok else ""
+        ops.append(Op("put", t0 - start, time.monotonic() - t0, ok))
+        if ok:
+            t1 = time.monotonic()
+            async with session.get(f"{url}/blob/{token}") as resp:
+                ops.append(Op("get", t1 - start, time.monotonic() - t1, resp.status == 200 and len(await resp.read())
+                              == size))
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        pending: set[asyncio.Task[None]] = set()
+        tick = 0
+        while running():
+            pending.add(asyncio.create_task(pair(session, access[tick % len(access)])))
+            tick += 1
+            await asyncio.sleep(max(0.0, start + tick / rate - time.monotonic()))
+        await asyncio.gather(*pending)
+    return ops
+
+
+
+def until(deadline: float) -> bool:
+    return time.monotonic() < deadline
 
 
 def generate(root: Path, shards: int, seed: int = 1) -> None:
