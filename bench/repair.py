@@ -233,7 +233,8 @@ def main() -> None:
     runs = [one_mode(parse_code_mode(mode), args) for mode in args.modes.split(",")]
     result: dict[str, Any] = {
         "shape": f"3 clustermgr, {args.blobnodes} blobnodes x 2 disks, auth on, default worker", "runs": runs,
-        "idle_ratio": min(r["idle_ratio"] for r in runs),
+        # the rate the durability model takes (`blobstore durability`): a rebuild's where users leave room
+        "rebuild_mb_s": min(r["idle_rebuild_mb_s"] for r in runs), "idle_ratio": min(r["idle_ratio"] for r in runs),
         "idle_cpu_ms_per_mb": max(r["idle_cpu_ms_per_mb"] for r in runs)}
     if not args.idle_only:
         result |= {"ratio": min(r["ratio"] for r in runs), "cpu_ms_per_mb": max(r["cpu_ms_per_mb"] for r in runs),
