@@ -207,7 +207,7 @@ EXPORT_ROOT = f"s3://{EXPORT_BUCKET}/"
 C = Capability
 CAPABILITIES: dict[str, tuple[Capability, ...]] = {
     "clustermgr": (C.OBSERVE, C.REGISTER, C.DISK_STATUS, C.UNITS, C.KV, C.CANCEL_DELETE, C.ADMIN,
-                   C.CHUNK, C.RAFT_MEMBER),
+                   C.CHUNK, C.RAFT_MEMBER, C.READ_SHARD),  # read-shard: a move's destination checked (moves.py)
     "blobnode": (C.READ_SHARD, C.WRITE_SHARD, C.DELETE_SHARD, C.DISCARD_SHARD, C.CHUNK, C.EXPORT, C.OBSERVE,
                  C.QUEUE_REPAIR, C.DISK_REPORT),
     "access": (C.READ_SHARD, C.WRITE_SHARD, C.OBSERVE, C.ALLOCATE, C.QUEUE_REPAIR, C.QUEUE_DELETE, C.UNDELETE,

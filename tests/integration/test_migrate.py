@@ -146,8 +146,9 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
             assert migrator.stats.rebuilt_shards - before.rebuilt_shards == len(live)
             assert migrator.stats.lost_shards - before.lost_shards == 1
             assert migrator.stats.copied_shards == before.copied_shards
-            assert final.done_shards == len(live)
+            assert final.done_shards == len(live) and final.lost_bids == [lost]  # the switch names it lost
             await assert_moved(2, destination, originals)
+            await cm.update_unit(vid, 2, destination.vuid, destination.disk_id, lost=final.lost_bids)
 
             # 3. The destination's blobnode killed mid-run: the task gives up that destination. The source's blobnode
             # of step 2 back first: else the blob lost there (its shards gone from units 3-5, unit 2 unreachable) may

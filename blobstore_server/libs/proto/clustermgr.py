@@ -239,9 +239,17 @@ class UnitAlloc(UnitRef):
     avoid: list[int] = Field(default_factory=list, max_length=4096)  # disks the policy must not choose
 
 
+# The most blobs one move may name lost: each is checked by reading its shards on every unit
+MAX_LOST_PER_MOVE = 10_000
+
+
 class UnitUpdate(UnitRef):
+    """Commit the reserved move: clustermgr first checks that the destination holds every blob the unit owes, but
+    those named `lost` (too few good shards anywhere to rebuild them) that it finds so itself (clustermgr/moves.py)."""
+
     vuid: int = U64
     disk_id: int = DISK_ID
+    lost: list[int] = Field(default_factory=list, max_length=MAX_LOST_PER_MOVE)
 
 
 class UnitRelease(VolumeRef):

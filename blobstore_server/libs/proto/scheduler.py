@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from blobstore_server.libs.proto.body import RequestBody
 from blobstore_server.libs.proto.cluster import Unit
+from blobstore_server.libs.proto.clustermgr import MAX_LOST_PER_MOVE
 from blobstore_server.libs.proto.switches import TaskType
 from blobstore_server.libs.rpc.routes import Capability as C
 from blobstore_server.libs.rpc.routes import Route, RouteTable
@@ -74,6 +75,7 @@ class TaskRecord(BaseModel):
     done_shards: int = Field(0, ge=0)
     total_bytes: int = Field(0, ge=0)
     total_shards: int = Field(0, ge=0)
+    lost_bids: list[int] = Field(default_factory=list, max_length=MAX_LOST_PER_MOVE)  # the last report's
 
     @property
     def key(self) -> str:
@@ -146,6 +148,8 @@ class TaskProgress(RequestBody):
     done_shards: int = Field(ge=0)
     total_bytes: int = Field(ge=0)
     total_shards: int = Field(ge=0)
+    # Blobs the worker found too few good shards of to rebuild: the switch names them, clustermgr checks each
+    lost_bids: list[int] = Field(default_factory=list, max_length=MAX_LOST_PER_MOVE)
 
 
 class TaskCancel(RequestBody):

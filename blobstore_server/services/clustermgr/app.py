@@ -124,7 +124,6 @@ PROPOSED: tuple[tuple[Route[Any], type[Command[Any]]], ...] = (
     (api.VOLUME_FULL, VolumeFull),
     (api.VOLUME_LOCK, VolumeLock),
     (api.VOLUME_UNLOCK, VolumeUnlock),
-    (api.UNIT_UPDATE, UnitUpdateCmd),
     (api.SERVICE_REGISTER, ServiceRegisterCmd),
     (api.SERVICE_HEARTBEAT, ServiceHeartbeat),
     (api.SERVICE_UNREGISTER, ServiceUnregister),
@@ -260,6 +259,10 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.UNIT_ALLOC)
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
         return await cm.alloc_unit(req, caller)
+
+    @serves(app, api.UNIT_UPDATE)
+    async def unit_update(req: UnitUpdateCmd, caller: Caller) -> VolumeInfo:
+        return await cm.update_unit(req, caller)
 
     @serves(app, api.UNIT_RELEASE)
     async def unit_release(req: UnitReleaseCmd, caller: Caller) -> UnitReleased:

@@ -303,8 +303,10 @@ class ClusterClient(ServiceClient):
         the answer carries the release ticket a blobnode with auth requires."""
         return await self.call(api.UNIT_RELEASE, body=UnitRelease(vid=vid, vuid=vuid, disk_id=disk_id))
 
-    async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int) -> VolumeInfo:
-        body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id)
+    async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int, lost: Sequence[int] = ()
+                          ) -> VolumeInfo:
+        """Switch unit `index` to its reserved move, which must hold every blob the unit owes but `lost` ones."""
+        body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id, lost=list(lost))
         return await self.call(api.UNIT_UPDATE, body=body)
 
     # scopes, services, config, kv

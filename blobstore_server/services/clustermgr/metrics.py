@@ -18,3 +18,6 @@ VOLUME_CREATIONS_FAILED = Counter("blobstore_clustermgr_volume_creations_failed_
 PROPOSAL_SECONDS = Histogram("blobstore_clustermgr_proposal_seconds",
                              "From proposing a command to its result applied here, by command",
                              ["op"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
+MOVES_REFUSED = Counter("blobstore_clustermgr_moves_refused_total",
+                        "Unit switches refused because the destination lacked blobs the unit holds (a move not done, "
+                        "or a forged one)")

@@ -323,7 +323,7 @@ class Scheduler:
         assert task.destination is not None
         try:
             await self.cluster.update_unit(task.vid, task.unit_index, task.destination.vuid,
-                                           task.destination.disk_id)
+                                           task.destination.disk_id, lost=task.lost_bids)
         except Fenced:
             raise  # superseded: the destination may be the live unit by now; a newer scheduler decides
         except Conflict as exc:

@@ -70,6 +70,10 @@ class DestinationFailed(Unavailable):
     """The destination cannot take writes (or lost them); a reclaim picks another destination."""
 
 
+class BlobLost(Exception):
+    """Fewer than N shards of the blob exist anywhere: nothing can bring it back."""
+
+
 class _Progress:
     """The run's counters, handed to `report` at most every `interval` seconds and at the end."""
 
@@ -79,11 +83,12 @@ class _Progress:
         self.task, self.report, self.interval = task, report, interval
         self.total_bytes, self.total_shards = sum(m.size for m in live), len(live)
         self.done_bytes, self.done_shards = sum(m.size for m in done), len(done)
+        self.lost: set[int] = set()  # bids of blobs that cannot be rebuilt: the switch names them
         self.last = time.monotonic()
 
     def snapshot(self) -> TaskProgress:
         return TaskProgress(ref=self.task.ref, done_bytes=self.done_bytes, done_shards=self.done_shards,
-                            total_bytes=self.total_bytes, total_shards=self.total_shards)
+                            total_bytes=self.total_bytes, total_shards=self.total_shards, lost_bids=sorted(self.lost))
 
     async def moved(self, move: BidMove) -> None:
         self.done_bytes += move.size
@@ -96,6 +101,10 @@ class _Progress:
         """More moves joined the run (bids written after its plan)."""
         self.total_bytes += sum(m.size for m in moves)
         self.total_shards += len(moves)
+
+    def lost_blob(self, move: BidMove) -> None:
+        self.left(move)
+        self.lost.add(move.bid)
 
     def left(self, move: BidMove, done: bool = False) -> None:
         """A bid found deleted while it moved (after it was counted done, if `done`): no longer part of the
@@ -140,7 +149,11 @@ class UnitMigrator:
             async with limit:
                 if pacer is not None:
                     await pacer.wait()
-                crc = await self._move(task, units, codec, move, guard)
+                try:
+                    crc = await self._move(task, units, codec, move, guard)
+                except BlobLost:
+                    progress.lost_blob(move)
+                    return
                 if pacer is not None:
                     pacer.charge(move.size)
             if crc is None:
@@ -238,7 +251,7 @@ class UnitMigrator:
     async def _move(self, task: WorkTask, units: list[Unit], codec: Codec, move: BidMove, guard: Guard
                     ) -> int | None:
         """Copy or rebuild one shard onto the destination; its CRC there, or None if the blob turned out
-        deleted meanwhile, or lost."""
+        deleted meanwhile; BlobLost if it cannot be rebuilt."""
         data: Payload | None = None
         io_class = lane(task)
         if move.action is Action.COPY:
@@ -266,7 +279,7 @@ class UnitMigrator:
                 # rest of the unit for it would leave every other blob one failure closer to loss.
                 log.error("LOST blob %d/%d: cannot rebuild unit %d: %s", task.vid, move.bid, task.unit_index, exc)
                 self.stats.lost_shards += 1
-                return None
+                raise BlobLost(move.bid) from None
             data = rebuilt[task.unit_index]
             self.stats.rebuilt_shards += 1
         crc = await self._write(task, move, data, io_class, guard)
