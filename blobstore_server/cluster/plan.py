@@ -227,7 +227,7 @@ NAMED = frozenset({"blobnode", "allocator"})  # sign their identity-bound routes
 
 
 # Who mints each kind of ticket (libs/rpc/tickets.py): the service deciding the destructive call it lets go
-MINTS = {rule.minter: kind for kind, rule in tickets.KINDS.items()}
+MINTS = {tickets.KINDS[kind].minter: kind for kind in tickets.KEYED}
 
 
 def role_keys(secret: str, role: str, name: str | None = None) -> AuthConfig:

@@ -132,9 +132,9 @@ def test_blobnodes_register_and_volumes_are_created_leased_and_moved(
         with pytest.raises(errors.BadRequest, match="must be 'on' or 'off'"):
             await c.set_config("switch/balance", "false")
         assert "EC3P3" in (await c.get_config("code_mode_policy") or "")
-        await c.kv_cas("scheduler/leader", None, "s1")
+        await c.kv_cas("demo/owner", None, "s1")
         with pytest.raises(errors.Conflict):
-            await c.kv_cas("scheduler/leader", None, "s2")
+            await c.kv_cas("demo/owner", None, "s2")
         await c.register_service("mqproxy", "http://m1", ttl=30)
         assert [s.host for s in await c.list_services("mqproxy")] == ["http://m1"]
         a, b = await c.alloc_scope("bid", 100), await c.alloc_scope("bid", 100)

@@ -24,7 +24,7 @@ from blobstore_server.services.worker.migrate import DestinationFailed, UnitMigr
 from tests.support.damage import lose_shard
 from tests.support.load import wait_for_put
 from tests.support.processes import TEST_SECRET, LocalCluster, Service
-from tests.support.tickets import as_tinker, minter
+from tests.support.tickets import as_tinker, epoch_ticket, minter
 
 ClusterFactory = Callable[..., LocalCluster]
 TOKEN = 1  # of the test's hand-outs
@@ -90,8 +90,10 @@ def test_migrate_copies_resumes_rebuilds_and_gives_up_a_dead_destination(cluster
 
             async def new_destination(index: int) -> Unit:
                 unit = await cm.alloc_unit(vid, index)
-                await bn.create_chunk(unit.host, unit.disk_id, unit.vuid, scheduler_epoch=1)  # as a scheduler does
-                await bn.set_task_fence(unit.host, unit.disk_id, unit.vuid, 1, TOKEN)
+                # as a scheduler does, under its lease's epoch
+                await bn.create_chunk(unit.host, unit.disk_id, unit.vuid, scheduler_epoch=1,
+                                      epoch_ticket=epoch_ticket(1))
+                await bn.set_task_fence(unit.host, unit.disk_id, unit.vuid, 1, TOKEN, epoch_ticket=epoch_ticket(1))
                 return unit
 
             async def assert_moved(index: int, destination: Unit, originals: dict[int, ShardInfo]) -> None:

@@ -33,7 +33,7 @@ from blobstore_server.services.clustermgr.client import ClusterClient
 from tests.support.damage import flip_in_chunk, locate
 from tests.support.processes import TEST_SECRET, BlobnodeFactory, LocalCluster, signing_with
 from tests.support.shards import assert_every_shard_present, blobs_of
-from tests.support.tickets import as_tinker, delete_intent, minter
+from tests.support.tickets import as_tinker, delete_intent, epoch_ticket, minter
 
 LIVE, DEST, OTHER_DEST = Vuid.make(7, 2, 1), Vuid.make(8, 1, 2), Vuid.make(9, 0, 2)
 TOKEN = 2  # the hand-out DEST is filled under
@@ -85,7 +85,8 @@ async def attack(bn: BlobnodeClient, role: str, config: AuthConfig, units: list[
     for unit in units:
         host, disk, vuid = unit.host, unit.disk_id, unit.vuid
         # a live unit's task fence never opens (the scheduler's key would then discard under its own ticket)
-        seen.add(await refused(bn.set_task_fence(host, disk, vuid, 1, TOKEN + 1), f"{role} opens {vuid}'s fence"))
+        seen.add(await refused(bn.set_task_fence(host, disk, vuid, 1, TOKEN + 1, epoch_ticket=epoch_ticket(1)),
+                               f"{role} opens {vuid}'s fence"))
         for bid in bids:
             what = f"{role} on {vuid}/{bid}"
             for token in (None, 1, TOKEN):
@@ -114,10 +115,11 @@ def test_no_service_key_destroys_or_replaces_a_shard_on_a_blobnode(blobnode_fact
     async def scenario() -> None:
         async with BlobnodeClient() as bn:
             for unit, epoch in ((live, None), (dest, 1)):  # a volume's unit, clustermgr's; a task's, a scheduler's
-                await bn.create_chunk(node.url, 1, unit.vuid, scheduler_epoch=epoch)
+                await bn.create_chunk(node.url, 1, unit.vuid, scheduler_epoch=epoch,
+                                      epoch_ticket=epoch and epoch_ticket(epoch))
                 for bid, data in stored.items():
                     await bn.put_shard(node.url, 1, unit.vuid, bid, data)
-            await bn.set_task_fence(node.url, 1, DEST, 1, TOKEN)
+            await bn.set_task_fence(node.url, 1, DEST, 1, TOKEN, epoch_ticket=epoch_ticket(1))
             # a blob being deleted, its hold (4 h) not over
             await bn.mark_delete_shard(node.url, 1, LIVE, 3, **as_tinker(node.url, 1, LIVE, 3))
             seen = set()

@@ -29,7 +29,7 @@ from blobstore_server.services.scheduler.client import SchedulerClient
 from tests.support.metrics import sample
 from tests.support.processes import TEST_SECRET, LocalCluster, Pauses, Service, free_port, process_state
 from tests.support.shards import assert_every_shard_present, blobs_of
-from tests.support.tickets import minter
+from tests.support.tickets import epoch_ticket, minter
 from tests.support.waiting import eventually
 
 ClusterFactory = Callable[..., LocalCluster]
@@ -204,7 +204,8 @@ def test_a_same_name_restart_takes_a_new_epoch_and_fences_the_old_process(
                     await eventually(stood_by, 20, "the woken old scheduler standing by")
                     with pytest.raises(errors.Fenced, match=f"epoch {before.epoch} is superseded"):
                         await bn.set_chunk_readonly(source.host, source.disk_id, source.vuid, readonly=False,
-                                                    scheduler_epoch=before.epoch)
+                                                    scheduler_epoch=before.epoch,
+                                                    epoch_ticket=epoch_ticket(before.epoch))  # its own
                     chunks = {c.vuid: c.status for c in await bn.list_chunks(source.host, source.disk_id)}
                     assert chunks[source.vuid] is ChunkStatus.READONLY
                     with pytest.raises(errors.Fenced):  # any change under the old epoch, whoever sends it

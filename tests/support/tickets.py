@@ -21,7 +21,7 @@ def ticket_keys(secret: str, role: str) -> tuple[str | None, dict[str, list[str]
     """(the private key a `role` process holds, the public keys of each kind): a minter its own kind's private
     key only, a blobnode every kind's public key only, any other process neither."""
     signing = tickets.signing_key(secret, MINTS[role]) if role in MINTS else None
-    public = {str(kind): [tickets.public_key(tickets.signing_key(secret, kind))] for kind in Kind}
+    public = {str(kind): [tickets.public_key(tickets.signing_key(secret, kind))] for kind in tickets.KEYED}
     return signing, public if role == "blobnode" else {}
 
 
@@ -63,3 +63,10 @@ def delete_intent(vid: int, bid: int, secret: str = TEST_SECRET, cluster_id: int
     tinker's ticket)."""
     signer = IntentSigner(tickets.signing_key(secret, Kind.INTENT), cluster_id)
     return DeleteIntent(vid=vid, bid=bid, signature=signer.sign(vid, bid))
+
+
+def epoch_ticket(epoch: int, secret: str = TEST_SECRET, cluster_id: int = 1) -> str:
+    """clustermgr's ticket for scheduler lease `epoch` of a test's cluster, as the scheduler holding that lease gets
+    it (`BlobnodeClient`'s `epoch_ticket=`)."""
+    minting = Minter(tickets.signing_key(secret, tickets.key_kind(Kind.EPOCH)), Kind.EPOCH)
+    return minting.mint(tickets.cluster_host(cluster_id), 0, 0, epoch)

@@ -47,6 +47,35 @@ def lease(cm: Driver, expected: LeaderRecord | None, record: LeaderRecord) -> No
              value=record.model_dump_json()))
 
 
+def lease_at(cm: Driver, host: str, epoch: int) -> None:
+    """The lease record taken over and over, up to `epoch` (each takeover takes the next epoch)."""
+    held = None
+    for step in range(1, epoch + 1):
+        record = LeaderRecord(host=host, term=step, epoch=step)
+        lease(cm, held, record)
+        held = record
+
+
+def test_the_lease_record_moves_on_one_epoch_at_most_and_stays(cm: Driver) -> None:
+    """Every epoch of the record is one clustermgr tickets for blobnodes (libs/rpc/tickets.py): a holder of the
+    scheduler's key may take the next, never leap ahead of every epoch a scheduler could win, nor delete it."""
+    with pytest.raises(Conflict, match=r"at epoch 0: .* not 2"):
+        lease(cm, None, LeaderRecord(host="s1", term=1, epoch=2))
+    first = LeaderRecord(host="s1", term=1, epoch=1)
+    lease(cm, None, first)
+    for leap in (KvSet(key=LEADER_KEY, value=LeaderRecord(host="x", term=1, epoch=2**40).model_dump_json()),
+                 KvCas(key=LEADER_KEY, expected=first.model_dump_json(),
+                       value=LeaderRecord(host="x", term=2, epoch=3).model_dump_json())):
+        with pytest.raises(Conflict, match="at epoch 1: a write may keep it or take the next"):
+            cm(leap)
+    with pytest.raises(BadRequest, match="never deleted"):
+        cm(KvDelete(key=LEADER_KEY))
+    with pytest.raises(BadRequest, match="takes a scheduler lease record"):
+        cm(KvSet(key=LEADER_KEY, value="not a record"))
+    cm(KvSet(key=LEADER_KEY, value=LeaderRecord(host="s2", term=2, epoch=2).model_dump_json()))  # a takeover
+    assert lease_epoch(cm.state.kv_get(LEADER_KEY)) == 2
+
+
 def test_a_superseded_holder_changes_nothing_however_late_its_commands_arrive(cm: Driver) -> None:
     first = LeaderRecord(host="s1", term=1, epoch=1)
     lease(cm, None, first)
@@ -72,7 +101,7 @@ def test_a_superseded_holder_changes_nothing_however_late_its_commands_arrive(cm
 def test_a_fence_on_a_lease_never_taken_or_from_the_future_is_refused(cm: Driver) -> None:
     with pytest.raises(Fenced, match="at epoch 0"):
         cm(KvSet(key="k", value="v"), Holder("x", 1).session())
-    lease(cm, None, LeaderRecord(host="s1", term=1, epoch=3))
+    lease_at(cm, "s1", 3)
     with pytest.raises(Fenced, match=r"epoch 4 .* at epoch 3"):
         cm(KvSet(key="k", value="v"), Holder("y", 4).session())
     cm(KvSet(key="k", value="v"))  # a command without a fence (an operator's) is judged as before
@@ -89,7 +118,7 @@ def test_a_chunk_is_released_only_while_it_is_no_live_unit(cm: Driver) -> None:
     cm(UnitReleaseCmd(vid=1, vuid=Vuid.make(1, 2, 7)))  # an epoch of unit 2 that is not live
     with pytest.raises(BadRequest, match="names no unit of volume 1"):
         cm(UnitReleaseCmd(vid=1, vuid=Vuid.make(2, 0, 1)))
-    lease(cm, None, LeaderRecord(host="s2", term=1, epoch=2))
+    lease_at(cm, "s2", 2)
     with pytest.raises(Fenced):  # a superseded scheduler may not even ask
         cm(UnitReleaseCmd(vid=1, vuid=Vuid.make(1, 2, 7)), Holder("s1", 1).session())
 

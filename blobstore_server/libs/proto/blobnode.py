@@ -70,9 +70,11 @@ class ChunkChange(ChunkRef):
     """A chunk state change (create, read-only, read-write, release). A scheduler sends the epoch of its lease:
     each disk keeps the highest it has seen and refuses an older one (`Fenced`), so a superseded scheduler
     changes no chunk of a disk its successor has addressed. None: not a scheduler's call (clustermgr creating a
-    volume's chunks or rolling them back: Raft orders those, and they name units of a volume no scheduler moves)."""
+    volume's chunks or rolling them back: Raft orders those, and they name units of a volume no scheduler moves).
+    With an epoch, clustermgr's epoch ticket for it (libs/rpc/tickets.py), which a blobnode with auth requires."""
 
     scheduler_epoch: int | None = Field(None, ge=1)
+    epoch_ticket: str | None = Field(None, max_length=256)
 
 
 class ChunkCreate(ChunkChange):
@@ -91,6 +93,7 @@ class TaskFenceChange(ChunkRef):
     for good: the chunk is about to become a live unit. Only a scheduler sends it, under its lease's epoch."""
 
     scheduler_epoch: int = Field(ge=1)
+    epoch_ticket: str | None = Field(None, max_length=256)
     token: int | None = Field(None, ge=1)
 
 

@@ -261,6 +261,18 @@ class UnitRelease(VolumeRef):
     disk_id: int | None = Field(None, ge=1, lt=2**32)
 
 
+class EpochAsk(RequestBody):
+    """The ticket of scheduler lease epoch `epoch` (libs/rpc/tickets.py), answered only while the lease record in
+    the kv holds that epoch."""
+
+    epoch: int = Field(ge=1, lt=2**63)
+
+
+class EpochTicket(BaseModel):
+    epoch: int
+    ticket: str | None = None  # None: this clustermgr runs without auth
+
+
 class UnitReleased(VolumeInfo):
     """The volume after a unit release, and the release ticket of its chunk (None: no `disk_id` asked, or this
     clustermgr runs without auth)."""
@@ -531,6 +543,7 @@ VOLUME_UNLOCK = Route("POST", "/volume/unlock", C.UNITS, VolumeInfo, VolumeRef)
 UNIT_ALLOC = Route("POST", "/volume/unit/alloc", C.UNITS, Unit, UnitAlloc)
 UNIT_RELEASE = Route("POST", "/volume/unit/release", C.UNITS, UnitReleased, UnitRelease)
 UNIT_UPDATE = Route("POST", "/volume/unit/update", C.UNITS, VolumeInfo, UnitUpdate)
+EPOCH_TICKET = Route("POST", "/scheduler/epoch", C.UNITS, EpochTicket, EpochAsk)
 SCOPE_ALLOC = Route("POST", "/scope/alloc", C.LEASE, ScopeRange, ScopeAlloc)
 SERVICE_REGISTER = Route("POST", "/service/register", C.REGISTER, ServiceInfo, ServiceRegister)
 SERVICE_HEARTBEAT = Route("POST", "/service/heartbeat", C.REGISTER, ServiceInfo, ServiceRef)
@@ -551,6 +564,6 @@ DROP_REPLY = Route("POST", "/fault/drop_reply", C.ADMIN, DropReplies, DropReplie
 ROUTES = RouteTable(RAFT_STATUS, RAFT_LEADER, RAFT_MEMBER_ADD, RAFT_MEMBER_REMOVE, DISK_ALLOC_ID, DISK_ADD,
                     DISK_HEARTBEAT, DISK_SET, DISK_BROKEN, DISK_GET, DISK_LIST, VOLUME_GET, VOLUME_LIST, VOLUME_ALLOC,
                     VOLUME_RETAIN, VOLUME_RELEASE, VOLUME_FULL, VOLUME_LOCK, VOLUME_UNLOCK, UNIT_ALLOC, UNIT_RELEASE,
-                    UNIT_UPDATE, SCOPE_ALLOC, SERVICE_REGISTER, SERVICE_HEARTBEAT, SERVICE_UNREGISTER, SERVICE_LIST,
-                    CONFIG_GET, CONFIG_SET, CONFIG_LIST, KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST, UNDELETE_ADD,
-                    UNDELETE_GET, STAT, DROP_REPLY)
+                    UNIT_UPDATE, EPOCH_TICKET, SCOPE_ALLOC, SERVICE_REGISTER, SERVICE_HEARTBEAT, SERVICE_UNREGISTER,
+                    SERVICE_LIST, CONFIG_GET, CONFIG_SET, CONFIG_LIST, KV_GET, KV_SET, KV_CAS, KV_DELETE, KV_LIST,
+                    UNDELETE_ADD, UNDELETE_GET, STAT, DROP_REPLY)

@@ -180,7 +180,7 @@ class AuthConfig(BaseModel):
         roots = [identities_root(s) for s in (secret, previous_secret) if s] if verifies_identities else []
         minting = None if mints is None else tickets.signing_key(secret, mints)
         checking = {kind: [tickets.public_key(tickets.signing_key(s, kind)) for s in (secret, previous_secret) if s]
-                    for kind in tickets.Kind} if verifies_tickets else {}
+                    for kind in tickets.KEYED} if verifies_tickets else {}
         return cls(keys={c: capability_key(secret, c) for c in shared}, previous=previous, identity=identity,
                    identities=roots, ticket_signing_key=minting, ticket_public_keys=checking)
 

@@ -14,6 +14,11 @@ private key; a blobnode holds the public keys, which verify and cannot mint.
 - delete (the mark of a shard, then its removal for good): tinker, for one blob's shard, when it marks a blob
   whose delete stands and when that delete is past the safe delay (the blobnode holds the removal `delete_hold`
   after the mark besides).
+- epoch (of a scheduler's lease, which every chunk change a scheduler sends names): clustermgr, with its release
+  key, for the epoch its kv holds in the lease record (which grows by one a takeover). A disk keeps the highest
+  epoch it has seen and refuses older ones, so an epoch nobody won, raised by a stolen scheduler key, would fence
+  the real scheduler out for good; with the ticket only a committed epoch raises it. It names the cluster, not a
+  chunk, and has no deadline that matters (an epoch is current for as long as its holder renews).
 
 - intent (to delete a blob): access, when a user deletes an object, a failed PUT leaves blobs no Location names, or
   a multipart upload is due for its reclaim (and the operator, whose secret derives every key, for a partial delete
@@ -50,6 +55,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from blobstore_server.libs.rpc.errors import TicketRefused
 
 VERSION = "v1"
+YEAR = 365 * 86400.0
 MAX_TEXT = 128  # a ticket's text is ~100 characters
 
 
@@ -58,6 +64,7 @@ class Kind(enum.StrEnum):
     DISCARD = "discard"
     DELETE = "delete"
     INTENT = "intent"
+    EPOCH = "epoch"
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class KindRule:
     scope: str | None  # what besides the chunk a ticket names (None: the chunk is all)
     ttl: float  # seconds a ticket stays good
     max_ahead: float  # a blobnode takes no ticket reaching further ahead of its clock (none of ours does)
+    key: Kind | None = None  # the kind whose key signs it (None: its own)
 
 
 KINDS: dict[Kind, KindRule] = {
@@ -76,7 +84,19 @@ KINDS: dict[Kind, KindRule] = {
     Kind.DISCARD: KindRule("scheduler", "task token", 86400.0, 2 * 86400.0),
     Kind.DELETE: KindRule("tinker", "bid", 300.0, 3600.0),
     Kind.INTENT: KindRule("access", "blob", math.inf, math.inf),  # no deadline (`IntentSigner`)
+    Kind.EPOCH: KindRule("clustermgr", "epoch", 100 * YEAR, 200 * YEAR, key=Kind.RELEASE),
 }
+KEYED = [kind for kind, rule in KINDS.items() if rule.key is None]  # the kinds with a key of their own
+
+
+def key_kind(kind: Kind) -> Kind:
+    """The kind whose key signs `kind` tickets."""
+    return KINDS[kind].key or kind
+
+
+def cluster_host(cluster_id: int) -> str:
+    """What a ticket naming a cluster rather than a blobnode (an epoch's) binds in place of the host."""
+    return f"cluster {cluster_id}"
 
 
 def signing_key(secret: str, kind: Kind) -> str:
@@ -137,12 +157,14 @@ class Gate:
         if self._keys is None:
             return
         rule, what = KINDS[self.kind], f"{self.kind} ticket"
-        target = f"chunk {vuid} on disk {disk_id}" + ("" if rule.scope is None else f", {rule.scope} {scope}")
+        target = ", ".join([*([f"chunk {vuid} on disk {disk_id}"] if disk_id else []),
+                            *([] if rule.scope is None else [f"{rule.scope} {scope}"])])
         if not self._keys:
             raise TicketRefused(f"this blobnode has auth but no {what} key (auth.ticket_public_keys): it takes no "
                                 f"{self.kind}")
         if not ticket:
-            raise TicketRefused(f"a {self.kind} of {target} takes a {what} from {rule.minter}")
+            call = f"a {self.kind} of {target}" if disk_id else f"a change under {target}"
+            raise TicketRefused(f"{call} takes {'an' if what[0] in 'aeiou' else 'a'} {what} from {rule.minter}")
         expires, signature = _parse(ticket, what)
         now = self.clock()
         if expires < now:

@@ -50,7 +50,7 @@ from blobstore_server.libs.rpc.errors import BadRequest, RpcError, TooLarge
 from blobstore_server.libs.rpc.lean_server import LeanHandler, Request, Responder
 from blobstore_server.libs.rpc.routes import Route
 from blobstore_server.libs.rpc.server import WithLeanRoutes, create_app, int_param, serves, with_lean_routes
-from blobstore_server.libs.rpc.tickets import Gate, IntentGate, Kind
+from blobstore_server.libs.rpc.tickets import Gate, IntentGate, Kind, cluster_host, key_kind
 from blobstore_server.services.blobnode.cluster import ClusterLink
 from blobstore_server.services.blobnode.node import Blobnode, ShardRead, ShardWrite, ready, shard_info
 from blobstore_server.services.blobnode.reader_process import ReaderProcess
@@ -211,16 +211,25 @@ def _public_keys(node: Blobnode, kind: Kind) -> list[str] | None:
 
 
 def _gate(node: Blobnode, kind: Kind) -> Gate:
-    return Gate(_public_keys(node, kind), node.config.advertised_host, kind)
+    return Gate(_public_keys(node, key_kind(kind)), node.config.advertised_host, kind)
 
 
 def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
+    epochs = Gate(_public_keys(node, key_kind(Kind.EPOCH)), cluster_host(node.config.cluster_id), Kind.EPOCH)
+
+    def check_epoch(req: ChunkChange | TaskFenceChange) -> None:
+        """A scheduler's change goes only under an epoch clustermgr's ticket shows to be a lease's."""
+        if req.scheduler_epoch is not None:
+            epochs.check(req.epoch_ticket, 0, 0, req.scheduler_epoch)
+
     @serves(app, api.CHUNK_CREATE)
     async def chunk_create(req: ChunkCreate) -> ChunkInfo:
+        check_epoch(req)
         return await node.create_chunk(req.disk_id, req.vuid, req.chunk_size, req.scheduler_epoch)
 
     def chunk_status_route(route: Route, status: ChunkStatus) -> None:
         async def set_status(req: ChunkChange) -> ChunkInfo:
+            check_epoch(req)
             return await node.set_chunk_status(req.disk_id, req.vuid, status, req.scheduler_epoch)
 
         serves(app, route)(set_status)
@@ -230,6 +239,7 @@ def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
     @serves(app, api.CHUNK_RELEASE)
     async def chunk_release(req: ChunkRelease) -> ChunkInfo:
         releases.check(req.ticket, req.disk_id, req.vuid)
+        check_epoch(req)
         return await node.set_chunk_status(req.disk_id, req.vuid, ChunkStatus.RELEASED, req.scheduler_epoch)
 
     chunk_status_route(api.CHUNK_READONLY, ChunkStatus.READONLY)
@@ -237,6 +247,7 @@ def _serve_chunks(app: FastAPI, node: Blobnode) -> None:
 
     @serves(app, api.CHUNK_TASK_FENCE)
     async def chunk_task_fence(req: TaskFenceChange) -> ChunkInfo:
+        check_epoch(req)
         return await node.set_task_fence(req.disk_id, req.vuid, req.scheduler_epoch, req.token)
 
     @serves(app, api.CHUNK_COMPACT)

@@ -192,12 +192,15 @@ class BlobnodeClient(ServiceClient):
 
     # chunks
 
-    # A scheduler names the epoch of its lease (`scheduler_epoch`) in every chunk state change it sends: each disk
-    # refuses one older than the newest it has seen (`ChunkChange`).
+    # A scheduler names the epoch of its lease (`scheduler_epoch`) in every chunk state change it sends, with
+    # clustermgr's ticket for it (`epoch_ticket`): each disk refuses one older than the newest it has seen
+    # (`ChunkChange`).
 
     async def create_chunk(self, host: str, disk_id: int, vuid: int, chunk_size: int | None = None,
-                           timeout: float | None = None, scheduler_epoch: int | None = None) -> ChunkInfo:
-        body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size, scheduler_epoch=scheduler_epoch)
+                           timeout: float | None = None, scheduler_epoch: int | None = None,
+                           epoch_ticket: str | None = None) -> ChunkInfo:
+        body = ChunkCreate(disk_id=disk_id, vuid=vuid, chunk_size=chunk_size, scheduler_epoch=scheduler_epoch,
+                           epoch_ticket=epoch_ticket)
         return await self.http.call_route(api.CHUNK_CREATE, host, body=body, timeout=timeout)
 
     async def _chunk_op(self, host: str, route: Route[ChunkInfo], body: ChunkRef,
@@ -205,20 +208,24 @@ class BlobnodeClient(ServiceClient):
         return await self.http.call_route(route, host, body=body, timeout=timeout)
 
     async def release_chunk(self, host: str, disk_id: int, vuid: int, timeout: float | None = None,
-                            scheduler_epoch: int | None = None, ticket: str | None = None) -> ChunkInfo:
+                            scheduler_epoch: int | None = None, ticket: str | None = None,
+                            epoch_ticket: str | None = None) -> ChunkInfo:
         """`ticket`: clustermgr's release ticket for this chunk, which a blobnode with auth requires."""
-        body = ChunkRelease(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch, ticket=ticket)
+        body = ChunkRelease(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch, ticket=ticket,
+                            epoch_ticket=epoch_ticket)
         return await self._chunk_op(host, api.CHUNK_RELEASE, body, timeout)
 
     async def set_chunk_readonly(self, host: str, disk_id: int, vuid: int, readonly: bool = True,
-                                 timeout: float | None = None, scheduler_epoch: int | None = None) -> ChunkInfo:
-        body = ChunkChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch)
+                                 timeout: float | None = None, scheduler_epoch: int | None = None,
+                                 epoch_ticket: str | None = None) -> ChunkInfo:
+        body = ChunkChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch, epoch_ticket=epoch_ticket)
         return await self._chunk_op(host, api.CHUNK_READONLY if readonly else api.CHUNK_READWRITE, body, timeout)
 
     async def set_task_fence(self, host: str, disk_id: int, vuid: int, scheduler_epoch: int, token: int | None,
-                             timeout: float | None = None) -> ChunkInfo:
+                             timeout: float | None = None, epoch_ticket: str | None = None) -> ChunkInfo:
         """Open the chunk's task fence at `token` (a task's hand-out), or close it for good (None): `TaskFence`."""
-        body = TaskFenceChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch, token=token)
+        body = TaskFenceChange(disk_id=disk_id, vuid=vuid, scheduler_epoch=scheduler_epoch, token=token,
+                               epoch_ticket=epoch_ticket)
         return await self._chunk_op(host, api.CHUNK_TASK_FENCE, body, timeout)
 
     async def compact_chunk(self, host: str, disk_id: int, vuid: int) -> ChunkInfo:

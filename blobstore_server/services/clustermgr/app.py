@@ -28,6 +28,8 @@ from blobstore_server.libs.proto.clustermgr import (
     DiskRef,
     DiskView,
     DropReplies,
+    EpochAsk,
+    EpochTicket,
     HeartbeatAnswer,
     KeyValue,
     KvItems,
@@ -259,6 +261,10 @@ def _serve_volumes(app: FastAPI, cm: ClusterManager) -> None:
     @serves(app, api.UNIT_ALLOC)
     async def unit_alloc(req: UnitAlloc, caller: Caller) -> Unit:
         return await cm.alloc_unit(req, caller)
+
+    @serves(app, api.EPOCH_TICKET)
+    async def epoch_ticket(req: EpochAsk) -> EpochTicket:
+        return await cm.epoch_ticket(req.epoch)
 
     @serves(app, api.UNIT_UPDATE)
     async def unit_update(req: UnitUpdateCmd, caller: Caller) -> VolumeInfo:

@@ -42,6 +42,7 @@ from blobstore_server.libs.proto.clustermgr import (
     DiskRef,
     DiskSet,
     DiskView,
+    EpochAsk,
     Fence,
     HeartbeatAnswer,
     KeyCas,
@@ -302,6 +303,11 @@ class ClusterClient(ServiceClient):
         """Conflict while `vuid` is the volume's live unit: its chunk must stay. With `disk_id`, the chunk's disk,
         the answer carries the release ticket a blobnode with auth requires."""
         return await self.call(api.UNIT_RELEASE, body=UnitRelease(vid=vid, vuid=vuid, disk_id=disk_id))
+
+    async def epoch_ticket(self, epoch: int) -> str | None:
+        """clustermgr's ticket for scheduler lease `epoch` (None without auth), which blobnodes with auth require of
+        every chunk change a scheduler sends under it."""
+        return (await self.call(api.EPOCH_TICKET, body=EpochAsk(epoch=epoch))).ticket
 
     async def update_unit(self, vid: int, index: int, vuid: int, disk_id: int, lost: Sequence[int] = ()
                           ) -> VolumeInfo:

@@ -27,6 +27,7 @@ from blobstore_server.libs.proto.clustermgr import (
     CodeModePolicy,
     CodeModeRule,
     DiskView,
+    EpochTicket,
     LeaderView,
     RaftStatus,
     Session,
@@ -35,7 +36,7 @@ from blobstore_server.libs.proto.clustermgr import (
     VolumeList,
     VolumeView,
 )
-from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY
+from blobstore_server.libs.proto.scheduler import BROKEN_AFTER_KEY, LEADER_KEY, LeaderRecord
 from blobstore_server.libs.raft.config import RaftConfig, RaftTLS
 from blobstore_server.libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from blobstore_server.libs.raft.errors import NotLeader as RaftNotLeader
@@ -43,7 +44,7 @@ from blobstore_server.libs.raft.server import RaftServer
 from blobstore_server.libs.rpc.errors import ChunkNotFound, Conflict, Fenced, NotLeader, RpcError, Unavailable
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.server import Lifecycle
-from blobstore_server.libs.rpc.tickets import Kind
+from blobstore_server.libs.rpc.tickets import Kind, cluster_host
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr import moves
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
@@ -107,6 +108,7 @@ class ClusterManager:
         self.blobnodes = BlobnodeClient()
         # release tickets (libs/rpc/tickets.py): none without auth, where blobnodes take releases without them
         self.tickets = config.auth.minter(Kind.RELEASE) if config.auth else None
+        self.epoch_tickets = config.auth.minter(Kind.EPOCH) if config.auth else None  # signed with the release key
         self.volumes = VolumeCreator(self.state, self.propose, self.blobnodes, idcs=config.idcs,
                                      backend=config.codec_backend, chunk_size=config.chunk_size,
                                      heartbeat_timeout=config.disk_heartbeat_timeout,
@@ -190,6 +192,19 @@ class ClusterManager:
                 raise Conflict(f"vuid {cmd.vuid} of volume {cmd.vid} was never issued: no release ticket for it")
             ticket = self.tickets.mint(self.state.disk(cmd.disk_id).host, cmd.disk_id, cmd.vuid)
         return UnitReleased.model_validate({**volume.model_dump(), "ticket": ticket})
+
+    async def epoch_ticket(self, epoch: int) -> EpochTicket:
+        """The blobnodes' ticket for scheduler lease `epoch`, only while the lease record holds it: an older one is
+        Fenced (its holder was superseded), a newer one was never won."""
+        raw = (await self.fresh()).kv_get(LEADER_KEY)
+        held = LeaderRecord.model_validate_json(raw).epoch if raw else 0
+        if epoch < held:
+            raise Fenced(f"scheduler epoch {epoch} is superseded by {held}", epoch=held)
+        if epoch > held:
+            raise Conflict(f"scheduler epoch {epoch} was never won: the lease is at {held}")
+        minter = self.epoch_tickets
+        return EpochTicket(epoch=epoch, ticket=minter.mint(cluster_host(self.config.cluster_id), 0, 0, epoch)
+                           if minter else None)
 
     async def fresh(self) -> ClusterState:
         """The state, after confirming this node leads and has applied everything committed."""

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
 
+from blobstore_server.libs.proto.cluster import Unit
 from blobstore_server.libs.proto.clustermgr import Fence
 from blobstore_server.libs.proto.ids import Vuid
 from blobstore_server.libs.proto.scheduler import (
@@ -119,10 +120,19 @@ class Scheduler:
         self.state = SchedulerState(config)
         # discard tickets (libs/rpc/tickets.py): none without auth, where blobnodes take discards without them
         self.tickets = config.auth.minter(Kind.DISCARD) if config.auth else None
+        self._epoch_ticket: tuple[int, str | None] = (0, None)  # clustermgr's ticket for the lease epoch: `_lease`
         self.rounds = 0  # rounds completed while active: an operator (or a test) sees decisions being made
         self.mutex = asyncio.Lock()  # one change of the task table at a time (routes and rounds): `_changing`
 
     # leadership
+
+    async def _lease(self) -> tuple[int, str | None]:
+        """What a chunk change names of this scheduler's lease: its epoch and clustermgr's ticket for it (asked once
+        an epoch; Fenced once superseded), which blobnodes with auth require."""
+        epoch = self.state.epoch
+        if self._epoch_ticket[0] != epoch:
+            self._epoch_ticket = (epoch, await self.cluster.epoch_ticket(epoch))
+        return self._epoch_ticket
 
     @property
     def active(self) -> bool:
@@ -231,10 +241,8 @@ class Scheduler:
             case AllocUnit():
                 return await self._alloc(action)
             case CreateChunk():
-                created = self.blobnodes.create_chunk(action.destination.host, action.destination.disk_id,
-                                                      action.destination.vuid, scheduler_epoch=self.state.epoch)
-                return ChunkCreated(task=action.task, destination=action.destination, error=await _outcome(created),
-                                    at=_at())
+                return ChunkCreated(task=action.task, destination=action.destination,
+                                    error=await _outcome(self._create_chunk(action.destination)), at=_at())
             case SetTaskFence():
                 return FenceSet(task=action.task, token=action.token, error=await self._set_task_fence(action),
                                 at=_at())
@@ -289,8 +297,10 @@ class Scheduler:
         node does not have takes no write either). A disk that has seen a newer scheduler epoch refuses it
         (Fenced: superseded)."""
         try:
+            epoch, ticket = await self._lease()
             await self.blobnodes.set_chunk_readonly(task.source_host, task.disk_id, task.source_vuid, readonly,
-                                                    timeout=READONLY_TIMEOUT, scheduler_epoch=self.state.epoch)
+                                                    timeout=READONLY_TIMEOUT, scheduler_epoch=epoch,
+                                                    epoch_ticket=ticket)
         except Fenced:
             raise
         except NotFound:
@@ -312,11 +322,19 @@ class Scheduler:
             return UnitAllocated(task=task, destination=None, error=exc, at=_at())
         return UnitAllocated(task=task, destination=destination, error=None, at=_at())
 
+    async def _create_chunk(self, destination: Unit) -> None:
+        epoch, ticket = await self._lease()
+        await self.blobnodes.create_chunk(destination.host, destination.disk_id, destination.vuid,
+                                          scheduler_epoch=epoch, epoch_ticket=ticket)
+
     async def _set_task_fence(self, action: SetTaskFence) -> RpcError | None:
         assert action.task.destination is not None
-        destination = action.task.destination
-        return await _outcome(self.blobnodes.set_task_fence(destination.host, destination.disk_id, destination.vuid,
-                                                            self.state.epoch, action.token, timeout=READONLY_TIMEOUT))
+        return await _outcome(self._fence_destination(action.task.destination, action.token))
+
+    async def _fence_destination(self, destination: Unit, token: int | None) -> None:
+        epoch, ticket = await self._lease()
+        await self.blobnodes.set_task_fence(destination.host, destination.disk_id, destination.vuid, epoch, token,
+                                            timeout=READONLY_TIMEOUT, epoch_ticket=ticket)
 
     async def _switch(self, action: SwitchUnit) -> Event:
         task = action.task
@@ -336,8 +354,9 @@ class Scheduler:
         the blobnode takes."""
         try:
             released = await self.cluster.release_unit(Vuid(action.vuid).vid(), action.vuid, action.disk_id)
-            await self.blobnodes.release_chunk(action.host, action.disk_id, action.vuid,
-                                               scheduler_epoch=self.state.epoch, ticket=released.ticket)
+            epoch, ticket = await self._lease()
+            await self.blobnodes.release_chunk(action.host, action.disk_id, action.vuid, scheduler_epoch=epoch,
+                                               ticket=released.ticket, epoch_ticket=ticket)
         except Fenced:
             raise  # superseded: stand by (see `_changing`), release nothing
         except RpcError as exc:

@@ -13,7 +13,8 @@ from blobstore_server.libs.proto.clustermgr import (
     UndeleteTaken,
     undelete_key,
 )
-from blobstore_server.libs.rpc.errors import Conflict
+from blobstore_server.libs.proto.scheduler import LEADER_KEY, LeaderRecord
+from blobstore_server.libs.rpc.errors import BadRequest, Conflict
 from blobstore_server.services.clustermgr.commands.table import Command, command
 from blobstore_server.services.clustermgr.state import ClusterState
 
@@ -54,8 +55,27 @@ class KvSet(api.KeyValue, Command[KeyValue]):
     op = "kv_set"
 
 
+def _lease_write(s: ClusterState, key: str, value: str | None) -> None:
+    """The scheduler's lease record moves its epoch on by one at most (a takeover) and is never deleted: clustermgr
+    tickets the epoch it holds for the blobnodes (libs/rpc/tickets.py), and each disk keeps the highest it saw, so
+    an epoch leapt ahead by a holder of the scheduler's key would fence every later scheduler out there."""
+    if key != LEADER_KEY:
+        return
+    if value is None:
+        raise BadRequest(f"the scheduler lease record {LEADER_KEY!r} is never deleted")
+    try:
+        epoch = LeaderRecord.model_validate_json(value).epoch
+    except ValueError:
+        raise BadRequest(f"{LEADER_KEY!r} takes a scheduler lease record (host, term, epoch)") from None
+    current = s.kv_get(key)
+    held = LeaderRecord.model_validate_json(current).epoch if current else 0
+    if not held <= epoch <= held + 1:
+        raise Conflict(f"the scheduler lease is at epoch {held}: a write may keep it or take the next, not {epoch}")
+
+
 @command(KvSet)
 def kv_set(s: ClusterState, batch: Batch, now: float, cmd: KvSet) -> KeyValue:
+    _lease_write(s, cmd.key, cmd.value)
     s.put_kv(batch, cmd.key, cmd.value)
     return KeyValue(key=cmd.key, value=cmd.value)
 
@@ -66,6 +86,7 @@ class KvDelete(api.KeyRef, Command[KeyRef]):
 
 @command(KvDelete)
 def kv_delete(s: ClusterState, batch: Batch, now: float, cmd: KvDelete) -> KeyRef:
+    _lease_write(s, cmd.key, None)
     s.put_kv(batch, cmd.key, None)
     return KeyRef(key=cmd.key)
 
@@ -80,6 +101,7 @@ def kv_cas(s: ClusterState, batch: Batch, now: float, cmd: KvCas) -> MaybeValue:
     current = s.kv_get(cmd.key)
     if current != cmd.expected:
         raise Conflict(f"kv {cmd.key!r} is {current!r}, expected {cmd.expected!r}")
+    _lease_write(s, cmd.key, cmd.value)
     s.put_kv(batch, cmd.key, cmd.value)
     return MaybeValue(key=cmd.key, value=cmd.value)
 
