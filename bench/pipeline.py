@@ -24,8 +24,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blobstore import AsyncClient
@@ -36,8 +34,12 @@ from blobstore_server.libs.mq.consumer import Consumer
 from blobstore_server.libs.mq.producer import Producer
 from blobstore_server.libs.mq.settings import client_auth
 from blobstore_server.libs.proto.location import Location
+from blobstore_server.libs.proto.mqproxy import RepairIn
 from blobstore_server.services.blobnode.client import BlobnodeClient
 from blobstore_server.services.clustermgr.client import ClusterClient
+from blobstore_server.services.mqproxy.client import MqProxyClient
+from blobstore_server.services.tinker.client import TinkerClient
+from tests.support.damage import lose_shard
 
 
 def url_of(info: launcher.ClusterInfo, role: str) -> str:
@@ -67,20 +69,19 @@ async def wait_for(check: object, timeout: float) -> float:
 
 async def bench_repair(info: launcher.ClusterInfo, blobs: list[tuple[int, int]]) -> dict[str, float]:
     tinker, mqproxy = url_of(info, "tinker"), url_of(info, "mqproxy")
-    async with ClusterClient(info.clustermgr_urls) as cm, BlobnodeClient() as bn, httpx.AsyncClient() as http:
+    async with ClusterClient(info.clustermgr_urls) as cm, BlobnodeClient() as bn, TinkerClient() as stats, \
+            MqProxyClient([mqproxy]) as queue:
         shard_size = 0
         for vid, bid in blobs:
             unit = (await cm.get_volume(vid)).units[0]
             shard_size = (await bn.shard_stat(unit.host, unit.disk_id, unit.vuid, bid)).size
-            await bn.delete_shard(unit.host, unit.disk_id, unit.vuid, bid)
-        before = (await http.get(f"{tinker}/stats")).json()["pipelines"]["repair"]["done"]
+            await lose_shard(bn, unit, bid)  # rotted, then discarded as a repair does: owed a repair
+        before = (await stats.stats(tinker)).pipelines["repair"].done
         start = time.perf_counter()
-        messages = [{"vid": vid, "bid": bid, "bad_indexes": [0], "reason": "bench"} for vid, bid in blobs]
-        (await http.post(f"{mqproxy}/repairmsg", json={"messages": messages}, timeout=60)).raise_for_status()
+        await queue.send_repair([RepairIn(vid=vid, bid=bid, bad_indexes=[0], reason="bench") for vid, bid in blobs])
 
         async def done() -> bool:
-            stats = (await http.get(f"{tinker}/stats", timeout=30)).json()["pipelines"]["repair"]
-            return bool(stats["done"] - before >= len(blobs))
+            return (await stats.stats(tinker)).pipelines["repair"].done - before >= len(blobs)
 
         await wait_for(done, 600)
         elapsed = time.perf_counter() - start
@@ -136,6 +137,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         root = Path(tmp) / "cluster"
         info = launcher.up(root, ClusterShape(delete_delay=0.0))
+        launcher.sign_as_operator(root)
         try:
             # every access node signs Locations with the same secret: access1's will do
             secret = json.loads(next(Path(p.config).read_text() for p in info.processes if p.name == "access1"))

@@ -3,10 +3,12 @@ lost claims excuse a gap, and that a worker's finished move (services/worker/mig
 
 from __future__ import annotations
 
+import asyncio
+import random
 from itertools import product
 
 from blobstore_server.libs.proto.blobnode import ShardInfo
-from blobstore_server.services.clustermgr.moves import owed, unexcused
+from blobstore_server.services.clustermgr.moves import Page, Pages, missing, owed, unexcused, window_end
 from blobstore_server.services.worker.migrate_plan import Action, Listing, plan_unit
 
 SIZE = 4096
@@ -67,3 +69,40 @@ def test_a_move_the_worker_finished_is_never_refused() -> None:
         assert owed(0, units, {}, N) == expected, combo
         cases += 1
     assert cases == 4 ** 4
+
+
+def test_a_window_ends_past_the_shortest_full_page() -> None:
+    full, short = [shard(1), shard(5), shard(9)], [shard(2), shard(3)]
+    assert window_end([full, short, None], 3) == 10
+    assert window_end([full, [shard(2), shard(4), shard(6)]], 3) == 7
+    assert window_end([short, [], None], 3) is None  # every list at its end
+
+
+def test_lists_read_a_window_at_a_time_owe_what_whole_lists_owe() -> None:
+    """Random volumes of six units (N = 3) and destinations, read in pages of 1 to 7 entries (a unit's list
+    failing now and then): the bids found missing, split by the lost claims, are `owed` over the whole lists."""
+    rng = random.Random(5)
+    for _ in range(300):
+        bids = sorted(rng.sample(range(1, 60), rng.randint(0, 40)))
+        units: list[dict[int, ShardInfo]] = [
+            {b: shard(b, deleted=rng.random() < 0.05) for b in bids if rng.random() < 0.8} for _ in range(6)]
+        destination = {b: shard(b, size=SIZE if rng.random() < 0.9 else 1) for b in bids if rng.random() < 0.6}
+        down = {i for i in range(1, 6) if rng.random() < 0.1}  # units that never answer
+        lost = set(rng.sample(bids, min(len(bids), 5)))
+        page_size = rng.randint(1, 7)
+
+        whole = owed(0, [None if i in down else u for i, u in enumerate(units)], destination, N + 1)
+        pages = paged([None if i in down else u for i, u in enumerate(units)], destination, page_size)
+        unclaimed, claimed = asyncio.run(missing(pages, 0, lost, N + 1, page_size))
+        assert (unclaimed, claimed) == ([b for b in whole if b not in lost], [b for b in whole if b in lost])
+
+
+def paged(units: list[dict[int, ShardInfo] | None], destination: dict[int, ShardInfo], page_size: int) -> Pages:
+    """The lists as blobnodes page them: `page_size` entries from a bid on, None for a unit that does not answer."""
+    def page(listing: dict[int, ShardInfo], start: int) -> list[ShardInfo]:
+        return [listing[b] for b in sorted(listing) if b >= start][:page_size]
+
+    async def pages(start: int) -> tuple[list[Page | None], Page]:
+        return [None if u is None else page(u, start) for u in units], page(destination, start)
+
+    return pages

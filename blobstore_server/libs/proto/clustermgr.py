@@ -543,6 +543,9 @@ VOLUME_UNLOCK = Route("POST", "/volume/unlock", C.UNITS, VolumeInfo, VolumeRef)
 UNIT_ALLOC = Route("POST", "/volume/unit/alloc", C.UNITS, Unit, UnitAlloc)
 UNIT_RELEASE = Route("POST", "/volume/unit/release", C.UNITS, UnitReleased, UnitRelease)
 UNIT_UPDATE = Route("POST", "/volume/unit/update", C.UNITS, VolumeInfo, UnitUpdate)
+# A switch is answered after clustermgr listed every unit of the volume (about 4 s of its CPU per 200,000 bids):
+# its caller waits this much longer for the answer than for any other
+UNIT_CHECK_HOLD = 300.0
 EPOCH_TICKET = Route("POST", "/scheduler/epoch", C.UNITS, EpochTicket, EpochAsk)
 SCOPE_ALLOC = Route("POST", "/scope/alloc", C.LEASE, ScopeRange, ScopeAlloc)
 SERVICE_REGISTER = Route("POST", "/service/register", C.REGISTER, ServiceInfo, ServiceRegister)

@@ -313,7 +313,8 @@ class ClusterClient(ServiceClient):
                           ) -> VolumeInfo:
         """Switch unit `index` to its reserved move, which must hold every blob the unit owes but `lost` ones."""
         body = UnitUpdate(vid=vid, index=index, vuid=vuid, disk_id=disk_id, lost=list(lost))
-        return await self.call(api.UNIT_UPDATE, body=body)
+        return await self.call(api.UNIT_UPDATE, body=body, held=api.UNIT_CHECK_HOLD,
+                               deadline=self.deadline + api.UNIT_CHECK_HOLD)
 
     # scopes, services, config, kv
 

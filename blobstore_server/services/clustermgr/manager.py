@@ -20,7 +20,6 @@ from pydantic import BaseModel
 
 from blobstore_server.libs.ec import CodeMode, tactic
 from blobstore_server.libs.placement import PlacementError, replacement_disk
-from blobstore_server.libs.proto.blobnode import IOClass, ShardInfo
 from blobstore_server.libs.proto.cluster import DiskInfo, Unit, VolumeInfo
 from blobstore_server.libs.proto.clustermgr import (
     POLICY_KEY,
@@ -41,12 +40,11 @@ from blobstore_server.libs.raft.config import RaftConfig, RaftTLS
 from blobstore_server.libs.raft.errors import ConfigChangeInProgress, LeadershipLost, ProposalDropped
 from blobstore_server.libs.raft.errors import NotLeader as RaftNotLeader
 from blobstore_server.libs.raft.server import RaftServer
-from blobstore_server.libs.rpc.errors import ChunkNotFound, Conflict, Fenced, NotLeader, RpcError, Unavailable
+from blobstore_server.libs.rpc.errors import Conflict, Fenced, NotLeader, RpcError, Unavailable
 from blobstore_server.libs.rpc.routes import Capability
 from blobstore_server.libs.rpc.server import Lifecycle
 from blobstore_server.libs.rpc.tickets import Kind, cluster_host
 from blobstore_server.services.blobnode.client import BlobnodeClient
-from blobstore_server.services.clustermgr import moves
 from blobstore_server.services.clustermgr.beats import HeartbeatBatcher
 from blobstore_server.services.clustermgr.client import SessionClock
 from blobstore_server.services.clustermgr.commands.keys import ConfigSet, KvSet
@@ -59,6 +57,7 @@ from blobstore_server.services.clustermgr.commands.units import (
 )
 from blobstore_server.services.clustermgr.commands.volumes import VolumeAllocCmd
 from blobstore_server.services.clustermgr.config import ClusterMgrConfig
+from blobstore_server.services.clustermgr.destinations import check_destination
 from blobstore_server.services.clustermgr.health import volume_health
 from blobstore_server.services.clustermgr.machine import ClusterMachine
 from blobstore_server.services.clustermgr.metrics import (
@@ -351,54 +350,17 @@ class ClusterManager:
 
     async def update_unit(self, cmd: UnitUpdateCmd, session: Session | None) -> VolumeInfo:
         """Switch a volume's unit to its reserved move once the destination is seen to hold what the unit owes
-        (`moves`): the units' lists are read here, the lost claims checked by reading those blobs' shards."""
+        (`destinations`)."""
         volume = (await self.fresh()).volume(cmd.vid)
         pending = volume.pending_units.get(cmd.index)
         if pending is not None and pending.vuid == cmd.vuid and pending.disk_id == cmd.disk_id:
-            await self._check_destination(volume, cmd.index, pending, set(cmd.lost))
-        return await self.submit(cmd, session)  # the command refuses a move that is not the reserved one
-
-    async def _check_destination(self, volume: VolumeInfo, index: int, destination: Unit, lost: set[int]) -> None:
-        timeout = self.config.chunk_request_timeout
-
-        async def listing(unit: Unit) -> dict[int, ShardInfo]:
-            return await asyncio.wait_for(self.blobnodes.list_all_shards(
-                unit.host, unit.disk_id, unit.vuid, io_class=IOClass.BACKGROUND), timeout)
-
-        async def listed(unit: Unit) -> dict[int, ShardInfo] | None:
             try:
-                return await listing(unit)
-            except (RpcError, TimeoutError):
-                return None  # a unit that cannot answer vouches for nothing
-
-        try:
-            held = await listing(destination)
-        except ChunkNotFound:
-            held = {}  # never created: it holds nothing, which is enough only for a volume holding nothing
-        except (RpcError, TimeoutError) as exc:
-            raise Unavailable(f"cannot list the destination of volume {volume.vid} unit {index}: {exc!r}") from None
-
-        async def good(bid: int) -> int:
-            async def intact(unit: Unit) -> bool:
-                try:
-                    await self.blobnodes.get_shard(unit.host, unit.disk_id, unit.vuid, bid, timeout=timeout,
-                                                   io_class=IOClass.BACKGROUND)
-                except RpcError:
-                    return False
-                return True
-            others = [u for i, u in enumerate(volume.units) if i != index]
-            return sum(await asyncio.gather(*(intact(u) for u in others)))
-
-        n = tactic(volume.code_mode).n
-        missing = moves.owed(index, await asyncio.gather(*(listed(u) for u in volume.units)), held, n)
-        claimed = [bid for bid in missing if bid in lost]
-        good_shards = dict(zip(claimed, await asyncio.gather(*(good(bid) for bid in claimed)), strict=True))
-        unexcused = moves.unexcused(missing, lost, good_shards, n)
-        if unexcused:
-            MOVES_REFUSED.inc()
-            raise Conflict(f"volume {volume.vid} unit {index}: the destination {destination.vuid} on disk "
-                           f"{destination.disk_id} lacks {len(unexcused)} blobs the unit holds (first bids "
-                           f"{unexcused[:5]}); not switched")
+                await check_destination(self.blobnodes, volume, cmd.index, pending, set(cmd.lost),
+                                        self.config.chunk_request_timeout)
+            except Conflict:
+                MOVES_REFUSED.inc()
+                raise
+        return await self.submit(cmd, session)  # the command refuses a move that is not the reserved one
 
     def raft_status(self) -> RaftStatus:
         return RaftStatus.model_validate(self.raft.status())
